@@ -1,0 +1,43 @@
+// Op interfaces of the llmc dialect.
+#ifndef LLMC_INTERFACES_TD
+#define LLMC_INTERFACES_TD
+
+include "mlir/IR/OpBase.td"
+
+def Llmc_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
+  let cppNamespace = "::mlir::llmc";
+  let description = [{
+    An op that reverse-mode autodiff can differentiate. The autodiff pass
+    walks the forward function backwards and, for each op, calls `buildVjp`
+    with the gradients of the op's results (a null Value for a result that
+    receives no gradient, e.g. the mean and rstd of layer_norm when nothing
+    downstream reads them). The rule returns one gradient per operand, null
+    where `isDifferentiableOperand` is false (token ids, for example).
+
+    Ops declare the interface here so that adding the VJP rules does not
+    change any op; the rules themselves are written by the autodiff pass
+    (passes/Autodiff.cpp) and until then an op reports that it has none.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        Returns whether operand `index` carries a gradient: true for
+        floating-point tensors, false for integer inputs.
+      }], "bool", "isDifferentiableOperand", (ins "unsigned":$index), [{}],
+      [{
+        return ::llvm::isa<::mlir::FloatType>(::mlir::getElementTypeOrSelf(
+            $_op->getOperand(index).getType()));
+      }]>,
+    InterfaceMethod<[{
+        Builds the vector-Jacobian product at the builder's insertion point:
+        given one gradient per result (null when none flows back), returns
+        one gradient per operand (null for non-differentiable operands).
+      }], "::mlir::FailureOr<::llvm::SmallVector<::mlir::Value>>", "buildVjp",
+      (ins "::mlir::OpBuilder &":$builder, "::mlir::ValueRange":$resultGrads),
+      [{}],
+      [{
+        return $_op->emitOpError("has no VJP rule"), ::mlir::failure();
+      }]>
+  ];
+}
+
+#endif // LLMC_INTERFACES_TD

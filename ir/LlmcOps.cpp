@@ -1,0 +1,759 @@
+// Verifiers, result type inference and folders of the llmc ops.
+#include "ir/LlmcOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+
+using namespace mlir;
+using namespace mlir::llmc;
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// Shape checks live in inferReturnTypes: the parser calls it before the op
+// exists (results are not spelled out in the assembly), and the
+// InferTypeOpInterface verifier calls it again on every verification. So
+// every diagnostic names the op itself, and operand types are checked here
+// too because the ODS constraints have not run yet when parsing.
+struct Inference {
+  std::optional<Location> loc;
+  StringRef opName;
+
+  template <typename... Args>
+  LogicalResult fail(Args &&...args) const {
+    return emitOptionalError(loc, "'", opName, "' op ",
+                             std::forward<Args>(args)...);
+  }
+
+  FailureOr<RankedTensorType> tensor(Value value, StringRef what) const {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!type || !type.hasStaticShape()) {
+      (void)fail(what, " must be a statically shaped tensor, got ",
+                 value.getType());
+      return failure();
+    }
+    return type;
+  }
+
+  FailureOr<RankedTensorType> floatTensor(Value value, StringRef what) const {
+    FailureOr<RankedTensorType> type = tensor(value, what);
+    if (failed(type))
+      return failure();
+    if (!isa<Float32Type, Float16Type, BFloat16Type>(type->getElementType())) {
+      (void)fail(what, " must have element type f32, f16 or bf16, got ",
+                 type->getElementType());
+      return failure();
+    }
+    return type;
+  }
+
+  FailureOr<RankedTensorType> indexTensor(Value value, StringRef what) const {
+    FailureOr<RankedTensorType> type = tensor(value, what);
+    if (failed(type))
+      return failure();
+    if (!type->getElementType().isSignlessInteger(32) &&
+        !type->getElementType().isSignlessInteger(64)) {
+      (void)fail(what, " must have element type i32 or i64, got ",
+                 type->getElementType());
+      return failure();
+    }
+    return type;
+  }
+
+  LogicalResult sameElementType(RankedTensorType a, StringRef aName,
+                                RankedTensorType b, StringRef bName) const {
+    if (a.getElementType() == b.getElementType())
+      return success();
+    return fail(aName, " and ", bName, " must have one element type, got ",
+                a.getElementType(), " and ", b.getElementType());
+  }
+};
+
+template <typename OpT>
+Inference inference(std::optional<Location> loc) {
+  return Inference{loc, OpT::getOperationName()};
+}
+
+std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string result = "[";
+  llvm::raw_string_ostream os(result);
+  llvm::interleave(shape, os, ", ");
+  os << "]";
+  return result;
+}
+
+Type f32(MLIRContext *ctx) { return Float32Type::get(ctx); }
+
+// The NumPy rule: align at the last dimension; each pair is equal or has a 1.
+std::optional<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> a,
+                                                    ArrayRef<int64_t> b) {
+  size_t rank = std::max(a.size(), b.size());
+  SmallVector<int64_t> result(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1)
+      return std::nullopt;
+    result[rank - 1 - i] = da == 1 ? db : da;
+  }
+  return result;
+}
+
+LogicalResult checkPositive(const Inference &inf, StringRef name,
+                            const APFloat &value) {
+  double v = value.convertToDouble();
+  if (v > 0.0 && std::isfinite(v))
+    return success();
+  return inf.fail(name, " must be positive and finite, got ", v);
+}
+
+// Checks a norm's weight (and bias) against the input's last dimension and
+// returns the type of the per-row statistics.
+FailureOr<RankedTensorType> normStatistics(const Inference &inf,
+                                           RankedTensorType input,
+                                           RankedTensorType weight,
+                                           StringRef weightName) {
+  if (input.getRank() < 1)
+    return inf.fail("input must have rank >= 1"), failure();
+  int64_t channels = input.getShape().back();
+  if (weight.getRank() != 1 || weight.getDimSize(0) != channels)
+    return inf.fail(weightName, " must have shape [", channels,
+                    "] to match the input's last dimension, got ",
+                    shapeString(weight.getShape())),
+           failure();
+  if (failed(inf.sameElementType(input, "input", weight, weightName)))
+    return failure();
+  return RankedTensorType::get(input.getShape().drop_back(),
+                               f32(input.getContext()));
+}
+
+// Shared by attention and its gradient: returns the output and lse types.
+FailureOr<std::pair<RankedTensorType, RankedTensorType>>
+inferAttention(const Inference &inf, Value queryV, Value keyV, Value valueV,
+               bool causal, const APFloat &scale) {
+  auto query = inf.floatTensor(queryV, "query");
+  auto key = inf.floatTensor(keyV, "key");
+  auto value = inf.floatTensor(valueV, "value");
+  if (failed(query) || failed(key) || failed(value))
+    return failure();
+  int64_t rank = query->getRank();
+  if (rank < 2 || key->getRank() != rank || value->getRank() != rank)
+    return inf.fail("query, key and value must have one rank >= 2, got ",
+                    rank, ", ", key->getRank(), " and ", value->getRank()),
+           failure();
+  if (failed(inf.sameElementType(*query, "query", *key, "key")) ||
+      failed(inf.sameElementType(*query, "query", *value, "value")))
+    return failure();
+  ArrayRef<int64_t> q = query->getShape(), k = key->getShape(),
+                    v = value->getShape();
+  if (q.drop_back(2) != k.drop_back(2) || q.drop_back(2) != v.drop_back(2))
+    return inf.fail("query, key and value must have the same batch "
+                    "dimensions, got ",
+                    shapeString(q), ", ", shapeString(k), " and ",
+                    shapeString(v)),
+           failure();
+  if (q.back() != k.back())
+    return inf.fail("query and key head sizes differ: ", q.back(), " vs ",
+                    k.back()),
+           failure();
+  if (k[rank - 2] != v[rank - 2])
+    return inf.fail("key and value lengths differ: ", k[rank - 2], " vs ",
+                    v[rank - 2]),
+           failure();
+  if (causal && q[rank - 2] > k[rank - 2])
+    return inf.fail("causal attention needs no more queries than keys, got ",
+                    q[rank - 2], " queries and ", k[rank - 2], " keys"),
+           failure();
+  if (failed(checkPositive(inf, "scale", scale)))
+    return failure();
+  SmallVector<int64_t> outShape(q.drop_back());
+  outShape.push_back(v.back());
+  return std::make_pair(
+      RankedTensorType::get(outShape, query->getElementType()),
+      RankedTensorType::get(q.drop_back(), f32(query->getContext())));
+}
+
+// Shared by cross_entropy and its gradient.
+LogicalResult checkCrossEntropy(const Inference &inf, RankedTensorType logits,
+                                RankedTensorType targets) {
+  if (logits.getRank() < 1)
+    return inf.fail("logits must have rank >= 1");
+  if (targets.getShape() != logits.getShape().drop_back())
+    return inf.fail("targets must have the logits' shape without the vocab "
+                    "dimension, ",
+                    shapeString(logits.getShape().drop_back()), ", got ",
+                    shapeString(targets.getShape()));
+  return success();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// ConstantOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConstantOp::inferReturnTypes(MLIRContext *,
+                                           std::optional<Location> loc,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &results) {
+  auto value = dyn_cast_if_present<ElementsAttr>(adaptor.getValueAttr());
+  if (!value)
+    return inference<ConstantOp>(loc).fail("value must be an elements "
+                                           "attribute");
+  results.push_back(value.getType());
+  return success();
+}
+
+LogicalResult ConstantOp::verify() {
+  Type elementType = getValue().getElementType();
+  if (!isa<Float32Type, Float16Type, BFloat16Type>(elementType) &&
+      !elementType.isSignlessInteger(32) && !elementType.isSignlessInteger(64))
+    return emitOpError("value must have element type f32, f16, bf16, i32 or "
+                       "i64, got ")
+           << elementType;
+  return success();
+}
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+//===----------------------------------------------------------------------===//
+// Embedding
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  Inference inf = inference<EmbeddingOp>(loc);
+  auto table = inf.floatTensor(adaptor.getTable(), "table");
+  auto indices = inf.indexTensor(adaptor.getIndices(), "indices");
+  if (failed(table) || failed(indices))
+    return failure();
+  if (table->getRank() != 2)
+    return inf.fail("table must have rank 2 [V, C], got ",
+                    shapeString(table->getShape()));
+  SmallVector<int64_t> shape(indices->getShape());
+  shape.push_back(table->getDimSize(1));
+  results.push_back(RankedTensorType::get(shape, table->getElementType()));
+  return success();
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  auto grad = getGrad().getType(), result = getResult().getType();
+  ArrayRef<int64_t> indices = getIndices().getType().getShape();
+  if (result.getRank() != 2)
+    return emitOpError("result must have rank 2 [V, C], got ")
+           << shapeString(result.getShape());
+  SmallVector<int64_t> expected(indices);
+  expected.push_back(result.getDimSize(1));
+  if (grad.getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError("grad must have shape ")
+           << shapeString(expected) << " (indices shape, then C), got "
+           << shapeString(grad.getShape());
+  if (grad.getElementType() != result.getElementType())
+    return emitOpError("grad and result must have one element type, got ")
+           << grad.getElementType() << " and " << result.getElementType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Matrix products
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  Inference inf = inference<MatmulOp>(loc);
+  auto lhs = inf.floatTensor(adaptor.getLhs(), "lhs");
+  auto rhs = inf.floatTensor(adaptor.getRhs(), "rhs");
+  if (failed(lhs) || failed(rhs))
+    return failure();
+  if (lhs->getRank() < 2)
+    return inf.fail("lhs must have rank >= 2, got ", lhs->getRank());
+  if (rhs->getRank() != 2)
+    return inf.fail("rhs must have rank 2 (use llmc.batch_matmul for "
+                    "batched operands), got ",
+                    rhs->getRank());
+  if (failed(inf.sameElementType(*lhs, "lhs", *rhs, "rhs")))
+    return failure();
+  ArrayRef<int64_t> a = lhs->getShape(), b = rhs->getShape();
+  int64_t r = a.size();
+  bool ta = adaptor.getTransposeA(), tb = adaptor.getTransposeB();
+  int64_t m = ta ? a[r - 1] : a[r - 2], ka = ta ? a[r - 2] : a[r - 1];
+  int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
+  if (ka != kb)
+    return inf.fail("contraction dimensions differ: lhs ", shapeString(a),
+                    ta ? " (transposed)" : "", " has K = ", ka, ", rhs ",
+                    shapeString(b), tb ? " (transposed)" : "", " has K = ", kb);
+  SmallVector<int64_t> shape(a.drop_back(2));
+  shape.append({m, n});
+  results.push_back(RankedTensorType::get(shape, lhs->getElementType()));
+  return success();
+}
+
+LogicalResult BatchMatmulOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &results) {
+  Inference inf = inference<BatchMatmulOp>(loc);
+  auto lhs = inf.floatTensor(adaptor.getLhs(), "lhs");
+  auto rhs = inf.floatTensor(adaptor.getRhs(), "rhs");
+  if (failed(lhs) || failed(rhs))
+    return failure();
+  if (lhs->getRank() < 3 || lhs->getRank() != rhs->getRank())
+    return inf.fail("operands must have one rank >= 3, got ", lhs->getRank(),
+                    " and ", rhs->getRank());
+  if (failed(inf.sameElementType(*lhs, "lhs", *rhs, "rhs")))
+    return failure();
+  ArrayRef<int64_t> a = lhs->getShape(), b = rhs->getShape();
+  int64_t r = a.size();
+  if (a.drop_back(2) != b.drop_back(2))
+    return inf.fail("batch dimensions differ: ", shapeString(a.drop_back(2)),
+                    " vs ", shapeString(b.drop_back(2)));
+  bool ta = adaptor.getTransposeA(), tb = adaptor.getTransposeB();
+  int64_t m = ta ? a[r - 1] : a[r - 2], ka = ta ? a[r - 2] : a[r - 1];
+  int64_t kb = tb ? b[r - 1] : b[r - 2], n = tb ? b[r - 2] : b[r - 1];
+  if (ka != kb)
+    return inf.fail("contraction dimensions differ: ", ka, " vs ", kb);
+  SmallVector<int64_t> shape(a.drop_back(2));
+  shape.append({m, n});
+  results.push_back(RankedTensorType::get(shape, lhs->getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+template <typename OpT>
+static LogicalResult inferBinary(std::optional<Location> loc, Value lhsV,
+                                 Value rhsV, SmallVectorImpl<Type> &results) {
+  Inference inf = inference<OpT>(loc);
+  auto lhs = inf.floatTensor(lhsV, "lhs");
+  auto rhs = inf.floatTensor(rhsV, "rhs");
+  if (failed(lhs) || failed(rhs) ||
+      failed(inf.sameElementType(*lhs, "lhs", *rhs, "rhs")))
+    return failure();
+  std::optional<SmallVector<int64_t>> shape =
+      broadcastShapes(lhs->getShape(), rhs->getShape());
+  if (!shape)
+    return inf.fail("shapes ", shapeString(lhs->getShape()), " and ",
+                    shapeString(rhs->getShape()), " do not broadcast");
+  results.push_back(RankedTensorType::get(*shape, lhs->getElementType()));
+  return success();
+}
+
+#define LLMC_BINARY_INFER(OpT)                                                 \
+  LogicalResult OpT::inferReturnTypes(MLIRContext *,                           \
+                                      std::optional<Location> loc,             \
+                                      Adaptor adaptor,                         \
+                                      SmallVectorImpl<Type> &results) {        \
+    return inferBinary<OpT>(loc, adaptor.getLhs(), adaptor.getRhs(), results); \
+  }
+LLMC_BINARY_INFER(AddOp)
+LLMC_BINARY_INFER(SubOp)
+LLMC_BINARY_INFER(MulOp)
+LLMC_BINARY_INFER(DivOp)
+LLMC_BINARY_INFER(MaxOp)
+#undef LLMC_BINARY_INFER
+
+LogicalResult CastOp::verify() {
+  if (getInput().getType().getShape() != getResult().getType().getShape())
+    return emitOpError("changes the shape from ")
+           << shapeString(getInput().getType().getShape()) << " to "
+           << shapeString(getResult().getType().getShape());
+  return success();
+}
+
+OpFoldResult CastOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  return {};
+}
+
+LogicalResult DropoutOp::verify() {
+  double rate = getRate().convertToDouble();
+  if (!(rate >= 0.0 && rate < 1.0))
+    return emitOpError("rate must be in [0, 1), got ") << rate;
+  if (getStream() < 0)
+    return emitOpError("stream must be non-negative, got ") << getStream();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization and softmax
+//===----------------------------------------------------------------------===//
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  Inference inf = inference<LayerNormOp>(loc);
+  auto input = inf.floatTensor(adaptor.getInput(), "input");
+  auto weight = inf.floatTensor(adaptor.getWeight(), "weight");
+  if (failed(input) || failed(weight))
+    return failure();
+  auto stats = normStatistics(inf, *input, *weight, "weight");
+  if (failed(stats))
+    return failure();
+  if (Value biasV = adaptor.getBias()) {
+    auto bias = inf.floatTensor(biasV, "bias");
+    if (failed(bias) || failed(normStatistics(inf, *input, *bias, "bias")))
+      return failure();
+  }
+  if (failed(checkPositive(inf, "epsilon", adaptor.getEpsilon())))
+    return failure();
+  results.append({*input, *stats, *stats});
+  return success();
+}
+
+LogicalResult RmsNormOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &results) {
+  Inference inf = inference<RmsNormOp>(loc);
+  auto input = inf.floatTensor(adaptor.getInput(), "input");
+  auto weight = inf.floatTensor(adaptor.getWeight(), "weight");
+  if (failed(input) || failed(weight))
+    return failure();
+  auto stats = normStatistics(inf, *input, *weight, "weight");
+  if (failed(stats) ||
+      failed(checkPositive(inf, "epsilon", adaptor.getEpsilon())))
+    return failure();
+  results.append({*input, *stats});
+  return success();
+}
+
+LogicalResult SoftmaxOp::verify() {
+  if (getInput().getType().getRank() < 1)
+    return emitOpError("input must have rank >= 1");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Attention and positions
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  auto types = inferAttention(inference<AttentionOp>(loc), adaptor.getQuery(),
+                              adaptor.getKey(), adaptor.getValue(),
+                              adaptor.getCausal(), adaptor.getScale());
+  if (failed(types))
+    return failure();
+  results.append({types->first, types->second});
+  return success();
+}
+
+LogicalResult RotaryOp::verify() {
+  RankedTensorType type = getInput().getType();
+  if (type.getRank() < 2)
+    return emitOpError("input must have rank >= 2 [..., T, D], got ")
+           << type.getRank();
+  if (type.getShape().back() % 2 != 0)
+    return emitOpError("head size must be even, got ")
+           << type.getShape().back();
+  double theta = getTheta().convertToDouble();
+  if (!(theta > 1.0 && std::isfinite(theta)))
+    return emitOpError("theta must be finite and greater than 1, got ")
+           << theta;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *ctx,
+                                               std::optional<Location> loc,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &results) {
+  Inference inf = inference<CrossEntropyOp>(loc);
+  auto logits = inf.floatTensor(adaptor.getLogits(), "logits");
+  auto targets = inf.indexTensor(adaptor.getTargets(), "targets");
+  if (failed(logits) || failed(targets) ||
+      failed(checkCrossEntropy(inf, *logits, *targets)))
+    return failure();
+  results.push_back(RankedTensorType::get({}, f32(ctx)));
+  results.push_back(RankedTensorType::get(targets->getShape(), f32(ctx)));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::verify() {
+  RankedTensorType in = getInput().getType(), out = getResult().getType();
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError("changes the element count from ")
+           << in.getNumElements() << " " << shapeString(in.getShape())
+           << " to " << out.getNumElements() << " "
+           << shapeString(out.getShape());
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("changes the element type from ")
+           << in.getElementType() << " to " << out.getElementType();
+  return success();
+}
+
+OpFoldResult ReshapeOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  // reshape(reshape(x)) is one reshape of x.
+  if (auto producer = getInput().getDefiningOp<ReshapeOp>()) {
+    getInputMutable().assign(producer.getInput());
+    return getResult();
+  }
+  return {};
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  Inference inf = inference<TransposeOp>(loc);
+  auto input = inf.floatTensor(adaptor.getInput(), "input");
+  if (failed(input))
+    return failure();
+  ArrayRef<int64_t> perm = adaptor.getPermutation();
+  int64_t rank = input->getRank();
+  SmallVector<bool> seen(rank, false);
+  bool valid = static_cast<int64_t>(perm.size()) == rank;
+  for (int64_t p : perm) {
+    if (!valid || p < 0 || p >= rank || seen[p]) {
+      valid = false;
+      break;
+    }
+    seen[p] = true;
+  }
+  if (!valid)
+    return inf.fail("permutation ", shapeString(perm),
+                    " is not a permutation of the ", rank, " dimensions");
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm)
+    shape.push_back(input->getDimSize(p));
+  results.push_back(RankedTensorType::get(shape, input->getElementType()));
+  return success();
+}
+
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &results) {
+  Inference inf = inference<SliceOp>(loc);
+  auto input = inf.floatTensor(adaptor.getInput(), "input");
+  if (failed(input))
+    return failure();
+  ArrayRef<int64_t> offsets = adaptor.getOffsets(), sizes = adaptor.getSizes();
+  int64_t rank = input->getRank();
+  if (static_cast<int64_t>(offsets.size()) != rank ||
+      static_cast<int64_t>(sizes.size()) != rank)
+    return inf.fail("needs one offset and one size per dimension (", rank,
+                    "), got ", offsets.size(), " offsets and ", sizes.size(),
+                    " sizes");
+  for (int64_t d = 0; d < rank; ++d) {
+    if (offsets[d] < 0 || sizes[d] < 1 ||
+        offsets[d] + sizes[d] > input->getDimSize(d))
+      return inf.fail("block at offset ", offsets[d], " of size ", sizes[d],
+                      " does not fit in dimension ", d, " of size ",
+                      input->getDimSize(d));
+  }
+  results.push_back(RankedTensorType::get(sizes, input->getElementType()));
+  return success();
+}
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  Inference inf = inference<ConcatOp>(loc);
+  ValueRange inputs = adaptor.getInputs();
+  if (inputs.empty())
+    return inf.fail("needs at least one input");
+  auto first = inf.floatTensor(inputs.front(), "input");
+  if (failed(first))
+    return failure();
+  int64_t rank = first->getRank(), dim = adaptor.getDim();
+  if (dim < 0 || dim >= rank)
+    return inf.fail("dim ", dim, " is out of range for rank ", rank);
+  SmallVector<int64_t> shape(first->getShape());
+  for (Value value : inputs.drop_front()) {
+    auto type = inf.floatTensor(value, "input");
+    if (failed(type) ||
+        failed(inf.sameElementType(*first, "inputs", *type, "inputs")))
+      return failure();
+    if (type->getRank() != rank)
+      return inf.fail("inputs must have one rank, got ", rank, " and ",
+                      type->getRank());
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != dim && type->getDimSize(d) != shape[d])
+        return inf.fail("inputs differ in dimension ", d, " (", shape[d],
+                        " vs ", type->getDimSize(d),
+                        "), which is not the concatenated one");
+    shape[dim] += type->getDimSize(dim);
+  }
+  results.push_back(RankedTensorType::get(shape, first->getElementType()));
+  return success();
+}
+
+LogicalResult BroadcastOp::verify() {
+  RankedTensorType in = getInput().getType(), out = getResult().getType();
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("changes the element type from ")
+           << in.getElementType() << " to " << out.getElementType();
+  std::optional<SmallVector<int64_t>> shape =
+      broadcastShapes(in.getShape(), out.getShape());
+  if (!shape || ArrayRef<int64_t>(*shape) != out.getShape())
+    return emitOpError("cannot broadcast ")
+           << shapeString(in.getShape()) << " to "
+           << shapeString(out.getShape());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+template <typename OpT>
+static LogicalResult inferReduce(std::optional<Location> loc,
+                                 typename OpT::Adaptor adaptor,
+                                 SmallVectorImpl<Type> &results) {
+  Inference inf = inference<OpT>(loc);
+  auto input = inf.floatTensor(adaptor.getInput(), "input");
+  if (failed(input))
+    return failure();
+  ArrayRef<int64_t> dims = adaptor.getDims();
+  int64_t rank = input->getRank();
+  if (dims.empty())
+    return inf.fail("needs at least one dimension to reduce");
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] < 0 || dims[i] >= rank || (i > 0 && dims[i] <= dims[i - 1]))
+      return inf.fail("dims ", shapeString(dims),
+                      " must be strictly increasing and in [0, ", rank, ")");
+  SmallVector<int64_t> shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!llvm::is_contained(dims, d))
+      shape.push_back(input->getDimSize(d));
+    else if (adaptor.getKeepDims())
+      shape.push_back(1);
+  }
+  results.push_back(RankedTensorType::get(shape, input->getElementType()));
+  return success();
+}
+
+#define LLMC_REDUCE_INFER(OpT)                                                 \
+  LogicalResult OpT::inferReturnTypes(MLIRContext *,                           \
+                                      std::optional<Location> loc,             \
+                                      Adaptor adaptor,                         \
+                                      SmallVectorImpl<Type> &results) {        \
+    return inferReduce<OpT>(loc, adaptor, results);                            \
+  }
+LLMC_REDUCE_INFER(ReduceSumOp)
+LLMC_REDUCE_INFER(ReduceMeanOp)
+LLMC_REDUCE_INFER(ReduceMaxOp)
+#undef LLMC_REDUCE_INFER
+
+//===----------------------------------------------------------------------===//
+// Backward ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult LayerNormGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  Inference inf = inference<LayerNormGradOp>(loc);
+  auto grad = inf.floatTensor(adaptor.getGrad(), "grad");
+  auto input = inf.floatTensor(adaptor.getInput(), "input");
+  auto weight = inf.floatTensor(adaptor.getWeight(), "weight");
+  auto mean = inf.floatTensor(adaptor.getMean(), "mean");
+  auto rstd = inf.floatTensor(adaptor.getRstd(), "rstd");
+  if (failed(grad) || failed(input) || failed(weight) || failed(mean) ||
+      failed(rstd))
+    return failure();
+  if (*grad != *input)
+    return inf.fail("grad must have the input's type ", *input, ", got ",
+                    *grad);
+  auto stats = normStatistics(inf, *input, *weight, "weight");
+  if (failed(stats))
+    return failure();
+  if (*mean != *stats || *rstd != *stats)
+    return inf.fail("mean and rstd must have type ", *stats, ", got ", *mean,
+                    " and ", *rstd);
+  results.append({*input, *weight, *weight});
+  return success();
+}
+
+LogicalResult RmsNormGradOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &results) {
+  Inference inf = inference<RmsNormGradOp>(loc);
+  auto grad = inf.floatTensor(adaptor.getGrad(), "grad");
+  auto input = inf.floatTensor(adaptor.getInput(), "input");
+  auto weight = inf.floatTensor(adaptor.getWeight(), "weight");
+  auto rstd = inf.floatTensor(adaptor.getRstd(), "rstd");
+  if (failed(grad) || failed(input) || failed(weight) || failed(rstd))
+    return failure();
+  if (*grad != *input)
+    return inf.fail("grad must have the input's type ", *input, ", got ",
+                    *grad);
+  auto stats = normStatistics(inf, *input, *weight, "weight");
+  if (failed(stats))
+    return failure();
+  if (*rstd != *stats)
+    return inf.fail("rstd must have type ", *stats, ", got ", *rstd);
+  results.append({*input, *weight});
+  return success();
+}
+
+LogicalResult AttentionGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  Inference inf = inference<AttentionGradOp>(loc);
+  auto types = inferAttention(inf, adaptor.getQuery(), adaptor.getKey(),
+                              adaptor.getValue(), adaptor.getCausal(),
+                              adaptor.getScale());
+  if (failed(types))
+    return failure();
+  auto grad = inf.floatTensor(adaptor.getGrad(), "grad");
+  auto output = inf.floatTensor(adaptor.getOutput(), "output");
+  auto lse = inf.floatTensor(adaptor.getLse(), "lse");
+  if (failed(grad) || failed(output) || failed(lse))
+    return failure();
+  if (*grad != types->first || *output != types->first)
+    return inf.fail("grad and output must have the forward output's type ",
+                    types->first, ", got ", *grad, " and ", *output);
+  if (*lse != types->second)
+    return inf.fail("lse must have type ", types->second, ", got ", *lse);
+  results.append({adaptor.getQuery().getType(), adaptor.getKey().getType(),
+                  adaptor.getValue().getType()});
+  return success();
+}
+
+LogicalResult CrossEntropyGradOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  Inference inf = inference<CrossEntropyGradOp>(loc);
+  auto logits = inf.floatTensor(adaptor.getLogits(), "logits");
+  auto targets = inf.indexTensor(adaptor.getTargets(), "targets");
+  auto lse = inf.floatTensor(adaptor.getLse(), "lse");
+  if (failed(logits) || failed(targets) || failed(lse) ||
+      failed(checkCrossEntropy(inf, *logits, *targets)))
+    return failure();
+  auto expected = RankedTensorType::get(targets->getShape(), f32(ctx));
+  if (*lse != expected)
+    return inf.fail("lse must have type ", expected, ", got ", *lse);
+  results.push_back(*logits);
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "ir/LlmcOps.cpp.inc"

@@ -1,0 +1,19 @@
+// The ops of the llmc dialect and the differentiation op interface.
+#ifndef LLMC_IR_LLMCOPS_H
+#define LLMC_IR_LLMCOPS_H
+
+#include "ir/LlmcDialect.h"
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "ir/LlmcInterfaces.h.inc"
+
+#define GET_OP_CLASSES
+#include "ir/LlmcOps.h.inc"
+
+#endif // LLMC_IR_LLMCOPS_H

@@ -1,0 +1,653 @@
+// Operations of the llmc dialect: forward ops of GPT-2/GPT-3, OPT and
+// Llama-style models, and the backward ops their gradients are built from.
+#ifndef LLMC_OPS_TD
+#define LLMC_OPS_TD
+
+include "ir/LlmcBase.td"
+include "ir/LlmcInterfaces.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+defvar Differentiable = Llmc_DifferentiableOpInterface;
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+def Llmc_ConstantOp : Llmc_Op<"constant",
+    [ConstantLike, Pure, InferTypeOpAdaptor]> {
+  let summary = "A tensor constant";
+  let description = [{
+    Example:
+    ```mlir
+    %half = llmc.constant dense<5.000000e-01> : tensor<f32>
+    ```
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Llmc_AnyTensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+  let hasVerifier = 1;
+}
+
+def Llmc_FillOp : Llmc_Op<"fill", [Pure]> {
+  let summary = "A floating-point tensor whose every element is `value`";
+  let description = [{
+    Unlike `llmc.constant`, a fill carries no data, so a large zero or one
+    tensor costs nothing in the IR or the artifact. Example:
+    ```mlir
+    %zeros = llmc.fill 0.000000e+00 : tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins F64Attr:$value);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding
+//===----------------------------------------------------------------------===//
+
+def Llmc_EmbeddingOp : Llmc_Op<"embedding",
+    [Pure, InferTypeOpAdaptor, Differentiable]> {
+  let summary = "Looks up rows of a table by integer ids";
+  let description = [{
+    `result[i..., :] = table[indices[i...], :]`. Ids outside `[0, V)` are
+    undefined behaviour of the model, and the runtime reports them as a data
+    error. Example:
+    ```mlir
+    %x = llmc.embedding %wte, %tokens : tensor<50257x768xf32>, tensor<4x64xi32>
+    // %x : tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$table, Llmc_IndexTensor:$indices);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $table `,` $indices attr-dict `:` type($table) `,` type($indices)
+  }];
+}
+
+def Llmc_EmbeddingGradOp : Llmc_Op<"embedding_grad", [Pure]> {
+  let summary = "Scatter-adds row gradients into a table-shaped gradient";
+  let description = [{
+    The gradient of `llmc.embedding` with respect to its table:
+    `result = 0; result[indices[i...], :] += grad[i..., :]`. Rows that no id
+    selects are zero. Example:
+    ```mlir
+    %dwte = llmc.embedding_grad %dx, %tokens
+        : tensor<4x64x768xf32>, tensor<4x64xi32> -> tensor<50257x768xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$grad, Llmc_IndexTensor:$indices);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $indices attr-dict `:` type($grad) `,` type($indices) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Matrix products
+//===----------------------------------------------------------------------===//
+
+def Llmc_MatmulOp : Llmc_Op<"matmul",
+    [Pure, InferTypeOpAdaptor, Differentiable]> {
+  let summary = "Activations times a weight matrix, with transpose flags";
+  let description = [{
+    `lhs` has shape `[..., M, K]` (`[..., K, M]` with `transpose_a`) and the
+    rank-2 `rhs` has shape `[K, N]` (`[N, K]` with `transpose_b`, the
+    PyTorch `nn.Linear` and llm.c weight layout). The leading dimensions of
+    `lhs` are batch dimensions the weight is shared across; the result is
+    `[..., M, N]`. Operands have one element type; the product accumulates
+    in f32. Example:
+    ```mlir
+    %qkv = llmc.matmul %x, %w {transpose_b}
+        : tensor<4x64x768xf32>, tensor<2304x768xf32>
+    // %qkv : tensor<4x64x2304xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$lhs, Llmc_FloatTensor:$rhs,
+                       UnitAttr:$transpose_a, UnitAttr:$transpose_b);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)
+  }];
+}
+
+def Llmc_BatchMatmulOp : Llmc_Op<"batch_matmul",
+    [Pure, InferTypeOpAdaptor, Differentiable]> {
+  let summary = "A batch of independent matrix products, with transpose flags";
+  let description = [{
+    `lhs` is `[B..., M, K]` and `rhs` is `[B..., K, N]` with the same batch
+    dimensions `B...` (at least one); `transpose_a` / `transpose_b` swap the
+    last two dimensions of the operand. The result is `[B..., M, N]`.
+    Example:
+    ```mlir
+    %att = llmc.batch_matmul %q, %k {transpose_b}
+        : tensor<4x12x64x64xf32>, tensor<4x12x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$lhs, Llmc_FloatTensor:$rhs,
+                       UnitAttr:$transpose_a, UnitAttr:$transpose_b);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise arithmetic
+//===----------------------------------------------------------------------===//
+
+class Llmc_BinaryOp<string mnemonic, string expr, list<Trait> traits = []>
+    : Llmc_Op<mnemonic, !listconcat(traits,
+                        [Pure, InferTypeOpAdaptor, Differentiable])> {
+  let summary = "Elementwise `" # expr # "` with broadcasting";
+  let description = [{
+    Computes `}] # expr # [{` elementwise. Both operands have the same
+    element type. Shapes broadcast as in NumPy: they are aligned at their
+    last dimension, a missing leading dimension counts as 1, and each
+    aligned pair must be equal or contain a 1, which stretches. Example:
+    ```mlir
+    %y = llmc.}] # mnemonic # [{ %x, %bias : tensor<4x64x768xf32>, tensor<768xf32>
+    // %y : tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$lhs, Llmc_FloatTensor:$rhs);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)
+  }];
+}
+
+def Llmc_AddOp : Llmc_BinaryOp<"add", "lhs + rhs", [Commutative]>;
+def Llmc_SubOp : Llmc_BinaryOp<"sub", "lhs - rhs">;
+def Llmc_MulOp : Llmc_BinaryOp<"mul", "lhs * rhs", [Commutative]>;
+def Llmc_DivOp : Llmc_BinaryOp<"div", "lhs / rhs">;
+def Llmc_MaxOp : Llmc_BinaryOp<"max", "max(lhs, rhs)", [Commutative]>;
+
+class Llmc_UnaryOp<string mnemonic, string expr, list<Trait> traits = []>
+    : Llmc_Op<mnemonic, !listconcat(traits,
+                        [Pure, SameOperandsAndResultType, Differentiable])> {
+  let summary = "Elementwise `" # expr # "`";
+  let description = [{
+    Computes `}] # expr # [{` elementwise; the result has the operand's
+    type. Example:
+    ```mlir
+    %y = llmc.}] # mnemonic # [{ %x : tensor<4x64x3072xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Llmc_NegOp : Llmc_UnaryOp<"neg", "-x">;
+def Llmc_ExpOp : Llmc_UnaryOp<"exp", "exp(x)">;
+def Llmc_LogOp : Llmc_UnaryOp<"log", "log(x)">;
+def Llmc_TanhOp : Llmc_UnaryOp<"tanh", "tanh(x)">;
+def Llmc_SqrtOp : Llmc_UnaryOp<"sqrt", "sqrt(x)">;
+def Llmc_RsqrtOp : Llmc_UnaryOp<"rsqrt", "1 / sqrt(x)">;
+def Llmc_ReluOp : Llmc_UnaryOp<"relu", "max(x, 0)">;
+def Llmc_SiluOp : Llmc_UnaryOp<"silu", "x * sigmoid(x)">;
+
+def Llmc_GeluOp : Llmc_Op<"gelu",
+    [Pure, SameOperandsAndResultType, Differentiable]> {
+  let summary = "Elementwise GELU, exact or with the tanh approximation";
+  let description = [{
+    `approximate = none`: `x * Phi(x)` with the Gaussian CDF through erf.
+    `approximate = tanh` (GPT-2, llm.c):
+    `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))`. Example:
+    ```mlir
+    %y = llmc.gelu %x approximate = tanh : tensor<4x64x3072xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input,
+                       Llmc_GeluApproximationAttr:$approximate);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `approximate` `=` `` $approximate attr-dict `:` type($input)
+  }];
+}
+
+def Llmc_CastOp : Llmc_Op<"cast", [Pure, Differentiable]> {
+  let summary = "Converts between f32, f16 and bf16";
+  let description = [{
+    Elementwise conversion with round-to-nearest-even; the shape is kept.
+    Example:
+    ```mlir
+    %h = llmc.cast %x : tensor<4x64x768xf32> -> tensor<4x64x768xbf16>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Llmc_DropoutOp : Llmc_Op<"dropout",
+    [Pure, SameOperandsAndResultType, Differentiable]> {
+  let summary = "Inverted dropout with a counter-based, regenerable mask";
+  let description = [{
+    `result = x * mask / (1 - rate)` where element `i` is dropped with
+    probability `rate`. The mask is a pure function of (run seed, step,
+    `stream`, i) through a counter-based generator whose seed and step the
+    runtime supplies with each step, so the op is deterministic within a step
+    and the backward pass and rematerialization regenerate the mask instead
+    of storing it. `stream` tells apart the dropout sites of one function and
+    must be unique in it. Example:
+    ```mlir
+    %y = llmc.dropout %x {rate = 1.000000e-01 : f32, stream = 3 : i64}
+        : tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input, F32Attr:$rate, I64Attr:$stream);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization and softmax
+//===----------------------------------------------------------------------===//
+
+def Llmc_LayerNormOp : Llmc_Op<"layer_norm",
+    [Pure, InferTypeOpAdaptor, Differentiable]> {
+  let summary = "LayerNorm over the last dimension";
+  let description = [{
+    `y = (x - mean) * rstd * weight + bias` over the last dimension `C`,
+    `rstd = 1 / sqrt(var + epsilon)` with the biased variance. Returns the
+    normalized output and the per-row mean and rstd (f32, shape of `x`
+    without its last dimension) that the backward pass reuses. `bias` is
+    optional. Example:
+    ```mlir
+    %y, %mean, %rstd = llmc.layer_norm %x, %w, %b {epsilon = 1.000000e-05 : f32}
+        : tensor<4x64x768xf32>, tensor<768xf32>, tensor<768xf32>
+    // %mean, %rstd : tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input, Llmc_FloatTensor:$weight,
+                       Optional<Llmc_FloatTensor>:$bias, F32Attr:$epsilon);
+  let results = (outs Llmc_FloatTensor:$result, Llmc_F32Tensor:$mean,
+                      Llmc_F32Tensor:$rstd);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,` type($weight)
+    (`,` type($bias)^)?
+  }];
+}
+
+def Llmc_RmsNormOp : Llmc_Op<"rms_norm",
+    [Pure, InferTypeOpAdaptor, Differentiable]> {
+  let summary = "RMSNorm over the last dimension";
+  let description = [{
+    `y = x * rstd * weight`, `rstd = 1 / sqrt(mean(x^2) + epsilon)` over the
+    last dimension (Llama). Returns the output and the per-row rstd (f32)
+    that the backward pass reuses. Example:
+    ```mlir
+    %y, %rstd = llmc.rms_norm %x, %w {epsilon = 1.000000e-06 : f32}
+        : tensor<2x16x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input, Llmc_FloatTensor:$weight,
+                       F32Attr:$epsilon);
+  let results = (outs Llmc_FloatTensor:$result, Llmc_F32Tensor:$rstd);
+  let assemblyFormat = [{
+    $input `,` $weight attr-dict `:` type($input) `,` type($weight)
+  }];
+}
+
+def Llmc_SoftmaxOp : Llmc_Op<"softmax",
+    [Pure, SameOperandsAndResultType, Differentiable]> {
+  let summary = "Softmax over the last dimension";
+  let description = [{
+    `y = exp(x - max(x)) / sum(exp(x - max(x)))` along the last dimension,
+    computed in f32 whatever the storage type. Example:
+    ```mlir
+    %p = llmc.softmax %scores : tensor<4x12x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention and positions
+//===----------------------------------------------------------------------===//
+
+def Llmc_AttentionOp : Llmc_Op<"attention",
+    [Pure, InferTypeOpAdaptor, Differentiable]> {
+  let summary = "Scaled dot-product attention, optionally causal";
+  let description = [{
+    `out = softmax(scale * q k^T + mask) v` with `q : [B..., Tq, D]`,
+    `k : [B..., Tk, D]`, `v : [B..., Tk, Dv]` and equal batch dimensions
+    (batch and heads). With `causal`, query `i` sees keys `j <= i + Tk - Tq`
+    (the masks of training, Tq = Tk, and of decoding with a cache, Tq < Tk).
+    Also returns the per-query log-sum-exp of the scaled, masked scores (f32)
+    so the backward pass recomputes probabilities without storing them, as
+    flash attention does. Example:
+    ```mlir
+    %o, %lse = llmc.attention %q, %k, %v {causal, scale = 1.250000e-01 : f32}
+        : tensor<4x12x64x64xf32>, tensor<4x12x64x64xf32>, tensor<4x12x64x64xf32>
+    // %o : tensor<4x12x64x64xf32>, %lse : tensor<4x12x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$query, Llmc_FloatTensor:$key,
+                       Llmc_FloatTensor:$value, F32Attr:$scale,
+                       UnitAttr:$causal);
+  let results = (outs Llmc_FloatTensor:$result, Llmc_F32Tensor:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value attr-dict `:` type($query) `,` type($key) `,`
+    type($value)
+  }];
+}
+
+def Llmc_RotaryOp : Llmc_Op<"rotary",
+    [Pure, SameOperandsAndResultType, Differentiable]> {
+  let summary = "Rotary position embedding (RoPE) over `[..., T, D]`";
+  let description = [{
+    Rotates pairs `(x[..., t, i], x[..., t, i + D/2])` by the angle
+    `t * theta^(-2i/D)` for `i < D/2` (the half-split pairing of GPT-NeoX and
+    Hugging Face Llama), position `t` being the index in the second-to-last
+    dimension. `inverse` rotates by the negated angle, which is the
+    transpose of the rotation and so its gradient. Example:
+    ```mlir
+    %qr = llmc.rotary %q {theta = 1.000000e+04 : f32} : tensor<2x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input, F32Attr:$theta,
+                       UnitAttr:$inverse);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+def Llmc_CrossEntropyOp : Llmc_Op<"cross_entropy",
+    [Pure, InferTypeOpAdaptor, Differentiable]> {
+  let summary = "Mean softmax cross-entropy of logits against target ids";
+  let description = [{
+    `loss = mean_i(logsumexp(logits[i, :]) - logits[i, targets[i]])` over
+    every position `i` of `targets : [N...]` with `logits : [N..., V]`.
+    Probabilities are never materialized. Returns the scalar f32 loss and
+    the per-position log-sum-exp (f32) that the backward pass reuses.
+    Targets must lie in `[0, V)`. Example:
+    ```mlir
+    %loss, %lse = llmc.cross_entropy %logits, %targets
+        : tensor<4x64x50257xf32>, tensor<4x64xi32>
+    // %loss : tensor<f32>, %lse : tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$logits, Llmc_IndexTensor:$targets);
+  let results = (outs Llmc_Scalar:$loss, Llmc_F32Tensor:$lse);
+  let assemblyFormat = [{
+    $logits `,` $targets attr-dict `:` type($logits) `,` type($targets)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+def Llmc_ReshapeOp : Llmc_Op<"reshape", [Pure, Differentiable]> {
+  let summary = "Reinterprets a tensor's row-major elements with a new shape";
+  let description = [{
+    The element count and element type are kept. Example:
+    ```mlir
+    %y = llmc.reshape %x : tensor<4x64x768xf32> -> tensor<4x64x12x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Llmc_TransposeOp : Llmc_Op<"transpose",
+    [Pure, InferTypeOpAdaptor, Differentiable]> {
+  let summary = "Permutes dimensions";
+  let description = [{
+    `result` dimension `i` is `input` dimension `permutation[i]`. Example:
+    ```mlir
+    %y = llmc.transpose %x, [0, 2, 1, 3] : tensor<4x64x12x64xf32>
+    // %y : tensor<4x12x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $permutation attr-dict `:` type($input)";
+}
+
+def Llmc_SliceOp : Llmc_Op<"slice",
+    [Pure, InferTypeOpAdaptor, Differentiable]> {
+  let summary = "A contiguous static sub-block";
+  let description = [{
+    Takes `sizes[d]` elements starting at `offsets[d]` in every dimension
+    `d`; the block must lie inside the input. Example:
+    ```mlir
+    %k = llmc.slice %qkv offsets [0, 0, 768] sizes [4, 64, 768]
+        : tensor<4x64x2304xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input, DenseI64ArrayAttr:$offsets,
+                       DenseI64ArrayAttr:$sizes);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `offsets` $offsets `sizes` $sizes attr-dict `:` type($input)
+  }];
+}
+
+def Llmc_ConcatOp : Llmc_Op<"concat",
+    [Pure, InferTypeOpAdaptor, Differentiable]> {
+  let summary = "Joins tensors along one dimension";
+  let description = [{
+    All inputs have the same rank and element type and agree in every
+    dimension but `dim`. Example:
+    ```mlir
+    %y = llmc.concat %a, %b dim 1 : tensor<4x8xf32>, tensor<4x24xf32>
+    // %y : tensor<4x32xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Llmc_FloatTensor>:$inputs, I64Attr:$dim);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = "$inputs `dim` $dim attr-dict `:` type($inputs)";
+}
+
+def Llmc_BroadcastOp : Llmc_Op<"broadcast", [Pure, Differentiable]> {
+  let summary = "Stretches a tensor to a larger shape";
+  let description = [{
+    Follows the broadcasting rule of the binary ops: shapes align at the
+    last dimension, and each input dimension equals the result's or is 1.
+    The result may have more leading dimensions. Example:
+    ```mlir
+    %y = llmc.broadcast %b : tensor<768xf32> -> tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+class Llmc_ReduceOp<string mnemonic, string what>
+    : Llmc_Op<mnemonic, [Pure, InferTypeOpAdaptor, Differentiable]> {
+  let summary = "Reduces dimensions by their " # what;
+  let description = [{
+    Reduces the listed dimensions (strictly increasing) by their }] # what #
+    [{. With `keep_dims` they stay as size 1, otherwise they are dropped.
+    The accumulation is in f32. Example:
+    ```mlir
+    %y = llmc.}] # mnemonic # [{ %x dims [2] : tensor<4x64x768xf32>
+    // %y : tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input, DenseI64ArrayAttr:$dims,
+                       UnitAttr:$keep_dims);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `dims` $dims (`keep_dims` $keep_dims^)? attr-dict `:` type($input)
+  }];
+}
+
+def Llmc_ReduceSumOp : Llmc_ReduceOp<"reduce_sum", "sum">;
+def Llmc_ReduceMeanOp : Llmc_ReduceOp<"reduce_mean", "mean">;
+def Llmc_ReduceMaxOp : Llmc_ReduceOp<"reduce_max", "maximum">;
+
+//===----------------------------------------------------------------------===//
+// Backward ops: the gradients that are not compositions of forward ops
+//===----------------------------------------------------------------------===//
+
+class Llmc_ActivationGradOp<string mnemonic, string what>
+    : Llmc_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = "Gradient of " # what # " given the output gradient and input";
+  let description = [{
+    `result = grad * f'(input)` elementwise for f = }] # what # [{. Example:
+    ```mlir
+    %dx = llmc.}] # mnemonic # [{ %dy, %x : tensor<4x64x3072xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$grad, Llmc_FloatTensor:$input);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = "$grad `,` $input attr-dict `:` type($grad)";
+}
+
+def Llmc_ReluGradOp : Llmc_ActivationGradOp<"relu_grad", "relu">;
+def Llmc_SiluGradOp : Llmc_ActivationGradOp<"silu_grad", "silu">;
+
+def Llmc_GeluGradOp : Llmc_Op<"gelu_grad", [Pure, SameOperandsAndResultType]> {
+  let summary = "Gradient of GELU given the output gradient and input";
+  let description = [{
+    `result = grad * gelu'(input)` with the same approximation as the
+    forward op. Example:
+    ```mlir
+    %dx = llmc.gelu_grad %dy, %x approximate = tanh : tensor<4x64x3072xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$grad, Llmc_FloatTensor:$input,
+                       Llmc_GeluApproximationAttr:$approximate);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $input `approximate` `=` `` $approximate attr-dict `:` type($grad)
+  }];
+}
+
+def Llmc_SoftmaxGradOp : Llmc_Op<"softmax_grad",
+    [Pure, SameOperandsAndResultType]> {
+  let summary = "Gradient of softmax from its output";
+  let description = [{
+    `result = y * (grad - sum(grad * y))` along the last dimension, where
+    `y` is the softmax output. Example:
+    ```mlir
+    %dx = llmc.softmax_grad %dy, %y : tensor<4x12x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$grad, Llmc_FloatTensor:$output);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = "$grad `,` $output attr-dict `:` type($grad)";
+}
+
+def Llmc_LayerNormGradOp : Llmc_Op<"layer_norm_grad",
+    [Pure, InferTypeOpAdaptor]> {
+  let summary = "Gradients of layer_norm from its saved mean and rstd";
+  let description = [{
+    Returns the gradients of the input, the weight and the bias (the last
+    is unused when the forward op had no bias). Example:
+    ```mlir
+    %dx, %dw, %db = llmc.layer_norm_grad %dy, %x, %w, %mean, %rstd
+        : tensor<4x64x768xf32>, tensor<4x64x768xf32>, tensor<768xf32>,
+          tensor<4x64xf32>, tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$grad, Llmc_FloatTensor:$input,
+                       Llmc_FloatTensor:$weight, Llmc_F32Tensor:$mean,
+                       Llmc_F32Tensor:$rstd);
+  let results = (outs Llmc_FloatTensor:$input_grad,
+                      Llmc_FloatTensor:$weight_grad,
+                      Llmc_FloatTensor:$bias_grad);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $weight `,` $mean `,` $rstd attr-dict `:` type($grad)
+    `,` type($input) `,` type($weight) `,` type($mean) `,` type($rstd)
+  }];
+}
+
+def Llmc_RmsNormGradOp : Llmc_Op<"rms_norm_grad", [Pure, InferTypeOpAdaptor]> {
+  let summary = "Gradients of rms_norm from its saved rstd";
+  let description = [{
+    Returns the gradients of the input and the weight. Example:
+    ```mlir
+    %dx, %dw = llmc.rms_norm_grad %dy, %x, %w, %rstd
+        : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<64xf32>,
+          tensor<2x16xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$grad, Llmc_FloatTensor:$input,
+                       Llmc_FloatTensor:$weight, Llmc_F32Tensor:$rstd);
+  let results = (outs Llmc_FloatTensor:$input_grad,
+                      Llmc_FloatTensor:$weight_grad);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $weight `,` $rstd attr-dict `:` type($grad) `,`
+    type($input) `,` type($weight) `,` type($rstd)
+  }];
+}
+
+def Llmc_AttentionGradOp : Llmc_Op<"attention_grad",
+    [Pure, InferTypeOpAdaptor]> {
+  let summary = "Gradients of attention from its output and log-sum-exp";
+  let description = [{
+    Recomputes the probabilities from `q`, `k` and the saved `lse` (flash
+    attention's backward) and returns the gradients of `q`, `k` and `v`.
+    `scale` and `causal` must be those of the forward op. Example:
+    ```mlir
+    %dq, %dk, %dv = llmc.attention_grad %do, %q, %k, %v, %o, %lse
+        {causal, scale = 1.250000e-01 : f32}
+        : tensor<4x12x64x64xf32>, tensor<4x12x64x64xf32>, tensor<4x12x64x64xf32>,
+          tensor<4x12x64x64xf32>, tensor<4x12x64x64xf32>, tensor<4x12x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$grad, Llmc_FloatTensor:$query,
+                       Llmc_FloatTensor:$key, Llmc_FloatTensor:$value,
+                       Llmc_FloatTensor:$output, Llmc_F32Tensor:$lse,
+                       F32Attr:$scale, UnitAttr:$causal);
+  let results = (outs Llmc_FloatTensor:$query_grad,
+                      Llmc_FloatTensor:$key_grad,
+                      Llmc_FloatTensor:$value_grad);
+  let assemblyFormat = [{
+    $grad `,` $query `,` $key `,` $value `,` $output `,` $lse attr-dict `:`
+    type($grad) `,` type($query) `,` type($key) `,` type($value) `,`
+    type($output) `,` type($lse)
+  }];
+}
+
+def Llmc_CrossEntropyGradOp : Llmc_Op<"cross_entropy_grad",
+    [Pure, InferTypeOpAdaptor]> {
+  let summary = "Gradient of the mean cross-entropy with respect to logits";
+  let description = [{
+    `result[i, v] = grad * (exp(logits[i, v] - lse[i]) - (v == targets[i])) / N`
+    with N the number of positions, reusing the forward log-sum-exp.
+    Example:
+    ```mlir
+    %dlogits = llmc.cross_entropy_grad %dloss, %logits, %targets, %lse
+        : tensor<f32>, tensor<4x64x50257xf32>, tensor<4x64xi32>, tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_Scalar:$grad, Llmc_FloatTensor:$logits,
+                       Llmc_IndexTensor:$targets, Llmc_F32Tensor:$lse);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $logits `,` $targets `,` $lse attr-dict `:` type($grad) `,`
+    type($logits) `,` type($targets) `,` type($lse)
+  }];
+}
+
+#endif // LLMC_OPS_TD

@@ -1,0 +1,110 @@
+// The llmc-verify-legality pass: the shape of a module the pipeline accepts.
+#include "ir/LlmcOps.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+
+namespace mlir::llmc {
+#define GEN_PASS_DEF_VERIFYLEGALITYPASS
+#include "passes/Passes.h.inc"
+} // namespace mlir::llmc
+
+using namespace mlir;
+using namespace mlir::llmc;
+
+namespace {
+
+bool isIntegerTensor(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.hasStaticShape() &&
+         tensor.getElementType().isSignlessInteger();
+}
+
+bool isFloatTensor(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.hasStaticShape() &&
+         isa<FloatType>(tensor.getElementType());
+}
+
+LogicalResult verifySignature(func::FuncOp forward) {
+  FunctionType type = forward.getFunctionType();
+  unsigned numInputs = type.getNumInputs();
+  if (numInputs < 3)
+    return forward.emitError("@forward must take parameters, then tokens and "
+                             "targets; it has ")
+           << numInputs << " arguments";
+  Type tokens = type.getInput(numInputs - 2);
+  Type targets = type.getInput(numInputs - 1);
+  if (!isIntegerTensor(tokens) || !isIntegerTensor(targets))
+    return forward.emitError("the last two arguments of @forward (tokens, "
+                             "targets) must be integer tensors, got ")
+           << tokens << " and " << targets;
+  if (cast<RankedTensorType>(tokens).getShape() !=
+      cast<RankedTensorType>(targets).getShape())
+    return forward.emitError("tokens and targets must have one shape, got ")
+           << tokens << " and " << targets;
+  llvm::StringMap<unsigned> names;
+  for (unsigned i = 0; i + 2 < numInputs; ++i) {
+    if (!isFloatTensor(type.getInput(i)))
+      return forward.emitError("parameter #")
+             << i << " must be a statically shaped floating-point tensor, got "
+             << type.getInput(i);
+    auto name = forward.getArgAttrOfType<StringAttr>(i, "llmc.param");
+    if (!name)
+      continue;
+    auto [it, inserted] = names.try_emplace(name.getValue(), i);
+    if (!inserted)
+      return forward.emitError("parameters #")
+             << it->second << " and #" << i << " share the name '"
+             << name.getValue() << "'";
+  }
+  if (type.getNumResults() != 1 ||
+      type.getResult(0) != RankedTensorType::get({}, Float32Type::get(
+                                                         forward.getContext())))
+    return forward.emitError("@forward must return one tensor<f32> (the "
+                             "loss), got ")
+           << type.getResults();
+  return success();
+}
+
+LogicalResult verifyBody(func::FuncOp forward) {
+  if (!forward.getBody().hasOneBlock())
+    return forward.emitError("@forward must have one block, no control flow");
+  llvm::DenseMap<int64_t, DropoutOp> streams;
+  for (Operation &op : forward.getBody().front()) {
+    if (isa<func::ReturnOp>(op))
+      continue;
+    if (!isa<LlmcDialect>(op.getDialect()))
+      return op.emitOpError("is not an llmc op; @forward may contain only "
+                            "llmc ops and func.return");
+    if (auto dropout = dyn_cast<DropoutOp>(op)) {
+      auto [it, inserted] = streams.try_emplace(dropout.getStream(), dropout);
+      if (!inserted) {
+        InFlightDiagnostic diag =
+            op.emitOpError("reuses dropout stream ") << dropout.getStream();
+        diag.attachNote(it->second.getLoc()) << "first used here";
+        return diag;
+      }
+    }
+  }
+  return success();
+}
+
+struct VerifyLegalityPass
+    : llmc::impl::VerifyLegalityPassBase<VerifyLegalityPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    if (!forward || forward.isExternal()) {
+      module.emitError("module has no @forward function with a body");
+      return signalPassFailure();
+    }
+    if (failed(verifySignature(forward)) || failed(verifyBody(forward)))
+      return signalPassFailure();
+    markAllAnalysesPreserved();
+  }
+};
+
+} // namespace

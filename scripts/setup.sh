@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every system package llmc builds and tests with; safe to run again.
+# The CUDA 13 toolkit is optional and not installed here: CMake enables the
+# CUDA parts when it finds one (nvcc, NVRTC, cuBLASLt, NCCL).
+set -euo pipefail
+
+packages=(
+  cmake ninja-build ccache g++ python3    # build
+  llvm-22-dev libmlir-22-dev mlir-22-tools # LLVM/MLIR 22, mlir-tblgen
+  llvm-22-tools                            # lit, FileCheck, not
+  libgtest-dev libgmock-dev                # unit tests
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null |
+      grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+echo "setup: installing ${missing[*]}"
+"${sudo[@]}" apt-get update -q
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q "${missing[@]}"
+echo "setup: done"

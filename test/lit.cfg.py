@@ -1,0 +1,18 @@
+# lit configuration of the llmc regression tests (FileCheck over llmc-opt and llmc).
+import os
+
+import lit.formats
+
+config.name = "llmc"
+config.test_format = lit.formats.ShTest(execute_external=True)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["Inputs", "unit", "CMakeLists.txt", "lit.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.llmc_obj_root, "test")
+
+config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
+config.environment["PATH"] = os.pathsep.join(
+    [config.llmc_tools_dir, config.llvm_tools_dir, config.environment["PATH"]])
+config.substitutions.append(("%llmc_src", config.llmc_src_root))
+if config.cuda_toolkit:
+    config.available_features.add("cuda-toolkit")
