@@ -34,8 +34,9 @@ static cl::SubCommand infoCmd(
             "IR) and the op counts of a model: model.mlir, a YAML config or "
             "a preset name");
 
-static cl::SubCommand presetsCmd("presets",
-                                  "List the built-in model presets");
+static cl::SubCommand
+    presetsCmd("presets", "List the built-in model presets, or print one as a "
+                          "complete YAML config to start from");
 
 static cl::opt<std::string> emitInput(cl::Positional, cl::Required,
                                       cl::desc("<config.yaml | preset>"),
@@ -47,6 +48,9 @@ static cl::opt<std::string>
     infoInput(cl::Positional, cl::Required,
               cl::desc("<model.mlir | config.yaml | preset>"),
               cl::sub(infoCmd));
+static cl::opt<std::string> presetName(cl::Positional, cl::Optional,
+                                       cl::desc("[preset]"),
+                                       cl::sub(presetsCmd));
 static cl::opt<std::string> outputPath("o", cl::desc("Output file ('-': stdout)"),
                                        cl::value_desc("path"), cl::init("-"),
                                        cl::sub(emitCmd));
@@ -90,6 +94,14 @@ static void registerDialects(MLIRContext &context) {
   context.printOpOnDiagnostic(false);
 }
 
+static llvm::Error unknownPreset(llvm::StringRef name, llvm::StringRef what) {
+  std::string known;
+  llvm::raw_string_ostream os(known);
+  llvm::interleave(getModelPresetNames(), os, ", ");
+  return llvm::createStringError("'" + name + "' is " + what +
+                                 " (presets: " + known + ")");
+}
+
 /// A config file if `input` names an existing file, else a preset.
 static llvm::Expected<ModelConfig> loadConfig(llvm::StringRef input) {
   if (llvm::sys::fs::exists(input) || input.ends_with(".yaml") ||
@@ -97,12 +109,7 @@ static llvm::Expected<ModelConfig> loadConfig(llvm::StringRef input) {
     return loadModelConfigFile(input);
   if (std::optional<ModelConfig> preset = getModelPreset(input))
     return *preset;
-  std::string known;
-  llvm::raw_string_ostream os(known);
-  llvm::interleave(getModelPresetNames(), os, ", ");
-  return llvm::createStringError("'" + input +
-                                 "' is neither a config file nor a preset "
-                                 "(presets: " + known + ")");
+  return unknownPreset(input, "neither a config file nor a preset");
 }
 
 /// Parses model.mlir, runs the op verifiers and llmc-verify-legality.
@@ -138,6 +145,13 @@ buildFromConfig(MLIRContext &context, llvm::StringRef input) {
 }
 
 static int runPresets() {
+  if (!presetName.empty()) {
+    std::optional<ModelConfig> config = getModelPreset(presetName);
+    if (!config)
+      return fail(unknownPreset(presetName, "not a preset"));
+    printModelConfig(*config, llvm::outs());
+    return 0;
+  }
   for (llvm::StringRef name : getModelPresetNames()) {
     ModelConfig c = *getModelPreset(name);
     llvm::outs() << llvm::format(
@@ -224,7 +238,7 @@ int main(int argc, char **argv) {
       "  llmc emit-model CONFIG -o model.mlir   config -> llmc IR\n"
       "  llmc compile model.mlir                parse and verify\n"
       "  llmc info MODEL                        parameters and ops\n"
-      "  llmc presets                           built-in model configs\n\n"
+      "  llmc presets [NAME]                    built-in model configs\n\n"
       "Run 'llmc SUBCOMMAND --help' for a subcommand's options.\n");
   MLIRContext context;
   registerDialects(context);
