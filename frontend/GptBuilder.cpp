@@ -37,7 +37,9 @@ private:
     return body->addArgument(tensor(shape), b.getUnknownLoc());
   }
 
-  Location loc(const Twine &name) { return NameLoc::get(b.getStringAttr(name)); }
+  Location loc(const Twine &name) {
+    return NameLoc::get(b.getStringAttr(name));
+  }
 
   Value linear(Value x, const Twine &prefix, int64_t in, int64_t out);
   Value norm(Value x, const Twine &prefix);
@@ -79,8 +81,7 @@ Value GptBuilder::norm(Value x, const Twine &prefix) {
 Value GptBuilder::dropout(Value x) {
   if (cfg.dropout == 0.0)
     return x;
-  return DropoutOp::create(b, x.getLoc(), x,
-                           b.getF32FloatAttr(cfg.dropout),
+  return DropoutOp::create(b, x.getLoc(), x, b.getF32FloatAttr(cfg.dropout),
                            b.getI64IntegerAttr(nextDropoutStream++));
 }
 
@@ -90,9 +91,9 @@ Value GptBuilder::attention(Value x, const Twine &prefix) {
   Location l = loc(prefix);
   // [B, T, 3C] -> three [B, H, T, D] heads.
   auto heads = [&](int64_t index) -> Value {
-    Value part = SliceOp::create(b, l, qkv,
-                                 b.getDenseI64ArrayAttr({0, 0, index * c}),
-                                 b.getDenseI64ArrayAttr({batch, seq, c}));
+    Value part =
+        SliceOp::create(b, l, qkv, b.getDenseI64ArrayAttr({0, 0, index * c}),
+                        b.getDenseI64ArrayAttr({batch, seq, c}));
     Value split = ReshapeOp::create(b, l, tensor({batch, seq, h, d}), part);
     return TransposeOp::create(b, l, split,
                                b.getDenseI64ArrayAttr({0, 2, 1, 3}));
@@ -104,8 +105,8 @@ Value GptBuilder::attention(Value x, const Twine &prefix) {
     k = RotaryOp::create(b, l, k, theta, /*inverse=*/UnitAttr());
   }
   FloatAttr scale = b.getF32FloatAttr(1.0 / std::sqrt(double(d)));
-  Value o = AttentionOp::create(b, l, q, k, v, scale, b.getUnitAttr())
-                .getResult();
+  Value o =
+      AttentionOp::create(b, l, q, k, v, scale, b.getUnitAttr()).getResult();
   o = TransposeOp::create(b, l, o, b.getDenseI64ArrayAttr({0, 2, 1, 3}));
   o = ReshapeOp::create(b, l, tensor({batch, seq, c}), o);
   return linear(o, prefix + ".c_proj", c, c);
@@ -178,9 +179,8 @@ OwningOpRef<ModuleOp> GptBuilder::build() {
   b.setInsertionPointToEnd(body);
 
   Value wte = param("wte", {cfg.vocabSize, c});
-  Value wpe = cfg.position == Position::Learned
-                  ? param("wpe", {cfg.seqLen, c})
-                  : Value();
+  Value wpe = cfg.position == Position::Learned ? param("wpe", {cfg.seqLen, c})
+                                                : Value();
   // tokens and targets end the signature; the final argument order is fixed
   // when the function is created below.
   Value tokens = body->addArgument(ids, loc("tokens"));
@@ -188,9 +188,9 @@ OwningOpRef<ModuleOp> GptBuilder::build() {
 
   Value x = EmbeddingOp::create(b, loc("wte"), wte, tokens);
   if (wpe) {
-    Value pos = SliceOp::create(b, loc("wpe"), wpe,
-                                b.getDenseI64ArrayAttr({0, 0}),
-                                b.getDenseI64ArrayAttr({seq, c}));
+    Value pos =
+        SliceOp::create(b, loc("wpe"), wpe, b.getDenseI64ArrayAttr({0, 0}),
+                        b.getDenseI64ArrayAttr({seq, c}));
     x = AddOp::create(b, loc("wpe"), x, pos);
   }
   x = dropout(x);

@@ -24,20 +24,18 @@ namespace {
 struct Inference {
   std::optional<Location> loc;
   StringRef opName;
+  DictionaryAttr attrs;
 
-  template <typename... Args>
-  LogicalResult fail(Args &&...args) const {
+  template <typename... Args> LogicalResult fail(Args &&...args) const {
     return emitOptionalError(loc, "'", opName, "' op ",
                              std::forward<Args>(args)...);
   }
 
   FailureOr<RankedTensorType> tensor(Value value, StringRef what) const {
     auto type = dyn_cast<RankedTensorType>(value.getType());
-    if (!type || !type.hasStaticShape()) {
-      (void)fail(what, " must be a statically shaped tensor, got ",
-                 value.getType());
-      return failure();
-    }
+    if (!type || !type.hasStaticShape())
+      return fail(what, " must be a statically shaped tensor, got ",
+                  value.getType());
     return type;
   }
 
@@ -45,11 +43,9 @@ struct Inference {
     FailureOr<RankedTensorType> type = tensor(value, what);
     if (failed(type))
       return failure();
-    if (!isa<Float32Type, Float16Type, BFloat16Type>(type->getElementType())) {
-      (void)fail(what, " must have element type f32, f16 or bf16, got ",
-                 type->getElementType());
-      return failure();
-    }
+    if (!isa<Float32Type, Float16Type, BFloat16Type>(type->getElementType()))
+      return fail(what, " must have element type f32, f16 or bf16, got ",
+                  type->getElementType());
     return type;
   }
 
@@ -58,12 +54,73 @@ struct Inference {
     if (failed(type))
       return failure();
     if (!type->getElementType().isSignlessInteger(32) &&
-        !type->getElementType().isSignlessInteger(64)) {
-      (void)fail(what, " must have element type i32 or i64, got ",
-                 type->getElementType());
-      return failure();
-    }
+        !type->getElementType().isSignlessInteger(64))
+      return fail(what, " must have element type i32 or i64, got ",
+                  type->getElementType());
     return type;
+  }
+
+  // Attributes are read from the op's dictionary and checked here for the
+  // same reason as operands: parsing infers result types before the ODS
+  // attribute constraints run, so a missing or mistyped attribute has to be
+  // a diagnostic at this point, not a bad cast.
+  Attribute attr(StringRef name) const {
+    return attrs ? attrs.get(name) : Attribute();
+  }
+
+  template <typename AttrT>
+  FailureOr<AttrT> required(StringRef name, StringRef kind) const {
+    Attribute value = attr(name);
+    if (!value)
+      return fail("requires attribute '", name, "'");
+    auto typed = dyn_cast<AttrT>(value);
+    if (!typed)
+      return fail("attribute '", name, "' must be ", kind, ", got ", value);
+    return typed;
+  }
+
+  FailureOr<double> f32Attr(StringRef name) const {
+    auto value = required<FloatAttr>(name, "an f32 attribute");
+    if (failed(value))
+      return failure();
+    if (!value->getType().isF32())
+      return fail("attribute '", name, "' must be an f32 attribute, got ",
+                  *value);
+    return value->getValueAsDouble();
+  }
+
+  FailureOr<double> positiveF32Attr(StringRef name) const {
+    FailureOr<double> value = f32Attr(name);
+    if (failed(value))
+      return failure();
+    if (!(*value > 0.0 && std::isfinite(*value)))
+      return fail(name, " must be positive and finite, got ", *value);
+    return value;
+  }
+
+  FailureOr<bool> unitAttr(StringRef name) const {
+    Attribute value = attr(name);
+    if (value && !isa<UnitAttr>(value))
+      return fail("attribute '", name, "' must be a unit attribute, got ",
+                  value);
+    return bool(value);
+  }
+
+  FailureOr<ArrayRef<int64_t>> i64ArrayAttr(StringRef name) const {
+    auto value = required<DenseI64ArrayAttr>(name, "an array<i64>");
+    if (failed(value))
+      return failure();
+    return value->asArrayRef();
+  }
+
+  FailureOr<int64_t> i64Attr(StringRef name) const {
+    auto value = required<IntegerAttr>(name, "an i64 attribute");
+    if (failed(value))
+      return failure();
+    if (!value->getType().isSignlessInteger(64))
+      return fail("attribute '", name, "' must be an i64 attribute, got ",
+                  *value);
+    return value->getInt();
   }
 
   LogicalResult sameElementType(RankedTensorType a, StringRef aName,
@@ -76,8 +133,8 @@ struct Inference {
 };
 
 template <typename OpT>
-Inference inference(std::optional<Location> loc) {
-  return Inference{loc, OpT::getOperationName()};
+Inference inference(std::optional<Location> loc, DictionaryAttr attrs = {}) {
+  return Inference{loc, OpT::getOperationName(), attrs};
 }
 
 std::string shapeString(ArrayRef<int64_t> shape) {
@@ -105,14 +162,6 @@ std::optional<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> a,
   return result;
 }
 
-LogicalResult checkPositive(const Inference &inf, StringRef name,
-                            const APFloat &value) {
-  double v = value.convertToDouble();
-  if (v > 0.0 && std::isfinite(v))
-    return success();
-  return inf.fail(name, " must be positive and finite, got ", v);
-}
-
 // Checks a norm's weight (and bias) against the input's last dimension and
 // returns the type of the per-row statistics.
 FailureOr<RankedTensorType> normStatistics(const Inference &inf,
@@ -120,13 +169,12 @@ FailureOr<RankedTensorType> normStatistics(const Inference &inf,
                                            RankedTensorType weight,
                                            StringRef weightName) {
   if (input.getRank() < 1)
-    return inf.fail("input must have rank >= 1"), failure();
+    return inf.fail("input must have rank >= 1");
   int64_t channels = input.getShape().back();
   if (weight.getRank() != 1 || weight.getDimSize(0) != channels)
     return inf.fail(weightName, " must have shape [", channels,
                     "] to match the input's last dimension, got ",
-                    shapeString(weight.getShape())),
-           failure();
+                    shapeString(weight.getShape()));
   if (failed(inf.sameElementType(input, "input", weight, weightName)))
     return failure();
   return RankedTensorType::get(input.getShape().drop_back(),
@@ -135,8 +183,10 @@ FailureOr<RankedTensorType> normStatistics(const Inference &inf,
 
 // Shared by attention and its gradient: returns the output and lse types.
 FailureOr<std::pair<RankedTensorType, RankedTensorType>>
-inferAttention(const Inference &inf, Value queryV, Value keyV, Value valueV,
-               bool causal, const APFloat &scale) {
+inferAttention(const Inference &inf, Value queryV, Value keyV, Value valueV) {
+  FailureOr<bool> causal = inf.unitAttr("causal");
+  if (failed(causal) || failed(inf.positiveF32Attr("scale")))
+    return failure();
   auto query = inf.floatTensor(queryV, "query");
   auto key = inf.floatTensor(keyV, "key");
   auto value = inf.floatTensor(valueV, "value");
@@ -144,9 +194,8 @@ inferAttention(const Inference &inf, Value queryV, Value keyV, Value valueV,
     return failure();
   int64_t rank = query->getRank();
   if (rank < 2 || key->getRank() != rank || value->getRank() != rank)
-    return inf.fail("query, key and value must have one rank >= 2, got ",
-                    rank, ", ", key->getRank(), " and ", value->getRank()),
-           failure();
+    return inf.fail("query, key and value must have one rank >= 2, got ", rank,
+                    ", ", key->getRank(), " and ", value->getRank());
   if (failed(inf.sameElementType(*query, "query", *key, "key")) ||
       failed(inf.sameElementType(*query, "query", *value, "value")))
     return failure();
@@ -156,22 +205,16 @@ inferAttention(const Inference &inf, Value queryV, Value keyV, Value valueV,
     return inf.fail("query, key and value must have the same batch "
                     "dimensions, got ",
                     shapeString(q), ", ", shapeString(k), " and ",
-                    shapeString(v)),
-           failure();
+                    shapeString(v));
   if (q.back() != k.back())
     return inf.fail("query and key head sizes differ: ", q.back(), " vs ",
-                    k.back()),
-           failure();
+                    k.back());
   if (k[rank - 2] != v[rank - 2])
     return inf.fail("key and value lengths differ: ", k[rank - 2], " vs ",
-                    v[rank - 2]),
-           failure();
-  if (causal && q[rank - 2] > k[rank - 2])
+                    v[rank - 2]);
+  if (*causal && q[rank - 2] > k[rank - 2])
     return inf.fail("causal attention needs no more queries than keys, got ",
-                    q[rank - 2], " queries and ", k[rank - 2], " keys"),
-           failure();
-  if (failed(checkPositive(inf, "scale", scale)))
-    return failure();
+                    q[rank - 2], " queries and ", k[rank - 2], " keys");
   SmallVector<int64_t> outShape(q.drop_back());
   outShape.push_back(v.back());
   return std::make_pair(
@@ -202,11 +245,11 @@ LogicalResult ConstantOp::inferReturnTypes(MLIRContext *,
                                            std::optional<Location> loc,
                                            Adaptor adaptor,
                                            SmallVectorImpl<Type> &results) {
-  auto value = dyn_cast_if_present<ElementsAttr>(adaptor.getValueAttr());
-  if (!value)
-    return inference<ConstantOp>(loc).fail("value must be an elements "
-                                           "attribute");
-  results.push_back(value.getType());
+  auto value = inference<ConstantOp>(loc, adaptor.getAttributes())
+                   .required<ElementsAttr>("value", "an elements attribute");
+  if (failed(value))
+    return failure();
+  results.push_back(value->getType());
   return success();
 }
 
@@ -270,7 +313,7 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
                                          std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &results) {
-  Inference inf = inference<MatmulOp>(loc);
+  Inference inf = inference<MatmulOp>(loc, adaptor.getAttributes());
   auto lhs = inf.floatTensor(adaptor.getLhs(), "lhs");
   auto rhs = inf.floatTensor(adaptor.getRhs(), "rhs");
   if (failed(lhs) || failed(rhs))
@@ -285,7 +328,11 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
     return failure();
   ArrayRef<int64_t> a = lhs->getShape(), b = rhs->getShape();
   int64_t r = a.size();
-  bool ta = adaptor.getTransposeA(), tb = adaptor.getTransposeB();
+  FailureOr<bool> transposeA = inf.unitAttr("transpose_a");
+  FailureOr<bool> transposeB = inf.unitAttr("transpose_b");
+  if (failed(transposeA) || failed(transposeB))
+    return failure();
+  bool ta = *transposeA, tb = *transposeB;
   int64_t m = ta ? a[r - 1] : a[r - 2], ka = ta ? a[r - 2] : a[r - 1];
   int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
   if (ka != kb)
@@ -302,7 +349,7 @@ LogicalResult BatchMatmulOp::inferReturnTypes(MLIRContext *,
                                               std::optional<Location> loc,
                                               Adaptor adaptor,
                                               SmallVectorImpl<Type> &results) {
-  Inference inf = inference<BatchMatmulOp>(loc);
+  Inference inf = inference<BatchMatmulOp>(loc, adaptor.getAttributes());
   auto lhs = inf.floatTensor(adaptor.getLhs(), "lhs");
   auto rhs = inf.floatTensor(adaptor.getRhs(), "rhs");
   if (failed(lhs) || failed(rhs))
@@ -317,7 +364,11 @@ LogicalResult BatchMatmulOp::inferReturnTypes(MLIRContext *,
   if (a.drop_back(2) != b.drop_back(2))
     return inf.fail("batch dimensions differ: ", shapeString(a.drop_back(2)),
                     " vs ", shapeString(b.drop_back(2)));
-  bool ta = adaptor.getTransposeA(), tb = adaptor.getTransposeB();
+  FailureOr<bool> transposeA = inf.unitAttr("transpose_a");
+  FailureOr<bool> transposeB = inf.unitAttr("transpose_b");
+  if (failed(transposeA) || failed(transposeB))
+    return failure();
+  bool ta = *transposeA, tb = *transposeB;
   int64_t m = ta ? a[r - 1] : a[r - 2], ka = ta ? a[r - 2] : a[r - 1];
   int64_t kb = tb ? b[r - 1] : b[r - 2], n = tb ? b[r - 2] : b[r - 1];
   if (ka != kb)
@@ -351,10 +402,9 @@ static LogicalResult inferBinary(std::optional<Location> loc, Value lhsV,
 }
 
 #define LLMC_BINARY_INFER(OpT)                                                 \
-  LogicalResult OpT::inferReturnTypes(MLIRContext *,                           \
-                                      std::optional<Location> loc,             \
-                                      Adaptor adaptor,                         \
-                                      SmallVectorImpl<Type> &results) {        \
+  LogicalResult OpT::inferReturnTypes(                                         \
+      MLIRContext *, std::optional<Location> loc, Adaptor adaptor,             \
+      SmallVectorImpl<Type> &results) {                                        \
     return inferBinary<OpT>(loc, adaptor.getLhs(), adaptor.getRhs(), results); \
   }
 LLMC_BINARY_INFER(AddOp)
@@ -382,8 +432,10 @@ LogicalResult DropoutOp::verify() {
   double rate = getRate().convertToDouble();
   if (!(rate >= 0.0 && rate < 1.0))
     return emitOpError("rate must be in [0, 1), got ") << rate;
-  if (getStream() < 0)
-    return emitOpError("stream must be non-negative, got ") << getStream();
+  // The generated getter returns the i64 as unsigned; read it signed.
+  int64_t stream = getStreamAttr().getInt();
+  if (stream < 0)
+    return emitOpError("stream must be non-negative, got ") << stream;
   return success();
 }
 
@@ -395,7 +447,7 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &results) {
-  Inference inf = inference<LayerNormOp>(loc);
+  Inference inf = inference<LayerNormOp>(loc, adaptor.getAttributes());
   auto input = inf.floatTensor(adaptor.getInput(), "input");
   auto weight = inf.floatTensor(adaptor.getWeight(), "weight");
   if (failed(input) || failed(weight))
@@ -408,7 +460,7 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
     if (failed(bias) || failed(normStatistics(inf, *input, *bias, "bias")))
       return failure();
   }
-  if (failed(checkPositive(inf, "epsilon", adaptor.getEpsilon())))
+  if (failed(inf.positiveF32Attr("epsilon")))
     return failure();
   results.append({*input, *stats, *stats});
   return success();
@@ -418,14 +470,13 @@ LogicalResult RmsNormOp::inferReturnTypes(MLIRContext *,
                                           std::optional<Location> loc,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &results) {
-  Inference inf = inference<RmsNormOp>(loc);
+  Inference inf = inference<RmsNormOp>(loc, adaptor.getAttributes());
   auto input = inf.floatTensor(adaptor.getInput(), "input");
   auto weight = inf.floatTensor(adaptor.getWeight(), "weight");
   if (failed(input) || failed(weight))
     return failure();
   auto stats = normStatistics(inf, *input, *weight, "weight");
-  if (failed(stats) ||
-      failed(checkPositive(inf, "epsilon", adaptor.getEpsilon())))
+  if (failed(stats) || failed(inf.positiveF32Attr("epsilon")))
     return failure();
   results.append({*input, *stats});
   return success();
@@ -445,9 +496,9 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &results) {
-  auto types = inferAttention(inference<AttentionOp>(loc), adaptor.getQuery(),
-                              adaptor.getKey(), adaptor.getValue(),
-                              adaptor.getCausal(), adaptor.getScale());
+  auto types =
+      inferAttention(inference<AttentionOp>(loc, adaptor.getAttributes()),
+                     adaptor.getQuery(), adaptor.getKey(), adaptor.getValue());
   if (failed(types))
     return failure();
   results.append({types->first, types->second});
@@ -496,9 +547,8 @@ LogicalResult ReshapeOp::verify() {
   RankedTensorType in = getInput().getType(), out = getResult().getType();
   if (in.getNumElements() != out.getNumElements())
     return emitOpError("changes the element count from ")
-           << in.getNumElements() << " " << shapeString(in.getShape())
-           << " to " << out.getNumElements() << " "
-           << shapeString(out.getShape());
+           << in.getNumElements() << " " << shapeString(in.getShape()) << " to "
+           << out.getNumElements() << " " << shapeString(out.getShape());
   if (in.getElementType() != out.getElementType())
     return emitOpError("changes the element type from ")
            << in.getElementType() << " to " << out.getElementType();
@@ -520,11 +570,12 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &results) {
-  Inference inf = inference<TransposeOp>(loc);
+  Inference inf = inference<TransposeOp>(loc, adaptor.getAttributes());
   auto input = inf.floatTensor(adaptor.getInput(), "input");
-  if (failed(input))
+  FailureOr<ArrayRef<int64_t>> permutation = inf.i64ArrayAttr("permutation");
+  if (failed(input) || failed(permutation))
     return failure();
-  ArrayRef<int64_t> perm = adaptor.getPermutation();
+  ArrayRef<int64_t> perm = *permutation;
   int64_t rank = input->getRank();
   SmallVector<bool> seen(rank, false);
   bool valid = static_cast<int64_t>(perm.size()) == rank;
@@ -549,11 +600,13 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
                                         std::optional<Location> loc,
                                         Adaptor adaptor,
                                         SmallVectorImpl<Type> &results) {
-  Inference inf = inference<SliceOp>(loc);
+  Inference inf = inference<SliceOp>(loc, adaptor.getAttributes());
   auto input = inf.floatTensor(adaptor.getInput(), "input");
-  if (failed(input))
+  FailureOr<ArrayRef<int64_t>> offsetsAttr = inf.i64ArrayAttr("offsets");
+  FailureOr<ArrayRef<int64_t>> sizesAttr = inf.i64ArrayAttr("sizes");
+  if (failed(input) || failed(offsetsAttr) || failed(sizesAttr))
     return failure();
-  ArrayRef<int64_t> offsets = adaptor.getOffsets(), sizes = adaptor.getSizes();
+  ArrayRef<int64_t> offsets = *offsetsAttr, sizes = *sizesAttr;
   int64_t rank = input->getRank();
   if (static_cast<int64_t>(offsets.size()) != rank ||
       static_cast<int64_t>(sizes.size()) != rank)
@@ -561,8 +614,10 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
                     "), got ", offsets.size(), " offsets and ", sizes.size(),
                     " sizes");
   for (int64_t d = 0; d < rank; ++d) {
-    if (offsets[d] < 0 || sizes[d] < 1 ||
-        offsets[d] + sizes[d] > input->getDimSize(d))
+    // Written so that huge offsets or sizes cannot overflow.
+    int64_t dimSize = input->getDimSize(d);
+    if (offsets[d] < 0 || sizes[d] < 1 || offsets[d] > dimSize ||
+        sizes[d] > dimSize - offsets[d])
       return inf.fail("block at offset ", offsets[d], " of size ", sizes[d],
                       " does not fit in dimension ", d, " of size ",
                       input->getDimSize(d));
@@ -575,21 +630,25 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
                                          std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &results) {
-  Inference inf = inference<ConcatOp>(loc);
+  Inference inf = inference<ConcatOp>(loc, adaptor.getAttributes());
   ValueRange inputs = adaptor.getInputs();
   if (inputs.empty())
     return inf.fail("needs at least one input");
-  auto first = inf.floatTensor(inputs.front(), "input");
-  if (failed(first))
+  auto first = inf.floatTensor(inputs.front(), "input #0");
+  FailureOr<int64_t> dimAttr = inf.i64Attr("dim");
+  if (failed(first) || failed(dimAttr))
     return failure();
-  int64_t rank = first->getRank(), dim = adaptor.getDim();
+  int64_t rank = first->getRank(), dim = *dimAttr;
   if (dim < 0 || dim >= rank)
     return inf.fail("dim ", dim, " is out of range for rank ", rank);
   SmallVector<int64_t> shape(first->getShape());
-  for (Value value : inputs.drop_front()) {
-    auto type = inf.floatTensor(value, "input");
+  for (auto [index, value] : llvm::enumerate(inputs)) {
+    if (index == 0)
+      continue;
+    std::string name = "input #" + std::to_string(index);
+    auto type = inf.floatTensor(value, name);
     if (failed(type) ||
-        failed(inf.sameElementType(*first, "inputs", *type, "inputs")))
+        failed(inf.sameElementType(*first, "input #0", *type, name)))
       return failure();
     if (type->getRank() != rank)
       return inf.fail("inputs must have one rank, got ", rank, " and ",
@@ -627,11 +686,13 @@ template <typename OpT>
 static LogicalResult inferReduce(std::optional<Location> loc,
                                  typename OpT::Adaptor adaptor,
                                  SmallVectorImpl<Type> &results) {
-  Inference inf = inference<OpT>(loc);
+  Inference inf = inference<OpT>(loc, adaptor.getAttributes());
   auto input = inf.floatTensor(adaptor.getInput(), "input");
-  if (failed(input))
+  FailureOr<ArrayRef<int64_t>> dimsAttr = inf.i64ArrayAttr("dims");
+  FailureOr<bool> keepDims = inf.unitAttr("keep_dims");
+  if (failed(input) || failed(dimsAttr) || failed(keepDims))
     return failure();
-  ArrayRef<int64_t> dims = adaptor.getDims();
+  ArrayRef<int64_t> dims = *dimsAttr;
   int64_t rank = input->getRank();
   if (dims.empty())
     return inf.fail("needs at least one dimension to reduce");
@@ -643,7 +704,7 @@ static LogicalResult inferReduce(std::optional<Location> loc,
   for (int64_t d = 0; d < rank; ++d) {
     if (!llvm::is_contained(dims, d))
       shape.push_back(input->getDimSize(d));
-    else if (adaptor.getKeepDims())
+    else if (*keepDims)
       shape.push_back(1);
   }
   results.push_back(RankedTensorType::get(shape, input->getElementType()));
@@ -651,10 +712,9 @@ static LogicalResult inferReduce(std::optional<Location> loc,
 }
 
 #define LLMC_REDUCE_INFER(OpT)                                                 \
-  LogicalResult OpT::inferReturnTypes(MLIRContext *,                           \
-                                      std::optional<Location> loc,             \
-                                      Adaptor adaptor,                         \
-                                      SmallVectorImpl<Type> &results) {        \
+  LogicalResult OpT::inferReturnTypes(                                         \
+      MLIRContext *, std::optional<Location> loc, Adaptor adaptor,             \
+      SmallVectorImpl<Type> &results) {                                        \
     return inferReduce<OpT>(loc, adaptor, results);                            \
   }
 LLMC_REDUCE_INFER(ReduceSumOp)
@@ -666,9 +726,10 @@ LLMC_REDUCE_INFER(ReduceMaxOp)
 // Backward ops
 //===----------------------------------------------------------------------===//
 
-LogicalResult LayerNormGradOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
   Inference inf = inference<LayerNormGradOp>(loc);
   auto grad = inf.floatTensor(adaptor.getGrad(), "grad");
   auto input = inf.floatTensor(adaptor.getInput(), "input");
@@ -714,13 +775,13 @@ LogicalResult RmsNormGradOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult AttentionGradOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
-    SmallVectorImpl<Type> &results) {
-  Inference inf = inference<AttentionGradOp>(loc);
+LogicalResult
+AttentionGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
+  Inference inf = inference<AttentionGradOp>(loc, adaptor.getAttributes());
   auto types = inferAttention(inf, adaptor.getQuery(), adaptor.getKey(),
-                              adaptor.getValue(), adaptor.getCausal(),
-                              adaptor.getScale());
+                              adaptor.getValue());
   if (failed(types))
     return failure();
   auto grad = inf.floatTensor(adaptor.getGrad(), "grad");

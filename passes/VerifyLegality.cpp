@@ -3,8 +3,9 @@
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
+
+#include <map>
 
 namespace mlir::llmc {
 #define GEN_PASS_DEF_VERIFYLEGALITYPASS
@@ -16,16 +17,19 @@ using namespace mlir::llmc;
 
 namespace {
 
-bool isIntegerTensor(Type type) {
+// The element types the llmc ops accept: token ids are i32 or i64,
+// parameters f32, f16 or bf16.
+bool isIdTensor(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   return tensor && tensor.hasStaticShape() &&
-         tensor.getElementType().isSignlessInteger();
+         (tensor.getElementType().isSignlessInteger(32) ||
+          tensor.getElementType().isSignlessInteger(64));
 }
 
-bool isFloatTensor(Type type) {
+bool isParameterTensor(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   return tensor && tensor.hasStaticShape() &&
-         isa<FloatType>(tensor.getElementType());
+         isa<Float32Type, Float16Type, BFloat16Type>(tensor.getElementType());
 }
 
 LogicalResult verifySignature(func::FuncOp forward) {
@@ -37,9 +41,9 @@ LogicalResult verifySignature(func::FuncOp forward) {
            << numInputs << " arguments";
   Type tokens = type.getInput(numInputs - 2);
   Type targets = type.getInput(numInputs - 1);
-  if (!isIntegerTensor(tokens) || !isIntegerTensor(targets))
+  if (!isIdTensor(tokens) || !isIdTensor(targets))
     return forward.emitError("the last two arguments of @forward (tokens, "
-                             "targets) must be integer tensors, got ")
+                             "targets) must be i32 or i64 tensors, got ")
            << tokens << " and " << targets;
   if (cast<RankedTensorType>(tokens).getShape() !=
       cast<RankedTensorType>(targets).getShape())
@@ -47,13 +51,18 @@ LogicalResult verifySignature(func::FuncOp forward) {
            << tokens << " and " << targets;
   llvm::StringMap<unsigned> names;
   for (unsigned i = 0; i + 2 < numInputs; ++i) {
-    if (!isFloatTensor(type.getInput(i)))
+    if (!isParameterTensor(type.getInput(i)))
       return forward.emitError("parameter #")
-             << i << " must be a statically shaped floating-point tensor, got "
+             << i
+             << " must be a statically shaped f32, f16 or bf16 tensor, got "
              << type.getInput(i);
-    auto name = forward.getArgAttrOfType<StringAttr>(i, "llmc.param");
-    if (!name)
+    Attribute nameAttr = forward.getArgAttr(i, "llmc.param");
+    if (!nameAttr)
       continue;
+    auto name = dyn_cast<StringAttr>(nameAttr);
+    if (!name)
+      return forward.emitError("the llmc.param name of parameter #")
+             << i << " must be a string, got " << nameAttr;
     auto [it, inserted] = names.try_emplace(name.getValue(), i);
     if (!inserted)
       return forward.emitError("parameters #")
@@ -61,8 +70,8 @@ LogicalResult verifySignature(func::FuncOp forward) {
              << name.getValue() << "'";
   }
   if (type.getNumResults() != 1 ||
-      type.getResult(0) != RankedTensorType::get({}, Float32Type::get(
-                                                         forward.getContext())))
+      type.getResult(0) !=
+          RankedTensorType::get({}, Float32Type::get(forward.getContext())))
     return forward.emitError("@forward must return one tensor<f32> (the "
                              "loss), got ")
            << type.getResults();
@@ -72,7 +81,7 @@ LogicalResult verifySignature(func::FuncOp forward) {
 LogicalResult verifyBody(func::FuncOp forward) {
   if (!forward.getBody().hasOneBlock())
     return forward.emitError("@forward must have one block, no control flow");
-  llvm::DenseMap<int64_t, DropoutOp> streams;
+  std::map<int64_t, DropoutOp> streams;
   for (Operation &op : forward.getBody().front()) {
     if (isa<func::ReturnOp>(op))
       continue;
@@ -80,10 +89,11 @@ LogicalResult verifyBody(func::FuncOp forward) {
       return op.emitOpError("is not an llmc op; @forward may contain only "
                             "llmc ops and func.return");
     if (auto dropout = dyn_cast<DropoutOp>(op)) {
-      auto [it, inserted] = streams.try_emplace(dropout.getStream(), dropout);
+      int64_t stream = dropout.getStreamAttr().getInt();
+      auto [it, inserted] = streams.try_emplace(stream, dropout);
       if (!inserted) {
-        InFlightDiagnostic diag =
-            op.emitOpError("reuses dropout stream ") << dropout.getStream();
+        InFlightDiagnostic diag = op.emitOpError("reuses dropout stream ")
+                                  << stream;
         diag.attachNote(it->second.getLoc()) << "first used here";
         return diag;
       }

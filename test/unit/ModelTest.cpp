@@ -36,8 +36,8 @@ int64_t gptFormula(const ModelConfig &c) {
   return n * (12 * h * h + 13 * h) + v * h + s * h + 2 * h;
 }
 
-ModelConfig gptConfig(int64_t layers, int64_t heads, int64_t embd,
-                      int64_t seq, int64_t vocab) {
+ModelConfig gptConfig(int64_t layers, int64_t heads, int64_t embd, int64_t seq,
+                      int64_t vocab) {
   ModelConfig c = *getModelPreset("gpt2");
   c.name = "test";
   c.nLayer = layers;
@@ -69,9 +69,10 @@ TEST(ModelParameters, Gpt2PresetsHaveTheirPublishedSizes) {
 
 TEST(ModelParameters, GptFormulaHoldsForOddShapes) {
   MLIRContext context;
-  const int64_t shapes[][5] = {
-      {1, 1, 8, 4, 3}, {3, 6, 48, 32, 100}, {5, 5, 40, 17, 257},
-      {2, 4, 64, 64, 256}};
+  const int64_t shapes[][5] = {{1, 1, 8, 4, 3},
+                               {3, 6, 48, 32, 100},
+                               {5, 5, 40, 17, 257},
+                               {2, 4, 64, 64, 256}};
   for (const auto &s : shapes) {
     ModelConfig config = gptConfig(s[0], s[1], s[2], s[3], s[4]);
     EXPECT_EQ(infoOf(context, config).numParameters, gptFormula(config))
@@ -95,8 +96,8 @@ TEST(ModelParameters, Llama7bHasItsPublishedSize) {
   EXPECT_EQ(info.numParameters, 6738415616);
   // n*(4h^2 + 3hF + 2h) + 2vh + h: no biases, RMSNorm, SwiGLU, untied.
   int64_t n = 32, h = 4096, f = 11008, v = 32000;
-  EXPECT_EQ(info.numParameters, n * (4 * h * h + 3 * h * f + 2 * h) +
-                                    2 * v * h + h);
+  EXPECT_EQ(info.numParameters,
+            n * (4 * h * h + 3 * h * f + 2 * h) + 2 * v * h + h);
   for (const ParameterInfo &p : info.parameters)
     EXPECT_EQ(llvm::StringRef(p.name).ends_with(".bias"), false) << p.name;
 }
@@ -107,8 +108,7 @@ TEST(ModelParameters, OptPresetMatchesItsFormula) {
   // OPT-125m is GPT-shaped with ReLU; Hugging Face counts 2 more position
   // rows (OPT's offset of 2), 125,239,296 - 2 * 768.
   EXPECT_EQ(infoOf(context, config, {1, 8}).numParameters, 125239296 - 1536);
-  EXPECT_EQ(infoOf(context, config, {1, 8}).numParameters,
-            gptFormula(config));
+  EXPECT_EQ(infoOf(context, config, {1, 8}).numParameters, gptFormula(config));
 }
 
 TEST(ModelParameters, ParametersComeInLlmcOrderWithUniqueNames) {
@@ -168,9 +168,9 @@ TEST(DifferentiableOpInterface, CoversEveryForwardOp) {
       auto diff = dyn_cast<DifferentiableOpInterface>(op);
       ASSERT_TRUE(diff) << op->getName().getStringRef().str();
       for (unsigned i = 0; i < op->getNumOperands(); ++i) {
-        bool isFloat = isa<FloatType>(
-            cast<RankedTensorType>(op->getOperand(i).getType())
-                .getElementType());
+        bool isFloat =
+            isa<FloatType>(cast<RankedTensorType>(op->getOperand(i).getType())
+                               .getElementType());
         EXPECT_EQ(diff.isDifferentiableOperand(i), isFloat)
             << op->getName().getStringRef().str() << " operand " << i;
       }

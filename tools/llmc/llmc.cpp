@@ -26,11 +26,13 @@ static cl::SubCommand emitCmd(
     "emit-model",
     "Write the @forward function of a model config (YAML file or preset "
     "name) as llmc IR");
-static cl::SubCommand compileCmd(
-    "compile", "Parse and verify a model in llmc IR (model.mlir): the ops' "
+static cl::SubCommand
+    compileCmd("compile",
+               "Parse and verify a model in llmc IR (model.mlir): the ops' "
                "verifiers and llmc-verify-legality");
-static cl::SubCommand infoCmd(
-    "info", "Print the parameters (per tensor and total, counted from the "
+static cl::SubCommand
+    infoCmd("info",
+            "Print the parameters (per tensor and total, counted from the "
             "IR) and the op counts of a model: model.mlir, a YAML config or "
             "a preset name");
 
@@ -51,7 +53,8 @@ static cl::opt<std::string>
 static cl::opt<std::string> presetName(cl::Positional, cl::Optional,
                                        cl::desc("[preset]"),
                                        cl::sub(presetsCmd));
-static cl::opt<std::string> outputPath("o", cl::desc("Output file ('-': stdout)"),
+static cl::opt<std::string> outputPath("o",
+                                       cl::desc("Output file ('-': stdout)"),
                                        cl::value_desc("path"), cl::init("-"),
                                        cl::sub(emitCmd));
 static cl::opt<int64_t> batchSize("batch",
