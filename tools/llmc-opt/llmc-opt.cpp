@@ -1,6 +1,7 @@
 // llmc-opt: the pass driver lit tests run; the llmc registry and MlirOptMain.
 #include "ir/LlmcDialect.h"
 #include "passes/Passes.h"
+#include "passes/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
@@ -10,6 +11,7 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
   mlir::llmc::registerLlmcPasses();
+  mlir::llmc::registerLlmcPipelines();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   return mlir::asMainReturnCode(

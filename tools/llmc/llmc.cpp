@@ -3,7 +3,7 @@
 #include "frontend/ModelConfig.h"
 #include "frontend/ModelInfo.h"
 #include "ir/LlmcDialect.h"
-#include "passes/Passes.h"
+#include "passes/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -29,7 +29,7 @@ static cl::SubCommand emitCmd(
 static cl::SubCommand
     compileCmd("compile",
                "Parse and verify a model in llmc IR (model.mlir): the ops' "
-               "verifiers and llmc-verify-legality");
+               "verifiers and the compile pipeline (llmc-compile-pipeline)");
 static cl::SubCommand
     infoCmd("info",
             "Print the parameters (per tensor and total, counted from the "
@@ -115,7 +115,7 @@ static llvm::Expected<ModelConfig> loadConfig(llvm::StringRef input) {
   return unknownPreset(input, "neither a config file nor a preset");
 }
 
-/// Parses model.mlir, runs the op verifiers and llmc-verify-legality.
+/// Parses model.mlir, runs the op verifiers and the compile pipeline.
 /// Diagnostics print as file:line:col.
 static OwningOpRef<ModuleOp> loadModule(MLIRContext &context,
                                         llvm::StringRef path) {
@@ -133,7 +133,7 @@ static OwningOpRef<ModuleOp> loadModule(MLIRContext &context,
   if (!module)
     return nullptr;
   PassManager pm(&context);
-  pm.addPass(createVerifyLegalityPass());
+  buildCompilePipeline(pm);
   if (failed(pm.run(*module)))
     return nullptr;
   return module;

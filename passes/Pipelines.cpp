@@ -1,0 +1,22 @@
+// The order of the llmc graph passes. Every pipeline is defined here and
+// nowhere else; each step says why it is where it is.
+#include "passes/Pipelines.h"
+#include "passes/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+void mlir::llmc::buildCompilePipeline(OpPassManager &pm) {
+  // First: every later pass assumes @forward(params..., tokens, targets)
+  // -> loss made of llmc ops, so a module that is not one stops here with
+  // a diagnostic instead of failing somewhere deep in the pipeline.
+  pm.addPass(createVerifyLegalityPass());
+}
+
+void mlir::llmc::registerLlmcPipelines() {
+  PassPipelineRegistration<>(
+      "llmc-compile-pipeline",
+      "The passes `llmc compile` runs on a model module",
+      [](OpPassManager &pm) { buildCompilePipeline(pm); });
+}

@@ -1,0 +1,18 @@
+// The llmc pass pipelines: the order of the graph passes, in one place.
+#ifndef LLMC_PASSES_PIPELINES_H
+#define LLMC_PASSES_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+
+namespace mlir::llmc {
+
+/// What `llmc compile` runs on a model module. Registered as
+/// `llmc-compile-pipeline` so that lit tests run exactly the same passes.
+void buildCompilePipeline(OpPassManager &pm);
+
+/// Registers the pipelines above with the pass registry (for llmc-opt).
+void registerLlmcPipelines();
+
+} // namespace mlir::llmc
+
+#endif // LLMC_PASSES_PIPELINES_H

@@ -1,0 +1,28 @@
+// RUN: llmc-opt %s --split-input-file --verify-diagnostics --llmc-compile-pipeline | FileCheck %s
+
+// Tests that the compile pipeline accepts a legal model and leaves it as it is.
+// CHECK-LABEL: func.func @forward(
+// CHECK-SAME: %[[W:.*]]: tensor<8x4xf32> {llmc.param = "wte"}
+// CHECK: %[[X:.*]] = llmc.embedding %[[W]], %{{.*}}
+// CHECK: %[[L:.*]] = llmc.matmul %[[X]], %[[W]] {transpose_b}
+// CHECK: %[[LOSS:.*]], %{{.*}} = llmc.cross_entropy %[[L]], %{{.*}}
+// CHECK: return %[[LOSS]] : tensor<f32>
+// CHECK-NOT: llmc.
+func.func @forward(%wte: tensor<8x4xf32> {llmc.param = "wte"},
+                   %tokens: tensor<2x3xi32>, %targets: tensor<2x3xi32>) -> tensor<f32> {
+  %x = llmc.embedding %wte, %tokens : tensor<8x4xf32>, tensor<2x3xi32>
+  %logits = llmc.matmul %x, %wte {transpose_b} : tensor<2x3x4xf32>, tensor<8x4xf32>
+  %loss, %lse = llmc.cross_entropy %logits, %targets : tensor<2x3x8xf32>, tensor<2x3xi32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Tests that the pipeline starts with the legality check: a module without
+// @forward stops there.
+// expected-error @+1 {{module has no @forward function with a body}}
+module {
+  func.func @not_forward(%w: tensor<4xf32>) -> tensor<4xf32> {
+    return %w : tensor<4xf32>
+  }
+}
