@@ -10,6 +10,14 @@
 using namespace mlir;
 using namespace mlir::llmc;
 
+bool mlir::llmc::isDataElementType(Type type) {
+  return isa<Float32Type, Float16Type, BFloat16Type>(type);
+}
+
+bool mlir::llmc::isIdElementType(Type type) {
+  return type.isSignlessInteger(32) || type.isSignlessInteger(64);
+}
+
 //===----------------------------------------------------------------------===//
 // Helpers
 //===----------------------------------------------------------------------===//
@@ -43,7 +51,7 @@ struct Inference {
     FailureOr<RankedTensorType> type = tensor(value, what);
     if (failed(type))
       return failure();
-    if (!isa<Float32Type, Float16Type, BFloat16Type>(type->getElementType()))
+    if (!isDataElementType(type->getElementType()))
       return fail(what, " must have element type f32, f16 or bf16, got ",
                   type->getElementType());
     return type;
@@ -53,8 +61,7 @@ struct Inference {
     FailureOr<RankedTensorType> type = tensor(value, what);
     if (failed(type))
       return failure();
-    if (!type->getElementType().isSignlessInteger(32) &&
-        !type->getElementType().isSignlessInteger(64))
+    if (!isIdElementType(type->getElementType()))
       return fail(what, " must have element type i32 or i64, got ",
                   type->getElementType());
     return type;
@@ -104,6 +111,14 @@ struct Inference {
       return fail("attribute '", name, "' must be a unit attribute, got ",
                   value);
     return bool(value);
+  }
+
+  // The transpose_a / transpose_b flags of matmul and batch_matmul.
+  FailureOr<std::pair<bool, bool>> transposeFlags() const {
+    FailureOr<bool> a = unitAttr("transpose_a"), b = unitAttr("transpose_b");
+    if (failed(a) || failed(b))
+      return failure();
+    return std::make_pair(*a, *b);
   }
 
   FailureOr<ArrayRef<int64_t>> i64ArrayAttr(StringRef name) const {
@@ -255,8 +270,7 @@ LogicalResult ConstantOp::inferReturnTypes(MLIRContext *,
 
 LogicalResult ConstantOp::verify() {
   Type elementType = getValue().getElementType();
-  if (!isa<Float32Type, Float16Type, BFloat16Type>(elementType) &&
-      !elementType.isSignlessInteger(32) && !elementType.isSignlessInteger(64))
+  if (!isDataElementType(elementType) && !isIdElementType(elementType))
     return emitOpError("value must have element type f32, f16, bf16, i32 or "
                        "i64, got ")
            << elementType;
@@ -328,11 +342,10 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
     return failure();
   ArrayRef<int64_t> a = lhs->getShape(), b = rhs->getShape();
   int64_t r = a.size();
-  FailureOr<bool> transposeA = inf.unitAttr("transpose_a");
-  FailureOr<bool> transposeB = inf.unitAttr("transpose_b");
-  if (failed(transposeA) || failed(transposeB))
+  FailureOr<std::pair<bool, bool>> transpose = inf.transposeFlags();
+  if (failed(transpose))
     return failure();
-  bool ta = *transposeA, tb = *transposeB;
+  auto [ta, tb] = *transpose;
   int64_t m = ta ? a[r - 1] : a[r - 2], ka = ta ? a[r - 2] : a[r - 1];
   int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
   if (ka != kb)
@@ -364,11 +377,10 @@ LogicalResult BatchMatmulOp::inferReturnTypes(MLIRContext *,
   if (a.drop_back(2) != b.drop_back(2))
     return inf.fail("batch dimensions differ: ", shapeString(a.drop_back(2)),
                     " vs ", shapeString(b.drop_back(2)));
-  FailureOr<bool> transposeA = inf.unitAttr("transpose_a");
-  FailureOr<bool> transposeB = inf.unitAttr("transpose_b");
-  if (failed(transposeA) || failed(transposeB))
+  FailureOr<std::pair<bool, bool>> transpose = inf.transposeFlags();
+  if (failed(transpose))
     return failure();
-  bool ta = *transposeA, tb = *transposeB;
+  auto [ta, tb] = *transpose;
   int64_t m = ta ? a[r - 1] : a[r - 2], ka = ta ? a[r - 2] : a[r - 1];
   int64_t kb = tb ? b[r - 1] : b[r - 2], n = tb ? b[r - 2] : b[r - 1];
   if (ka != kb)
@@ -619,8 +631,7 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
     if (offsets[d] < 0 || sizes[d] < 1 || offsets[d] > dimSize ||
         sizes[d] > dimSize - offsets[d])
       return inf.fail("block at offset ", offsets[d], " of size ", sizes[d],
-                      " does not fit in dimension ", d, " of size ",
-                      input->getDimSize(d));
+                      " does not fit in dimension ", d, " of size ", dimSize);
   }
   results.push_back(RankedTensorType::get(sizes, input->getElementType()));
   return success();

@@ -13,6 +13,13 @@
 
 #include "ir/LlmcInterfaces.h.inc"
 
+namespace mlir::llmc {
+/// Element types of llmc data tensors: f32, f16, bf16.
+bool isDataElementType(Type type);
+/// Element types of token ids and targets: i32, i64.
+bool isIdElementType(Type type);
+} // namespace mlir::llmc
+
 #define GET_OP_CLASSES
 #include "ir/LlmcOps.h.inc"
 

@@ -17,19 +17,17 @@ using namespace mlir::llmc;
 
 namespace {
 
-// The element types the llmc ops accept: token ids are i32 or i64,
-// parameters f32, f16 or bf16.
+// Parameters, tokens and targets have the element types the llmc ops accept.
 bool isIdTensor(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   return tensor && tensor.hasStaticShape() &&
-         (tensor.getElementType().isSignlessInteger(32) ||
-          tensor.getElementType().isSignlessInteger(64));
+         isIdElementType(tensor.getElementType());
 }
 
 bool isParameterTensor(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   return tensor && tensor.hasStaticShape() &&
-         isa<Float32Type, Float16Type, BFloat16Type>(tensor.getElementType());
+         isDataElementType(tensor.getElementType());
 }
 
 LogicalResult verifySignature(func::FuncOp forward) {
