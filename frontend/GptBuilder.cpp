@@ -208,7 +208,7 @@ OwningOpRef<ModuleOp> GptBuilder::build() {
                                   /*transpose_a=*/false, /*transpose_b=*/true);
   Value loss =
       CrossEntropyOp::create(b, loc("loss"), logits, targets).getLoss();
-  func::ReturnOp::create(b, loc("loss"), loss);
+  func::ReturnOp::create(b, loc("loss"), ValueRange{loss, logits});
 
   // The signature: parameters in the order they were asked for, then tokens
   // and targets.
@@ -220,7 +220,8 @@ OwningOpRef<ModuleOp> GptBuilder::build() {
   for (BlockArgument arg : params)
     inputs.push_back(arg.getType());
   inputs.append({ids, ids});
-  auto funcType = b.getFunctionType(inputs, {loss.getType()});
+  auto funcType =
+      b.getFunctionType(inputs, {loss.getType(), logits.getType()});
   b.setInsertionPointToEnd(module->getBody());
   auto forward = func::FuncOp::create(b, loc("forward"), "forward", funcType);
   Block *entry = forward.addEntryBlock();

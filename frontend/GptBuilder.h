@@ -17,7 +17,10 @@ struct ForwardShape {
 
 /// Returns a module holding
 ///   func.func @forward(params..., %tokens: tensor<BxTxi32>,
-///                      %targets: tensor<BxTxi32>) -> tensor<f32>
+///                      %targets: tensor<BxTxi32>)
+///       -> (tensor<f32>, tensor<BxTxVxf32>)
+/// returning the mean cross-entropy loss and the logits (which text
+/// generation samples from).
 /// Parameters carry their names as `llmc.param` argument attributes in the
 /// PyTorch layout (linear weights [out, in]) and order of llm.c; the config
 /// is recorded as the module attribute `llmc.model`. Fails (with a message)

@@ -829,3 +829,36 @@ LogicalResult CrossEntropyGradOp::inferReturnTypes(
 
 #define GET_OP_CLASSES
 #include "ir/LlmcOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+LogicalResult FusionOp::verify() {
+  StringRef kind = getKind();
+  if (kind != "pointwise" && kind != "row" && kind != "gemm")
+    return emitOpError("kind must be pointwise, row or gemm, got '")
+           << kind << "'";
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError("has ") << getInputs().size() << " inputs but its body "
+                               << "takes " << body.getNumArguments();
+  for (auto [index, input, arg] :
+       llvm::enumerate(getInputs(), body.getArguments()))
+    if (input.getType() != arg.getType())
+      return emitOpError("input ")
+             << index << " has type " << input.getType()
+             << " but its block argument has " << arg.getType();
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError("body must end in llmc.yield");
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError("yields ")
+           << yield.getValues().size() << " values whose types differ from "
+           << "the results";
+  for (Operation &op : body.without_terminator()) {
+    if (!isa<LlmcDialect>(op.getDialect()) || isa<FusionOp>(op))
+      return op.emitOpError("cannot be inside llmc.fusion");
+  }
+  return success();
+}

@@ -650,4 +650,51 @@ def Llmc_CrossEntropyGradOp : Llmc_Op<"cross_entropy_grad",
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Fusion: groups of ops that code generation turns into one kernel
+//===----------------------------------------------------------------------===//
+
+def Llmc_FusionOp : Llmc_Op<"fusion",
+    [IsolatedFromAbove, SingleBlock, Pure]> {
+  let summary = "Ops that run as one fused kernel";
+  let description = [{
+    Made by `llmc-fusion`: the body computes the results from the block
+    arguments (one per input) with llmc ops and yields them. `kind` says how
+    code generation runs it:
+    - `pointwise`: elementwise ops over one shape (inputs may broadcast);
+    - `row`: one row reduction (layer_norm, rms_norm, softmax,
+      cross_entropy, a reduce over the last dimension) with the elementwise
+      producers and consumers fused around it;
+    - `gemm`: one matmul or batch_matmul whose elementwise consumers run as
+      its epilogue on each block of the product.
+    `name` lists the fused ops, for people reading the IR. Example:
+    ```mlir
+    %y = llmc.fusion "matmul_add_gelu" gemm (%x, %w, %b)
+        : (tensor<4x64x768xf32>, tensor<3072x768xf32>, tensor<3072xf32>)
+          -> tensor<4x64x3072xf32> {
+    ^bb0(%a: tensor<4x64x768xf32>, %ww: tensor<3072x768xf32>, %bb: tensor<3072xf32>):
+      %0 = llmc.matmul %a, %ww {transpose_b} : ...
+      ...
+      llmc.yield %2 : tensor<4x64x3072xf32>
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<Llmc_AnyTensor>:$inputs, StrAttr:$name,
+                       StrAttr:$kind);
+  let results = (outs Variadic<Llmc_AnyTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $name $kind `(` $inputs `)` attr-dict `:` functional-type($inputs, $results)
+    $body
+  }];
+  let hasVerifier = 1;
+}
+
+def Llmc_YieldOp : Llmc_Op<"yield",
+    [Pure, Terminator, HasParent<"FusionOp">]> {
+  let summary = "Returns the results of a fusion";
+  let arguments = (ins Variadic<Llmc_AnyTensor>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
 #endif // LLMC_OPS_TD

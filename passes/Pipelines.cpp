@@ -12,6 +12,9 @@ void mlir::llmc::buildCompilePipeline(OpPassManager &pm) {
   // -> loss made of llmc ops, so a module that is not one stops here with
   // a diagnostic instead of failing somewhere deep in the pipeline.
   pm.addPass(createVerifyLegalityPass());
+  // Last: fusion decides the kernels, so every graph pass that rewrites ops
+  // runs before it; code generation lowers each llmc.fusion to a kernel.
+  pm.addPass(createFusionPass());
 }
 
 void mlir::llmc::registerLlmcPipelines() {

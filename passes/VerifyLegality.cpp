@@ -67,12 +67,23 @@ LogicalResult verifySignature(func::FuncOp forward) {
              << it->second << " and #" << i << " share the name '"
              << name.getValue() << "'";
   }
-  if (type.getNumResults() != 1 ||
-      type.getResult(0) !=
-          RankedTensorType::get({}, Float32Type::get(forward.getContext())))
-    return forward.emitError("@forward must return one tensor<f32> (the "
-                             "loss), got ")
+  Type loss = RankedTensorType::get({}, Float32Type::get(forward.getContext()));
+  if (type.getNumResults() < 1 || type.getNumResults() > 2 ||
+      type.getResult(0) != loss)
+    return forward.emitError("@forward must return the loss as tensor<f32>, "
+                             "optionally followed by the logits; got ")
            << type.getResults();
+  if (type.getNumResults() == 2) {
+    auto logits = dyn_cast<RankedTensorType>(type.getResult(1));
+    auto ids = cast<RankedTensorType>(tokens);
+    if (!logits || !isDataElementType(logits.getElementType()) ||
+        logits.getRank() != ids.getRank() + 1 ||
+        logits.getShape().drop_back() != ids.getShape())
+      return forward.emitError("the second result of @forward must be the "
+                               "logits, a float tensor of the tokens' shape "
+                               "followed by the vocabulary; got ")
+             << type.getResult(1);
+  }
   return success();
 }
 

@@ -9,6 +9,9 @@ packages=(
   llvm-22-dev libmlir-22-dev mlir-22-tools # LLVM/MLIR 22, mlir-tblgen
   llvm-22-tools                            # lit, FileCheck, not
   libgtest-dev libgmock-dev                # unit tests
+  libopenblas-dev libblis-pthread-dev      # CPU BLAS peers: bench/sgemm-peers
+  libdnnl-dev                              # oneDNN, the third peer
+  flatbuffers-compiler libflatbuffers-dev  # the artifact format
 )
 
 missing=()

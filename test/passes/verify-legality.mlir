@@ -119,12 +119,23 @@ func.func @forward(%a: tensor<8xf32> {llmc.param = "ln_f.weight"},
 
 // -----
 
-// Tests that @forward returns the scalar loss only.
-// expected-error @+1 {{@forward must return one tensor<f32> (the loss), got 'tensor<f32>', 'tensor<4xf32>'}}
+// Tests that a second result of @forward must be logits of the tokens' shape
+// plus a vocabulary dimension.
+// expected-error @+1 {{the second result of @forward must be the logits, a float tensor of the tokens' shape followed by the vocabulary; got 'tensor<4xf32>'}}
 func.func @forward(%w: tensor<8xf32>, %tokens: tensor<4xi32>, %targets: tensor<4xi32>) -> (tensor<f32>, tensor<4xf32>) {
   %loss = llmc.fill 0.0 : tensor<f32>
   %lse = llmc.fill 0.0 : tensor<4xf32>
   return %loss, %lse : tensor<f32>, tensor<4xf32>
+}
+
+// -----
+
+// Tests that @forward returns at most the loss and the logits.
+// expected-error @+1 {{@forward must return the loss as tensor<f32>, optionally followed by the logits; got 'tensor<f32>', 'tensor<4x8xf32>', 'tensor<f32>'}}
+func.func @forward(%w: tensor<8xf32>, %tokens: tensor<4xi32>, %targets: tensor<4xi32>) -> (tensor<f32>, tensor<4x8xf32>, tensor<f32>) {
+  %loss = llmc.fill 0.0 : tensor<f32>
+  %logits = llmc.fill 0.0 : tensor<4x8xf32>
+  return %loss, %logits, %loss : tensor<f32>, tensor<4x8xf32>, tensor<f32>
 }
 
 // -----

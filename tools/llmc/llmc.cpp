@@ -1,8 +1,14 @@
 // llmc: the driver. Subcommands emit-model, compile, info and presets.
+#include "codegen/KernelToCpu/KernelToCpu.h"
+#include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "codegen/MemoryPlan.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "frontend/ModelInfo.h"
 #include "ir/LlmcDialect.h"
+#include "passes/Passes.h"
+#include "runtime/Artifact.h"
+#include "runtime/Generate.h"
 #include "passes/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -14,7 +20,11 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/WithColor.h"
+
+#include <chrono>
 
 using namespace mlir;
 using namespace mlir::llmc;
@@ -24,10 +34,16 @@ static cl::SubCommand emitCmd(
     "emit-model",
     "Write the @forward function of a model config (YAML file or preset "
     "name) as llmc IR");
-static cl::SubCommand
-    compileCmd("compile",
-               "Parse and verify a model in llmc IR (model.mlir): the ops' "
-               "verifiers and the compile pipeline (llmc-compile-pipeline)");
+static cl::SubCommand compileCmd(
+    "compile",
+    "Compile a model (model.mlir, a YAML config or a preset) to an artifact "
+    "(model.llmc): the compile pipeline (llmc-compile-pipeline), lowering "
+    "to kernels and the memory plan");
+static cl::SubCommand inspectCmd(
+    "inspect", "Print an artifact readably: buffers and their planned "
+               "offsets, the schedule, every kernel in the kernel IR");
+static cl::SubCommand generateCmd(
+    "generate", "Sample text from a compiled model (byte-level tokenizer)");
 static cl::SubCommand
     infoCmd("info",
             "Print the parameters (per tensor and total, counted from the "
@@ -41,9 +57,46 @@ static cl::SubCommand
 static cl::opt<std::string> emitInput(cl::Positional, cl::Required,
                                       cl::desc("<config.yaml | preset>"),
                                       cl::sub(emitCmd));
-static cl::opt<std::string> compileInput(cl::Positional, cl::Required,
-                                         cl::desc("<model.mlir>"),
-                                         cl::sub(compileCmd));
+static cl::opt<std::string>
+    compileInput(cl::Positional, cl::Required,
+                 cl::desc("<model.mlir | config.yaml | preset>"),
+                 cl::sub(compileCmd));
+static cl::opt<std::string> artifactInput(cl::Positional, cl::Required,
+                                          cl::desc("<model.llmc>"),
+                                          cl::sub(inspectCmd),
+                                          cl::sub(generateCmd));
+static cl::opt<bool> inspectRun(
+    "run",
+    cl::desc("Also run the forward pass once (seeded initialization) and "
+             "compare the measured arena high-water mark with the plan"),
+    cl::sub(inspectCmd));
+static cl::opt<std::string>
+    weightsPath("weights",
+                cl::desc("Parameters: a safetensors file or an llm.c "
+                         "checkpoint (default: GPT-2 initialization)"),
+                cl::value_desc("file"), cl::sub(generateCmd));
+static cl::opt<std::string> prompt("prompt", cl::desc("Text to continue"),
+                                   cl::init(""), cl::sub(generateCmd));
+static cl::opt<int64_t> maxTokens("max-tokens",
+                                  cl::desc("Tokens to sample (default 256)"),
+                                  cl::init(256), cl::sub(generateCmd));
+static cl::opt<double>
+    temperature("temperature",
+                cl::desc("Softmax temperature; 0 is greedy (default 1)"),
+                cl::init(1.0), cl::sub(generateCmd));
+static cl::opt<int64_t> topK("top-k",
+                             cl::desc("Sample among the k likeliest tokens "
+                                      "(default 0: all)"),
+                             cl::init(0), cl::sub(generateCmd));
+static cl::opt<uint64_t>
+    seed("seed",
+         cl::desc("Seed of the sampler and of the initialization when no "
+                  "--weights are given (default 1337)"),
+         cl::init(1337), cl::sub(generateCmd), cl::sub(inspectCmd));
+static cl::opt<int> numThreads("threads",
+                               cl::desc("CPU threads (default: all)"),
+                               cl::init(0), cl::sub(generateCmd),
+                               cl::sub(inspectCmd));
 static cl::opt<std::string>
     infoInput(cl::Positional, cl::Required,
               cl::desc("<model.mlir | config.yaml | preset>"),
@@ -51,18 +104,28 @@ static cl::opt<std::string>
 static cl::opt<std::string> presetName(cl::Positional, cl::Optional,
                                        cl::desc("[preset]"),
                                        cl::sub(presetsCmd));
-static cl::opt<std::string> outputPath("o",
-                                       cl::desc("Output file ('-': stdout)"),
-                                       cl::value_desc("path"), cl::init("-"),
-                                       cl::sub(emitCmd));
+static cl::opt<std::string> compileTo(
+    "compile-to",
+    cl::desc("Stop after a phase and print its result: llmc (the parsed, "
+             "verified model), fused (after the compile pipeline), kernels "
+             "(the program: schedule, buffers, kernel IR), cpu-mlir, "
+             "cpu-llvm-dialect, cpu-llvm-ir, cpu-asm (the CPU code of the "
+             "kernels)"),
+    cl::value_desc("phase"), cl::sub(compileCmd));
+static cl::opt<std::string> outputPath(
+    "o",
+    cl::desc("Output file (emit-model: '-' is stdout, the default; "
+             "compile: default the input's name with extension .llmc)"),
+    cl::value_desc("path"), cl::sub(emitCmd), cl::sub(compileCmd));
 static cl::opt<int64_t> batchSize("batch",
                                   cl::desc("Sequences per forward call"),
                                   cl::init(4), cl::sub(emitCmd),
-                                  cl::sub(infoCmd));
+                                  cl::sub(infoCmd), cl::sub(compileCmd));
 static cl::opt<int64_t>
     seqLen("seq-len",
            cl::desc("Tokens per sequence (default: the config's seq_len)"),
-           cl::init(0), cl::sub(emitCmd), cl::sub(infoCmd));
+           cl::init(0), cl::sub(emitCmd), cl::sub(infoCmd),
+           cl::sub(compileCmd));
 static cl::opt<bool> summaryOnly("summary",
                                  cl::desc("Omit the per-tensor table"),
                                  cl::sub(infoCmd));
@@ -113,10 +176,11 @@ static llvm::Expected<ModelConfig> loadConfig(llvm::StringRef input) {
   return unknownPreset(input, "neither a config file nor a preset");
 }
 
-/// Parses model.mlir, runs the op verifiers and the compile pipeline.
-/// Diagnostics print as file:line:col.
+/// Parses model.mlir and runs the op verifiers; with `compile`, also the
+/// compile pipeline. Diagnostics print as file:line:col.
 static OwningOpRef<ModuleOp> loadModule(MLIRContext &context,
-                                        llvm::StringRef path) {
+                                        llvm::StringRef path,
+                                        bool compile = false) {
   std::string error;
   std::unique_ptr<llvm::MemoryBuffer> buffer = openInputFile(path, &error);
   if (!buffer) {
@@ -131,7 +195,10 @@ static OwningOpRef<ModuleOp> loadModule(MLIRContext &context,
   if (!module)
     return nullptr;
   PassManager pm(&context);
-  buildCompilePipeline(pm);
+  if (compile)
+    buildCompilePipeline(pm);
+  else
+    pm.addPass(createVerifyLegalityPass());
   if (failed(pm.run(*module)))
     return nullptr;
   return module;
@@ -173,7 +240,7 @@ static int runEmitModel(MLIRContext &context) {
     return fail(module.takeError());
   // Written to a temporary file and renamed into place, so a failed run
   // leaves no partial model.mlir behind.
-  if (outputPath == "-") {
+  if (outputPath.empty() || outputPath == "-") {
     (*module)->print(llvm::outs());
     llvm::outs() << "\n";
     return 0;
@@ -201,17 +268,182 @@ static int runEmitModel(MLIRContext &context) {
   return 0;
 }
 
+static void printPlanSummary(const ::llmc::kir::Program &program,
+                             llvm::raw_ostream &os) {
+  int64_t gemms = 0, attentions = 0;
+  for (const ::llmc::kir::Step &step : program.steps) {
+    gemms += step.kind == ::llmc::kir::StepKind::Gemm;
+    attentions += step.kind == ::llmc::kir::StepKind::Attention;
+  }
+  ::llmc::kir::Program copy = program;
+  ::llmc::kir::MemoryPlanStats stats = ::llmc::kir::planMemory(copy);
+  os << llvm::format("%zu kernels, %zu steps (%lld GEMMs, %lld attention), "
+                     "%.3f GFLOP per forward\n",
+                     program.kernels.size(), program.steps.size(),
+                     (long long)gemms, (long long)attentions,
+                     ::llmc::kir::countFlops(program) / 1e9)
+     << llvm::format("memory plan: arena %lld bytes (%.2f MiB) planned peak; "
+                     "%.2f MiB alive at once at most, %.2f MiB without reuse\n",
+                     (long long)program.arenaBytes,
+                     program.arenaBytes / 1048576.0,
+                     stats.liveLowerBound / 1048576.0,
+                     stats.totalBytes / 1048576.0);
+}
+
 static int runCompile(MLIRContext &context) {
-  OwningOpRef<ModuleOp> module = loadModule(context, compileInput);
-  if (!module)
-    return 1;
+  bool fromMlir = llvm::StringRef(compileInput).ends_with(".mlir");
+  OwningOpRef<ModuleOp> module;
+  if (fromMlir) {
+    module = loadModule(context, compileInput);
+    if (!module)
+      return 1;
+  } else {
+    auto built = buildFromConfig(context, compileInput);
+    if (!built)
+      return fail(built.takeError());
+    module = std::move(*built);
+  }
+  if (compileTo == "llmc") {
+    module->print(llvm::outs());
+    llvm::outs() << "\n";
+    return 0;
+  }
+  llvm::ArrayRef<llvm::StringRef> cpuPhases = ::llmc::cpu::cpuPhaseNames();
+  bool cpuPhase = llvm::is_contained(cpuPhases, compileTo);
+  if (!compileTo.empty() && compileTo != "fused" && compileTo != "kernels" &&
+      !cpuPhase)
+    return fail("unknown phase '" + compileTo +
+                "' for --compile-to (llmc, fused, kernels, " +
+                llvm::join(cpuPhases, ", ") + ")");
   ModelInfo info = getModelInfo(*module);
+  {
+    PassManager pm(&context);
+    buildCompilePipeline(pm);
+    if (failed(pm.run(*module)))
+      return 1;
+  }
+  if (compileTo == "fused") {
+    module->print(llvm::outs());
+    llvm::outs() << "\n";
+    return 0;
+  }
+  auto forward = module->lookupSymbol<func::FuncOp>("forward");
+  FailureOr<::llmc::kir::Program> program = lowerToProgram(forward);
+  if (failed(program))
+    return 1;
+  if (compileTo == "kernels") {
+    ::llmc::kir::printProgram(llvm::outs(), *program);
+    return 0;
+  }
+  if (cpuPhase) {
+    if (llvm::Error error = ::llmc::cpu::printCpuPhase(
+            llvm::outs(), program->kernels, compileTo))
+      return fail(std::move(error));
+    return 0;
+  }
+
   int64_t numOps = 0;
   for (const auto &entry : info.opCounts)
     numOps += entry.second;
+  std::string output = outputPath;
+  if (output.empty()) {
+    llvm::SmallString<128> path(llvm::sys::path::filename(compileInput));
+    llvm::sys::path::replace_extension(path, "llmc");
+    output = path.str().str();
+  }
+  if (llvm::Error error = ::llmc::runtime::writeArtifact(output, *program))
+    return fail(std::move(error));
   llvm::outs() << compileInput << ": ok: " << numOps << " ops, "
                << info.parameters.size() << " parameter tensors, "
-               << info.numParameters << " parameters\n";
+               << info.numParameters << " parameters\n"
+               << "wrote " << output << ": ";
+  printPlanSummary(*program, llvm::outs());
+  return 0;
+}
+
+/// Loads an artifact and its kernels (from the kernel cache, or compiled
+/// now) into a CPU executor with parameters set.
+static llvm::Expected<std::unique_ptr<::llmc::runtime::CpuExecutor>>
+loadArtifact(llvm::StringRef path, llvm::StringRef weights) {
+  llvm::Expected<::llmc::kir::Program> program =
+      ::llmc::runtime::readArtifact(path);
+  if (!program)
+    return program.takeError();
+  std::vector<::llmc::kir::Kernel> kernels = program->kernels;
+  ::llmc::cpu::CacheStats stats;
+  auto executor = ::llmc::runtime::createCpuExecutor(
+      std::move(*program),
+      [&]() { return ::llmc::cpu::compileKernelsToObject(kernels); },
+      numThreads, &stats);
+  if (!executor)
+    return executor.takeError();
+  llvm::errs() << llvm::format(
+      "llmc: %zu kernels %s (%.2f s), %d threads\n", kernels.size(),
+      stats.hit ? "loaded from the kernel cache" : "JIT-compiled",
+      stats.hit ? stats.loadSeconds : stats.compileSeconds + stats.loadSeconds,
+      (*executor)->numThreads());
+  if (!stats.warning.empty())
+    llvm::errs() << "llmc: warning: " << stats.warning << "\n";
+  if (llvm::Error error =
+          ::llmc::runtime::loadWeights(**executor, weights, seed))
+    return error;
+  return executor;
+}
+
+static int runInspect() {
+  llvm::Expected<::llmc::kir::Program> program =
+      ::llmc::runtime::readArtifact(artifactInput);
+  if (!program)
+    return fail(program.takeError());
+  llvm::outs() << artifactInput << ": ";
+  printPlanSummary(*program, llvm::outs());
+  if (inspectRun) {
+    auto executor = loadArtifact(artifactInput, "");
+    if (!executor)
+      return fail(executor.takeError());
+    llvm::Expected<int64_t> measured =
+        (*executor)->measureArenaHighWater();
+    if (!measured)
+      return fail(measured.takeError());
+    llvm::outs() << "measured arena high-water mark: " << *measured
+                 << " bytes (planned " << program->arenaBytes << ")\n";
+    if (auto loss = (*executor)->output("loss"))
+      llvm::outs() << llvm::format("loss: %.6f\n", loss->f32()[0]);
+    else
+      llvm::consumeError(loss.takeError());
+    return 0;
+  }
+  llvm::outs() << "\n";
+  ::llmc::kir::printProgram(llvm::outs(), *program);
+  return 0;
+}
+
+static int runGenerate() {
+  auto executor = loadArtifact(artifactInput, weightsPath);
+  if (!executor)
+    return fail(executor.takeError());
+  std::vector<int32_t> context = ::llmc::runtime::encodeBytes(prompt);
+  ::llmc::runtime::SamplingOptions options;
+  options.temperature = temperature;
+  options.topK = topK;
+  options.seed = seed;
+  llvm::outs() << prompt;
+  llvm::outs().flush();
+  auto start = std::chrono::steady_clock::now();
+  llvm::Error error = ::llmc::runtime::generate(
+      **executor, context, maxTokens, options, [](int64_t id) {
+        llvm::outs() << ::llmc::runtime::decodeToken(id);
+        llvm::outs().flush();
+      });
+  llvm::outs() << "\n";
+  if (error)
+    return fail(std::move(error));
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  llvm::errs() << llvm::format("llmc: %lld tokens in %.2f s (%.1f tokens/s)\n",
+                               (long long)maxTokens, seconds,
+                               maxTokens / seconds);
   return 0;
 }
 
@@ -237,7 +469,9 @@ int main(int argc, char **argv) {
       argc, argv,
       "llmc: a compiler from transformer models to fused kernels\n\n"
       "  llmc emit-model CONFIG -o model.mlir   config -> llmc IR\n"
-      "  llmc compile model.mlir                parse and verify\n"
+      "  llmc compile MODEL -o model.llmc       model -> artifact\n"
+      "  llmc inspect model.llmc                schedule, memory, kernels\n"
+      "  llmc generate model.llmc               sample text\n"
       "  llmc info MODEL                        parameters and ops\n"
       "  llmc presets [NAME]                    built-in model configs\n\n"
       "Run 'llmc SUBCOMMAND --help' for a subcommand's options.\n");
@@ -247,6 +481,10 @@ int main(int argc, char **argv) {
     return runEmitModel(context);
   if (compileCmd)
     return runCompile(context);
+  if (inspectCmd)
+    return runInspect();
+  if (generateCmd)
+    return runGenerate();
   if (infoCmd)
     return runInfo(context);
   if (presetsCmd)

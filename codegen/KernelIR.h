@@ -1,0 +1,118 @@
+// The target-neutral kernel IR: what one fused kernel computes, with every
+// shape, stride and constant fixed. Both emitters (CPU through MLIR/LLVM,
+// CUDA C++ through NVRTC) consume it; nothing in it assumes a target.
+//
+// A kernel iterates over a static `domain` [d0, ..., dn-1]. The last
+// dimension is the *row*: a kernel may reduce along it (sum, max) and use the
+// result in the same row; every other index names an independent row, so a
+// backend may run rows in any order and in parallel (CPU: ranges of rows per
+// thread; CUDA: a block per row). Rows are numbered row-major over d0..dn-2.
+//
+// The body is straight-line SSA over scalars: instruction i defines value i
+// (a Store defines none). A value is *column-level* if it varies along the
+// row dimension and *row-level* otherwise; a reduction turns a column-level
+// value into a row-level one. Emitters evaluate column-level values in loops
+// over the row, once per reduction phase, and row-level values once per row.
+#ifndef LLMC_CODEGEN_KERNELIR_H
+#define LLMC_CODEGEN_KERNELIR_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class raw_ostream;
+} // namespace llvm
+
+namespace llmc::kir {
+
+/// Element types of buffers. Values in a kernel body are F32, I64 or I1:
+/// loads widen float storage to F32 and integer storage to I64, stores
+/// narrow back (round to nearest even for F16/BF16).
+enum class DType : uint8_t { F32, F16, BF16, I32, I64, I1 };
+
+int64_t dtypeBytes(DType type);
+const char *dtypeName(DType type);
+std::optional<DType> parseDType(const std::string &name);
+bool isFloat(DType type);
+/// The type a load of `storage` produces: F32 for floats, I64 for integers.
+DType computeType(DType storage);
+
+/// How a kernel reads or writes one buffer: domain index (i0, ..., in-1)
+/// maps to element `offset + sum_d strides[d] * i_d` of the buffer (in
+/// elements of `dtype`, not bytes). A stride of 0 broadcasts.
+struct Access {
+  int32_t buffer = -1; // index into Program::buffers
+  DType dtype = DType::F32;
+  int64_t offset = 0;
+  std::vector<int64_t> strides; // one per domain dimension
+};
+
+enum class Op : uint8_t {
+  // Leaves.
+  Load,  // operand; args empty, or one per domain dim: an I64 value that
+         // replaces that dim's index, or -1 to keep the domain index.
+  Const, // imm, of `type` (F32 or I64)
+  Index, // the domain index of dimension `dim`, I64
+  // Unary on F32.
+  Neg, Exp, Log, Tanh, Erf, Sqrt, Rsqrt, Sin, Cos, Abs,
+  // Binary, both args of `type` (F32, or I64 for index arithmetic).
+  Add, Sub, Mul, Div, Max, Min,
+  Rem, // I64 only, non-negative operands
+  // Compare two values of the same type; the result is I1.
+  CmpLt, CmpLe, CmpEq,
+  Select, // args: I1 condition, then two values of `type`
+  IToF,   // I64 -> F32
+  // Reductions along the row: a column-level F32 value to a row-level one.
+  ReduceSum, ReduceMax,
+  // Store args[0] to `operand` at the domain index. A row-level value goes
+  // to an operand whose stride along the row is 0 and is stored once per
+  // row; a column-level value needs a non-zero row stride.
+  Store,
+};
+
+const char *opName(Op op);
+int numArgs(Op op); // -1 for Load (0 or rank)
+
+struct Instr {
+  Op op = Op::Const;
+  DType type = DType::F32;   // result type (I1 for compares; none for Store)
+  std::vector<int32_t> args; // value operands, by instruction index
+  int32_t operand = -1;      // Load, Store: index into Kernel::operands
+  int32_t dim = -1;          // Index
+  double imm = 0.0;          // Const
+};
+
+struct Kernel {
+  std::string name;            // unique in its program, a C identifier
+  std::string origin;          // the llmc ops it was fused from, for people
+  std::vector<int64_t> domain; // rank >= 1; the last dim is the row
+  std::vector<Access> operands;
+  std::vector<Instr> body;
+
+  int64_t rowLength() const { return domain.back(); }
+  int64_t numRows() const; // product of all dims but the last
+  bool hasReduction() const;
+};
+
+enum class Level : uint8_t { Row, Column };
+
+/// The level of each value (Store gets Column if it stores per element).
+std::vector<Level> computeLevels(const Kernel &kernel);
+
+/// Checks SSA order, argument counts and types, operand indices, strides
+/// and the level rules above. Returns an empty string when the kernel is
+/// well formed, else what is wrong (naming the kernel and instruction).
+std::string verifyKernel(const Kernel &kernel);
+
+/// Floating-point operations per execution (for benchmarks and rooflines):
+/// one per arithmetic instruction and reduction step, weighted by level.
+int64_t countFlops(const Kernel &kernel);
+
+/// The readable form `llmc inspect` and `--compile-to=kernels` print.
+void printKernel(llvm::raw_ostream &os, const Kernel &kernel);
+
+} // namespace llmc::kir
+
+#endif // LLMC_CODEGEN_KERNELIR_H

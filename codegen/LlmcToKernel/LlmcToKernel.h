@@ -1,0 +1,21 @@
+// Lowering of a fused llmc function to a kir::Program: kernels in the
+// target-neutral kernel IR, GEMM and attention library steps, and buffers
+// with a static memory plan.
+#ifndef LLMC_CODEGEN_LLMCTOKERNEL_LLMCTOKERNEL_H
+#define LLMC_CODEGEN_LLMCTOKERNEL_LLMCTOKERNEL_H
+
+#include "codegen/Program.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Support/LLVM.h"
+
+namespace mlir::llmc {
+
+/// Lowers `func` (after llmc-fusion; unfused ops are lowered one kernel
+/// each) to a program and plans its memory. Emits a diagnostic on the op
+/// that cannot be lowered and fails.
+FailureOr<::llmc::kir::Program> lowerToProgram(func::FuncOp func);
+
+} // namespace mlir::llmc
+
+#endif // LLMC_CODEGEN_LLMCTOKERNEL_LLMCTOKERNEL_H

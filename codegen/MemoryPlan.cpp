@@ -1,0 +1,103 @@
+// Greedy-by-size static memory planning over buffer live ranges.
+#include "codegen/MemoryPlan.h"
+
+#include <algorithm>
+#include <numeric>
+
+using namespace llmc::kir;
+
+std::vector<int32_t> llmc::kir::buffersOfStep(const Program &program,
+                                              const Step &step) {
+  std::vector<int32_t> buffers;
+  auto addKernel = [&](int32_t index) {
+    for (const Access &access : program.kernels[index].operands)
+      buffers.push_back(access.buffer);
+  };
+  switch (step.kind) {
+  case StepKind::Kernel:
+    addKernel(step.kernel);
+    break;
+  case StepKind::Gemm:
+    buffers.insert(buffers.end(),
+                   {step.gemm.a.buffer, step.gemm.b.buffer, step.gemm.c.buffer});
+    if (step.gemm.epilogue >= 0)
+      addKernel(step.gemm.epilogue);
+    break;
+  case StepKind::Attention: {
+    const AttentionStep &a = step.attention;
+    buffers.insert(buffers.end(), {a.q.buffer, a.k.buffer, a.v.buffer,
+                                   a.out.buffer, a.lse.buffer});
+    break;
+  }
+  }
+  return buffers;
+}
+
+static int64_t alignUp(int64_t value) {
+  return (value + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+
+MemoryPlanStats llmc::kir::planMemory(Program &program) {
+  int32_t numSteps = program.steps.size();
+  std::vector<bool> seen(program.buffers.size(), false);
+  for (int32_t step = 0; step < numSteps; ++step)
+    for (int32_t buffer : buffersOfStep(program, program.steps[step])) {
+      Buffer &b = program.buffers[buffer];
+      if (!seen[buffer])
+        b.firstStep = step;
+      seen[buffer] = true;
+      b.lastStep = step;
+    }
+  for (const Binding &output : program.outputs)
+    program.buffers[output.buffer].lastStep = std::max(numSteps - 1, 0);
+
+  std::vector<int32_t> arena;
+  for (int32_t i = 0; i < int32_t(program.buffers.size()); ++i)
+    if (program.buffers[i].kind == BufferKind::Arena)
+      arena.push_back(i);
+  // Largest first; ties by first use, then index, so plans are stable.
+  std::sort(arena.begin(), arena.end(), [&](int32_t a, int32_t b) {
+    const Buffer &x = program.buffers[a], &y = program.buffers[b];
+    if (x.bytes() != y.bytes())
+      return x.bytes() > y.bytes();
+    if (x.firstStep != y.firstStep)
+      return x.firstStep < y.firstStep;
+    return a < b;
+  });
+
+  MemoryPlanStats stats;
+  std::vector<int32_t> placed;
+  for (int32_t index : arena) {
+    Buffer &buffer = program.buffers[index];
+    int64_t size = alignUp(std::max<int64_t>(buffer.bytes(), 1));
+    // The intervals taken by placed buffers whose live range overlaps.
+    std::vector<std::pair<int64_t, int64_t>> taken;
+    for (int32_t other : placed) {
+      const Buffer &o = program.buffers[other];
+      if (o.firstStep <= buffer.lastStep && buffer.firstStep <= o.lastStep)
+        taken.push_back({o.offset, o.offset + alignUp(o.bytes())});
+    }
+    std::sort(taken.begin(), taken.end());
+    int64_t offset = 0;
+    for (auto [begin, end] : taken) {
+      if (offset + size <= begin)
+        break;
+      offset = std::max(offset, end);
+    }
+    buffer.offset = offset;
+    placed.push_back(index);
+    stats.peakBytes = std::max(stats.peakBytes, offset + buffer.bytes());
+    stats.totalBytes += buffer.bytes();
+  }
+  for (int32_t step = 0; step < numSteps; ++step) {
+    int64_t live = 0;
+    for (int32_t index : arena) {
+      const Buffer &b = program.buffers[index];
+      if (b.firstStep <= step && step <= b.lastStep)
+        live += b.bytes();
+    }
+    stats.liveLowerBound = std::max(stats.liveLowerBound, live);
+  }
+  program.arenaBytes = stats.peakBytes;
+  return stats;
+}

@@ -1,0 +1,281 @@
+// Program utilities: the verifier, the printer and FLOP counts.
+#include "codegen/Program.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace llmc::kir;
+
+int64_t Buffer::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+static std::string joinInts(const std::vector<int64_t> &values) {
+  return llvm::join(
+      llvm::map_range(values, [](int64_t v) { return std::to_string(v); }),
+      ", ");
+}
+
+namespace {
+/// Bounds checks of accesses and views against their buffers.
+class ProgramVerifier {
+public:
+  explicit ProgramVerifier(const Program &program) : program(program) {}
+
+  std::string run();
+
+private:
+  bool checkBuffer(int32_t buffer, const llvm::Twine &what) {
+    if (buffer >= 0 && size_t(buffer) < program.buffers.size())
+      return true;
+    os << what << " names buffer " << buffer << ", which does not exist";
+    return false;
+  }
+  /// Every element offset + sum strides * index lies in the buffer.
+  bool checkExtent(int32_t buffer, int64_t offset,
+                   const std::vector<int64_t> &strides,
+                   const std::vector<int64_t> &shape, const llvm::Twine &what) {
+    if (!checkBuffer(buffer, what))
+      return false;
+    int64_t low = offset, high = offset;
+    for (auto [stride, extent] : llvm::zip(strides, shape)) {
+      if (stride > 0)
+        high += stride * (extent - 1);
+      else
+        low += stride * (extent - 1);
+    }
+    int64_t size = program.buffers[buffer].numElements();
+    if (low >= 0 && high < size)
+      return true;
+    os << what << " reaches elements [" << low << ", " << high
+       << "] of buffer " << buffer << " ('" << program.buffers[buffer].name
+       << "'), which has " << size;
+    return false;
+  }
+  bool checkView(const View &view, const std::vector<int64_t> &shape,
+                 const llvm::Twine &what) {
+    if (view.strides.size() != shape.size()) {
+      os << what << " needs " << shape.size() << " strides";
+      return false;
+    }
+    return checkExtent(view.buffer, view.offset, view.strides, shape, what);
+  }
+  bool checkKernel(int32_t index, const llvm::Twine &what);
+
+  const Program &program;
+  std::string message;
+  llvm::raw_string_ostream os{message};
+};
+} // namespace
+
+bool ProgramVerifier::checkKernel(int32_t index, const llvm::Twine &what) {
+  if (index < 0 || size_t(index) >= program.kernels.size()) {
+    os << what << " names kernel " << index << ", which does not exist";
+    return false;
+  }
+  const Kernel &kernel = program.kernels[index];
+  for (auto [n, access] : llvm::enumerate(kernel.operands)) {
+    if (!checkExtent(access.buffer, access.offset, access.strides,
+                     kernel.domain,
+                     "kernel '" + kernel.name + "' operand " + llvm::Twine(n)))
+      return false;
+    if (program.buffers[access.buffer].dtype != access.dtype) {
+      os << "kernel '" << kernel.name << "' operand " << n << " reads "
+         << dtypeName(access.dtype) << " from a "
+         << dtypeName(program.buffers[access.buffer].dtype) << " buffer";
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string ProgramVerifier::run() {
+  for (const Kernel &kernel : program.kernels) {
+    std::string error = verifyKernel(kernel);
+    if (!error.empty())
+      return error;
+  }
+  for (const Buffer &buffer : program.buffers)
+    if (buffer.kind == BufferKind::Arena &&
+        (buffer.offset % kArenaAlignment != 0 || buffer.offset < 0 ||
+         buffer.offset + buffer.bytes() > program.arenaBytes)) {
+      os << "buffer '" << buffer.name << "' at offset " << buffer.offset
+         << " is misaligned or outside the arena of " << program.arenaBytes
+         << " bytes";
+      return message;
+    }
+  for (const std::vector<Binding> *list :
+       {&program.params, &program.inputs, &program.outputs})
+    for (const Binding &binding : *list)
+      if (!checkBuffer(binding.buffer, "'" + binding.name + "'"))
+        return message;
+  for (auto [index, step] : llvm::enumerate(program.steps)) {
+    std::string what = "step " + std::to_string(index);
+    switch (step.kind) {
+    case StepKind::Kernel:
+      if (!checkKernel(step.kernel, what))
+        return message;
+      break;
+    case StepKind::Gemm: {
+      const GemmStep &g = step.gemm;
+      std::vector<int64_t> aShape = {g.batch, g.transA ? g.k : g.m,
+                                     g.transA ? g.m : g.k};
+      std::vector<int64_t> bShape = {g.batch, g.transB ? g.n : g.k,
+                                     g.transB ? g.k : g.n};
+      if (!checkView(g.a, aShape, what + " A") ||
+          !checkView(g.b, bShape, what + " B") ||
+          !checkView(g.c, {g.batch, g.m, g.n}, what + " C"))
+        return message;
+      for (const View *view : {&g.a, &g.b, &g.c})
+        if (view->strides[1] != 1 && view->strides[2] != 1) {
+          os << what << ": a GEMM operand needs a unit stride";
+          return message;
+        }
+      if (g.c.strides[2] != 1) {
+        os << what << ": C needs unit column stride";
+        return message;
+      }
+      if (g.epilogue >= 0) {
+        if (!checkKernel(g.epilogue, what + " epilogue"))
+          return message;
+        const Kernel &epilogue = program.kernels[g.epilogue];
+        if (epilogue.hasReduction() ||
+            epilogue.numRows() != g.batch * g.m || epilogue.rowLength() != g.n) {
+          os << what << ": the epilogue must be a kernel without reductions "
+                        "whose rows are the batch * m rows of C";
+          return message;
+        }
+      }
+      break;
+    }
+    case StepKind::Attention: {
+      const AttentionStep &a = step.attention;
+      std::vector<int64_t> shape = {a.batch, a.heads, a.seq, a.headDim};
+      if (!checkView(a.q, shape, what + " q") ||
+          !checkView(a.k, shape, what + " k") ||
+          !checkView(a.v, shape, what + " v") ||
+          !checkView(a.out, shape, what + " out") ||
+          !checkView(a.lse, {a.batch, a.heads, a.seq}, what + " lse"))
+        return message;
+      break;
+    }
+    }
+  }
+  return message;
+}
+
+std::string llmc::kir::verifyProgram(const Program &program) {
+  return ProgramVerifier(program).run();
+}
+
+static void printView(llvm::raw_ostream &os, const char *name,
+                      const View &view) {
+  os << " " << name << "=buffer " << view.buffer << "+" << view.offset << " ["
+     << joinInts(view.strides) << "]";
+}
+
+static const char *kindName(BufferKind kind) {
+  switch (kind) {
+  case BufferKind::Param:
+    return "param";
+  case BufferKind::Input:
+    return "input";
+  case BufferKind::Arena:
+    return "arena";
+  }
+  return "?";
+}
+
+void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
+  os << "program @" << program.function << ": " << program.buffers.size()
+     << " buffers, " << program.kernels.size() << " kernels, "
+     << program.steps.size() << " steps, arena " << program.arenaBytes
+     << " bytes (planned peak)\n";
+  if (!program.modelJson.empty())
+    os << "model " << program.modelJson << "\n";
+  auto printBindings = [&](const char *title,
+                           const std::vector<Binding> &list) {
+    for (const Binding &binding : list)
+      os << title << " " << binding.name << ": buffer " << binding.buffer
+         << "\n";
+  };
+  printBindings("param", program.params);
+  printBindings("input", program.inputs);
+  printBindings("output", program.outputs);
+  os << "\nbuffers:\n";
+  for (auto [index, buffer] : llvm::enumerate(program.buffers)) {
+    os << "  " << index << ": " << kindName(buffer.kind) << " "
+       << dtypeName(buffer.dtype) << "[" << joinInts(buffer.shape) << "] "
+       << buffer.bytes() << " B";
+    if (buffer.kind == BufferKind::Arena)
+      os << " @" << buffer.offset << " live steps " << buffer.firstStep << ".."
+         << buffer.lastStep;
+    os << "  " << buffer.name << "\n";
+  }
+  os << "\nschedule:\n";
+  for (auto [index, step] : llvm::enumerate(program.steps)) {
+    os << "  " << index << ": ";
+    switch (step.kind) {
+    case StepKind::Kernel:
+      os << "kernel @" << program.kernels[step.kernel].name;
+      break;
+    case StepKind::Gemm: {
+      const GemmStep &g = step.gemm;
+      os << "gemm batch " << g.batch << " m " << g.m << " n " << g.n << " k "
+         << g.k << (g.transA ? " transA" : "") << (g.transB ? " transB" : "");
+      printView(os, "A", g.a);
+      printView(os, "B", g.b);
+      printView(os, "C", g.c);
+      if (g.epilogue >= 0)
+        os << " epilogue @" << program.kernels[g.epilogue].name;
+      break;
+    }
+    case StepKind::Attention: {
+      const AttentionStep &a = step.attention;
+      os << "attention batch " << a.batch << " heads " << a.heads << " seq "
+         << a.seq << " head_dim " << a.headDim << " scale " << a.scale
+         << (a.causal ? " causal" : "");
+      printView(os, "q", a.q);
+      printView(os, "k", a.k);
+      printView(os, "v", a.v);
+      printView(os, "out", a.out);
+      printView(os, "lse", a.lse);
+      break;
+    }
+    }
+    if (!step.origin.empty())
+      os << "  // " << step.origin;
+    os << "\n";
+  }
+  os << "\nkernels:\n";
+  for (const Kernel &kernel : program.kernels)
+    printKernel(os, kernel);
+}
+
+int64_t llmc::kir::countFlops(const Program &program) {
+  int64_t flops = 0;
+  for (const Step &step : program.steps) {
+    switch (step.kind) {
+    case StepKind::Kernel:
+      flops += countFlops(program.kernels[step.kernel]);
+      break;
+    case StepKind::Gemm:
+      flops += 2 * step.gemm.batch * step.gemm.m * step.gemm.n * step.gemm.k;
+      if (step.gemm.epilogue >= 0)
+        flops += countFlops(program.kernels[step.gemm.epilogue]);
+      break;
+    case StepKind::Attention: {
+      const AttentionStep &a = step.attention;
+      // QK^T and PV; causal attention computes about half of each.
+      int64_t full = 4 * a.batch * a.heads * a.seq * a.seq * a.headDim;
+      flops += a.causal ? full / 2 : full;
+      break;
+    }
+    }
+  }
+  return flops;
+}

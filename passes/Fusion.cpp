@@ -1,0 +1,326 @@
+// The llmc-fusion pass: groups ops into llmc.fusion regions, each of which
+// code generation turns into one kernel (or one GEMM with its epilogue).
+//
+// Groups are formed greedily, in three rounds, each round only taking ops
+// that no earlier round took:
+//   1. row groups: every reduction along the last dimension (layer_norm,
+//      rms_norm, softmax, cross_entropy, reduce_* over the last dim) pulls in
+//      the elementwise producers of its input (the residual add before a
+//      layer_norm, the embedding lookup and position add before the first
+//      one) and the elementwise consumers of its full-shape results;
+//   2. GEMM epilogues: a matmul whose product has one use, by an elementwise
+//      op of the product's shape, takes that op and the single-use chain
+//      after it (bias add, GELU, ReLU, residual add);
+//   3. pointwise groups: what is left of the elementwise ops, each group
+//      pulling in its elementwise producers of the same shape.
+// An op joins a group only if the group's shape is its shape (no producer
+// is recomputed per broadcast element), no path leaves the group and comes
+// back (which would make the fused kernel depend on itself), and operands
+// that a kernel reads at another index than its own (the rotary partner,
+// the embedding table, the logit at the target id) stay kernel inputs.
+// Results used outside their group become extra outputs of the fusion.
+#include "ir/LlmcOps.h"
+#include "passes/Passes.h"
+
+#include "mlir/Analysis/TopologicalSortUtils.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringExtras.h"
+
+namespace mlir::llmc {
+#define GEN_PASS_DEF_FUSIONPASS
+#include "passes/Passes.h.inc"
+} // namespace mlir::llmc
+
+using namespace mlir;
+using namespace mlir::llmc;
+
+namespace {
+
+bool isPointwise(Operation *op) {
+  return isa<AddOp, SubOp, MulOp, DivOp, MaxOp, NegOp, ExpOp, LogOp, TanhOp,
+             SqrtOp, RsqrtOp, ReluOp, SiluOp, GeluOp, CastOp, DropoutOp,
+             RotaryOp, EmbeddingOp, ReluGradOp, SiluGradOp, GeluGradOp>(op);
+}
+
+/// Reductions along the last dimension: the root of a row group.
+bool isRowReduction(Operation *op) {
+  if (isa<LayerNormOp, RmsNormOp, SoftmaxOp, CrossEntropyOp>(op))
+    return true;
+  if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op)) {
+    auto dims = op->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
+    int64_t rank =
+        cast<RankedTensorType>(op->getOperand(0).getType()).getRank();
+    return dims.size() == 1 && dims[0] == rank - 1;
+  }
+  return false;
+}
+
+/// Operands a kernel reads at an index other than the op's own, so they
+/// must be kernel inputs (loaded from memory), not values computed in it.
+bool mustBeKernelInput(Operation *op, unsigned operand) {
+  if (isa<RotaryOp>(op))
+    return true;
+  if (isa<EmbeddingOp>(op))
+    return operand == 0; // the table
+  if (isa<CrossEntropyOp>(op))
+    return operand == 0; // the logits, read again at the target id
+  return false;
+}
+
+ArrayRef<int64_t> shapeOf(Value value) {
+  return cast<RankedTensorType>(value.getType()).getShape();
+}
+
+/// The shape a group iterates over, from its root op.
+SmallVector<int64_t> domainOf(Operation *root) {
+  if (isRowReduction(root))
+    return llvm::to_vector(shapeOf(root->getOperand(0)));
+  return llvm::to_vector(shapeOf(root->getResult(0)));
+}
+
+class GroupBuilder {
+public:
+  explicit GroupBuilder(Block &block) : block(block) {
+    for (auto [index, op] : llvm::enumerate(block.without_terminator()))
+      position[&op] = index;
+  }
+  // Positions order members; they do not bound the cycle search, since a
+  // group formed earlier may span any range of the block.
+
+  void formGroups();
+  LogicalResult materialize();
+
+private:
+  struct Group {
+    std::string kind;
+    SmallVector<int64_t> domain;
+    llvm::SetVector<Operation *> ops;
+  };
+
+  bool grouped(Operation *op) const { return groupOf.count(op); }
+  void add(int group, Operation *op) {
+    groups[group].ops.insert(op);
+    groupOf[op] = group;
+  }
+  int newGroup(StringRef kind, Operation *root) {
+    groups.push_back({kind.str(), domainOf(root), {}});
+    add(groups.size() - 1, root);
+    return groups.size() - 1;
+  }
+  bool createsCycle(int group, Operation *candidate);
+  bool canJoin(int group, Operation *op);
+  void pullProducers(int group, Operation *op);
+  void pullConsumers(int group, Operation *op);
+
+  Block &block;
+  DenseMap<Operation *, unsigned> position;
+  DenseMap<Operation *, int> groupOf;
+  std::vector<Group> groups;
+};
+
+/// True if adding `candidate` to `group` would make the group depend on
+/// itself: some input of the extended group is computed, through ops
+/// outside it, from one of its own results. Groups formed earlier run as
+/// one kernel, so reaching any member of one reaches all its inputs.
+bool GroupBuilder::createsCycle(int group, Operation *candidate) {
+  auto inGroup = [&](Operation *op) {
+    return op == candidate || groups[group].ops.contains(op);
+  };
+  SmallVector<Operation *> worklist;
+  DenseSet<Operation *> visited;
+  DenseSet<int> visitedGroups;
+  auto pushDefsOf = [&](Operation *op) {
+    for (Value operand : op->getOperands())
+      if (Operation *def = operand.getDefiningOp())
+        if (!inGroup(def) && def->getBlock() == &block &&
+            visited.insert(def).second)
+          worklist.push_back(def);
+  };
+  pushDefsOf(candidate);
+  for (Operation *op : groups[group].ops)
+    pushDefsOf(op);
+  while (!worklist.empty()) {
+    Operation *op = worklist.pop_back_val();
+    SmallVector<Operation *> sources = {op};
+    auto other = groupOf.find(op);
+    if (other != groupOf.end() && other->second != group &&
+        visitedGroups.insert(other->second).second)
+      sources.append(groups[other->second].ops.begin(),
+                     groups[other->second].ops.end());
+    for (Operation *source : sources) {
+      for (Value operand : source->getOperands())
+        if (Operation *def = operand.getDefiningOp())
+          if (inGroup(def))
+            return true;
+      pushDefsOf(source);
+    }
+  }
+  return false;
+}
+
+bool GroupBuilder::canJoin(int group, Operation *op) {
+  if (grouped(op) || !isPointwise(op) || op->getBlock() != &block)
+    return false;
+  if (shapeOf(op->getResult(0)) != ArrayRef<int64_t>(groups[group].domain))
+    return false;
+  // An op that reads an operand at another index needs that operand from
+  // memory: it cannot be fed by a value the group computes, whether the
+  // reader is the candidate or already a member.
+  for (OpOperand &use : op->getOpOperands())
+    if (Operation *def = use.get().getDefiningOp())
+      if (groups[group].ops.contains(def) &&
+          mustBeKernelInput(op, use.getOperandNumber()))
+        return false;
+  for (OpOperand &use : op->getUses())
+    if (groups[group].ops.contains(use.getOwner()) &&
+        mustBeKernelInput(use.getOwner(), use.getOperandNumber()))
+      return false;
+  return !createsCycle(group, op);
+}
+
+void GroupBuilder::pullProducers(int group, Operation *op) {
+  for (OpOperand &use : op->getOpOperands()) {
+    if (mustBeKernelInput(op, use.getOperandNumber()))
+      continue;
+    Operation *def = use.get().getDefiningOp();
+    if (!def || !canJoin(group, def))
+      continue;
+    add(group, def);
+    pullProducers(group, def);
+  }
+}
+
+void GroupBuilder::pullConsumers(int group, Operation *op) {
+  for (Value result : op->getResults()) {
+    if (shapeOf(result) != ArrayRef<int64_t>(groups[group].domain))
+      continue; // row statistics: consumers would need them broadcast
+    for (Operation *user : llvm::make_early_inc_range(result.getUsers())) {
+      if (!canJoin(group, user))
+        continue;
+      add(group, user);
+      pullProducers(group, user);
+      pullConsumers(group, user);
+    }
+  }
+}
+
+void GroupBuilder::formGroups() {
+  SmallVector<Operation *> ops;
+  for (Operation &op : block.without_terminator())
+    ops.push_back(&op);
+
+  for (Operation *op : ops) {
+    if (grouped(op) || !isRowReduction(op))
+      continue;
+    int group = newGroup("row", op);
+    // Reductions over other dimensions stay alone: their domain is permuted.
+    pullProducers(group, op);
+    pullConsumers(group, op);
+  }
+
+  for (Operation *op : ops) {
+    if (grouped(op) || !isa<MatmulOp, BatchMatmulOp>(op))
+      continue;
+    Value product = op->getResult(0);
+    if (!product.hasOneUse())
+      continue;
+    Operation *first = *product.getUsers().begin();
+    int group = newGroup("gemm", op);
+    if (!canJoin(group, first)) {
+      groupOf.erase(op);
+      groups.pop_back();
+      continue;
+    }
+    Value value = product;
+    while (value.hasOneUse()) {
+      Operation *user = *value.getUsers().begin();
+      if (!canJoin(group, user))
+        break;
+      add(group, user);
+      value = user->getResult(0);
+    }
+  }
+
+  for (Operation *op : llvm::reverse(ops)) {
+    // Dead ops stay as they are: a kernel would compute nothing anyone reads.
+    if (grouped(op) || !isPointwise(op) || op->use_empty())
+      continue;
+    int group = newGroup("pointwise", op);
+    pullProducers(group, op);
+  }
+}
+
+LogicalResult GroupBuilder::materialize() {
+  OpBuilder builder(block.getParentOp()->getContext());
+  for (Group &group : groups) {
+    // Members in block order; inputs and outputs in order of first use.
+    SmallVector<Operation *> members(group.ops.begin(), group.ops.end());
+    llvm::sort(members, [&](Operation *a, Operation *b) {
+      return position.lookup(a) < position.lookup(b);
+    });
+    llvm::SetVector<Value> inputs;
+    SmallVector<Value> outputs;
+    SmallVector<std::string> names;
+    for (Operation *op : members) {
+      names.push_back(op->getName().stripDialect().str());
+      for (Value operand : op->getOperands()) {
+        Operation *def = operand.getDefiningOp();
+        if (!def || !group.ops.contains(def))
+          inputs.insert(operand);
+      }
+      for (Value result : op->getResults())
+        if (llvm::any_of(result.getUsers(), [&](Operation *user) {
+              return !group.ops.contains(user);
+            }))
+          outputs.push_back(result);
+    }
+
+    builder.setInsertionPoint(members.back());
+    Location loc = builder.getFusedLoc(llvm::to_vector(
+        llvm::map_range(members, [](Operation *op) { return op->getLoc(); })));
+    auto fusion = FusionOp::create(
+        builder, loc, ValueRange(outputs).getTypes(), inputs.getArrayRef(),
+        builder.getStringAttr(llvm::join(names, "_")),
+        builder.getStringAttr(group.kind));
+    Block *body = builder.createBlock(&fusion.getBody());
+    IRMapping mapping;
+    for (Value input : inputs)
+      mapping.map(input, body->addArgument(input.getType(), input.getLoc()));
+    for (Operation *op : members)
+      builder.clone(*op, mapping);
+    YieldOp::create(builder, loc,
+                    llvm::to_vector(llvm::map_range(outputs, [&](Value v) {
+                      return mapping.lookup(v);
+                    })));
+    for (auto [output, result] : llvm::zip(outputs, fusion.getResults()))
+      output.replaceUsesWithIf(result, [&](OpOperand &use) {
+        return !group.ops.contains(use.getOwner());
+      });
+    for (Operation *op : llvm::reverse(members))
+      op->erase();
+  }
+  // A fusion sits where its last member was; a result used before that
+  // point (possible with several outputs) moves its users after it.
+  if (!sortTopologically(&block))
+    return block.getParentOp()->emitError(
+        "internal error: llmc-fusion formed groups that depend on each other");
+  return success();
+}
+
+struct FusionPass : llmc::impl::FusionPassBase<FusionPass> {
+  void runOnOperation() override {
+    getOperation()->walk([&](func::FuncOp func) {
+      if (func.getBody().hasOneBlock()) {
+        GroupBuilder builder(func.getBody().front());
+        builder.formGroups();
+        if (failed(builder.materialize()))
+          signalPassFailure();
+      }
+    });
+  }
+};
+
+} // namespace

@@ -1,0 +1,45 @@
+// Loads compiled CPU kernels (an ELF object from codegen/KernelToCpu) into
+// the process and hands out their entry points.
+#ifndef LLMC_RUNTIME_CPU_CPUKERNELS_H
+#define LLMC_RUNTIME_CPU_CPUKERNELS_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <memory>
+
+namespace llvm::orc {
+class LLJIT;
+} // namespace llvm::orc
+
+namespace llmc::cpu {
+
+/// A kernel's entry point: runs rows [rowBegin, rowEnd); operands[i] is the
+/// base of the buffer of the kernel's operand i. Disjoint row ranges may run
+/// concurrently.
+using CpuKernelFn = void (*)(void *const *operands, int64_t rowBegin,
+                             int64_t rowEnd);
+
+/// The kernels of one object, linked into this process by an ORC LLJIT.
+/// The code stays valid as long as this object lives.
+class CpuKernels {
+public:
+  /// Links `object` (copied). `name` says where it came from, in errors.
+  static llvm::Expected<std::unique_ptr<CpuKernels>>
+  load(llvm::ArrayRef<char> object, llvm::StringRef name = "llmc-kernels");
+
+  /// The entry point of kernel `name` (its kir::Kernel::name).
+  llvm::Expected<CpuKernelFn> lookup(llvm::StringRef name) const;
+
+  ~CpuKernels();
+
+private:
+  explicit CpuKernels(std::unique_ptr<llvm::orc::LLJIT> jit);
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+};
+
+} // namespace llmc::cpu
+
+#endif // LLMC_RUNTIME_CPU_CPUKERNELS_H

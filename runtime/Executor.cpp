@@ -1,0 +1,356 @@
+// The CPU executor: buffers, kernel launches over the thread pool, BLAS
+// GEMMs with their epilogues, attention.
+#include "runtime/Executor.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+using namespace llmc;
+using namespace llmc::runtime;
+using kir::BufferKind;
+
+namespace {
+
+char *allocate(int64_t bytes) {
+  int64_t size = (std::max<int64_t>(bytes, 1) + kir::kArenaAlignment - 1) /
+                 kir::kArenaAlignment * kir::kArenaAlignment;
+  return static_cast<char *>(std::aligned_alloc(kir::kArenaAlignment, size));
+}
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  return "[" +
+         llvm::join(llvm::map_range(shape,
+                                    [](int64_t d) { return std::to_string(d); }),
+                    ", ") +
+         "]";
+}
+
+/// One operand of a BLAS call: element (row i, column j) of the logical
+/// (possibly transposed) matrix is at data[i * rowStride + j * colStride].
+struct Matrix {
+  float *data;
+  int64_t rowStride, colStride;
+};
+
+/// cblas_sgemm on row-major storage: C[m x n] = A[m x k] * B[k x n] for
+/// matrices given by strides, one of which is 1 for each.
+void sgemm(int64_t m, int64_t n, int64_t k, Matrix a, Matrix b, float *c,
+           int64_t ldc, float alpha = 1.0f) {
+  auto layout = [](const Matrix &x, int64_t cols) {
+    // Row-major with unit column stride: no transpose; otherwise the
+    // transpose of a row-major matrix.
+    if (x.colStride == 1)
+      return std::make_pair(CblasNoTrans, std::max(x.rowStride, cols));
+    return std::make_pair(CblasTrans, x.colStride);
+  };
+  auto [transA, lda] = layout(a, k);
+  auto [transB, ldb] = layout(b, n);
+  cblas_sgemm(CblasRowMajor, transA, transB, m, n, k, alpha, a.data, lda,
+              b.data, ldb, 0.0f, c, ldc);
+}
+
+} // namespace
+
+CpuExecutor::CpuExecutor(kir::Program program,
+                         std::vector<CpuKernelFn> kernels, int numThreads)
+    : prog(std::move(program)), kernelFns(std::move(kernels)),
+      pool(numThreads) {
+  // Our threads split the work; BLAS must not start threads of its own.
+  openblas_set_num_threads(1);
+  arena = allocate(prog.arenaBytes);
+  bases.resize(prog.buffers.size(), nullptr);
+  for (auto [index, buffer] : llvm::enumerate(prog.buffers)) {
+    if (buffer.kind == BufferKind::Arena) {
+      bases[index] = arena + buffer.offset;
+    } else {
+      char *memory = allocate(buffer.bytes());
+      std::memset(memory, 0, buffer.bytes());
+      owned.push_back(memory);
+      bases[index] = memory;
+    }
+  }
+  scratch.resize(pool.size());
+}
+
+CpuExecutor::~CpuExecutor() {
+  std::free(arena);
+  for (char *memory : owned)
+    std::free(memory);
+}
+
+llvm::Expected<std::unique_ptr<CpuExecutor>>
+CpuExecutor::create(kir::Program program, std::vector<CpuKernelFn> kernels,
+                    int numThreads) {
+  std::string error = kir::verifyProgram(program);
+  if (!error.empty())
+    return llvm::createStringError("invalid program: " + error);
+  if (kernels.size() != program.kernels.size())
+    return llvm::createStringError(
+        llvm::formatv("{0} kernel entry points for {1} kernels",
+                      kernels.size(), program.kernels.size()));
+  for (auto [index, fn] : llvm::enumerate(kernels))
+    if (!fn)
+      return llvm::createStringError("no code for kernel '" +
+                                     program.kernels[index].name + "'");
+  return std::unique_ptr<CpuExecutor>(
+      new CpuExecutor(std::move(program), std::move(kernels), numThreads));
+}
+
+llvm::Error CpuExecutor::setTensor(llvm::StringRef name,
+                                   const HostTensor &tensor) {
+  for (const std::vector<kir::Binding> *list : {&prog.params, &prog.inputs})
+    for (const kir::Binding &binding : *list) {
+      if (binding.name != name)
+        continue;
+      const kir::Buffer &buffer = prog.buffers[binding.buffer];
+      if (tensor.shape != buffer.shape)
+        return llvm::createStringError(
+            "tensor '" + name + "' has shape " + shapeString(tensor.shape) +
+            ", the model expects " + shapeString(buffer.shape));
+      if (tensor.dtype != buffer.dtype)
+        return llvm::createStringError(
+            "tensor '" + name + "' is " + kir::dtypeName(tensor.dtype) +
+            ", the model expects " + kir::dtypeName(buffer.dtype));
+      std::memcpy(base(binding.buffer), tensor.bytes.data(), buffer.bytes());
+      return llvm::Error::success();
+    }
+  return llvm::createStringError("the model has no parameter or input '" +
+                                 name + "'");
+}
+
+llvm::Error CpuExecutor::setParams(const TensorMap &tensors,
+                                   llvm::StringRef source) {
+  for (const kir::Binding &param : prog.params) {
+    auto it = tensors.find(param.name);
+    if (it == tensors.end())
+      return llvm::createStringError(source + ": no tensor '" + param.name +
+                                     "', a parameter of the model");
+    if (llvm::Error error = setTensor(param.name, it->second))
+      return llvm::createStringError(source + ": " +
+                                     llvm::toString(std::move(error)));
+  }
+  return llvm::Error::success();
+}
+
+TensorMap CpuExecutor::params() const {
+  TensorMap result;
+  for (const kir::Binding &param : prog.params) {
+    const kir::Buffer &buffer = prog.buffers[param.buffer];
+    HostTensor tensor = HostTensor::zeros(buffer.dtype, buffer.shape);
+    std::memcpy(tensor.bytes.data(), base(param.buffer), buffer.bytes());
+    result[param.name] = std::move(tensor);
+  }
+  return result;
+}
+
+llvm::Expected<HostTensor> CpuExecutor::output(llvm::StringRef name) const {
+  for (const std::vector<kir::Binding> *list :
+       {&prog.outputs, &prog.params, &prog.inputs})
+    for (const kir::Binding &binding : *list) {
+      if (binding.name != name)
+        continue;
+      const kir::Buffer &buffer = prog.buffers[binding.buffer];
+      HostTensor tensor = HostTensor::zeros(buffer.dtype, buffer.shape);
+      std::memcpy(tensor.bytes.data(), base(binding.buffer), buffer.bytes());
+      return tensor;
+    }
+  return llvm::createStringError("the program has no output '" + name + "'");
+}
+
+llvm::Error CpuExecutor::checkIds() const {
+  for (const kir::Binding &input : prog.inputs) {
+    const kir::Buffer &buffer = prog.buffers[input.buffer];
+    if (buffer.idBound <= 0)
+      continue;
+    for (int64_t i = 0; i < buffer.numElements(); ++i) {
+      int64_t id = buffer.dtype == kir::DType::I32
+                       ? reinterpret_cast<const int32_t *>(base(input.buffer))[i]
+                       : reinterpret_cast<const int64_t *>(base(input.buffer))[i];
+      if (id < 0 || id >= buffer.idBound)
+        return llvm::createStringError(llvm::formatv(
+            "input '{0}' holds id {1} at position {2}, outside [0, {3})",
+            input.name, id, i, buffer.idBound));
+    }
+  }
+  return llvm::Error::success();
+}
+
+void CpuExecutor::runKernel(const kir::Kernel &kernel, CpuKernelFn fn) {
+  std::vector<void *> operands;
+  for (const kir::Access &access : kernel.operands)
+    operands.push_back(base(access.buffer));
+  int64_t rows = kernel.numRows();
+  // Tiny kernels are not worth waking the pool for.
+  if (rows * kernel.rowLength() < 4096) {
+    fn(operands.data(), 0, rows);
+    return;
+  }
+  pool.parallelFor(rows, [&](int64_t begin, int64_t end, int) {
+    fn(operands.data(), begin, end);
+  });
+}
+
+void CpuExecutor::runGemm(const kir::GemmStep &g) {
+  auto at = [&](const kir::View &view) {
+    return reinterpret_cast<float *>(base(view.buffer)) + view.offset;
+  };
+  // Strides of op(A) [m x k] and op(B) [k x n] from the stored layouts.
+  int64_t aM = g.transA ? g.a.strides[2] : g.a.strides[1];
+  int64_t aK = g.transA ? g.a.strides[1] : g.a.strides[2];
+  int64_t bK = g.transB ? g.b.strides[2] : g.b.strides[1];
+  int64_t bN = g.transB ? g.b.strides[1] : g.b.strides[2];
+  float *a = at(g.a), *b = at(g.b), *c = at(g.c);
+  CpuKernelFn epilogue = g.epilogue >= 0 ? kernelFns[g.epilogue] : nullptr;
+  std::vector<void *> epilogueOperands;
+  if (epilogue)
+    for (const kir::Access &access : prog.kernels[g.epilogue].operands)
+      epilogueOperands.push_back(base(access.buffer));
+
+  int64_t rows = g.batch * g.m;
+  // Rows of C (over all batches) per thread, the epilogue on each thread's
+  // block right after its product; with few rows, columns per thread.
+  auto rowBlock = [&](int64_t begin, int64_t end, int) {
+    for (int64_t batch = begin / g.m; batch * g.m < end; ++batch) {
+      int64_t first = std::max(begin, batch * g.m) - batch * g.m;
+      int64_t last = std::min(end, (batch + 1) * g.m) - batch * g.m;
+      sgemm(last - first, g.n, g.k,
+            {a + batch * g.a.strides[0] + first * aM, aM, aK},
+            {b + batch * g.b.strides[0], bK, bN},
+            c + batch * g.c.strides[0] + first * g.c.strides[1],
+            g.c.strides[1]);
+    }
+    if (epilogue)
+      epilogue(epilogueOperands.data(), begin, end);
+  };
+  bool splitRows = rows >= 8 * pool.size() || g.n < 64 * pool.size();
+  if (splitRows) {
+    pool.parallelFor(rows, rowBlock);
+    return;
+  }
+  pool.parallelFor(g.n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t batch = 0; batch < g.batch; ++batch)
+      sgemm(g.m, end - begin, g.k, {a + batch * g.a.strides[0], aM, aK},
+            {b + batch * g.b.strides[0] + begin * bN, bK, bN},
+            c + batch * g.c.strides[0] + begin, g.c.strides[1]);
+  });
+  if (epilogue)
+    epilogue(epilogueOperands.data(), 0, rows);
+}
+
+void CpuExecutor::runAttention(const kir::AttentionStep &att) {
+  int64_t T = att.seq, D = att.headDim;
+  auto at = [&](const kir::View &view, int64_t b, int64_t h) {
+    return reinterpret_cast<float *>(base(view.buffer)) + view.offset +
+           b * view.strides[0] + h * view.strides[1];
+  };
+  pool.parallelFor(att.batch * att.heads, [&](int64_t begin, int64_t end,
+                                              int thread) {
+    std::vector<float> &scores = scratch[thread];
+    scores.resize(T * T);
+    for (int64_t pair = begin; pair < end; ++pair) {
+      int64_t b = pair / att.heads, h = pair % att.heads;
+      float *q = at(att.q, b, h), *k = at(att.k, b, h), *v = at(att.v, b, h);
+      float *out = at(att.out, b, h);
+      float *lse = reinterpret_cast<float *>(base(att.lse.buffer)) +
+                   att.lse.offset + b * att.lse.strides[0] +
+                   h * att.lse.strides[1];
+      // S = scale * Q K^T; K^T as a matrix: (row d, column s) at s*ks + d.
+      sgemm(T, T, D, {q, att.q.strides[2], 1}, {k, 1, att.k.strides[2]},
+            scores.data(), T, att.scale);
+      for (int64_t t = 0; t < T; ++t) {
+        float *row = scores.data() + t * T;
+        int64_t visible = att.causal ? t + 1 : T;
+        float max = -INFINITY;
+        for (int64_t s = 0; s < visible; ++s)
+          max = std::max(max, row[s]);
+        double sum = 0;
+        for (int64_t s = 0; s < visible; ++s) {
+          row[s] = std::exp(row[s] - max);
+          sum += row[s];
+        }
+        float inv = float(1.0 / sum);
+        for (int64_t s = 0; s < visible; ++s)
+          row[s] *= inv;
+        for (int64_t s = visible; s < T; ++s)
+          row[s] = 0.0f;
+        lse[t * att.lse.strides[2]] = max + float(std::log(sum));
+      }
+      // Out = P V.
+      sgemm(T, D, T, {scores.data(), T, 1}, {v, att.v.strides[2], 1}, out,
+            att.out.strides[2]);
+    }
+  });
+}
+
+llvm::Error CpuExecutor::run() {
+  if (llvm::Error error = checkIds())
+    return error;
+  using Clock = std::chrono::steady_clock;
+  for (const kir::Step &step : prog.steps) {
+    Clock::time_point start = profiling ? Clock::now() : Clock::time_point();
+    double *bucket = nullptr;
+    switch (step.kind) {
+    case kir::StepKind::Kernel:
+      runKernel(prog.kernels[step.kernel], kernelFns[step.kernel]);
+      bucket = &stepProfile.kernelSeconds;
+      break;
+    case kir::StepKind::Gemm:
+      runGemm(step.gemm);
+      bucket = &stepProfile.gemmSeconds;
+      break;
+    case kir::StepKind::Attention:
+      runAttention(step.attention);
+      bucket = &stepProfile.attentionSeconds;
+      break;
+    }
+    if (profiling)
+      *bucket += std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  if (profiling)
+    ++stepProfile.runs;
+  return llvm::Error::success();
+}
+
+llvm::Expected<int64_t> CpuExecutor::measureArenaHighWater() {
+  // 0xFF bytes: a float ending in one is NaN or below -2^127, never data.
+  constexpr unsigned char canary = 0xFF;
+  std::memset(arena, canary, prog.arenaBytes);
+  if (llvm::Error error = run())
+    return error;
+  int64_t high = prog.arenaBytes;
+  while (high > 0 && static_cast<unsigned char>(arena[high - 1]) == canary)
+    --high;
+  return high;
+}
+
+llvm::Expected<std::unique_ptr<CpuExecutor>>
+llmc::runtime::createCpuExecutor(kir::Program program,
+                                 cpu::CompileObjectFn compile, int numThreads,
+                                 cpu::CacheStats *stats,
+                                 const cpu::KernelCacheOptions &cache) {
+  llvm::Expected<std::unique_ptr<cpu::CpuKernels>> code =
+      cpu::loadCpuKernels(program.kernels, compile, stats, cache);
+  if (!code)
+    return code.takeError();
+  std::vector<CpuKernelFn> fns;
+  for (const kir::Kernel &kernel : program.kernels) {
+    llvm::Expected<cpu::CpuKernelFn> fn = (*code)->lookup(kernel.name);
+    if (!fn)
+      return fn.takeError();
+    fns.push_back(*fn);
+  }
+  llvm::Expected<std::unique_ptr<CpuExecutor>> executor =
+      CpuExecutor::create(std::move(program), std::move(fns), numThreads);
+  if (!executor)
+    return executor.takeError();
+  (*executor)->code = std::move(*code);
+  return executor;
+}

@@ -1,0 +1,102 @@
+// Runs a kir::Program on the CPU: parameters, inputs and the one arena in
+// host memory; kernel steps through JIT-compiled kernels split by rows over
+// a thread pool; GEMMs through BLAS (one BLAS thread per pool thread, each
+// on its own block of rows, its epilogue run on that block while it is in
+// cache); attention through BLAS products and a masked softmax.
+#ifndef LLMC_RUNTIME_EXECUTOR_H
+#define LLMC_RUNTIME_EXECUTOR_H
+
+#include "codegen/Program.h"
+#include "runtime/Cpu/KernelCache.h"
+#include "runtime/ThreadPool.h"
+#include "runtime/Weights.h"
+
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <vector>
+
+namespace llmc::runtime {
+
+/// A JIT-compiled kernel: runs rows [rowBegin, rowEnd) of its domain with
+/// `operands[i]` the base address of operand i's buffer.
+using cpu::CpuKernelFn;
+
+/// Time spent per kind of step, accumulated over runs while profiling.
+struct StepProfile {
+  double kernelSeconds = 0, gemmSeconds = 0, attentionSeconds = 0;
+  int64_t runs = 0;
+};
+
+class CpuExecutor {
+public:
+  /// `kernels[i]` runs program.kernels[i]. `numThreads` <= 0: one per
+  /// hardware thread.
+  static llvm::Expected<std::unique_ptr<CpuExecutor>>
+  create(kir::Program program, std::vector<CpuKernelFn> kernels,
+         int numThreads = 0);
+  ~CpuExecutor();
+
+  const kir::Program &program() const { return prog; }
+  int numThreads() const { return pool.size(); }
+
+  /// Copies a parameter or input in. The name, shape and dtype must match
+  /// the program's; the error says which tensor differs and how.
+  llvm::Error setTensor(llvm::StringRef name, const HostTensor &tensor);
+  /// Sets every parameter from `tensors`; a missing parameter or a tensor
+  /// the model does not have is an error naming it (`source` is the file).
+  llvm::Error setParams(const TensorMap &tensors, llvm::StringRef source);
+  /// The parameters as host tensors (for saving).
+  TensorMap params() const;
+
+  /// Runs the schedule once. Fails (before running anything) if an input
+  /// id lies outside the table it indexes.
+  llvm::Error run();
+
+  /// An output (loss, logits) or any buffer named by a binding, as f32.
+  llvm::Expected<HostTensor> output(llvm::StringRef name) const;
+
+  /// Runs once with the arena filled with a canary pattern and returns the
+  /// highest arena byte the run wrote, plus one: the measured high-water
+  /// mark, to compare with the planned peak (Program::arenaBytes).
+  llvm::Expected<int64_t> measureArenaHighWater();
+
+  void setProfiling(bool enabled) { profiling = enabled; }
+  const StepProfile &profile() const { return stepProfile; }
+
+private:
+  CpuExecutor(kir::Program program, std::vector<CpuKernelFn> kernels,
+              int numThreads);
+  char *base(int32_t buffer) const { return bases[buffer]; }
+  void runKernel(const kir::Kernel &kernel, CpuKernelFn fn);
+  void runGemm(const kir::GemmStep &gemm);
+  void runAttention(const kir::AttentionStep &attention);
+  llvm::Error checkIds() const;
+
+  friend llvm::Expected<std::unique_ptr<CpuExecutor>>
+  createCpuExecutor(kir::Program, cpu::CompileObjectFn, int, cpu::CacheStats *,
+                    const cpu::KernelCacheOptions &);
+
+  kir::Program prog;
+  std::unique_ptr<cpu::CpuKernels> code; // keeps kernelFns alive
+  std::vector<CpuKernelFn> kernelFns;
+  ThreadPool pool;
+  char *arena = nullptr;
+  std::vector<char *> owned;  // parameter and input allocations
+  std::vector<char *> bases;  // per buffer: where element 0 lives
+  std::vector<std::vector<float>> scratch; // per thread: attention scores
+  bool profiling = false;
+  StepProfile stepProfile;
+};
+
+/// Loads the program's kernels from the kernel cache, or compiles them with
+/// `compile` (codegen's compileKernelsToObject; the runtime has no MLIR),
+/// links them and creates an executor.
+llvm::Expected<std::unique_ptr<CpuExecutor>>
+createCpuExecutor(kir::Program program, cpu::CompileObjectFn compile,
+                  int numThreads = 0, cpu::CacheStats *stats = nullptr,
+                  const cpu::KernelCacheOptions &cache = {});
+
+} // namespace llmc::runtime
+
+#endif // LLMC_RUNTIME_EXECUTOR_H

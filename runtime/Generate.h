@@ -1,0 +1,51 @@
+// Text generation from a compiled model: weights in, sampled tokens out.
+#ifndef LLMC_RUNTIME_GENERATE_H
+#define LLMC_RUNTIME_GENERATE_H
+
+#include "runtime/Executor.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace llmc::runtime {
+
+/// The model's dimensions, read from the program's config (Program::modelJson).
+llvm::Expected<Gpt2Dims> modelDims(const kir::Program &program);
+
+/// Sets the executor's parameters: from `path` (a safetensors file, or an
+/// llm.c checkpoint recognized by its magic number) or, if `path` is empty,
+/// by the seeded GPT-2 initialization. Errors name the file and tensor.
+llvm::Error loadWeights(CpuExecutor &executor, llvm::StringRef path,
+                        uint64_t seed);
+
+struct SamplingOptions {
+  double temperature = 1.0; // 0: greedy (argmax)
+  int64_t topK = 0;         // 0: the whole vocabulary
+  uint64_t seed = 1337;
+};
+
+/// Draws a token id from `logits` (one position's row).
+int64_t sampleToken(llvm::ArrayRef<float> logits,
+                    const SamplingOptions &options, uint64_t step);
+
+/// The byte-level tokenizer: one token per byte (ids 0..255).
+std::vector<int32_t> encodeBytes(llvm::StringRef text);
+/// A token as text: the byte for ids below 256, else "<|id|>".
+std::string decodeToken(int64_t id);
+
+/// Appends `maxTokens` sampled tokens to `context` (a sequence of ids; a
+/// window of the last T ids is fed at each step), calling `emit` with each
+/// new token as it is drawn. The program must return logits [B, T, V].
+llvm::Error generate(CpuExecutor &executor, std::vector<int32_t> &context,
+                     int64_t maxTokens, const SamplingOptions &options,
+                     const std::function<void(int64_t)> &emit);
+
+} // namespace llmc::runtime
+
+#endif // LLMC_RUNTIME_GENERATE_H

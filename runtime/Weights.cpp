@@ -1,0 +1,1001 @@
+// Host tensors, safetensors and llm.c checkpoint I/O, GPT-2 initialization.
+#include "runtime/Weights.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/bit.h"
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MathExtras.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+using namespace llvm;
+
+namespace llmc::runtime {
+
+using kir::DType;
+
+// Tensor bytes are copied to and from files verbatim, and both formats are
+// little-endian.
+static_assert(llvm::endianness::native == llvm::endianness::little,
+              "llmc's weight files assume a little-endian host");
+
+//===----------------------------------------------------------------------===//
+// Scalar conversions
+//===----------------------------------------------------------------------===//
+
+float halfToFloat(uint16_t bits) {
+  uint32_t sign = uint32_t(bits & 0x8000) << 16;
+  uint32_t exponent = (bits >> 10) & 0x1f;
+  uint32_t mantissa = bits & 0x3ff;
+  uint32_t result;
+  if (exponent == 0x1f) {
+    // Infinity or NaN: the payload moves to the top of float's mantissa, so
+    // the quiet bit stays the quiet bit.
+    result = sign | 0x7f800000 | (mantissa << 13);
+  } else if (exponent != 0) {
+    result = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    result = sign;
+  } else {
+    // Subnormal: mantissa * 2^-24. Normalize so the leading one becomes the
+    // implicit bit; every half subnormal is a normal float.
+    int shift = 0;
+    while (!(mantissa & 0x400)) {
+      mantissa <<= 1;
+      ++shift;
+    }
+    result = sign | (uint32_t(127 - 15 + 1 - shift) << 23) |
+             ((mantissa & 0x3ff) << 13);
+  }
+  return llvm::bit_cast<float>(result);
+}
+
+float bfloat16ToFloat(uint16_t bits) {
+  return llvm::bit_cast<float>(uint32_t(bits) << 16);
+}
+
+/// Rounds `value >> shift` to nearest, ties to even.
+static uint32_t shiftRightRoundEven(uint32_t value, unsigned shift) {
+  uint32_t kept = value >> shift;
+  uint32_t rest = value & ((1u << shift) - 1);
+  uint32_t half = 1u << (shift - 1);
+  if (rest > half || (rest == half && (kept & 1)))
+    ++kept;
+  return kept;
+}
+
+uint16_t floatToHalf(float value) {
+  uint32_t bits = llvm::bit_cast<uint32_t>(value);
+  uint16_t sign = (bits >> 16) & 0x8000;
+  uint32_t magnitude = bits & 0x7fffffff;
+  if (magnitude > 0x7f800000) // NaN: keep it quiet and its top payload bits.
+    return sign | 0x7e00 | ((magnitude >> 13) & 0x3ff);
+  // 65520 is halfway between the largest half (65504) and 2^16; ties to
+  // even round it, and everything above, to infinity.
+  if (magnitude >= 0x477ff000)
+    return sign | 0x7c00;
+  if (magnitude >= 0x38800000) {
+    // A normal half. Rebias the exponent; a mantissa carry from rounding
+    // correctly bumps the exponent (up to 65504 only, by the check above).
+    uint32_t rebiased = magnitude - ((127u - 15u) << 23);
+    return sign | uint16_t(shiftRightRoundEven(rebiased, 13));
+  }
+  // At most 2^-25, half of the smallest subnormal: ties to even give zero.
+  if (magnitude <= 0x33000000)
+    return sign;
+  // A subnormal half, in units of 2^-24: (1.m * 2^(e-127)) / 2^-24
+  // = (mantissa with implicit bit) >> (126 - e). Rounding up to 0x400
+  // correctly yields the smallest normal.
+  uint32_t exponent = magnitude >> 23;
+  uint32_t mantissa = (magnitude & 0x7fffff) | 0x800000;
+  return sign | uint16_t(shiftRightRoundEven(mantissa, 126 - exponent));
+}
+
+uint16_t floatToBFloat16(float value) {
+  uint32_t bits = llvm::bit_cast<uint32_t>(value);
+  if ((bits & 0x7fffffff) > 0x7f800000) // NaN: quiet it, keep sign, payload.
+    return uint16_t(bits >> 16) | 0x0040;
+  // Rounding may carry into the exponent; from the largest finite values
+  // it correctly reaches infinity.
+  return uint16_t(shiftRightRoundEven(bits, 16));
+}
+
+//===----------------------------------------------------------------------===//
+// HostTensor
+//===----------------------------------------------------------------------===//
+
+static int64_t productOf(ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+HostTensor HostTensor::zeros(DType dtype, std::vector<int64_t> shape) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.bytes.assign(size_t(t.numElements() * kir::dtypeBytes(dtype)), 0);
+  return t;
+}
+
+HostTensor HostTensor::fromF32(ArrayRef<float> values,
+                               std::vector<int64_t> shape, DType dtype) {
+  HostTensor t = zeros(dtype, std::move(shape));
+  assert(int64_t(values.size()) == t.numElements() &&
+         "value count does not match the shape");
+  switch (dtype) {
+  case DType::F32:
+    llvm::copy(values, t.f32().begin());
+    break;
+  case DType::F16:
+    llvm::transform(values, t.u16().begin(), floatToHalf);
+    break;
+  case DType::BF16:
+    llvm::transform(values, t.u16().begin(), floatToBFloat16);
+    break;
+  default:
+    llvm_unreachable("HostTensor::fromF32 needs a float dtype");
+  }
+  return t;
+}
+
+int64_t HostTensor::numElements() const { return productOf(shape); }
+
+bool HostTensor::isFloat() const { return kir::isFloat(dtype); }
+
+// The views reinterpret `bytes`: std::vector<char> storage comes from
+// operator new, aligned for any fundamental type.
+template <typename T>
+static ArrayRef<T> viewAs(const HostTensor &t, bool dtypeMatches) {
+  assert(dtypeMatches && "HostTensor viewed as the wrong element type");
+  assert(t.bytes.size() == size_t(t.numElements()) * sizeof(T) &&
+         "HostTensor bytes do not match its shape");
+  (void)dtypeMatches;
+  return ArrayRef<T>(reinterpret_cast<const T *>(t.bytes.data()),
+                     t.bytes.size() / sizeof(T));
+}
+
+template <typename T>
+static MutableArrayRef<T> viewAs(HostTensor &t, bool dtypeMatches) {
+  ArrayRef<T> view =
+      viewAs<T>(static_cast<const HostTensor &>(t), dtypeMatches);
+  return MutableArrayRef<T>(const_cast<T *>(view.data()), view.size());
+}
+
+ArrayRef<float> HostTensor::f32() const {
+  return viewAs<float>(*this, dtype == DType::F32);
+}
+MutableArrayRef<float> HostTensor::f32() {
+  return viewAs<float>(*this, dtype == DType::F32);
+}
+ArrayRef<uint16_t> HostTensor::u16() const {
+  return viewAs<uint16_t>(*this, dtype == DType::F16 || dtype == DType::BF16);
+}
+MutableArrayRef<uint16_t> HostTensor::u16() {
+  return viewAs<uint16_t>(*this, dtype == DType::F16 || dtype == DType::BF16);
+}
+ArrayRef<int32_t> HostTensor::i32() const {
+  return viewAs<int32_t>(*this, dtype == DType::I32);
+}
+MutableArrayRef<int32_t> HostTensor::i32() {
+  return viewAs<int32_t>(*this, dtype == DType::I32);
+}
+ArrayRef<int64_t> HostTensor::i64() const {
+  return viewAs<int64_t>(*this, dtype == DType::I64);
+}
+MutableArrayRef<int64_t> HostTensor::i64() {
+  return viewAs<int64_t>(*this, dtype == DType::I64);
+}
+
+std::vector<float> HostTensor::toF32() const {
+  switch (dtype) {
+  case DType::F32:
+    return std::vector<float>(f32().begin(), f32().end());
+  case DType::F16:
+  case DType::BF16: {
+    auto widen = dtype == DType::F16 ? halfToFloat : bfloat16ToFloat;
+    std::vector<float> values(u16().size());
+    llvm::transform(u16(), values.begin(), widen);
+    return values;
+  }
+  default:
+    llvm_unreachable("HostTensor::toF32 needs a float dtype");
+  }
+}
+
+bool operator==(const HostTensor &lhs, const HostTensor &rhs) {
+  return lhs.dtype == rhs.dtype && lhs.shape == rhs.shape &&
+         lhs.bytes == rhs.bytes;
+}
+
+//===----------------------------------------------------------------------===//
+// Shared helpers: errors, atomic writes
+//===----------------------------------------------------------------------===//
+
+static Error fileError(StringRef path, const Twine &message) {
+  return createStringError(path + ": " + message);
+}
+
+static Error tensorError(StringRef path, StringRef name, const Twine &message) {
+  return createStringError(path + ": tensor '" + name + "': " + message);
+}
+
+static std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  for (auto [i, d] : llvm::enumerate(shape))
+    s += (i ? ", " : "") + std::to_string(d);
+  return s + "]";
+}
+
+/// The element count of `shape`, or nullopt when a dimension is negative or
+/// the count (times `elementBytes`) overflows int64.
+static std::optional<int64_t> checkedByteCount(ArrayRef<int64_t> shape,
+                                               int64_t elementBytes) {
+  int64_t n = elementBytes;
+  for (int64_t d : shape) {
+    if (d < 0 || MulOverflow(n, d, n))
+      return std::nullopt;
+  }
+  return n;
+}
+
+static Expected<std::unique_ptr<MemoryBuffer>> readWholeFile(StringRef path) {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> buffer = MemoryBuffer::getFile(
+      path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  if (!buffer)
+    return fileError(path, "cannot read: " + buffer.getError().message());
+  return std::move(*buffer);
+}
+
+/// Writes `path` through a temporary file in the same directory that is
+/// fsynced and then renamed over it, so readers see the old file or the
+/// complete new one, never a prefix. The temporary is removed on failure
+/// (and on a fatal signal, by TempFile).
+static Error writeFileAtomically(StringRef path,
+                                 function_ref<void(raw_ostream &)> write) {
+  Expected<sys::fs::TempFile> temp =
+      sys::fs::TempFile::create(path + ".tmp-%%%%%%%%");
+  if (!temp)
+    return fileError(path, "cannot create a temporary file next to it: " +
+                               toString(temp.takeError()));
+  auto fail = [&](const Twine &message) {
+    consumeError(temp->discard());
+    return fileError(path, message);
+  };
+  {
+    raw_fd_ostream os(temp->FD, /*shouldClose=*/false);
+    write(os);
+    os.flush();
+    if (os.has_error()) {
+      std::error_code ec = os.error();
+      os.clear_error();
+      return fail("write failed: " + ec.message());
+    }
+  }
+  if (::fsync(temp->FD) != 0)
+    return fail("fsync failed: " + llvm::errnoAsErrorCode().message());
+  if (Error err = temp->keep(path))
+    return fileError(path, "cannot rename the temporary file over it: " +
+                               toString(std::move(err)));
+  // Make the rename itself durable. Best effort: some file systems refuse
+  // fsync on a directory, and the data is already safe either way.
+  SmallString<256> dir(path);
+  sys::path::remove_filename(dir);
+  if (dir.empty())
+    dir = ".";
+  int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirFd >= 0) {
+    (void)::fsync(dirFd);
+    ::close(dirFd);
+  }
+  return Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// safetensors
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// A safetensors element type: a kir::DType, or F64 (which it lacks).
+struct FileDType {
+  std::optional<DType> dtype; // nullopt: F64
+  int64_t bytes;
+  StringRef name;
+};
+} // namespace
+
+static std::optional<FileDType> parseFileDType(StringRef name) {
+  if (name == "F32")
+    return FileDType{DType::F32, 4, "F32"};
+  if (name == "F16")
+    return FileDType{DType::F16, 2, "F16"};
+  if (name == "BF16")
+    return FileDType{DType::BF16, 2, "BF16"};
+  if (name == "I32")
+    return FileDType{DType::I32, 4, "I32"};
+  if (name == "I64")
+    return FileDType{DType::I64, 8, "I64"};
+  if (name == "F64")
+    return FileDType{std::nullopt, 8, "F64"};
+  return std::nullopt;
+}
+
+/// The safetensors spelling of a tensor type, or nullopt for I1 (which has
+/// no agreed byte layout in the format).
+static std::optional<StringRef> fileDTypeName(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return StringRef("F32");
+  case DType::F16:
+    return StringRef("F16");
+  case DType::BF16:
+    return StringRef("BF16");
+  case DType::I32:
+    return StringRef("I32");
+  case DType::I64:
+    return StringRef("I64");
+  default:
+    return std::nullopt;
+  }
+}
+
+static Error parseMetadata(StringRef path, const json::Value &value,
+                           std::map<std::string, std::string> &metadata) {
+  const json::Object *object = value.getAsObject();
+  if (!object)
+    return fileError(path, "'__metadata__' is not a JSON object of strings");
+  for (const auto &[key, entry] : *object) {
+    std::optional<StringRef> text = entry.getAsString();
+    if (!text)
+      return fileError(path, "'__metadata__' entry '" + key.str() +
+                                 "' is not a string");
+    metadata[key.str()] = text->str();
+  }
+  return Error::success();
+}
+
+namespace {
+struct Extent {
+  std::string name;
+  int64_t begin, end;
+};
+} // namespace
+
+Expected<SafetensorsFile> readSafetensorsFile(StringRef path) {
+  Expected<std::unique_ptr<MemoryBuffer>> buffer = readWholeFile(path);
+  if (!buffer)
+    return buffer.takeError();
+  StringRef contents = (*buffer)->getBuffer();
+  uint64_t fileSize = contents.size();
+  if (fileSize < 8)
+    return fileError(path, "the file is " + Twine(fileSize) +
+                               " bytes, too short for a safetensors file "
+                               "(an 8-byte header size comes first)");
+  uint64_t headerSize = support::endian::read64le(
+      reinterpret_cast<const void *>(contents.data()));
+  if (headerSize > fileSize - 8)
+    return fileError(path, "header size " + Twine(headerSize) +
+                               " (the first 8 bytes) is larger than the " +
+                               Twine(fileSize - 8) +
+                               " bytes after it: truncated, or not a "
+                               "safetensors file");
+  StringRef headerText = contents.substr(8, headerSize);
+  StringRef data = contents.substr(8 + headerSize);
+
+  Expected<json::Value> header = json::parse(headerText);
+  if (!header)
+    return fileError(path, "invalid JSON in the safetensors header: " +
+                               toString(header.takeError()));
+  const json::Object *root = header->getAsObject();
+  if (!root)
+    return fileError(path, "the safetensors header is not a JSON object");
+
+  // json::Object is unordered; visit names sorted so the first error
+  // reported does not depend on hashing.
+  std::vector<StringRef> names;
+  for (const auto &entry : *root)
+    names.push_back(entry.first);
+  llvm::sort(names);
+
+  SafetensorsFile result;
+  std::vector<Extent> extents;
+  for (StringRef name : names) {
+    const json::Value &value = *root->get(name);
+    if (name == "__metadata__") {
+      if (Error err = parseMetadata(path, value, result.metadata))
+        return err;
+      continue;
+    }
+    const json::Object *entry = value.getAsObject();
+    if (!entry)
+      return tensorError(path, name, "the header entry is not a JSON object");
+
+    std::optional<StringRef> dtypeName = entry->getString("dtype");
+    if (!dtypeName)
+      return tensorError(path, name, "missing string field 'dtype'");
+    std::optional<FileDType> dtype = parseFileDType(*dtypeName);
+    if (!dtype)
+      return tensorError(path, name,
+                         "unsupported dtype '" + *dtypeName +
+                             "' (llmc reads F32, F16, BF16, I32, I64, F64)");
+
+    const json::Array *shapeArray = entry->getArray("shape");
+    if (!shapeArray)
+      return tensorError(path, name, "missing array field 'shape'");
+    std::vector<int64_t> shape;
+    for (const json::Value &dim : *shapeArray) {
+      std::optional<int64_t> size = dim.getAsInteger();
+      if (!size || *size < 0)
+        return tensorError(path, name,
+                           "'shape' must hold non-negative integers");
+      shape.push_back(*size);
+    }
+    std::optional<int64_t> byteCount = checkedByteCount(shape, dtype->bytes);
+    if (!byteCount)
+      return tensorError(path, name,
+                         "shape " + shapeString(shape) + " is too large");
+
+    const json::Array *offsets = entry->getArray("data_offsets");
+    std::optional<int64_t> begin, end;
+    if (offsets && offsets->size() == 2) {
+      begin = (*offsets)[0].getAsInteger();
+      end = (*offsets)[1].getAsInteger();
+    }
+    if (!begin || !end || *begin < 0 || *end < *begin)
+      return tensorError(path, name,
+                         "'data_offsets' must be [begin, end] with "
+                         "0 <= begin <= end");
+    std::string offsetsText = "data_offsets [" + std::to_string(*begin) + ", " +
+                              std::to_string(*end) + "]";
+    if (*end - *begin != *byteCount)
+      return tensorError(path, name,
+                         "shape " + shapeString(shape) + " of " + dtype->name +
+                             " needs " + Twine(*byteCount) + " bytes, but " +
+                             offsetsText + " span " + Twine(*end - *begin));
+    if (uint64_t(*end) > data.size())
+      return tensorError(path, name,
+                         offsetsText + " reach past the end of the data (" +
+                             Twine(data.size()) +
+                             " bytes after the header): the file is "
+                             "truncated or the offsets are wrong");
+    extents.push_back({name.str(), *begin, *end});
+
+    StringRef payload = data.slice(*begin, *end);
+    if (dtype->dtype) {
+      HostTensor tensor;
+      tensor.dtype = *dtype->dtype;
+      tensor.shape = std::move(shape);
+      tensor.bytes.assign(payload.begin(), payload.end());
+      result.tensors.emplace(name.str(), std::move(tensor));
+    } else {
+      F64Tensor tensor;
+      tensor.shape = std::move(shape);
+      tensor.values.resize(payload.size() / sizeof(double));
+      std::memcpy(tensor.values.data(), payload.data(), payload.size());
+      result.f64Tensors.emplace(name.str(), std::move(tensor));
+    }
+  }
+
+  // Like the reference implementation, require the tensors to tile the
+  // data exactly: an overlap or a hole means a corrupt or hand-made header.
+  llvm::sort(extents, [](const Extent &a, const Extent &b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
+  int64_t covered = 0;
+  const Extent *previous = nullptr;
+  for (const Extent &extent : extents) {
+    if (extent.begin < covered)
+      return tensorError(path, extent.name,
+                         "data_offsets [" + Twine(extent.begin) + ", " +
+                             Twine(extent.end) + "] overlap tensor '" +
+                             previous->name + "' [" + Twine(previous->begin) +
+                             ", " + Twine(previous->end) + "]");
+    if (extent.begin > covered)
+      return tensorError(path, extent.name,
+                         "data_offsets start at " + Twine(extent.begin) +
+                             ", leaving bytes [" + Twine(covered) + ", " +
+                             Twine(extent.begin) +
+                             "] of the data to no tensor");
+    covered = extent.end;
+    previous = &extent;
+  }
+  if (uint64_t(covered) != data.size())
+    return fileError(path, Twine(data.size() - covered) +
+                               " bytes after the last tensor's data belong "
+                               "to no tensor");
+  return result;
+}
+
+Expected<TensorMap> readSafetensors(StringRef path) {
+  Expected<SafetensorsFile> file = readSafetensorsFile(path);
+  if (!file)
+    return file.takeError();
+  if (!file->f64Tensors.empty())
+    return tensorError(path, file->f64Tensors.begin()->first,
+                       "is F64, which HostTensor does not hold; read the "
+                       "file with readSafetensorsFile");
+  return std::move(file->tensors);
+}
+
+namespace {
+/// One tensor on its way into a safetensors file.
+struct OutTensor {
+  StringRef name;
+  StringRef dtype;
+  ArrayRef<int64_t> shape;
+  StringRef payload;
+};
+} // namespace
+
+Error writeSafetensors(StringRef path, const SafetensorsFile &file) {
+  std::vector<OutTensor> outs;
+  for (const auto &[name, tensor] : file.tensors) {
+    std::optional<StringRef> dtype = fileDTypeName(tensor.dtype);
+    if (!dtype)
+      return tensorError(path, name, "safetensors has no I1 layout");
+    std::optional<int64_t> byteCount =
+        checkedByteCount(tensor.shape, kir::dtypeBytes(tensor.dtype));
+    if (!byteCount || uint64_t(*byteCount) != tensor.bytes.size())
+      return tensorError(path, name,
+                         "holds " + Twine(tensor.bytes.size()) +
+                             " bytes, which do not match shape " +
+                             shapeString(tensor.shape) + " of " + *dtype);
+    outs.push_back({name, *dtype, tensor.shape,
+                    StringRef(tensor.bytes.data(), tensor.bytes.size())});
+  }
+  for (const auto &[name, tensor] : file.f64Tensors) {
+    if (file.tensors.count(name))
+      return tensorError(path, name, "is both an F64 tensor and another one");
+    std::optional<int64_t> count = checkedByteCount(tensor.shape, 1);
+    if (!count || uint64_t(*count) != tensor.values.size())
+      return tensorError(path, name,
+                         "holds " + Twine(tensor.values.size()) +
+                             " values, which do not match shape " +
+                             shapeString(tensor.shape));
+    outs.push_back(
+        {name, "F64", tensor.shape,
+         StringRef(reinterpret_cast<const char *>(tensor.values.data()),
+                   tensor.values.size() * sizeof(double))});
+  }
+  llvm::sort(outs, [](const OutTensor &a, const OutTensor &b) {
+    return a.name < b.name;
+  });
+
+  json::Object header;
+  int64_t offset = 0;
+  for (const OutTensor &out : outs) {
+    if (out.name == "__metadata__")
+      return tensorError(path, out.name, "the name is reserved for metadata");
+    int64_t end = offset + int64_t(out.payload.size());
+    header[out.name] = json::Object{
+        {"dtype", out.dtype},
+        {"shape", json::Array(out.shape)},
+        {"data_offsets", json::Array{offset, end}},
+    };
+    offset = end;
+  }
+  if (!file.metadata.empty()) {
+    json::Object metadata;
+    for (const auto &[key, value] : file.metadata)
+      metadata[key] = value;
+    header["__metadata__"] = std::move(metadata);
+  }
+  std::string headerText;
+  raw_string_ostream(headerText) << json::Value(std::move(header));
+  // Pad with spaces (the format allows trailing whitespace in the header)
+  // so the data, and thus every 8-byte-aligned tensor, starts aligned.
+  headerText.append((8 - headerText.size() % 8) % 8, ' ');
+
+  return writeFileAtomically(path, [&](raw_ostream &os) {
+    char size[8];
+    support::endian::write64le(size, headerText.size());
+    os.write(size, sizeof(size));
+    os << headerText;
+    for (const OutTensor &out : outs)
+      os << out.payload;
+  });
+}
+
+Error writeSafetensors(StringRef path, const TensorMap &tensors,
+                       const std::map<std::string, std::string> &metadata) {
+  SafetensorsFile file;
+  file.tensors = tensors;
+  file.metadata = metadata;
+  return writeSafetensors(path, file);
+}
+
+//===----------------------------------------------------------------------===//
+// llm.c checkpoints
+//===----------------------------------------------------------------------===//
+
+// The layout of llm.c's train_gpt2.c: 256 int32 of header, then the
+// parameters, each kind stacked over layers, in this order.
+static constexpr int32_t kLlmcMagic = 20240326;
+static constexpr int64_t kLlmcHeaderInts = 256;
+static constexpr int64_t kLlmcHeaderBytes = kLlmcHeaderInts * 4;
+
+int64_t llmcPaddedVocab(int64_t vocabSize) {
+  return llvm::alignTo(vocabSize, 128);
+}
+
+std::vector<ParamSpec> llmcCheckpointParams(const Gpt2Dims &dims) {
+  int64_t c = dims.nEmbd;
+  std::vector<ParamSpec> params = {{"wte", {dims.vocabSize, c}},
+                                   {"wpe", {dims.seqLen, c}}};
+  const std::pair<const char *, std::vector<int64_t>> perLayer[] = {
+      {"ln_1.weight", {c}},
+      {"ln_1.bias", {c}},
+      {"attn.c_attn.weight", {3 * c, c}},
+      {"attn.c_attn.bias", {3 * c}},
+      {"attn.c_proj.weight", {c, c}},
+      {"attn.c_proj.bias", {c}},
+      {"ln_2.weight", {c}},
+      {"ln_2.bias", {c}},
+      {"mlp.c_fc.weight", {4 * c, c}},
+      {"mlp.c_fc.bias", {4 * c}},
+      {"mlp.c_proj.weight", {c, 4 * c}},
+      {"mlp.c_proj.bias", {c}},
+  };
+  for (const auto &[suffix, shape] : perLayer)
+    for (int64_t i = 0; i < dims.nLayer; ++i)
+      params.push_back({"h." + std::to_string(i) + "." + suffix, shape});
+  params.push_back({"ln_f.weight", {c}});
+  params.push_back({"ln_f.bias", {c}});
+  return params;
+}
+
+/// Checks that the dimensions are positive and small enough for the int32
+/// header and the int64 sizes computed from them.
+static Error checkDims(StringRef path, const Gpt2Dims &dims) {
+  const std::pair<const char *, int64_t> fields[] = {
+      {"n_layer", dims.nLayer},
+      {"n_head", dims.nHead},
+      {"n_embd", dims.nEmbd},
+      {"seq_len", dims.seqLen},
+      {"vocab_size", dims.vocabSize}};
+  for (const auto &[field, value] : fields)
+    if (value < 1 || value > INT32_MAX)
+      return fileError(path, "model dimension " + Twine(field) + " = " +
+                                 Twine(value) +
+                                 " is out of range for an llm.c checkpoint");
+  if (llmcPaddedVocab(dims.vocabSize) > INT32_MAX || 4 * dims.nEmbd > INT32_MAX)
+    return fileError(path, "model dimensions are too large for an llm.c "
+                           "checkpoint");
+  return Error::success();
+}
+
+/// Elements each parameter occupies in the file (wte with its padding rows),
+/// in file order; nullopt on overflow.
+static std::optional<int64_t> llmcFileElements(ArrayRef<ParamSpec> params,
+                                               int64_t paddedVocab,
+                                               std::vector<int64_t> &sizes) {
+  int64_t total = 0;
+  for (const ParamSpec &param : params) {
+    std::vector<int64_t> shape = param.shape;
+    if (param.name == "wte")
+      shape[0] = paddedVocab;
+    std::optional<int64_t> n = checkedByteCount(shape, 1);
+    if (!n || AddOverflow(total, *n, total))
+      return std::nullopt;
+    sizes.push_back(*n);
+  }
+  return total;
+}
+
+Expected<TensorMap> readLlmcCheckpoint(StringRef path,
+                                       const Gpt2Dims &expected) {
+  if (Error err = checkDims(path, expected))
+    return err;
+  Expected<std::unique_ptr<MemoryBuffer>> buffer = readWholeFile(path);
+  if (!buffer)
+    return buffer.takeError();
+  StringRef contents = (*buffer)->getBuffer();
+  if (int64_t(contents.size()) < kLlmcHeaderBytes)
+    return fileError(path, "the file is " + Twine(contents.size()) +
+                               " bytes, shorter than the " +
+                               Twine(kLlmcHeaderBytes) +
+                               "-byte llm.c checkpoint header");
+  auto header = [&](int index) {
+    return int32_t(support::endian::read32le(contents.data() + 4 * index));
+  };
+  int32_t magic = header(0), version = header(1);
+  if (magic != kLlmcMagic)
+    return fileError(path, "header[0] is " + Twine(magic) +
+                               ", not the llm.c checkpoint magic number " +
+                               Twine(kLlmcMagic) +
+                               ": not an llm.c model checkpoint");
+  if (version == 1 || version == 2)
+    return fileError(path, "llm.c checkpoint version " + Twine(version) +
+                               " (header[1]) predates the padded vocabulary "
+                               "size in header[7]; re-export the model with a "
+                               "current llm.c (version 3 or 5)");
+  if (version != 3 && version != 5)
+    return fileError(path, "unsupported llm.c checkpoint version " +
+                               Twine(version) +
+                               " (header[1]); llmc reads 3 (float32) and 5 "
+                               "(bfloat16)");
+  int64_t elementBytes = version == 3 ? 4 : 2;
+
+  const std::tuple<const char *, int, int64_t> fields[] = {
+      {"max_seq_len", 2, expected.seqLen},
+      {"vocab_size", 3, expected.vocabSize},
+      {"n_layer", 4, expected.nLayer},
+      {"n_head", 5, expected.nHead},
+      {"n_embd", 6, expected.nEmbd}};
+  for (const auto &[field, index, want] : fields)
+    if (header(index) != want)
+      return fileError(path, "header field " + Twine(field) + " (header[" +
+                                 Twine(index) + "]) is " +
+                                 Twine(header(index)) +
+                                 ", but the model expects " + Twine(want));
+  int64_t paddedVocab = header(7);
+  if (paddedVocab < expected.vocabSize)
+    return fileError(path, "header field padded_vocab_size (header[7]) is " +
+                               Twine(paddedVocab) +
+                               ", smaller than vocab_size " +
+                               Twine(expected.vocabSize));
+
+  std::vector<ParamSpec> params = llmcCheckpointParams(expected);
+  std::vector<int64_t> fileElements;
+  std::optional<int64_t> total =
+      llmcFileElements(params, paddedVocab, fileElements);
+  int64_t expectedSize;
+  if (!total || MulOverflow(*total, elementBytes, expectedSize) ||
+      AddOverflow(expectedSize, kLlmcHeaderBytes, expectedSize))
+    return fileError(path, "the header's dimensions overflow the file size");
+  if (int64_t(contents.size()) != expectedSize)
+    return fileError(
+        path, "the file is " + Twine(contents.size()) +
+                  " bytes, but its header describes " + Twine(expectedSize) +
+                  " (" + Twine(kLlmcHeaderBytes) + "-byte header + " +
+                  Twine(*total) + " parameters of " + Twine(elementBytes) +
+                  " bytes): truncated, or written for another "
+                  "model");
+
+  TensorMap tensors;
+  const char *cursor = contents.data() + kLlmcHeaderBytes;
+  for (auto [param, fileCount] : llvm::zip_equal(params, fileElements)) {
+    HostTensor tensor = HostTensor::zeros(DType::F32, param.shape);
+    MutableArrayRef<float> values = tensor.f32();
+    if (version == 3) {
+      std::memcpy(values.data(), cursor, values.size() * 4);
+    } else {
+      for (size_t i = 0; i < values.size(); ++i)
+        values[i] = bfloat16ToFloat(support::endian::read16le(cursor + 2 * i));
+    }
+    // wte's padding rows (fileCount > values.size()) are skipped.
+    cursor += fileCount * elementBytes;
+    tensors.emplace(param.name, std::move(tensor));
+  }
+  return tensors;
+}
+
+Error writeLlmcCheckpoint(StringRef path, const Gpt2Dims &dims,
+                          const TensorMap &tensors,
+                          LlmcCheckpointFormat format) {
+  if (Error err = checkDims(path, dims))
+    return err;
+  std::vector<ParamSpec> params = llmcCheckpointParams(dims);
+  std::vector<const HostTensor *> ordered;
+  for (const ParamSpec &param : params) {
+    auto it = tensors.find(param.name);
+    if (it == tensors.end())
+      return tensorError(path, param.name,
+                         "missing; an llm.c checkpoint needs every GPT-2 "
+                         "parameter");
+    const HostTensor &tensor = it->second;
+    if (tensor.shape != param.shape)
+      return tensorError(path, param.name,
+                         "has shape " + shapeString(tensor.shape) +
+                             ", but the model needs " +
+                             shapeString(param.shape));
+    if (!tensor.isFloat())
+      return tensorError(path, param.name,
+                         "is not a float tensor (F32, F16 or BF16)");
+    if (int64_t(tensor.bytes.size()) !=
+        tensor.numElements() * kir::dtypeBytes(tensor.dtype))
+      return tensorError(path, param.name,
+                         "holds a byte count that does not match its shape");
+    ordered.push_back(&tensor);
+  }
+  if (tensors.size() != params.size())
+    for (const auto &entry : tensors)
+      if (!llvm::any_of(params, [&](const ParamSpec &param) {
+            return param.name == entry.first;
+          }))
+        return tensorError(path, entry.first,
+                           "has no place in an llm.c checkpoint (GPT-2 "
+                           "with tied embeddings)");
+
+  int64_t paddedVocab = llmcPaddedVocab(dims.vocabSize);
+  std::vector<int64_t> fileElements;
+  if (!llmcFileElements(params, paddedVocab, fileElements))
+    return fileError(path, "the model dimensions overflow the file size");
+
+  std::vector<char> header(kLlmcHeaderBytes, 0);
+  const int64_t fields[] = {kLlmcMagic,     int64_t(format), dims.seqLen,
+                            dims.vocabSize, dims.nLayer,     dims.nHead,
+                            dims.nEmbd,     paddedVocab};
+  for (auto [i, value] : llvm::enumerate(fields))
+    support::endian::write32le(header.data() + 4 * i, uint32_t(value));
+
+  return writeFileAtomically(path, [&](raw_ostream &os) {
+    os.write(header.data(), header.size());
+    for (auto [tensor, fileCount] : llvm::zip_equal(ordered, fileElements)) {
+      std::vector<float> values = tensor->toF32();
+      int64_t padding = fileCount - int64_t(values.size());
+      if (format == LlmcCheckpointFormat::F32) {
+        values.resize(values.size() + padding, 0.0f);
+        os.write(reinterpret_cast<const char *>(values.data()),
+                 values.size() * sizeof(float));
+      } else {
+        std::vector<uint16_t> bits(fileCount, 0);
+        llvm::transform(values, bits.begin(), floatToBFloat16);
+        os.write(reinterpret_cast<const char *>(bits.data()),
+                 bits.size() * sizeof(uint16_t));
+      }
+    }
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Initialization
+//===----------------------------------------------------------------------===//
+
+std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> counter,
+                                   std::array<uint32_t, 2> key) {
+  // Multipliers and Weyl key increments of Philox4x32 (Salmon et al.).
+  constexpr uint64_t kMul0 = 0xD2511F53, kMul1 = 0xCD9E8D57;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9, kWeyl1 = 0xBB67AE85;
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      key[0] += kWeyl0;
+      key[1] += kWeyl1;
+    }
+    uint64_t product0 = kMul0 * counter[0];
+    uint64_t product1 = kMul1 * counter[2];
+    counter = {
+        uint32_t(product1 >> 32) ^ counter[1] ^ key[0], uint32_t(product1),
+        uint32_t(product0 >> 32) ^ counter[3] ^ key[1], uint32_t(product0)};
+  }
+  return counter;
+}
+
+static uint64_t splitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t tensorStreamKey(uint64_t seed, StringRef name) {
+  uint64_t hash = 0xcbf29ce484222325ull; // FNV-1a-64
+  for (unsigned char c : name)
+    hash = (hash ^ c) * 0x100000001b3ull;
+  return splitMix64(splitMix64(seed) ^ hash);
+}
+
+/// The two standard normals of Philox block `block` (elements 2*block and
+/// 2*block + 1 of the stream).
+static std::pair<double, double> normalPair(uint64_t key, uint64_t block) {
+  std::array<uint32_t, 4> words =
+      philox4x32({uint32_t(block), uint32_t(block >> 32), 0, 0},
+                 {uint32_t(key), uint32_t(key >> 32)});
+  // 53-bit uniforms on the open interval (0, 1): log never sees zero.
+  auto uniform = [](uint32_t hi, uint32_t lo) {
+    uint64_t bits = ((uint64_t(hi) << 32) | lo) >> 11;
+    return (double(bits) + 0.5) * 0x1p-53;
+  };
+  double radius = std::sqrt(-2.0 * std::log(uniform(words[0], words[1])));
+  double angle = 2.0 * llvm::numbers::pi * uniform(words[2], words[3]);
+  return {radius * std::cos(angle), radius * std::sin(angle)};
+}
+
+double philoxNormal(uint64_t key, uint64_t index) {
+  std::pair<double, double> pair = normalPair(key, index / 2);
+  return index % 2 ? pair.second : pair.first;
+}
+
+Expected<InitRule> gpt2InitRule(StringRef name, ArrayRef<int64_t> shape,
+                                int64_t nLayer) {
+  constexpr double kStd = 0.02;
+  if (nLayer < 1)
+    return createStringError("GPT-2 init: n_layer must be positive, got " +
+                             Twine(nLayer));
+  if (name.ends_with(".bias"))
+    return InitRule{InitRule::Zeros, 0.0};
+  bool embedding = name == "wte" || name == "wpe" || name == "lm_head.weight";
+  if ((embedding || name.ends_with(".weight")) && shape.size() == 2) {
+    // GPT-2 scales the projections that write into the residual stream, so
+    // its variance does not grow with depth (two per layer).
+    bool residual = name.ends_with(".attn.c_proj.weight") ||
+                    name.ends_with(".mlp.c_proj.weight");
+    double scale = residual ? 1.0 / std::sqrt(2.0 * double(nLayer)) : 1.0;
+    return InitRule{InitRule::Normal, kStd * scale};
+  }
+  if (!embedding && name.ends_with(".weight") && shape.size() == 1)
+    return InitRule{InitRule::Ones, 0.0};
+  return createStringError("GPT-2 init: no rule for tensor '" + name +
+                           "' of shape " + shapeString(shape) +
+                           " (expected a '.bias', a 1-D or 2-D '.weight', "
+                           "wte or wpe)");
+}
+
+/// Fills `tensor` (a float dtype, bytes sized) according to `rule`.
+static void fillTensor(HostTensor &tensor, const InitRule &rule, uint64_t key) {
+  int64_t n = tensor.numElements();
+  std::vector<float> values(n, rule.kind == InitRule::Ones ? 1.0f : 0.0f);
+  if (rule.kind == InitRule::Normal) {
+    for (int64_t block = 0; 2 * block < n; ++block) {
+      auto [first, second] = normalPair(key, block);
+      values[2 * block] = float(rule.stddev * first);
+      if (2 * block + 1 < n)
+        values[2 * block + 1] = float(rule.stddev * second);
+    }
+  }
+  DType dtype = tensor.dtype;
+  std::vector<int64_t> shape = std::move(tensor.shape);
+  tensor = HostTensor::fromF32(values, std::move(shape), dtype);
+}
+
+Expected<TensorMap> initGpt2(ArrayRef<ParamSpec> params, int64_t nLayer,
+                             uint64_t seed, DType dtype) {
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
+    return createStringError("GPT-2 init: parameters must be F32, F16 or "
+                             "BF16");
+  TensorMap tensors;
+  for (const ParamSpec &param : params) {
+    if (!checkedByteCount(param.shape, 1))
+      return createStringError("GPT-2 init: tensor '" + param.name +
+                               "' has an invalid shape " +
+                               shapeString(param.shape));
+    Expected<InitRule> rule = gpt2InitRule(param.name, param.shape, nLayer);
+    if (!rule)
+      return rule.takeError();
+    HostTensor tensor;
+    tensor.dtype = dtype;
+    tensor.shape = param.shape;
+    fillTensor(tensor, *rule, tensorStreamKey(seed, param.name));
+    if (!tensors.emplace(param.name, std::move(tensor)).second)
+      return createStringError("GPT-2 init: tensor '" + param.name +
+                               "' is listed twice");
+  }
+  return tensors;
+}
+
+Error initGpt2(TensorMap &params, int64_t nLayer, uint64_t seed) {
+  // Check every tensor first so that an error leaves `params` untouched.
+  std::vector<InitRule> rules;
+  for (const auto &[name, tensor] : params) {
+    if (!tensor.isFloat())
+      return createStringError("GPT-2 init: tensor '" + name +
+                               "' is not F32, F16 or BF16");
+    if (!checkedByteCount(tensor.shape, 1))
+      return createStringError("GPT-2 init: tensor '" + name +
+                               "' has an invalid shape " +
+                               shapeString(tensor.shape));
+    Expected<InitRule> rule = gpt2InitRule(name, tensor.shape, nLayer);
+    if (!rule)
+      return rule.takeError();
+    rules.push_back(*rule);
+  }
+  for (auto [entry, rule] : llvm::zip_equal(params, rules))
+    fillTensor(entry.second, rule, tensorStreamKey(seed, entry.first));
+  return Error::success();
+}
+
+} // namespace llmc::runtime

@@ -1,0 +1,56 @@
+// Test helpers: a model config to a compiled program and a CPU executor,
+// through the same path `llmc compile` and the runtime take.
+#ifndef LLMC_TEST_UNIT_KERNEL_COMPILEUTIL_H
+#define LLMC_TEST_UNIT_KERNEL_COMPILEUTIL_H
+
+#include "codegen/KernelToCpu/KernelToCpu.h"
+#include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "frontend/GptBuilder.h"
+#include "ir/LlmcDialect.h"
+#include "passes/Passes.h"
+#include "passes/Pipelines.h"
+#include "runtime/Executor.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+
+namespace llmc::test {
+
+/// Runs the compile pipeline (or, with `fuse` false, only legality: every
+/// op then becomes a kernel of its own) and lowers @forward to a program.
+inline mlir::FailureOr<kir::Program> compileModule(mlir::ModuleOp module,
+                                                   bool fuse = true) {
+  mlir::PassManager pm(module.getContext());
+  if (fuse)
+    mlir::llmc::buildCompilePipeline(pm);
+  else
+    pm.addPass(mlir::llmc::createVerifyLegalityPass());
+  if (mlir::failed(pm.run(module)))
+    return mlir::failure();
+  auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  return mlir::llmc::lowerToProgram(forward);
+}
+
+inline mlir::FailureOr<kir::Program>
+compileConfig(mlir::MLIRContext &context, const mlir::llmc::ModelConfig &config,
+              mlir::llmc::ForwardShape shape, bool fuse = true) {
+  auto module = mlir::llmc::buildForwardModule(context, config, shape);
+  if (!module) {
+    llvm::consumeError(module.takeError());
+    return mlir::failure();
+  }
+  return compileModule(**module, fuse);
+}
+
+inline llvm::Expected<std::unique_ptr<runtime::CpuExecutor>>
+makeExecutor(kir::Program program, int threads = 0) {
+  std::vector<kir::Kernel> kernels = program.kernels;
+  return runtime::createCpuExecutor(
+      std::move(program),
+      [&]() { return cpu::compileKernelsToObject(kernels); }, threads);
+}
+
+} // namespace llmc::test
+
+#endif // LLMC_TEST_UNIT_KERNEL_COMPILEUTIL_H

@@ -1,0 +1,84 @@
+// Forward logits and loss of small GPT-2, OPT-style and Llama-style models
+// against golden values computed by PyTorch in float64
+// (scripts/make_golden.py writes test/golden/; the tests do not need torch).
+#include "CompileUtil.h"
+
+#include "frontend/ModelConfig.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace llmc;
+
+namespace {
+
+std::string goldenDir() { return std::string(LLMC_SOURCE_DIR) + "/test/golden"; }
+
+std::vector<std::string> goldenCases() {
+  std::vector<std::string> cases;
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(goldenDir(), ec), end;
+       it != end && !ec; it.increment(ec))
+    if (llvm::sys::path::extension(it->path()) == ".yaml")
+      cases.push_back(llvm::sys::path::stem(it->path()).str());
+  std::sort(cases.begin(), cases.end());
+  return cases;
+}
+
+class Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Golden, ForwardMatchesPyTorchFloat64) {
+  std::string base = goldenDir() + "/" + GetParam();
+  auto file = runtime::readSafetensorsFile(base + ".safetensors");
+  ASSERT_TRUE(bool(file)) << llvm::toString(file.takeError());
+  auto config = mlir::llmc::loadModelConfigFile(base + ".yaml");
+  ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
+  int64_t batch = std::stoll(file->metadata.at("batch"));
+  int64_t seq = std::stoll(file->metadata.at("seq_len"));
+
+  mlir::MLIRContext context;
+  auto program = test::compileConfig(context, *config, {batch, seq});
+  ASSERT_TRUE(mlir::succeeded(program));
+  auto executor = test::makeExecutor(std::move(*program));
+  ASSERT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
+  auto &exec = **executor;
+  ASSERT_FALSE(bool(exec.setParams(file->tensors, base)));
+  ASSERT_FALSE(bool(exec.setTensor("tokens", file->tensors.at("tokens"))));
+  ASSERT_FALSE(bool(exec.setTensor("targets", file->tensors.at("targets"))));
+  ASSERT_FALSE(bool(exec.run()));
+
+  auto logits = exec.output("logits");
+  ASSERT_TRUE(bool(logits));
+  llvm::ArrayRef<float> got = logits->f32();
+  llvm::ArrayRef<float> want = file->tensors.at("logits").f32();
+  ASSERT_EQ(got.size(), want.size());
+  // 1e-5 relative to each logit, with a floor of 1e-5 of the largest one
+  // for logits near zero (whose relative error means nothing).
+  double scale = 0;
+  for (float w : want)
+    scale = std::max(scale, double(std::fabs(w)));
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double err = std::fabs(double(got[i]) - double(want[i]));
+    double bound = 1e-5 * std::max(double(std::fabs(want[i])), scale);
+    worst = std::max(worst, err / (1e-5 * std::max(double(std::fabs(want[i])), scale)));
+    ASSERT_LE(err, bound) << "logit " << i << ": " << got[i] << " vs "
+                          << want[i];
+  }
+  auto loss = exec.output("loss");
+  ASSERT_TRUE(bool(loss));
+  double wantLoss = file->f64Tensors.at("loss_f64").values[0];
+  EXPECT_NEAR(loss->f32()[0], wantLoss, 1e-5 * std::fabs(wantLoss));
+  std::printf("%s: loss %.7f (torch f64 %.7f), worst logit error %.3f of "
+              "the bound\n",
+              GetParam().c_str(), loss->f32()[0], wantLoss, worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Golden, ::testing::ValuesIn(goldenCases()),
+                         [](const auto &info) { return info.param; });
+
+} // namespace
