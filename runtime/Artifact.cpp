@@ -1,28 +1,21 @@
 // The artifact reader and writer: kir::Program <-> llmc_artifact.fbs.
 #include "runtime/Artifact.h"
 
+#include "runtime/AtomicFile.h"
 #include "runtime/llmc_artifact_generated.h"
 
-#include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/Endian.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
-#include "llvm/Support/Process.h"
-#include "llvm/Support/Signals.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Support/xxhash.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <optional>
-#include <unistd.h>
 
 using namespace llmc;
 using namespace llmc::runtime;
@@ -752,64 +745,10 @@ llvm::Expected<kir::Program> llmc::runtime::readArtifact(llvm::StringRef path) {
                             path);
 }
 
-/// Writes all of `bytes` to `fd` and flushes them to the disk.
-static std::error_code writeAndSync(int fd, llvm::ArrayRef<uint8_t> bytes) {
-  {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/false);
-    os.write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
-    os.flush();
-    if (os.has_error()) {
-      std::error_code ec = os.error();
-      os.clear_error(); // else its destructor aborts
-      return ec;
-    }
-  }
-  // POSIX: llmc's runtime targets Linux, and LLVM Support has no fsync.
-  while (::fsync(fd) != 0)
-    if (errno != EINTR)
-      return std::error_code(errno, std::generic_category());
-  return {};
-}
-
 llvm::Error llmc::runtime::writeArtifact(llvm::StringRef path,
                                          const kir::Program &program) {
   std::string problem = kir::verifyProgram(program);
   if (!problem.empty())
     return makeError(path, "refusing to write an invalid program: " + problem);
-  std::vector<uint8_t> bytes = serializeProgram(program);
-
-  // The temporary file sits next to the target so the rename cannot cross
-  // file systems, which would make it a non-atomic copy.
-  int fd = -1;
-  llvm::SmallString<256> tempPath;
-  if (std::error_code ec =
-          llvm::sys::fs::createUniqueFile(path + ".tmp-%%%%%%%%", fd, tempPath))
-    return makeError(path, "cannot create a temporary file next to it: " +
-                               ec.message());
-  llvm::sys::RemoveFileOnSignal(tempPath);
-  auto discard = [&](const llvm::Twine &what, std::error_code ec) {
-    llvm::sys::fs::remove(tempPath);
-    llvm::sys::DontRemoveFileOnSignal(tempPath);
-    return makeError(path, what + ": " + ec.message());
-  };
-  std::error_code ec = writeAndSync(fd, bytes);
-  std::error_code closeEc = llvm::sys::Process::SafelyCloseFileDescriptor(fd);
-  if (ec || closeEc)
-    return discard(llvm::Twine("cannot write '") + tempPath + "'",
-                   ec ? ec : closeEc);
-  if (std::error_code ec = llvm::sys::fs::rename(tempPath, path))
-    return discard(llvm::Twine("cannot rename '") + tempPath + "' to it", ec);
-  llvm::sys::DontRemoveFileOnSignal(tempPath);
-
-  // Make the rename itself durable. Best effort: some file systems refuse
-  // to sync a directory, and the artifact is complete either way.
-  llvm::SmallString<256> dir = llvm::sys::path::parent_path(path);
-  if (dir.empty())
-    dir = ".";
-  int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dirFd >= 0) {
-    (void)::fsync(dirFd);
-    ::close(dirFd);
-  }
-  return llvm::Error::success();
+  return writeFileAtomically(path, serializeProgram(program));
 }

@@ -1,15 +1,14 @@
 // Host tensors, safetensors and llm.c checkpoint I/O, GPT-2 initialization.
 #include "runtime/Weights.h"
 
+#include "runtime/AtomicFile.h"
+
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/bit.h"
 #include "llvm/Support/Endian.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -17,9 +16,6 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 using namespace llvm;
 
@@ -223,7 +219,7 @@ bool operator==(const HostTensor &lhs, const HostTensor &rhs) {
 }
 
 //===----------------------------------------------------------------------===//
-// Shared helpers: errors, atomic writes
+// Shared helpers: errors
 //===----------------------------------------------------------------------===//
 
 static Error fileError(StringRef path, const Twine &message) {
@@ -259,50 +255,6 @@ static Expected<std::unique_ptr<MemoryBuffer>> readWholeFile(StringRef path) {
   if (!buffer)
     return fileError(path, "cannot read: " + buffer.getError().message());
   return std::move(*buffer);
-}
-
-/// Writes `path` through a temporary file in the same directory that is
-/// fsynced and then renamed over it, so readers see the old file or the
-/// complete new one, never a prefix. The temporary is removed on failure
-/// (and on a fatal signal, by TempFile).
-static Error writeFileAtomically(StringRef path,
-                                 function_ref<void(raw_ostream &)> write) {
-  Expected<sys::fs::TempFile> temp =
-      sys::fs::TempFile::create(path + ".tmp-%%%%%%%%");
-  if (!temp)
-    return fileError(path, "cannot create a temporary file next to it: " +
-                               toString(temp.takeError()));
-  auto fail = [&](const Twine &message) {
-    consumeError(temp->discard());
-    return fileError(path, message);
-  };
-  {
-    raw_fd_ostream os(temp->FD, /*shouldClose=*/false);
-    write(os);
-    os.flush();
-    if (os.has_error()) {
-      std::error_code ec = os.error();
-      os.clear_error();
-      return fail("write failed: " + ec.message());
-    }
-  }
-  if (::fsync(temp->FD) != 0)
-    return fail("fsync failed: " + llvm::errnoAsErrorCode().message());
-  if (Error err = temp->keep(path))
-    return fileError(path, "cannot rename the temporary file over it: " +
-                               toString(std::move(err)));
-  // Make the rename itself durable. Best effort: some file systems refuse
-  // fsync on a directory, and the data is already safe either way.
-  SmallString<256> dir(path);
-  sys::path::remove_filename(dir);
-  if (dir.empty())
-    dir = ".";
-  int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dirFd >= 0) {
-    (void)::fsync(dirFd);
-    ::close(dirFd);
-  }
-  return Error::success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -607,6 +559,7 @@ Error writeSafetensors(StringRef path, const SafetensorsFile &file) {
     os << headerText;
     for (const OutTensor &out : outs)
       os << out.payload;
+    return Error::success();
   });
 }
 
@@ -849,6 +802,7 @@ Error writeLlmcCheckpoint(StringRef path, const Gpt2Dims &dims,
                  bits.size() * sizeof(uint16_t));
       }
     }
+    return Error::success();
   });
 }
 

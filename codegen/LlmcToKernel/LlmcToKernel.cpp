@@ -583,6 +583,24 @@ LogicalResult Lowering::lowerAttention(AttentionOp op) {
   FailureOr<TensorView> lse = newTensor(op.getLse(), nameOf(op.getLse()));
   if (failed(out) || failed(lse))
     return failure();
+  // Heads are usually transposed back next ([B, H, T, D] -> [B, T, H, D])
+  // to be merged: store the output in that order, so the transpose and the
+  // reshape after it are free. The head dimension stays innermost.
+  if (op.getResult().hasOneUse())
+    if (auto transpose =
+            dyn_cast<TransposeOp>(*op.getResult().getUsers().begin())) {
+      ArrayRef<int64_t> perm = transpose.getPermutation();
+      if (!perm.empty() && perm.back() == rank - 1) {
+        SmallVector<int64_t> shape, strides(rank);
+        for (int64_t p : perm)
+          shape.push_back(out->shape[p]);
+        program.buffers[out->buffer].shape.assign(shape.begin(), shape.end());
+        SmallVector<int64_t> contiguous = contiguousStrides(shape);
+        for (int64_t j = 0; j < rank; ++j)
+          strides[perm[j]] = contiguous[j];
+        out->strides = strides;
+      }
+    }
   auto toView = [&](const TensorView &view) {
     View result;
     result.buffer = view.buffer;

@@ -10,6 +10,8 @@
 // recompiled.
 #include "runtime/Cpu/KernelCache.h"
 
+#include "runtime/AtomicFile.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Config/llvm-config.h"
@@ -59,7 +61,7 @@ std::optional<llvm::ArrayRef<char>> checkEntry(llvm::StringRef file) {
   return payload;
 }
 
-/// Writes an entry atomically: a unique temporary file, then a rename.
+/// Writes an entry atomically, creating the cache directory first.
 llvm::Error writeEntry(llvm::StringRef path, llvm::ArrayRef<char> payload) {
   llvm::SmallString<256> directory(path);
   llvm::sys::path::remove_filename(directory);
@@ -67,15 +69,7 @@ llvm::Error writeEntry(llvm::StringRef path, llvm::ArrayRef<char> payload) {
     return llvm::createStringError(error, "cannot create the cache directory " +
                                               directory + ": " +
                                               error.message());
-  int fd;
-  llvm::SmallString<256> temporary;
-  if (std::error_code error = llvm::sys::fs::createUniqueFile(
-          path + ".tmp-%%%%%%%%", fd, temporary))
-    return llvm::createStringError(error, "cannot create a file in " +
-                                              directory + ": " +
-                                              error.message());
-  {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+  return runtime::writeFileAtomically(path, [&](llvm::raw_ostream &os) {
     char size[8];
     llvm::support::endian::write64le(size, payload.size());
     std::array<uint8_t, 32> digest = sha256(payload);
@@ -83,22 +77,8 @@ llvm::Error writeEntry(llvm::StringRef path, llvm::ArrayRef<char> payload) {
     os.write(size, sizeof(size));
     os.write(reinterpret_cast<const char *>(digest.data()), digest.size());
     os.write(payload.data(), payload.size());
-    os.close();
-    if (os.has_error()) {
-      std::error_code error = os.error();
-      os.clear_error();
-      llvm::sys::fs::remove(temporary);
-      return llvm::createStringError(error, "cannot write " + temporary +
-                                                ": " + error.message());
-    }
-  }
-  if (std::error_code error = llvm::sys::fs::rename(temporary, path)) {
-    llvm::sys::fs::remove(temporary);
-    return llvm::createStringError(error, "cannot rename " + temporary +
-                                              " to " + path + ": " +
-                                              error.message());
-  }
-  return llvm::Error::success();
+    return llvm::Error::success();
+  });
 }
 
 } // namespace

@@ -8,6 +8,7 @@
 #include "ir/LlmcDialect.h"
 #include "passes/Passes.h"
 #include "runtime/Artifact.h"
+#include "runtime/AtomicFile.h"
 #include "runtime/Generate.h"
 #include "passes/Pipelines.h"
 
@@ -238,34 +239,25 @@ static int runEmitModel(MLIRContext &context) {
   auto module = buildFromConfig(context, emitInput);
   if (!module)
     return fail(module.takeError());
-  // Written to a temporary file and renamed into place, so a failed run
-  // leaves no partial model.mlir behind.
   if (outputPath.empty() || outputPath == "-") {
     (*module)->print(llvm::outs());
     llvm::outs() << "\n";
     return 0;
   }
-  llvm::Expected<llvm::sys::fs::TempFile> temp =
-      llvm::sys::fs::TempFile::create(outputPath + "-%%%%%%.tmp");
-  if (!temp)
-    return fail("cannot create '" + outputPath +
-                "': " + llvm::toString(temp.takeError()));
-  {
-    llvm::raw_fd_ostream os(temp->FD, /*shouldClose=*/false);
-    (*module)->print(os);
-    os << "\n";
-    os.flush();
-    if (os.has_error()) {
-      std::string reason = os.error().message();
-      os.clear_error();
-      llvm::consumeError(temp->discard());
-      return fail("cannot write '" + outputPath + "': " + reason);
-    }
-  }
-  if (llvm::Error error = temp->keep(outputPath))
-    return fail("cannot write '" + outputPath +
-                "': " + llvm::toString(std::move(error)));
-  return 0;
+  // Written atomically, so a failed run leaves no partial model.mlir behind.
+  llvm::Error error = ::llmc::runtime::writeFileAtomically(
+      outputPath, [&](llvm::raw_ostream &os) {
+        (*module)->print(os);
+        os << "\n";
+        return llvm::Error::success();
+      });
+  if (!error)
+    return 0;
+  // The message starts with the path: name it once, in emit-model's form.
+  std::string message = llvm::toString(std::move(error));
+  llvm::StringRef reason(message);
+  reason.consume_front(outputPath + ": ");
+  return fail("cannot create '" + outputPath + "': " + reason.str());
 }
 
 static void printPlanSummary(const ::llmc::kir::Program &program,
@@ -436,6 +428,7 @@ static int runGenerate() {
         llvm::outs().flush();
       });
   llvm::outs() << "\n";
+  llvm::outs().flush();
   if (error)
     return fail(std::move(error));
   double seconds =

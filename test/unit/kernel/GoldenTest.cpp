@@ -4,6 +4,7 @@
 #include "CompileUtil.h"
 
 #include "frontend/ModelConfig.h"
+#include "runtime/Generate.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -80,5 +81,68 @@ TEST_P(Golden, ForwardMatchesPyTorchFloat64) {
 
 INSTANTIATE_TEST_SUITE_P(Models, Golden, ::testing::ValuesIn(goldenCases()),
                          [](const auto &info) { return info.param; });
+
+} // namespace
+
+namespace {
+
+// The same GPT-2 weights through an llm.c checkpoint (wte padded to a
+// multiple of 128 rows in the file) give the golden logits: the loader maps
+// llm.c's stacked layout to llmc's parameters.
+TEST(LlmcCheckpoint, LoadsIntoTheCompiledModel) {
+  std::string base = goldenDir() + "/gpt2_c36_h4_v101_b2_t13";
+  auto file = runtime::readSafetensorsFile(base + ".safetensors");
+  ASSERT_TRUE(bool(file)) << llvm::toString(file.takeError());
+  auto config = mlir::llmc::loadModelConfigFile(base + ".yaml");
+  ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
+  mlir::MLIRContext context;
+  auto program = test::compileConfig(context, *config, {2, 13});
+  ASSERT_TRUE(mlir::succeeded(program));
+  auto executor = test::makeExecutor(std::move(*program));
+  ASSERT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
+
+  llvm::SmallString<128> path;
+  ASSERT_FALSE(llvm::sys::fs::createTemporaryFile("gpt2", "bin", path));
+  auto dims = runtime::modelDims((*executor)->program());
+  ASSERT_TRUE(bool(dims)) << llvm::toString(dims.takeError());
+  runtime::TensorMap params;
+  for (const runtime::ParamSpec &spec : runtime::llmcCheckpointParams(*dims))
+    params[spec.name] = file->tensors.at(spec.name);
+  ASSERT_FALSE(bool(runtime::writeLlmcCheckpoint(path, *dims, params)));
+  llvm::Error loaded = runtime::loadWeights(**executor, path, 0);
+  llvm::sys::fs::remove(path);
+  ASSERT_FALSE(bool(loaded)) << llvm::toString(std::move(loaded));
+
+  ASSERT_FALSE(bool((*executor)->setTensor("tokens", file->tensors.at("tokens"))));
+  ASSERT_FALSE(bool((*executor)->setTensor("targets", file->tensors.at("targets"))));
+  ASSERT_FALSE(bool((*executor)->run()));
+  auto logits = (*executor)->output("logits");
+  ASSERT_TRUE(bool(logits));
+  llvm::ArrayRef<float> got = logits->f32();
+  llvm::ArrayRef<float> want = file->tensors.at("logits").f32();
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5 * std::max(1.0f, std::fabs(want[i])));
+}
+
+// Ids outside the embedding table are a data error reported before the
+// step runs, not an out-of-bounds read.
+TEST(Executor, RejectsOutOfRangeIds) {
+  auto config = mlir::llmc::parseModelConfig(
+      "name: t\nn_layer: 1\nn_head: 2\nn_embd: 16\nseq_len: 8\nvocab_size: 50\n",
+      "t.yaml");
+  ASSERT_TRUE(bool(config));
+  mlir::MLIRContext context;
+  auto program = test::compileConfig(context, *config, {1, 8});
+  ASSERT_TRUE(mlir::succeeded(program));
+  auto executor = test::makeExecutor(std::move(*program));
+  ASSERT_TRUE(bool(executor));
+  runtime::HostTensor tokens = runtime::HostTensor::zeros(kir::DType::I32, {1, 8});
+  tokens.i32()[5] = 50;
+  ASSERT_FALSE(bool((*executor)->setTensor("tokens", tokens)));
+  llvm::Error error = (*executor)->run();
+  ASSERT_TRUE(bool(error));
+  EXPECT_EQ(llvm::toString(std::move(error)),
+            "input 'tokens' holds id 50 at position 5, outside [0, 50)");
+}
 
 } // namespace

@@ -1,0 +1,36 @@
+// Writing a file atomically: readers see the old file or the whole new one.
+#ifndef LLMC_RUNTIME_ATOMICFILE_H
+#define LLMC_RUNTIME_ATOMICFILE_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+
+namespace llmc::runtime {
+
+/// Writes `path` through a temporary file next to it (`<path>.tmp-XXXXXXXX`):
+/// `write` fills it, it is fsynced and renamed over `path`, then the
+/// directory is fsynced (best effort) so the rename survives a crash.
+///
+/// On any failure, or a fatal signal meanwhile, the temporary file is
+/// removed and an existing `path` is left untouched. An error of `write`
+/// is returned as it is; the writer's own errors read
+/// "<path>: <what failed>: <reason>" and keep the errno's error code.
+///
+/// The directory must exist. Unlike llvm::sys::fs::TempFile::keep, a failed
+/// rename is an error, never a non-atomic copy.
+llvm::Error
+writeFileAtomically(llvm::StringRef path,
+                    llvm::function_ref<llvm::Error(llvm::raw_ostream &)> write);
+
+/// Writes `bytes` as the whole of `path`, as above.
+llvm::Error writeFileAtomically(llvm::StringRef path,
+                                llvm::ArrayRef<uint8_t> bytes);
+
+} // namespace llmc::runtime
+
+#endif // LLMC_RUNTIME_ATOMICFILE_H
