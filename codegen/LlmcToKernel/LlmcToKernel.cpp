@@ -606,9 +606,8 @@ LogicalResult Lowering::lowerAttention(AttentionOp op) {
     result.buffer = view.buffer;
     result.offset = view.offset;
     result.strides.assign(view.strides.begin(), view.strides.end());
-    if (int64_t(view.strides.size()) == rank - (&view == &*lse ? 1 : 0) &&
-        rank == 3)
-      result.strides.insert(result.strides.begin() + 1, 0); // one head
+    if (rank == 3) // [batch, seq, ...]: one head
+      result.strides.insert(result.strides.begin() + 1, 0);
     return result;
   };
   AttentionStep step;
@@ -1086,17 +1085,11 @@ LogicalResult Lowering::lowerOp(Operation *op) {
   }
   if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op))
     return lowerReduce(op);
-  if (op->getNumResults() == 1 && isa<LlmcDialect>(op->getDialect())) {
-    // An unfused op: a kernel of its own.
-    std::string name = op->getName().stripDialect().str();
-    return lowerGroup(op, name, {op}, op->getOperands(), op->getOperands(),
-                      op->getResults(), op->getResults());
-  }
-  if (isa<LayerNormOp, RmsNormOp>(op))
+  if (isa<LlmcDialect>(op->getDialect())) // unfused: a kernel of its own
     return lowerGroup(op, op->getName().stripDialect(), {op},
                       op->getOperands(), op->getOperands(), op->getResults(),
                       op->getResults());
-  return op->emitOpError("is not supported by code generation yet");
+  return op->emitOpError("is not supported by code generation");
 }
 
 LogicalResult Lowering::lowerReduce(Operation *op) {

@@ -116,7 +116,7 @@ static cl::opt<std::string> compileTo(
 static cl::opt<std::string> outputPath(
     "o",
     cl::desc("Output file (emit-model: '-' is stdout, the default; "
-             "compile: default the input's name with extension .llmc)"),
+             "compile: default the input's path with extension .llmc)"),
     cl::value_desc("path"), cl::sub(emitCmd), cl::sub(compileCmd));
 static cl::opt<int64_t> batchSize("batch",
                                   cl::desc("Sequences per forward call"),
@@ -177,6 +177,10 @@ static llvm::Expected<ModelConfig> loadConfig(llvm::StringRef input) {
   return unknownPreset(input, "neither a config file nor a preset");
 }
 
+/// Holds every file read, so that diagnostics of any phase (parsing, passes,
+/// code generation) print as file:line:col with the source line.
+static auto sourceMgr = std::make_shared<llvm::SourceMgr>();
+
 /// Parses model.mlir and runs the op verifiers; with `compile`, also the
 /// compile pipeline. Diagnostics print as file:line:col.
 static OwningOpRef<ModuleOp> loadModule(MLIRContext &context,
@@ -188,9 +192,7 @@ static OwningOpRef<ModuleOp> loadModule(MLIRContext &context,
     fail("cannot read '" + path + "': " + error);
     return nullptr;
   }
-  auto sourceMgr = std::make_shared<llvm::SourceMgr>();
   sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
-  SourceMgrDiagnosticHandler handler(*sourceMgr, &context);
   OwningOpRef<ModuleOp> module =
       parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
   if (!module)
@@ -339,7 +341,9 @@ static int runCompile(MLIRContext &context) {
     numOps += entry.second;
   std::string output = outputPath;
   if (output.empty()) {
-    llvm::SmallString<128> path(llvm::sys::path::filename(compileInput));
+    // Next to the input (model.mlir -> model.llmc); a preset in the
+    // working directory.
+    llvm::SmallString<128> path(compileInput);
     llvm::sys::path::replace_extension(path, "llmc");
     output = path.str().str();
   }
@@ -470,6 +474,7 @@ int main(int argc, char **argv) {
       "Run 'llmc SUBCOMMAND --help' for a subcommand's options.\n");
   MLIRContext context;
   registerDialects(context);
+  SourceMgrDiagnosticHandler diagnostics(*sourceMgr, &context);
   if (emitCmd)
     return runEmitModel(context);
   if (compileCmd)
