@@ -15,6 +15,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <optional>
 
 using namespace llvm;
@@ -894,12 +895,27 @@ static void fillTensor(HostTensor &tensor, const InitRule &rule, uint64_t key) {
   int64_t n = tensor.numElements();
   std::vector<float> values(n, rule.kind == InitRule::Ones ? 1.0f : 0.0f);
   if (rule.kind == InitRule::Normal) {
-    for (int64_t block = 0; 2 * block < n; ++block) {
-      auto [first, second] = normalPair(key, block);
-      values[2 * block] = float(rule.stddev * first);
-      if (2 * block + 1 < n)
-        values[2 * block + 1] = float(rule.stddev * second);
-    }
+    auto fill = [&](int64_t begin, int64_t end) {
+      for (int64_t block = begin; block < end; ++block) {
+        auto [first, second] = normalPair(key, block);
+        values[2 * block] = float(rule.stddev * first);
+        if (2 * block + 1 < n)
+          values[2 * block + 1] = float(rule.stddev * second);
+      }
+    };
+    // Each element depends only on (key, index): large tensors are filled
+    // by all hardware threads with the same result.
+    int64_t blocks = (n + 1) / 2;
+    int64_t workers = blocks < (1 << 16)
+                          ? 1
+                          : std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::thread> threads;
+    for (int64_t w = 1; w < workers; ++w)
+      threads.emplace_back(fill, blocks * w / workers,
+                           blocks * (w + 1) / workers);
+    fill(0, blocks / workers);
+    for (std::thread &thread : threads)
+      thread.join();
   }
   DType dtype = tensor.dtype;
   std::vector<int64_t> shape = std::move(tensor.shape);
