@@ -1,4 +1,5 @@
-// llmc: the driver. Subcommands emit-model, compile, info and presets.
+// llmc: the driver. Subcommands emit-model, compile, inspect, generate, info,
+// plan and presets.
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "codegen/MemoryPlan.h"
@@ -10,6 +11,7 @@
 #include "runtime/Artifact.h"
 #include "runtime/AtomicFile.h"
 #include "runtime/Generate.h"
+#include "tools/llmc/Plan.h"
 #include "passes/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -470,6 +472,7 @@ int main(int argc, char **argv) {
       "  llmc inspect model.llmc                schedule, memory, kernels\n"
       "  llmc generate model.llmc               sample text\n"
       "  llmc info MODEL                        parameters and ops\n"
+      "  llmc plan MODEL                        memory, time, cost, layouts\n"
       "  llmc presets [NAME]                    built-in model configs\n\n"
       "Run 'llmc SUBCOMMAND --help' for a subcommand's options.\n");
   MLIRContext context;
@@ -487,6 +490,8 @@ int main(int argc, char **argv) {
     return runInfo(context);
   if (presetsCmd)
     return runPresets();
+  if (planCmd)
+    return runPlan(context);
   cl::PrintHelpMessage();
   return 1;
 }

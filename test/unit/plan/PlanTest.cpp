@@ -1,0 +1,621 @@
+// llmc plan against published figures (GPT-2 sizes, the 104B wide GPT's
+// 1872 GB of model states, OPT-175B at 180B tokens, ZeRO's and Korthikanti
+// et al.'s memory figures, Chinchilla's 20 tokens per parameter), and its
+// configs, data file, layout checks, --fit search and report.
+#include "codegen/Plan.h"
+
+#include "frontend/GptBuilder.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::llmc;
+using namespace mlir::llmc::plan;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+ModelConfig gptConfig(llvm::StringRef name, int64_t layers, int64_t heads,
+                      int64_t embd, int64_t seq, int64_t vocab) {
+  ModelConfig c;
+  c.name = name.str();
+  c.nLayer = layers;
+  c.nHead = heads;
+  c.nEmbd = embd;
+  c.seqLen = seq;
+  c.vocabSize = vocab;
+  c.ffnHidden = getDefaultFfnHidden(embd, c.activation);
+  return c;
+}
+
+PlanModel analyze(MLIRContext &context, const ModelConfig &config) {
+  llvm::Expected<PlanModel> model = analyzeModel(context, config);
+  if (!model) {
+    ADD_FAILURE() << llvm::toString(model.takeError());
+    return {};
+  }
+  return std::move(*model);
+}
+
+PlanModel preset(MLIRContext &context, llvm::StringRef name) {
+  return analyze(context, *getModelPreset(name));
+}
+
+std::string errorText(llvm::Error error) {
+  EXPECT_TRUE(static_cast<bool>(error)) << "expected an error";
+  return llvm::toString(std::move(error));
+}
+
+template <typename T> std::string errorText(llvm::Expected<T> value) {
+  EXPECT_FALSE(static_cast<bool>(value)) << "expected an error";
+  return value ? std::string() : llvm::toString(value.takeError());
+}
+
+HardwareTable loadExampleHardware() {
+  llvm::Expected<HardwareTable> table =
+      loadHardwareFile(LLMC_SOURCE_DIR "/examples/hardware.yaml");
+  if (!table) {
+    ADD_FAILURE() << llvm::toString(table.takeError());
+    return {};
+  }
+  return std::move(*table);
+}
+
+ClusterConfig cluster(llvm::StringRef gpu, int64_t gpusPerNode, int64_t nodes) {
+  ClusterConfig c;
+  c.gpu = gpu.str();
+  c.gpusPerNode = gpusPerNode;
+  c.nodes = nodes;
+  return c;
+}
+
+//===----------------------------------------------------------------------===//
+// Published figures
+//===----------------------------------------------------------------------===//
+
+// GPT-2 small/medium/large/XL: 124M, 355M, 774M and 1558M parameters (the
+// sizes of OpenAI's released checkpoints), counted from the IR.
+TEST(PlanPublished, Gpt2FamilySizes) {
+  MLIRContext context;
+  struct Case {
+    llvm::StringRef preset;
+    int64_t exact;
+    double published;
+  } cases[] = {{"gpt2", 124439808, 124e6},
+               {"gpt2-medium", 354823168, 355e6},
+               {"gpt2-large", 774030080, 774e6},
+               {"gpt2-xl", 1557611200, 1558e6}};
+  for (const Case &c : cases) {
+    PlanModel model = preset(context, c.preset);
+    EXPECT_EQ(model.numParameters, c.exact) << c.preset.str();
+    EXPECT_NEAR(model.numParameters, c.published, 0.5e6) << c.preset.str();
+    EXPECT_EQ(model.numBlocks, model.config.nLayer);
+    // Blocks and the rest account for every parameter.
+    EXPECT_EQ(model.numBlocks * model.blockParameters() + model.firstSplit +
+                  model.firstReplicated + model.lastSplit +
+                  model.lastReplicated,
+              model.numParameters);
+  }
+}
+
+// The 104B-parameter wide GPT (h = 16384, 32 layers, vocab 50257, seq 2048):
+// mixed precision with fp32 master weights, fp32 gradients and AdamW needs
+// 4 + 2 + 8 + 4 = 18 bytes per parameter, 1872 GB of model states.
+TEST(PlanPublished, WideGpt104BModelStates) {
+  MLIRContext context;
+  PlanModel model =
+      analyze(context, gptConfig("gpt-104b", 32, 128, 16384, 2048, 50257));
+  EXPECT_NEAR(model.numParameters / 104e9, 1.0, 1e-3);
+  StateBytes perParameter = getStateBytes(Precision::Bf16, Optimizer::AdamW,
+                                          /*fp32Gradients=*/true);
+  EXPECT_EQ(perParameter.master, 4);
+  EXPECT_EQ(perParameter.weights, 2);
+  EXPECT_EQ(perParameter.optimizer, 8);
+  EXPECT_EQ(perParameter.gradients, 4);
+  EXPECT_EQ(perParameter.total(), 18);
+  StateBytes states = shardStates(perParameter, model.numParameters, 0, 1);
+  EXPECT_NEAR(states.total() / 1872e9, 1.0, 1e-3);
+
+  // The same through the whole plan of one device.
+  TrainConfig train;
+  train.seqLen = 2048;
+  Layout layout;
+  Estimate est = estimate(model, train, cluster("", 1, 1), nullptr, layout);
+  EXPECT_NEAR(est.memory.states.total() / 1872e9, 1.0, 1e-3);
+}
+
+// OPT-175B (Zhang et al. 2022): 175B parameters trained on 180B tokens on
+// 992 A100 80GB at 147 TFLOP/s per GPU.
+TEST(PlanPublished, Opt175BAt180BTokens) {
+  MLIRContext context;
+  ModelConfig config = gptConfig("opt-175b", 96, 96, 12288, 2048, 50272);
+  config.activation = Activation::Relu;
+  PlanModel model = analyze(context, config);
+  EXPECT_NEAR(model.numParameters / 175e9, 1.0, 5e-3);
+
+  TrainConfig train;
+  train.tokens = 180e9;
+  train.globalBatch = 992;
+  train.microBatch = 1;
+  train.tensorParallel = 8;
+  train.zero = 3;
+  ClusterConfig c = cluster("a100-80gb", 8, 124);
+  c.mfu = 147.0 / 312.0;
+  HardwareTable hardware = loadExampleHardware();
+  const GpuSpec *gpu = hardware.find("a100-80gb");
+  ASSERT_TRUE(gpu);
+  Layout layout = getConfiguredLayout(train, c);
+  ASSERT_FALSE(static_cast<bool>(validateLayout(model, train, c, layout)));
+  Estimate est = estimate(model, train, c, gpu, layout);
+  EXPECT_EQ(est.tokens, 180e9);
+  // 6 P D, plus 2.7% for attention's 12 L h s per token.
+  EXPECT_NEAR(est.trainingFlops / (6 * 175e9 * 180e9), 1.027, 0.01);
+  // At 147 TFLOP/s per GPU the compute alone takes the FLOPs' time.
+  double seconds = est.trainingFlops / (992 * 147e12);
+  EXPECT_NEAR(est.step.compute * est.steps / seconds, 1.0, 1e-3);
+  EXPECT_NEAR(seconds / 86400, 15.4, 0.1); // days of pure compute
+  // ZeRO-3 over 124 ranks and 8-way tensor parallelism fit in 80 GB.
+  EXPECT_LT(est.memory.total(), gpu->memoryGiB * kGiB);
+}
+
+// ZeRO (Rajbhandari et al. 2020), figure 1: a 7.5B model on 64 data-parallel
+// GPUs with mixed-precision Adam (2 + 2 + 12 bytes per parameter) needs
+// 120 GB per GPU, 31.4 GB with ZeRO-1, 16.6 GB with ZeRO-2, 1.9 GB with
+// ZeRO-3.
+TEST(PlanPublished, ZeroPaperFigure1) {
+  StateBytes perParameter = getStateBytes(Precision::Fp16, Optimizer::AdamW,
+                                          /*fp32Gradients=*/false);
+  EXPECT_EQ(perParameter.total(), 16);
+  double expected[] = {120, 31.4, 16.6, 1.9};
+  for (int zero = 0; zero <= 3; ++zero)
+    EXPECT_NEAR(shardStates(perParameter, 7.5e9, zero, 64).total() / 1e9,
+                expected[zero], 0.05)
+        << "ZeRO-" << zero;
+}
+
+// Korthikanti et al. 2022, sec. 4: a block keeps sbh(34 + 5as/h) bytes of
+// 16-bit activations (with dropout, a 4h GELU MLP), 34sbh with selective
+// recompute and 2sbh with full recompute; sequence parallelism divides all
+// of it by t. For GPT-3 175B, 5as/h = 80, so selective recompute saves 70%.
+TEST(PlanPublished, KorthikantiActivations) {
+  ModelConfig c = gptConfig("gpt3-175b", 96, 96, 12288, 2048, 51200);
+  c.dropout = 0.1;
+  int64_t s = 2048, b = 1;
+  double sbh = double(s) * b * c.nEmbd;
+  double ratio = 5.0 * c.nHead * s / c.nEmbd;
+  EXPECT_EQ(ratio, 80);
+  BlockActivations act = getBlockActivations(c, b, s, 1, Precision::Bf16);
+  EXPECT_DOUBLE_EQ(act.stored(Remat::None), sbh * (34 + ratio));
+  EXPECT_DOUBLE_EQ(act.stored(Remat::Selective), sbh * 34);
+  EXPECT_DOUBLE_EQ(act.stored(Remat::Full), sbh * 2);
+  EXPECT_NEAR(1 - act.stored(Remat::Selective) / act.stored(Remat::None), 0.70,
+              0.005);
+  BlockActivations tp8 = getBlockActivations(c, b, s, 8, Precision::Bf16);
+  EXPECT_DOUBLE_EQ(tp8.stored(Remat::None), sbh * (34 + ratio) / 8);
+  // fp32 activations are twice the 16-bit ones, masks aside.
+  BlockActivations fp32 = getBlockActivations(c, b, s, 1, Precision::Fp32);
+  EXPECT_GT(fp32.stored(Remat::Selective), 1.9 * sbh * 34);
+}
+
+// Chinchilla (Hoffmann et al. 2022): 70B parameters, 1.4T tokens.
+TEST(PlanPublished, ChinchillaTokens) {
+  EXPECT_EQ(chinchillaTokens(70e9), 1.4e12);
+  MLIRContext context;
+  PlanModel model = preset(context, "gpt2");
+  Estimate est =
+      estimate(model, TrainConfig(), cluster("", 1, 1), nullptr, Layout());
+  EXPECT_TRUE(est.tokensFromChinchilla);
+  EXPECT_EQ(est.tokens, 20.0 * model.numParameters);
+}
+
+TEST(PlanPublished, BytesPerParameter) {
+  EXPECT_EQ(getStateBytes(Precision::Fp32, Optimizer::AdamW, true).total(), 16);
+  EXPECT_EQ(getStateBytes(Precision::Tf32, Optimizer::AdamW, true).total(), 16);
+  EXPECT_EQ(getStateBytes(Precision::Bf16, Optimizer::AdamW, true).total(), 18);
+  EXPECT_EQ(getStateBytes(Precision::Bf16, Optimizer::AdamW, false).total(),
+            16);
+  // 8-bit Adam: one byte per moment plus a block-wise fp32 scale.
+  EXPECT_NEAR(
+      getStateBytes(Precision::Bf16, Optimizer::AdamW8bit, true).total(), 12,
+      0.01);
+  EXPECT_EQ(getStateBytes(Precision::Fp32, Optimizer::Sgd, true).total(), 12);
+}
+
+//===----------------------------------------------------------------------===//
+// Layouts
+//===----------------------------------------------------------------------===//
+
+TEST(PlanLayout, TensorParallelSplitsMatrices) {
+  MLIRContext context;
+  PlanModel model = preset(context, "gpt2");
+  // Per block: 12h^2 of matrices and 3h + 4h of column-parallel biases are
+  // split; 4 norm vectors and 2 row-parallel biases of h are replicated.
+  int64_t h = 768;
+  EXPECT_EQ(model.blockSplit, 12 * h * h + 7 * h);
+  EXPECT_EQ(model.blockReplicated, 6 * h);
+  EXPECT_EQ(model.firstSplit, 50257 * h);
+  EXPECT_EQ(model.firstReplicated, 1024 * h);
+  EXPECT_EQ(model.lastReplicated, 2 * h);
+  EXPECT_EQ(model.tiedEmbedding, 50257 * h);
+}
+
+TEST(PlanLayout, PipelineFirstStageHoldsMicroBatchesInFlight) {
+  MLIRContext context;
+  PlanModel model = preset(context, "gpt2");
+  TrainConfig train;
+  Layout layout;
+  layout.pp = 4;
+  layout.dp = 2;
+  Estimate est = estimate(model, train, cluster("", 8, 1), nullptr, layout);
+  EXPECT_EQ(est.microBatchesPerStep, 256);
+  // 1F1B: the first stage holds pp micro-batches of its 3 blocks.
+  EXPECT_EQ(est.memory.stage, 0);
+  EXPECT_EQ(est.memory.microBatchesInFlight, 4);
+  EXPECT_DOUBLE_EQ(est.memory.activations,
+                   3 * 4 * est.block.stored(Remat::None));
+  // A tied classifier's embedding is also on the last stage.
+  Layout one;
+  Estimate single = estimate(model, train, cluster("", 1, 1), nullptr, one);
+  EXPECT_EQ(single.memory.parameters, model.numParameters);
+}
+
+TEST(PlanLayout, InvalidLayoutsNameTheirOrigin) {
+  MLIRContext context;
+  PlanModel model = preset(context, "gpt2"); // 12 heads, 12 layers
+  ClusterConfig eight = cluster("", 8, 1);
+  TrainConfig train;
+  Layout layout = getConfiguredLayout(train, eight);
+  EXPECT_FALSE(static_cast<bool>(validateLayout(model, train, eight, layout)));
+
+  TrainConfig tp = train;
+  tp.tensorParallel = 5;
+  tp.origins["tensor_parallel"] = "train.yaml:3:18";
+  EXPECT_EQ(errorText(validateLayout(model, tp, eight,
+                                     getConfiguredLayout(tp, eight))),
+            "train.yaml:3:18: error: tensor_parallel: 5 does not divide "
+            "n_head (12) of model 'gpt2': each rank needs whole heads");
+  tp.origins.clear();
+  EXPECT_THAT(errorText(validateLayout(model, tp, eight,
+                                       getConfiguredLayout(tp, eight))),
+              StartsWith("--tp: 5 does not divide n_head (12)"));
+
+  TrainConfig pp = train;
+  pp.pipelineParallel = 5;
+  EXPECT_THAT(errorText(validateLayout(model, pp, eight,
+                                       getConfiguredLayout(pp, eight))),
+              StartsWith("--pp: 5 does not divide n_layer (12)"));
+
+  TrainConfig three = train;
+  three.tensorParallel = 3;
+  EXPECT_THAT(errorText(validateLayout(model, three, eight,
+                                       getConfiguredLayout(three, eight))),
+              HasSubstr("= 3 does not divide the cluster's 8 GPUs"));
+
+  TrainConfig zero = train;
+  zero.zero = 2;
+  zero.pipelineParallel = 2;
+  EXPECT_THAT(errorText(validateLayout(model, zero, eight,
+                                       getConfiguredLayout(zero, eight))),
+              HasSubstr("ZeRO-2 shards gradients"));
+
+  TrainConfig batch = train;
+  batch.microBatch = 3;
+  EXPECT_THAT(errorText(validateLayout(model, batch, eight,
+                                       getConfiguredLayout(batch, eight))),
+              HasSubstr("global batch 512 is not a multiple of micro-batch x "
+                        "data-parallel size = 3 x 8 = 24"));
+
+  TrainConfig seq = train;
+  seq.seqLen = 4096;
+  EXPECT_THAT(errorText(validateLayout(model, seq, eight,
+                                       getConfiguredLayout(seq, eight))),
+              HasSubstr("4096 is longer than the model's seq_len 1024"));
+}
+
+TEST(PlanLayout, ZeroShardsStates) {
+  MLIRContext context;
+  PlanModel model = preset(context, "gpt2");
+  TrainConfig train;
+  double previous = INFINITY;
+  for (int zero = 0; zero <= 3; ++zero) {
+    Layout layout;
+    layout.dp = 8;
+    layout.zero = zero;
+    Estimate est = estimate(model, train, cluster("", 8, 1), nullptr, layout);
+    EXPECT_LT(est.memory.states.total(), previous);
+    previous = est.memory.states.total();
+  }
+  EXPECT_NEAR(previous, 18.0 * model.numParameters / 8, 1);
+}
+
+//===----------------------------------------------------------------------===//
+// Configs and the data file
+//===----------------------------------------------------------------------===//
+
+TEST(PlanConfig, HardwareDataFile) {
+  HardwareTable table = loadExampleHardware();
+  for (llvm::StringRef name :
+       {"v100-32gb", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200",
+        "l4", "mi250x", "mi300x"})
+    EXPECT_TRUE(table.find(name)) << name.str();
+  const GpuSpec *a100 = table.find("A100-80GB"); // case-insensitive
+  ASSERT_TRUE(a100);
+  EXPECT_EQ(a100->peakFlops(Precision::Bf16), 312e12);
+  EXPECT_EQ(a100->peakFlops(Precision::Tf32), 156e12);
+  EXPECT_EQ(a100->peakFlops(Precision::Fp8), 0);
+  EXPECT_EQ(a100->memoryGiB, 80);
+  EXPECT_EQ(table.find("h100-sxm")->peakFlops(Precision::Fp8), 1979e12);
+  EXPECT_EQ(table.find("v100-32gb")->peakFlops(Precision::Bf16), 0);
+
+  EXPECT_THAT(errorText(lookupGpu(table, "b200")),
+              HasSubstr("unknown GPU 'b200': add it to the hardware data "
+                        "file " LLMC_SOURCE_DIR "/examples/hardware.yaml"));
+}
+
+TEST(PlanConfig, HardwareErrors) {
+  EXPECT_THAT(errorText(parseHardware("x:\n  memory_gib: 80\n", "hw.yaml")),
+              StartsWith("hw.yaml:1:1: error: x: missing key 'hbm_tbps'"));
+  EXPECT_THAT(errorText(parseHardware("x:\n  memory_gib: 80\n  hbm_tbps: 1\n"
+                                      "  nvlink_gbps: 1\n  ib_gbps: 1\n"
+                                      "  tflops:\n    bf17: 3\n",
+                                      "hw.yaml")),
+              StartsWith("hw.yaml:7:5: error: unknown key 'bf17' (did you mean "
+                         "'bf16'?)"));
+  EXPECT_THAT(
+      errorText(parseHardware("x:\n  memory_gib: -1\n  hbm_tbps: 1\n"
+                              "  nvlink_gbps: 1\n  ib_gbps: 1\n"
+                              "  tflops: {bf16: 3}\n",
+                              "hw.yaml")),
+      StartsWith("hw.yaml:2:15: error: memory_gib: -1 is out of range"));
+  EXPECT_THAT(errorText(parseHardware("x: [1,\n", "hw.yaml")),
+              StartsWith("hw.yaml:1:7: error: Could not find closing ]"));
+}
+
+TEST(PlanConfig, TrainAndClusterFiles) {
+  TrainConfig train;
+  ASSERT_FALSE(static_cast<bool>(parseTrainConfig(
+      "precision: fp16\noptimizer: adamw-8bit\nmicro_batch: 8\nremat: "
+      "selective\nzero: 2\ntensor_parallel: 2\ntokens: 300B\n"
+      "grad_precision: half\n",
+      "train.yaml", train)));
+  EXPECT_EQ(train.precision, Precision::Fp16);
+  EXPECT_EQ(train.optimizer, Optimizer::AdamW8bit);
+  EXPECT_EQ(train.microBatch, 8);
+  EXPECT_EQ(train.remat, Remat::Selective);
+  EXPECT_EQ(train.zero, 2);
+  EXPECT_EQ(train.tensorParallel, 2);
+  EXPECT_EQ(train.tokens, 300e9);
+  EXPECT_FALSE(train.fp32Gradients);
+  EXPECT_EQ(train.origins["tensor_parallel"], "train.yaml:6:18");
+
+  TrainConfig bad;
+  EXPECT_EQ(errorText(parseTrainConfig("zero: 5\n", "t.yaml", bad)),
+            "t.yaml:1:7: error: zero: 5 is out of range; expected 0 to 3\n"
+            "zero: 5\n"
+            "      ^");
+  EXPECT_THAT(errorText(parseTrainConfig("micro_batchs: 4\n", "t.yaml", bad)),
+              StartsWith("t.yaml:1:1: error: unknown key 'micro_batchs' (did "
+                         "you mean 'micro_batch'?)"));
+  EXPECT_THAT(errorText(parseTrainConfig("remat: some\n", "t.yaml", bad)),
+              StartsWith("t.yaml:1:8: error: remat: unknown value 'some'; "
+                         "expected one of none, selective, full"));
+  EXPECT_THAT(errorText(parseTrainConfig("tokens: lots\n", "t.yaml", bad)),
+              StartsWith("t.yaml:1:9: error: tokens: 'lots' is not a "
+                         "positive count"));
+  EXPECT_THAT(errorText(parseTrainConfig("zero: 1\nzero: 2\n", "t.yaml", bad)),
+              StartsWith("t.yaml:2:1: error: duplicate key 'zero' (first "
+                         "given at t.yaml:1:7)"));
+  EXPECT_THAT(errorText(parseTrainConfig("- 1\n", "t.yaml", bad)),
+              StartsWith("t.yaml:1:1: error: expected a mapping of training "
+                         "config keys"));
+
+  ClusterConfig c;
+  ASSERT_FALSE(static_cast<bool>(parseClusterConfig(
+      "gpu: h100-sxm\ngpus_per_node: 4\nnodes: 2\nprice_per_gpu_hour: 2.5\n"
+      "mfu: 0.5\n",
+      "c.yaml", c)));
+  EXPECT_EQ(c.gpu, "h100-sxm");
+  EXPECT_EQ(c.numGpus(), 8);
+  EXPECT_EQ(c.pricePerGpuHour, 2.5);
+  EXPECT_EQ(c.mfu, 0.5);
+  EXPECT_THAT(errorText(parseClusterConfig("mfu: 1.5\n", "c.yaml", c)),
+              StartsWith("c.yaml:1:6: error: mfu: 1.5 is out of range; "
+                         "expected a value > 0 and <= 1"));
+}
+
+TEST(PlanConfig, Units) {
+  EXPECT_EQ(*parseMemorySize("80GB"), 80e9);
+  EXPECT_EQ(*parseMemorySize("80GiB"), 80 * kGiB);
+  EXPECT_EQ(*parseMemorySize("81920MiB"), 80 * kGiB);
+  EXPECT_EQ(*parseMemorySize("80"), 80 * kGiB);
+  EXPECT_EQ(*parseMemorySize("0.5 TB"), 0.5e12);
+  EXPECT_THAT(errorText(parseMemorySize("lots")),
+              HasSubstr("is not a memory size"));
+  EXPECT_THAT(errorText(parseMemorySize("-1GB")),
+              HasSubstr("is not a memory size"));
+  EXPECT_EQ(*parseCount("180B"), 180e9);
+  EXPECT_EQ(*parseCount("1.4T"), 1.4e12);
+  EXPECT_EQ(*parseCount("10e9"), 10e9);
+  EXPECT_EQ(*parseCount("300M"), 300e6);
+  EXPECT_THAT(errorText(parseCount("3X")), HasSubstr("not a positive count"));
+}
+
+//===----------------------------------------------------------------------===//
+// The IR: model.mlir inputs and the forward memory plan
+//===----------------------------------------------------------------------===//
+
+TEST(PlanIR, ForwardArenaOfConfigAndModuleAgree) {
+  MLIRContext context;
+  llvm::Expected<ModelConfig> tiny =
+      loadModelConfigFile(LLMC_SOURCE_DIR "/examples/tiny.yaml");
+  ASSERT_TRUE(static_cast<bool>(tiny)) << llvm::toString(tiny.takeError());
+  PlanModel model = analyze(context, *tiny);
+  llvm::Expected<ForwardPlan> forward = planForward(context, model, 2, 32);
+  ASSERT_TRUE(static_cast<bool>(forward))
+      << llvm::toString(forward.takeError());
+  // The logits (B, T, V) in f32 are an output, alive at the end.
+  EXPECT_GE(forward->arenaBytes, 2 * 32 * 256 * 4);
+  EXPECT_GT(forward->flops, 0);
+
+  // The same model written as model.mlir at that shape.
+  auto module = buildForwardModule(context, *tiny, {2, 32});
+  ASSERT_TRUE(static_cast<bool>(module));
+  llvm::SmallString<128> path;
+  ASSERT_FALSE(llvm::sys::fs::createTemporaryFile("plan-tiny", "mlir", path));
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(path, ec);
+    ASSERT_FALSE(ec);
+    (*module)->print(os);
+  }
+  llvm::Expected<PlanModel> fromMlir = loadPlanModel(context, path);
+  llvm::sys::fs::remove(path);
+  ASSERT_TRUE(static_cast<bool>(fromMlir))
+      << llvm::toString(fromMlir.takeError());
+  EXPECT_EQ(fromMlir->numParameters, model.numParameters);
+  EXPECT_EQ(fromMlir->mlirBatch, 2);
+  EXPECT_EQ(fromMlir->mlirSeqLen, 32);
+  llvm::Expected<ForwardPlan> again = planForward(context, *fromMlir, 2, 32);
+  ASSERT_TRUE(static_cast<bool>(again)) << llvm::toString(again.takeError());
+  EXPECT_EQ(again->arenaBytes, forward->arenaBytes);
+  EXPECT_THAT(again->source, HasSubstr("'s @forward"));
+}
+
+TEST(PlanIR, UnknownModel) {
+  MLIRContext context;
+  EXPECT_THAT(errorText(loadPlanModel(context, "gpt5")),
+              HasSubstr("'gpt5' is neither a model.mlir, a config file nor "
+                        "a preset"));
+}
+
+//===----------------------------------------------------------------------===//
+// --fit and the report
+//===----------------------------------------------------------------------===//
+
+TEST(PlanFit, FastestFirstAndWithinBudget) {
+  MLIRContext context;
+  PlanModel model = preset(context, "gpt2");
+  HardwareTable hardware = loadExampleHardware();
+  const GpuSpec *gpu = hardware.find("a100-80gb");
+  ASSERT_TRUE(gpu);
+  TrainConfig train;
+  ClusterConfig eight = cluster("a100-80gb", 8, 1);
+  FitResult fit = searchFit(model, train, eight, *gpu, 80e9);
+  ASSERT_FALSE(fit.fitting.empty());
+  EXPECT_EQ(fit.candidates,
+            fit.invalid + fit.tooBig + (int64_t)fit.fitting.size());
+  for (size_t i = 0; i < fit.fitting.size(); ++i) {
+    EXPECT_LE(fit.fitting[i].memory.total(), 80e9);
+    if (i) {
+      EXPECT_LE(fit.fitting[i - 1].step.total(),
+                fit.fitting[i].step.total() * (1 + 1e-9));
+    }
+  }
+  // GPT-2 fits plain data parallelism: no recompute, no pipeline bubble.
+  const Estimate &best = fit.fitting.front();
+  EXPECT_EQ(best.layout.pp, 1);
+  EXPECT_EQ(best.layout.remat, Remat::None);
+  // Full recompute runs every block's forward again: 2 P_blocks + 4 L h s
+  // FLOPs per token on top of 6 N + 12 L h s (N with the classifier).
+  double blocks = double(model.numBlocks) * model.blockParameters();
+  double lhs = 12.0 * 768 * 1024, vh = 50257.0 * 768;
+  double expected = (2 * blocks + 4 * lhs) / (6 * (blocks + vh) + 12 * lhs);
+  bool sawFull = false;
+  for (const Estimate &e : fit.fitting)
+    if (e.layout.remat == Remat::Full && e.layout.tp == 1 && e.layout.pp == 1 &&
+        e.layout.zero == best.layout.zero) {
+      EXPECT_NEAR(e.step.recompute / e.step.compute, expected, 1e-9);
+      EXPECT_THAT(explainLoss(best, e), StartsWith("recompute +"));
+      sawFull = true;
+      break;
+    }
+  EXPECT_TRUE(sawFull);
+
+  FitResult none = searchFit(model, train, eight, *gpu, 0.5 * kGiB);
+  EXPECT_TRUE(none.fitting.empty());
+  EXPECT_TRUE(none.smallestTooBig.has_value());
+}
+
+TEST(PlanReport, JsonLabelsEveryNumber) {
+  MLIRContext context;
+  PlanModel model = preset(context, "gpt2");
+  HardwareTable hardware = loadExampleHardware();
+  PlanRequest request;
+  request.model = &model;
+  request.cluster = cluster("a100-80gb", 8, 1);
+  request.cluster.pricePerGpuHour = 2;
+  request.gpu = hardware.find("a100-80gb");
+  request.hardwarePath = hardware.path;
+  request.train.microBatch = 16;
+  llvm::Expected<ForwardPlan> forward = planForward(context, model, 16, 1024);
+  ASSERT_TRUE(static_cast<bool>(forward));
+  request.forward = *forward;
+  llvm::Expected<Report> report = buildReport(request);
+  ASSERT_TRUE(static_cast<bool>(report)) << llvm::toString(report.takeError());
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  printReportJson(*report, os);
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
+  ASSERT_TRUE(static_cast<bool>(json)) << llvm::toString(json.takeError());
+  llvm::json::Object *root = json->getAsObject();
+  ASSERT_TRUE(root);
+  for (llvm::StringRef section : {"memory", "activations", "compute", "time"}) {
+    llvm::json::Object *rows = root->getObject(section);
+    ASSERT_TRUE(rows) << section.str();
+    for (auto &[key, value] : *rows) {
+      llvm::json::Object *q = value.getAsObject();
+      ASSERT_TRUE(q) << key.str();
+      EXPECT_TRUE(q->get("value")) << key.str();
+      EXPECT_TRUE(q->getString("unit")) << key.str();
+      EXPECT_TRUE(q->getString("source")) << key.str();
+    }
+  }
+  llvm::json::Object *forwardArena =
+      root->getObject("activations")->getObject("forward_arena");
+  ASSERT_TRUE(forwardArena);
+  EXPECT_EQ(forwardArena->getInteger("value"), forward->arenaBytes);
+  EXPECT_EQ(*forwardArena->getString("source"),
+            "IR: memory plan of the compiled @forward");
+  EXPECT_EQ(*root->getObject("memory")->getObject("total")->getString("unit"),
+            "bytes");
+  EXPECT_TRUE(root->getArray("layouts"));
+  EXPECT_EQ(*root->getString("fits"), "yes");
+
+  // The table prints the same rows.
+  std::string table;
+  llvm::raw_string_ostream tableOs(table);
+  printReportTable(*report, tableOs);
+  EXPECT_THAT(table, HasSubstr("Memory per device"));
+  EXPECT_THAT(table, HasSubstr("IR: memory plan of the compiled @forward"));
+  EXPECT_THAT(table, HasSubstr("formula: Korthikanti et al. 2022"));
+  EXPECT_THAT(table, HasSubstr("data file hardware.yaml"));
+}
+
+TEST(PlanReport, UnsupportedPrecisionNamesTheDataFile) {
+  MLIRContext context;
+  PlanModel model = preset(context, "gpt2");
+  HardwareTable hardware = loadExampleHardware();
+  PlanRequest request;
+  request.model = &model;
+  request.cluster = cluster("v100-32gb", 8, 1);
+  request.gpu = hardware.find("v100-32gb");
+  request.hardwarePath = hardware.path;
+  EXPECT_THAT(errorText(buildReport(request)),
+              HasSubstr("GPU 'v100-32gb' has no bf16 peak in " LLMC_SOURCE_DIR
+                        "/examples/hardware.yaml"));
+}
+
+} // namespace

@@ -1,0 +1,381 @@
+// llmc plan: options of the subcommand, overlaying flags on the train and
+// cluster files, and printing the plan codegen/Plan.h builds.
+#include "tools/llmc/Plan.h"
+
+#include "codegen/Plan.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/WithColor.h"
+
+using namespace mlir;
+using namespace mlir::llmc;
+using namespace mlir::llmc::plan;
+namespace cl = llvm::cl;
+
+cl::SubCommand planCmd(
+    "plan",
+    "Plan a training run before launch: memory per device (weights, "
+    "gradients, optimizer states, activations under each remat policy), "
+    "FLOPs, time and cost on a cluster, and with --fit the fastest parallel "
+    "layout that fits");
+
+namespace {
+// Numbered so that --help lists them in this order.
+cl::OptionCategory modelCat("llmc plan (1): inputs and output");
+cl::OptionCategory trainCat(
+    "llmc plan (2): training; a flag overrides the --train key in brackets");
+cl::OptionCategory
+    clusterCat("llmc plan (3): cluster; a flag overrides the --cluster key in "
+               "brackets");
+
+cl::opt<std::string> planInput(cl::Positional, cl::Required,
+                               cl::desc("<model.mlir | config.yaml | preset>"),
+                               cl::sub(planCmd), cl::cat(modelCat));
+cl::opt<std::string>
+    trainFile("train",
+              cl::desc("Training config YAML (keys: precision, optimizer, "
+                       "grad_precision, micro_batch, global_batch, seq_len, "
+                       "remat, zero, tensor_parallel, pipeline_parallel, "
+                       "tokens)"),
+              cl::value_desc("file"), cl::sub(planCmd), cl::cat(modelCat));
+cl::opt<std::string>
+    clusterFile("cluster",
+                cl::desc("Cluster YAML (keys: gpu, gpus_per_node, nodes, "
+                         "price_per_gpu_hour, mfu, reserve_gib)"),
+                cl::value_desc("file"), cl::sub(planCmd), cl::cat(modelCat));
+cl::opt<std::string> hardwareFile(
+    "hardware",
+    cl::desc("GPU data file (default: $LLMC_HARDWARE, else the source "
+             "tree's examples/hardware.yaml)"),
+    cl::value_desc("file"), cl::sub(planCmd), cl::cat(modelCat));
+cl::opt<std::string>
+    fitMemory("fit",
+              cl::desc("Search tp, pp, ZeRO stage, micro-batch and remat "
+                       "for the fastest plans whose most loaded device fits "
+                       "in MEMORY (80GB = 80e9 bytes, 80GiB, 81920MiB; "
+                       "'gpu': the GPU's memory)"),
+              cl::value_desc("MEMORY"), cl::sub(planCmd), cl::cat(modelCat));
+cl::opt<bool> jsonOutput("json",
+                         cl::desc("Print JSON: every number with its value "
+                                  "in base units, unit and source"),
+                         cl::sub(planCmd), cl::cat(modelCat));
+cl::opt<bool> listGpus("list-gpus",
+                       cl::desc("List the GPUs of the data file and exit"),
+                       cl::sub(planCmd), cl::cat(modelCat));
+
+cl::opt<std::string>
+    precisionFlag("precision",
+                  cl::desc("[precision] fp32, tf32, fp16, bf16 (default) or "
+                           "fp8: GEMM precision; 16-bit ones keep fp32 "
+                           "master weights"),
+                  cl::value_desc("fp32|tf32|fp16|bf16|fp8"), cl::sub(planCmd),
+                  cl::cat(trainCat));
+cl::opt<std::string>
+    optimizerFlag("optimizer",
+                  cl::desc("[optimizer] adamw (default), adamw-8bit or sgd "
+                           "(with momentum)"),
+                  cl::value_desc("adamw|adamw-8bit|sgd"), cl::sub(planCmd),
+                  cl::cat(trainCat));
+cl::opt<std::string> gradPrecisionFlag(
+    "grad-precision",
+    cl::desc("[grad_precision] fp32 (default: gradients accumulate in fp32, "
+             "18 bytes/parameter with AdamW) or half (16 bytes)"),
+    cl::value_desc("fp32|half"), cl::sub(planCmd), cl::cat(trainCat));
+cl::opt<int64_t> microBatchFlag(
+    "micro-batch",
+    cl::desc("[micro_batch] sequences per device per forward/backward "
+             "(default 1; a model.mlir's own batch)"),
+    cl::value_desc("n"), cl::sub(planCmd), cl::cat(trainCat));
+cl::opt<int64_t>
+    globalBatchFlag("global-batch",
+                    cl::desc("[global_batch] sequences per optimizer step "
+                             "(default 512)"),
+                    cl::value_desc("n"), cl::sub(planCmd), cl::cat(trainCat));
+cl::opt<int64_t>
+    seqLenFlag("seq-len",
+               cl::desc("[seq_len] tokens per sequence (default: the "
+                        "model's seq_len; a model.mlir's own)"),
+               cl::value_desc("n"), cl::sub(planCmd), cl::cat(trainCat));
+cl::opt<std::string>
+    rematFlag("remat",
+              cl::desc("[remat] none (default), selective (recompute the "
+                       "attention core) or full (recompute each block)"),
+              cl::value_desc("none|selective|full"), cl::sub(planCmd),
+              cl::cat(trainCat));
+cl::opt<int> zeroFlag("zero",
+                      cl::desc("[zero] ZeRO stage 0-3 over data parallelism "
+                               "(default 0)"),
+                      cl::value_desc("0-3"), cl::sub(planCmd),
+                      cl::cat(trainCat));
+cl::opt<int64_t> tpFlag("tp",
+                        cl::desc("[tensor_parallel] tensor-parallel size "
+                                 "(default 1)"),
+                        cl::value_desc("n"), cl::sub(planCmd),
+                        cl::cat(trainCat));
+cl::opt<int64_t> ppFlag("pp",
+                        cl::desc("[pipeline_parallel] pipeline stages "
+                                 "(default 1)"),
+                        cl::value_desc("n"), cl::sub(planCmd),
+                        cl::cat(trainCat));
+cl::opt<std::string>
+    tokensFlag("tokens",
+               cl::desc("[tokens] training tokens, e.g. 10e9, 300B, 1.4T "
+                        "(default: Chinchilla's 20 x parameters)"),
+               cl::value_desc("count"), cl::sub(planCmd), cl::cat(trainCat));
+
+cl::opt<std::string> gpuFlag("gpu",
+                             cl::desc("[gpu] GPU name from the data file, "
+                                      "e.g. a100-80gb, h100-sxm"),
+                             cl::value_desc("name"), cl::sub(planCmd),
+                             cl::cat(clusterCat));
+cl::opt<int64_t> gpusPerNodeFlag("gpus-per-node",
+                                 cl::desc("[gpus_per_node] (default 8)"),
+                                 cl::value_desc("n"), cl::sub(planCmd),
+                                 cl::cat(clusterCat));
+cl::opt<int64_t> nodesFlag("nodes", cl::desc("[nodes] (default 1)"),
+                           cl::value_desc("n"), cl::sub(planCmd),
+                           cl::cat(clusterCat));
+cl::opt<double> priceFlag("price",
+                          cl::desc("[price_per_gpu_hour] USD per GPU-hour "
+                                   "(default: no cost)"),
+                          cl::value_desc("USD"), cl::sub(planCmd),
+                          cl::cat(clusterCat));
+cl::opt<double>
+    mfuFlag("mfu",
+            cl::desc("[mfu] fraction of peak the kernels reach on the "
+                     "model's FLOPs, assumed or measured (default 0.4); "
+                     "bubbles, recompute and communication come on top"),
+            cl::value_desc("fraction"), cl::sub(planCmd), cl::cat(clusterCat));
+cl::opt<double> reserveFlag(
+    "reserve-gib",
+    cl::desc("[reserve_gib] per-device memory for the CUDA context and "
+             "library workspaces (default 1)"),
+    cl::value_desc("GiB"), cl::sub(planCmd), cl::cat(clusterCat));
+
+int fail(const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "llmc") << message << "\n";
+  return 1;
+}
+
+int fail(llvm::Error error) {
+  std::string message = llvm::toString(std::move(error));
+  // Errors from files arrive as "file:line:col: error: ..." already.
+  if (llvm::StringRef(message).contains(": error: ")) {
+    llvm::errs() << llvm::StringRef(message).rtrim() << "\n";
+    return 1;
+  }
+  return fail(message);
+}
+
+/// Sets `field` from `flag` when it was given, recording the flag as the
+/// value's origin (so errors name it instead of a file line).
+template <typename T, typename F>
+bool overlay(cl::opt<T> &flag, F &field, Origins &origins,
+             llvm::StringRef key) {
+  if (!flag.getNumOccurrences())
+    return false;
+  field = flag;
+  origins.erase(key.str());
+  return true;
+}
+
+template <typename E>
+llvm::Error overlayEnum(cl::opt<std::string> &flag, E &field, Origins &origins,
+                        llvm::StringRef key,
+                        std::optional<E> (*parse)(llvm::StringRef),
+                        llvm::StringRef allowed) {
+  if (!flag.getNumOccurrences())
+    return llvm::Error::success();
+  std::optional<E> value = parse(flag);
+  if (!value)
+    return llvm::createStringError("--" + flag.ArgStr + ": unknown value '" +
+                                   flag + "'; expected one of " + allowed);
+  field = *value;
+  origins.erase(key.str());
+  return llvm::Error::success();
+}
+
+llvm::Error positive(cl::opt<int64_t> &flag, int64_t min = 1) {
+  if (flag.getNumOccurrences() && flag < min)
+    return llvm::createStringError("--" + flag.ArgStr + ": expected an " +
+                                   "integer >= " + llvm::Twine(min) + ", got " +
+                                   llvm::Twine(flag.getValue()));
+  return llvm::Error::success();
+}
+
+llvm::Error applyTrainFlags(TrainConfig &train) {
+  Origins &o = train.origins;
+  if (llvm::Error err =
+          overlayEnum(precisionFlag, train.precision, o, "precision",
+                      parsePrecision, "fp32, tf32, fp16, bf16, fp8"))
+    return err;
+  if (llvm::Error err =
+          overlayEnum(optimizerFlag, train.optimizer, o, "optimizer",
+                      parseOptimizer, "adamw, adamw-8bit, sgd"))
+    return err;
+  if (llvm::Error err = overlayEnum(rematFlag, train.remat, o, "remat",
+                                    parseRemat, "none, selective, full"))
+    return err;
+  if (gradPrecisionFlag.getNumOccurrences()) {
+    if (gradPrecisionFlag != "fp32" && gradPrecisionFlag != "half")
+      return llvm::createStringError("--grad-precision: unknown value '" +
+                                     gradPrecisionFlag +
+                                     "'; expected fp32 or half");
+    train.fp32Gradients = gradPrecisionFlag == "fp32";
+    o.erase("grad_precision");
+  }
+  for (cl::opt<int64_t> *flag :
+       {&microBatchFlag, &globalBatchFlag, &seqLenFlag, &tpFlag, &ppFlag})
+    if (llvm::Error err = positive(*flag))
+      return err;
+  overlay(microBatchFlag, train.microBatch, o, "micro_batch");
+  overlay(globalBatchFlag, train.globalBatch, o, "global_batch");
+  overlay(seqLenFlag, train.seqLen, o, "seq_len");
+  overlay(tpFlag, train.tensorParallel, o, "tensor_parallel");
+  overlay(ppFlag, train.pipelineParallel, o, "pipeline_parallel");
+  if (zeroFlag.getNumOccurrences() && (zeroFlag < 0 || zeroFlag > 3))
+    return llvm::createStringError("--zero: expected a stage 0 to 3, got " +
+                                   llvm::Twine(zeroFlag.getValue()));
+  overlay(zeroFlag, train.zero, o, "zero");
+  if (tokensFlag.getNumOccurrences()) {
+    llvm::Expected<double> tokens = parseCount(tokensFlag);
+    if (!tokens)
+      return llvm::createStringError("--tokens: " +
+                                     llvm::toString(tokens.takeError()));
+    train.tokens = *tokens;
+    o["tokens"] = "--tokens";
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error applyClusterFlags(ClusterConfig &cluster) {
+  Origins &o = cluster.origins;
+  for (cl::opt<int64_t> *flag : {&gpusPerNodeFlag, &nodesFlag})
+    if (llvm::Error err = positive(*flag))
+      return err;
+  overlay(gpuFlag, cluster.gpu, o, "gpu");
+  overlay(gpusPerNodeFlag, cluster.gpusPerNode, o, "gpus_per_node");
+  overlay(nodesFlag, cluster.nodes, o, "nodes");
+  if (priceFlag.getNumOccurrences() && priceFlag < 0)
+    return llvm::createStringError("--price: expected a price >= 0");
+  if (mfuFlag.getNumOccurrences() && (mfuFlag <= 0 || mfuFlag > 1))
+    return llvm::createStringError(
+        llvm::formatv("--mfu: expected a fraction in (0, 1], got {0}",
+                      mfuFlag.getValue())
+            .str());
+  if (reserveFlag.getNumOccurrences() && reserveFlag < 0)
+    return llvm::createStringError("--reserve-gib: expected a size >= 0");
+  // These keep the flag as their origin: the report names it as the
+  // source of the value.
+  if (overlay(priceFlag, cluster.pricePerGpuHour, o, "price_per_gpu_hour"))
+    o["price_per_gpu_hour"] = "--price";
+  if (overlay(mfuFlag, cluster.mfu, o, "mfu"))
+    o["mfu"] = "--mfu";
+  if (overlay(reserveFlag, cluster.reserveGiB, o, "reserve_gib"))
+    o["reserve_gib"] = "--reserve-gib";
+  return llvm::Error::success();
+}
+
+int printGpus(const HardwareTable &table) {
+  llvm::outs() << table.path << ":\n";
+  for (const GpuSpec &gpu : table.gpus) {
+    llvm::outs() << llvm::format("  %-12s %-34s %6.0f GiB", gpu.name.c_str(),
+                                 gpu.description.c_str(), gpu.memoryGiB);
+    for (unsigned i = 0; i < kNumPrecisions; ++i)
+      if (gpu.peakTflops[i] > 0)
+        llvm::outs() << "  " << stringifyPrecision(static_cast<Precision>(i))
+                     << " " << llvm::formatv("{0}", gpu.peakTflops[i]);
+    llvm::outs() << "  (TFLOP/s)\n";
+  }
+  return 0;
+}
+} // namespace
+
+int runPlan(MLIRContext &context) {
+  std::string hardwarePath =
+      hardwareFile.empty() ? getDefaultHardwarePath() : hardwareFile.getValue();
+  TrainConfig train;
+  ClusterConfig cluster;
+  if (!trainFile.empty())
+    if (llvm::Error err = loadTrainConfigFile(trainFile, train))
+      return fail(std::move(err));
+  if (!clusterFile.empty())
+    if (llvm::Error err = loadClusterConfigFile(clusterFile, cluster))
+      return fail(std::move(err));
+  if (llvm::Error err = applyTrainFlags(train))
+    return fail(std::move(err));
+  if (llvm::Error err = applyClusterFlags(cluster))
+    return fail(std::move(err));
+
+  std::optional<HardwareTable> hardware;
+  if (!cluster.gpu.empty() || listGpus) {
+    llvm::Expected<HardwareTable> table = loadHardwareFile(hardwarePath);
+    if (!table)
+      return fail(table.takeError());
+    hardware = std::move(*table);
+    if (listGpus)
+      return printGpus(*hardware);
+  }
+  std::optional<GpuSpec> gpu;
+  if (!cluster.gpu.empty()) {
+    llvm::Expected<GpuSpec> found = lookupGpu(*hardware, cluster.gpu);
+    if (!found)
+      return fail(found.takeError());
+    gpu = *found;
+  }
+
+  llvm::Expected<PlanModel> model = loadPlanModel(context, planInput);
+  if (!model)
+    return fail(model.takeError());
+  // A model.mlir was compiled for one token shape; plan that one unless
+  // told otherwise.
+  if (model->mlirBatch) {
+    if (!train.origins.count("micro_batch") &&
+        !microBatchFlag.getNumOccurrences())
+      train.microBatch = model->mlirBatch;
+    if (!train.seqLen)
+      train.seqLen = model->mlirSeqLen;
+  }
+
+  PlanRequest request;
+  request.model = &*model;
+  request.hardwarePath = hardwarePath;
+  if (gpu)
+    request.gpu = &*gpu;
+  if (!fitMemory.empty()) {
+    if (!gpu)
+      return fail("--fit needs a GPU: give --gpu NAME or a --cluster file "
+                  "with 'gpu:'");
+    if (fitMemory == "gpu") {
+      request.fitBudget = gpu->memoryGiB * 1024.0 * 1024.0 * 1024.0;
+    } else {
+      llvm::Expected<double> budget = parseMemorySize(fitMemory);
+      if (!budget)
+        return fail("--fit: " + llvm::toString(budget.takeError()));
+      request.fitBudget = *budget;
+    }
+  }
+  // Check the layout before compiling, so a bad size is reported as such.
+  if (llvm::Error err = validateLayout(*model, train, cluster,
+                                       getConfiguredLayout(train, cluster)))
+    return fail(std::move(err));
+  int64_t seqLen = train.seqLen ? train.seqLen : model->config.seqLen;
+  llvm::Expected<ForwardPlan> forward =
+      planForward(context, *model, train.microBatch, seqLen);
+  if (!forward)
+    return fail(forward.takeError());
+  request.forward = *forward;
+  request.train = std::move(train);
+  request.cluster = std::move(cluster);
+
+  llvm::Expected<Report> report = buildReport(request);
+  if (!report)
+    return fail(report.takeError());
+  if (jsonOutput)
+    printReportJson(*report, llvm::outs());
+  else
+    printReportTable(*report, llvm::outs());
+  return 0;
+}
