@@ -51,6 +51,18 @@ void sgemm(int64_t m, int64_t n, int64_t k, Matrix a, Matrix b, float *c,
       return std::make_pair(CblasNoTrans, std::max(x.rowStride, cols));
     return std::make_pair(CblasTrans, x.colStride);
   };
+  if (m == 1) {
+    // One row: a matrix-vector product. OpenBLAS's GEMM repacks the whole
+    // of B for it and runs several times slower than its GEMV
+    // (bench/sgemm-peers, M = 1).
+    if (b.colStride == 1) // B row-major [k, n]: c = B^T a
+      cblas_sgemv(CblasRowMajor, CblasTrans, k, n, alpha, b.data,
+                  std::max(b.rowStride, n), a.data, a.colStride, 0.0f, c, 1);
+    else // B stored as [n, k] (a weight): c = W a
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, alpha, b.data,
+                  b.colStride, a.data, a.colStride, 0.0f, c, 1);
+    return;
+  }
   auto [transA, lda] = layout(a, k);
   auto [transB, ldb] = layout(b, n);
   cblas_sgemm(CblasRowMajor, transA, transB, m, n, k, alpha, a.data, lda,

@@ -177,8 +177,11 @@ public:
     access.dtype = view.dtype;
     access.offset = view.offset;
     access.strides.assign(kernel.domain.size(), 0);
+    // A size-1 dimension broadcast over a longer domain dimension reads
+    // one element (stride 0); over a domain dimension of extent 1 it keeps
+    // its stride, so a row of length 1 still reads per column.
     for (auto [i, d] : llvm::enumerate(dimMap))
-      if (d >= 0 && view.shape[i] != 1)
+      if (d >= 0 && (view.shape[i] != 1 || kernel.domain[d] == 1))
         access.strides[d] += view.strides[i];
     if (overrideDim >= 0)
       access.strides[overrideDim] = overrideStride;

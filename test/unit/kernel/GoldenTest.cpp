@@ -6,6 +6,8 @@
 #include "frontend/ModelConfig.h"
 #include "runtime/Generate.h"
 
+#include "mlir/Parser/Parser.h"
+
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 
@@ -143,6 +145,61 @@ TEST(Executor, RejectsOutOfRangeIds) {
   ASSERT_TRUE(bool(error));
   EXPECT_EQ(llvm::toString(std::move(error)),
             "input 'tokens' holds id 50 at position 5, outside [0, 50)");
+}
+
+} // namespace
+
+namespace {
+
+// A single row goes to BLAS's matrix-vector product, for both weight
+// layouts ([N, K] with transpose_b, and [K, N]); checked against plain loops.
+TEST(Executor, SingleRowProducts) {
+  const char *source = R"mlir(
+func.func @forward(%w: tensor<16x8xf32> {llmc.param = "w"}, %v: tensor<8x16xf32> {llmc.param = "v"},
+                   %tokens: tensor<1x1xi32> {llmc.input = "tokens"},
+                   %targets: tensor<1x1xi32> {llmc.input = "targets"}) -> (tensor<f32>, tensor<1x1x16xf32>) {
+  %x = llmc.embedding %w, %tokens : tensor<16x8xf32>, tensor<1x1xi32>
+  %l = llmc.matmul %x, %w {transpose_b} : tensor<1x1x8xf32>, tensor<16x8xf32>
+  %y = llmc.embedding %w, %targets : tensor<16x8xf32>, tensor<1x1xi32>
+  %l2 = llmc.matmul %y, %v : tensor<1x1x8xf32>, tensor<8x16xf32>
+  %s = llmc.add %l, %l2 : tensor<1x1x16xf32>, tensor<1x1x16xf32>
+  %loss, %lse = llmc.cross_entropy %s, %targets : tensor<1x1x16xf32>, tensor<1x1xi32>
+  return %loss, %s : tensor<f32>, tensor<1x1x16xf32>
+}
+)mlir";
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(source, &context);
+  ASSERT_TRUE(module);
+  auto program = test::compileModule(*module);
+  ASSERT_TRUE(mlir::succeeded(program));
+  auto executor = test::makeExecutor(std::move(*program));
+  ASSERT_TRUE(bool(executor));
+  std::vector<float> w(16 * 8), v(8 * 16);
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = float((i * 37) % 11) / 11.0f - 0.5f;
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = float((i * 53) % 13) / 13.0f - 0.5f;
+  ASSERT_FALSE(bool((*executor)->setTensor(
+      "w", runtime::HostTensor::fromF32(w, {16, 8}))));
+  ASSERT_FALSE(bool((*executor)->setTensor(
+      "v", runtime::HostTensor::fromF32(v, {8, 16}))));
+  runtime::HostTensor tokens = runtime::HostTensor::zeros(kir::DType::I32, {1, 1});
+  runtime::HostTensor targets = tokens;
+  tokens.i32()[0] = 3;
+  targets.i32()[0] = 11;
+  ASSERT_FALSE(bool((*executor)->setTensor("tokens", tokens)));
+  ASSERT_FALSE(bool((*executor)->setTensor("targets", targets)));
+  ASSERT_FALSE(bool((*executor)->run()));
+  auto logits = (*executor)->output("logits");
+  ASSERT_TRUE(bool(logits));
+  for (int n = 0; n < 16; ++n) {
+    double want = 0;
+    for (int k = 0; k < 8; ++k)
+      want += double(w[3 * 8 + k]) * w[n * 8 + k] +
+              double(w[11 * 8 + k]) * v[k * 16 + n];
+    EXPECT_NEAR(logits->f32()[n], want, 1e-5) << "logit " << n;
+  }
 }
 
 } // namespace
