@@ -203,3 +203,71 @@ func.func @forward(%w: tensor<16x8xf32> {llmc.param = "w"}, %v: tensor<8x16xf32>
 }
 
 } // namespace
+
+namespace {
+
+// batch_matmul over two batch dims with a transposed right operand, and a
+// matmul whose left operand is a transposed view (transpose_a), against
+// plain loops.
+TEST(Executor, BatchedAndTransposedProducts) {
+  const char *source = R"mlir(
+func.func @forward(%a: tensor<2x3x5x4xf32> {llmc.param = "a"},
+                   %b: tensor<2x3x6x4xf32> {llmc.param = "b"},
+                   %w: tensor<5x7xf32> {llmc.param = "w"},
+                   %tokens: tensor<2x3xi32> {llmc.input = "tokens"},
+                   %targets: tensor<2x3xi32> {llmc.input = "targets"})
+    -> (tensor<f32>, tensor<2x3x6xf32>) {
+  %p = llmc.batch_matmul %a, %b {transpose_b} : tensor<2x3x5x4xf32>, tensor<2x3x6x4xf32>
+  %t = llmc.matmul %a, %w {transpose_a} : tensor<2x3x5x4xf32>, tensor<5x7xf32>
+  %ps = llmc.reduce_sum %p dims [2] : tensor<2x3x5x6xf32>
+  %ts = llmc.reduce_sum %t dims [2, 3] : tensor<2x3x4x7xf32>
+  %tb = llmc.broadcast %ts : tensor<2x3xf32> -> tensor<6x2x3xf32>
+  %tt = llmc.transpose %tb, [1, 2, 0] : tensor<6x2x3xf32>
+  %s = llmc.add %ps, %tt : tensor<2x3x6xf32>, tensor<2x3x6xf32>
+  %loss, %lse = llmc.cross_entropy %s, %targets : tensor<2x3x6xf32>, tensor<2x3xi32>
+  return %loss, %s : tensor<f32>, tensor<2x3x6xf32>
+}
+)mlir";
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(source, &context);
+  ASSERT_TRUE(module);
+  auto program = test::compileModule(*module);
+  ASSERT_TRUE(mlir::succeeded(program));
+  auto executor = test::makeExecutor(std::move(*program));
+  ASSERT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
+  auto fill = [](size_t n, int salt) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i)
+      v[i] = float((i * 31 + salt) % 17) / 17.0f - 0.5f;
+    return v;
+  };
+  std::vector<float> a = fill(2 * 3 * 5 * 4, 1), b = fill(2 * 3 * 6 * 4, 2),
+                     w = fill(5 * 7, 3);
+  ASSERT_FALSE(bool((*executor)->setTensor("a", runtime::HostTensor::fromF32(a, {2, 3, 5, 4}))));
+  ASSERT_FALSE(bool((*executor)->setTensor("b", runtime::HostTensor::fromF32(b, {2, 3, 6, 4}))));
+  ASSERT_FALSE(bool((*executor)->setTensor("w", runtime::HostTensor::fromF32(w, {5, 7}))));
+  ASSERT_FALSE(bool((*executor)->run()));
+  auto logits = (*executor)->output("logits");
+  ASSERT_TRUE(bool(logits));
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      int bj = i * 3 + j;
+      // sum over m of a[m] . b[n], plus sum over (k, n') of (a^T w)[k, n'].
+      double t = 0;
+      for (int k = 0; k < 4; ++k)
+        for (int n = 0; n < 7; ++n)
+          for (int m = 0; m < 5; ++m)
+            t += double(a[(bj * 5 + m) * 4 + k]) * w[m * 7 + n];
+      for (int n = 0; n < 6; ++n) {
+        double p = 0;
+        for (int m = 0; m < 5; ++m)
+          for (int k = 0; k < 4; ++k)
+            p += double(a[(bj * 5 + m) * 4 + k]) * b[(bj * 6 + n) * 4 + k];
+        EXPECT_NEAR(logits->f32()[bj * 6 + n], p + t, 1e-4)
+            << "batch " << i << ", " << j << ", column " << n;
+      }
+    }
+}
+
+} // namespace
