@@ -228,7 +228,9 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
 
   int64_t rows = g.batch * g.m;
   // Rows of C (over all batches) per thread, the epilogue on each thread's
-  // block right after its product; with few rows, columns per thread.
+  // block right after its product. With few rows (generation), columns per
+  // thread, then the epilogue by rows: BLAS runs short, wide blocks faster
+  // than shorter ones (GPT-2 at 64 rows: 20% more tokens/s).
   auto rowBlock = [&](int64_t begin, int64_t end, int) {
     for (int64_t batch = begin / g.m; batch * g.m < end; ++batch) {
       int64_t first = std::max(begin, batch * g.m) - batch * g.m;
@@ -242,7 +244,7 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
     if (epilogue)
       epilogue(epilogueOperands.data(), begin, end);
   };
-  bool splitRows = rows >= 8 * pool.size() || g.n < 64 * pool.size();
+  bool splitRows = rows >= 64 * pool.size() || g.n < 64 * pool.size();
   if (splitRows) {
     pool.parallelFor(rows, rowBlock);
     return;
@@ -254,7 +256,9 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
             c + batch * g.c.strides[0] + begin, g.c.strides[1]);
   });
   if (epilogue)
-    epilogue(epilogueOperands.data(), 0, rows);
+    pool.parallelFor(rows, [&](int64_t begin, int64_t end, int) {
+      epilogue(epilogueOperands.data(), begin, end);
+    });
 }
 
 void CpuExecutor::runAttention(const kir::AttentionStep &att) {
