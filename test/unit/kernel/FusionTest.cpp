@@ -140,3 +140,38 @@ func.func @forward(%x: tensor<2x5x24xf32> {llmc.param = "x"},
 }
 
 } // namespace
+
+namespace {
+
+// Random small models of every family and option, fused against unfused:
+// shapes, activations, norms, biases, tying and position encodings mix in
+// ways the hand-written cases do not.
+TEST(Fusion, RandomConfigs) {
+  std::mt19937 rng(2026);
+  const char *activations[] = {"gelu", "gelu_exact", "relu", "swiglu"};
+  const char *norms[] = {"layernorm", "rmsnorm"};
+  for (int trial = 0; trial < 6; ++trial) {
+    int64_t heads = 1 + rng() % 3, headDim = 2 * (1 + rng() % 5);
+    std::string yaml =
+        "name: r\nn_layer: " + std::to_string(1 + rng() % 2) +
+        "\nn_head: " + std::to_string(heads) +
+        "\nn_embd: " + std::to_string(heads * headDim) +
+        "\nseq_len: 12\nvocab_size: " + std::to_string(20 + rng() % 60) +
+        "\nactivation: " + activations[rng() % 4] +
+        "\nnorm: " + norms[rng() % 2] +
+        "\nposition: " + (rng() % 2 ? "rope" : "learned") +
+        "\nbias: " + (rng() % 2 ? "true" : "false") +
+        "\ntie_embeddings: " + (rng() % 2 ? "true" : "false") + "\n";
+    SCOPED_TRACE(yaml);
+    auto config = mlir::llmc::parseModelConfig(yaml, "random.yaml");
+    ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
+    mlir::MLIRContext context;
+    int64_t batch = 1 + rng() % 3, seq = 1 + rng() % 12;
+    auto a = mlir::llmc::buildForwardModule(context, *config, {batch, seq});
+    auto b = mlir::llmc::buildForwardModule(context, *config, {batch, seq});
+    ASSERT_TRUE(a && b);
+    expectFusedMatchesUnfused(**a, **b, {});
+  }
+}
+
+} // namespace

@@ -271,3 +271,66 @@ func.func @forward(%a: tensor<2x3x5x4xf32> {llmc.param = "a"},
 }
 
 } // namespace
+
+namespace {
+
+// Splat constants and fills read as constants, concat as copies into slices
+// of one buffer, broadcast and slice as strides, against plain loops.
+TEST(Executor, ConstantsConcatAndViews) {
+  const char *source = R"mlir(
+func.func @forward(%x: tensor<3x4xf32> {llmc.param = "x"},
+                   %b: tensor<4xf32> {llmc.param = "b"},
+                   %tokens: tensor<2xi32> {llmc.input = "tokens"},
+                   %targets: tensor<2xi32> {llmc.input = "targets"})
+    -> (tensor<f32>, tensor<2x8xf32>) {
+  %c = llmc.constant dense<2.000000e+00> : tensor<4xf32>
+  %f = llmc.fill 5.000000e-01 : tensor<3x4xf32>
+  %a = llmc.add %x, %c : tensor<3x4xf32>, tensor<4xf32>
+  %cat = llmc.concat %a, %f dim 0 : tensor<3x4xf32>, tensor<3x4xf32>
+  %bt = llmc.broadcast %b : tensor<4xf32> -> tensor<6x4xf32>
+  %s = llmc.mul %cat, %bt : tensor<6x4xf32>, tensor<6x4xf32>
+  %sl = llmc.slice %s offsets [1, 0] sizes [4, 4] : tensor<6x4xf32>
+  %r = llmc.reshape %sl : tensor<4x4xf32> -> tensor<2x8xf32>
+  %loss, %lse = llmc.cross_entropy %r, %targets : tensor<2x8xf32>, tensor<2xi32>
+  return %loss, %r : tensor<f32>, tensor<2x8xf32>
+}
+)mlir";
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(source, &context);
+  ASSERT_TRUE(module);
+  auto program = test::compileModule(*module);
+  ASSERT_TRUE(mlir::succeeded(program));
+  auto executor = test::makeExecutor(std::move(*program));
+  ASSERT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
+  std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  std::vector<float> b = {1, -1, 0.5f, 2};
+  ASSERT_FALSE(bool((*executor)->setTensor("x", runtime::HostTensor::fromF32(x, {3, 4}))));
+  ASSERT_FALSE(bool((*executor)->setTensor("b", runtime::HostTensor::fromF32(b, {4}))));
+  runtime::HostTensor targets = runtime::HostTensor::zeros(kir::DType::I32, {2});
+  targets.i32()[0] = 3;
+  targets.i32()[1] = 6;
+  ASSERT_FALSE(bool((*executor)->setTensor("targets", targets)));
+  ASSERT_FALSE(bool((*executor)->run()));
+  // Rows 1..4 of [x + 2; 0.5] * b, flattened into two rows of 8.
+  std::vector<double> want;
+  for (int row = 1; row < 5; ++row)
+    for (int col = 0; col < 4; ++col)
+      want.push_back((row < 3 ? x[row * 4 + col] + 2.0 : 0.5) * b[col]);
+  auto logits = (*executor)->output("logits");
+  ASSERT_TRUE(bool(logits));
+  for (int i = 0; i < 16; ++i)
+    EXPECT_NEAR(logits->f32()[i], want[i], 1e-6) << "element " << i;
+  double loss = 0;
+  for (int r = 0; r < 2; ++r) {
+    double sum = 0;
+    for (int v = 0; v < 8; ++v)
+      sum += std::exp(want[r * 8 + v]);
+    loss += std::log(sum) - want[r * 8 + targets.i32()[r]];
+  }
+  auto got = (*executor)->output("loss");
+  ASSERT_TRUE(bool(got));
+  EXPECT_NEAR(got->f32()[0], loss / 2, 1e-5);
+}
+
+} // namespace
