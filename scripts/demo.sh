@@ -14,7 +14,7 @@ mkdir -p "$build/demo"
 llmc=$build/bin/llmc
 run() {
   echo
-  echo "demo: \$ llmc $*"
+  echo "demo: \$ llmc$(printf ' %q' "$@")"
   "$llmc" "$@"
 }
 run emit-model examples/tiny.yaml --batch 4 --seq-len 64 -o "$build/demo/tiny.mlir"
