@@ -51,6 +51,21 @@ makeExecutor(kir::Program program, int threads = 0) {
       [&]() { return cpu::compileKernelsToObject(kernels); }, threads);
 }
 
+/// Parses `source` (llmc IR), compiles it with the compile pipeline and
+/// loads it into a CPU executor.
+inline llvm::Expected<std::unique_ptr<runtime::CpuExecutor>>
+executorForSource(llvm::StringRef source) {
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(source, &context);
+  if (!module)
+    return llvm::createStringError("the test's IR does not parse");
+  auto program = compileModule(*module);
+  if (mlir::failed(program))
+    return llvm::createStringError("the test's IR does not compile");
+  return makeExecutor(std::move(*program));
+}
+
 } // namespace llmc::test
 
 #endif // LLMC_TEST_UNIT_KERNEL_COMPILEUTIL_H

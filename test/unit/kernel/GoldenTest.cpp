@@ -6,7 +6,6 @@
 #include "frontend/ModelConfig.h"
 #include "runtime/Generate.h"
 
-#include "mlir/Parser/Parser.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -167,14 +166,8 @@ func.func @forward(%w: tensor<16x8xf32> {llmc.param = "w"}, %v: tensor<8x16xf32>
   return %loss, %s : tensor<f32>, tensor<1x1x16xf32>
 }
 )mlir";
-  mlir::MLIRContext context;
-  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
-  auto module = mlir::parseSourceString<mlir::ModuleOp>(source, &context);
-  ASSERT_TRUE(module);
-  auto program = test::compileModule(*module);
-  ASSERT_TRUE(mlir::succeeded(program));
-  auto executor = test::makeExecutor(std::move(*program));
-  ASSERT_TRUE(bool(executor));
+  auto executor = test::executorForSource(source);
+  ASSERT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
   std::vector<float> w(16 * 8), v(8 * 16);
   for (size_t i = 0; i < w.size(); ++i)
     w[i] = float((i * 37) % 11) / 11.0f - 0.5f;
@@ -228,13 +221,7 @@ func.func @forward(%a: tensor<2x3x5x4xf32> {llmc.param = "a"},
   return %loss, %s : tensor<f32>, tensor<2x3x6xf32>
 }
 )mlir";
-  mlir::MLIRContext context;
-  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
-  auto module = mlir::parseSourceString<mlir::ModuleOp>(source, &context);
-  ASSERT_TRUE(module);
-  auto program = test::compileModule(*module);
-  ASSERT_TRUE(mlir::succeeded(program));
-  auto executor = test::makeExecutor(std::move(*program));
+  auto executor = test::executorForSource(source);
   ASSERT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
   auto fill = [](size_t n, int salt) {
     std::vector<float> v(n);
@@ -295,13 +282,7 @@ func.func @forward(%x: tensor<3x4xf32> {llmc.param = "x"},
   return %loss, %r : tensor<f32>, tensor<2x8xf32>
 }
 )mlir";
-  mlir::MLIRContext context;
-  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
-  auto module = mlir::parseSourceString<mlir::ModuleOp>(source, &context);
-  ASSERT_TRUE(module);
-  auto program = test::compileModule(*module);
-  ASSERT_TRUE(mlir::succeeded(program));
-  auto executor = test::makeExecutor(std::move(*program));
+  auto executor = test::executorForSource(source);
   ASSERT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
   std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   std::vector<float> b = {1, -1, 0.5f, 2};
