@@ -121,7 +121,9 @@ static cl::opt<std::string> outputPath(
              "compile: default the input's path with extension .llmc)"),
     cl::value_desc("path"), cl::sub(emitCmd), cl::sub(compileCmd));
 static cl::opt<int64_t> batchSize("batch",
-                                  cl::desc("Sequences per forward call"),
+                                  cl::desc("Sequences per forward call, when "
+                                           "the model is a config or preset "
+                                           "(default 4)"),
                                   cl::init(4), cl::sub(emitCmd),
                                   cl::sub(infoCmd), cl::sub(compileCmd));
 static cl::opt<int64_t>
