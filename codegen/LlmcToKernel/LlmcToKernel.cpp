@@ -60,6 +60,14 @@ SmallVector<int64_t> contiguousStrides(ArrayRef<int64_t> shape) {
   return strides;
 }
 
+/// The dimension map of a value over a domain of its own shape: dim d
+/// runs along domain dim d.
+SmallVector<int> identityMap(int64_t rank) {
+  SmallVector<int> map(rank);
+  std::iota(map.begin(), map.end(), 0);
+  return map;
+}
+
 int64_t product(ArrayRef<int64_t> values) {
   return std::accumulate(values.begin(), values.end(), int64_t(1),
                          std::multiplies<int64_t>());
@@ -314,7 +322,6 @@ private:
   DenseMap<Value, int32_t> scalars;
   DenseMap<Value, SmallVector<int>> dimMaps;
   DenseMap<Value, Value> outer;
-  std::map<std::pair<void *, std::vector<int>>, int32_t> loadCache;
 };
 
 std::string Lowering::nameOf(Value value) {
@@ -351,9 +358,7 @@ FailureOr<TensorView> Lowering::viewOf(Value value) {
   if (domain.empty())
     domain.push_back(1);
   KernelBuilder kb(kernelName("fill"), "fill", domain);
-  SmallVector<int> map;
-  for (int d = 0; d < int(view->shape.size()); ++d)
-    map.push_back(d);
+  SmallVector<int> map = identityMap(view->shape.size());
   int32_t v = ::llmc::kir::isFloat(view->dtype) ? kb.constant(splat->second)
                                    : kb.intConstant(int64_t(splat->second));
   kb.store(*view, map, v);
@@ -372,9 +377,7 @@ TensorView Lowering::copyContiguous(const TensorView &view, StringRef name) {
   if (domain.empty())
     domain.push_back(1);
   KernelBuilder kb(kernelName("copy"), "copy " + name.str(), domain);
-  SmallVector<int> map;
-  for (int d = 0; d < int(view.shape.size()); ++d)
-    map.push_back(d);
+  SmallVector<int> map = identityMap(view.shape.size());
   kb.store(copy, map, kb.load(view, map));
   addKernelStep(std::move(kb.kernel), ("copy " + name).str());
   return copy;
@@ -525,9 +528,7 @@ LogicalResult Lowering::lowerGemm(Operation *matmul, Operation *fusion,
     auto fusionOp = cast<FusionOp>(fusion);
     Value product = matmul->getResult(0);
     views[product] = *c;
-    SmallVector<int> map;
-    for (int d = 0; d < int(rank); ++d)
-      map.push_back(d);
+    SmallVector<int> map = identityMap(rank);
     KernelBuilder kb(kernelName(fusionOp.getName()), fusionOp.getName().str(),
                      resultType.getShape());
     scalars.clear();
@@ -675,9 +676,7 @@ FailureOr<int32_t> Lowering::scalarOf(KernelBuilder &kb, Value value,
 
 LogicalResult Lowering::expand(KernelBuilder &kb, Operation *op) {
   int rank = kb.kernel.domain.size();
-  SmallVector<int> full;
-  for (int d = 0; d < rank; ++d)
-    full.push_back(d);
+  SmallVector<int> full = identityMap(rank);
   SmallVector<int> rowLevel(full.begin(), full.end() - 1);
 
   // The result map of elementwise ops: that of their full-shape operand
@@ -966,10 +965,8 @@ LogicalResult Lowering::lowerCrossEntropy(CrossEntropyOp op, Value logitsValue,
     return failure();
   SmallVector<int64_t> domain = logits->shape;
   int rank = domain.size();
-  SmallVector<int> full, rowLevel;
-  for (int d = 0; d < rank; ++d)
-    full.push_back(d);
-  rowLevel.assign(full.begin(), full.end() - 1);
+  SmallVector<int> full = identityMap(rank);
+  SmallVector<int> rowLevel(full.begin(), full.end() - 1);
 
   KernelBuilder kb(kernelName("cross_entropy"), "cross_entropy", domain);
   outer.clear();
@@ -1162,9 +1159,7 @@ LogicalResult Lowering::lowerConcat(ConcatOp op) {
     TensorView part = *out;
     part.shape = in->shape;
     part.offset = offset * out->strides[dim];
-    SmallVector<int> map;
-    for (int d = 0; d < int(in->shape.size()); ++d)
-      map.push_back(d);
+    SmallVector<int> map = identityMap(in->shape.size());
     KernelBuilder kb(kernelName("concat"), "concat", in->shape);
     kb.store(part, map, kb.load(*in, map));
     addKernelStep(std::move(kb.kernel), "concat");
