@@ -37,7 +37,7 @@ static int64_t alignUp(int64_t value) {
   return (value + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }
 
-MemoryPlanStats llmc::kir::planMemory(Program &program) {
+void llmc::kir::planMemory(Program &program) {
   int32_t numSteps = program.steps.size();
   std::vector<bool> seen(program.buffers.size(), false);
   for (int32_t step = 0; step < numSteps; ++step)
@@ -65,8 +65,8 @@ MemoryPlanStats llmc::kir::planMemory(Program &program) {
     return a < b;
   });
 
-  MemoryPlanStats stats;
   std::vector<int32_t> placed;
+  int64_t peak = 0;
   for (int32_t index : arena) {
     Buffer &buffer = program.buffers[index];
     int64_t size = alignUp(std::max<int64_t>(buffer.bytes(), 1));
@@ -86,18 +86,26 @@ MemoryPlanStats llmc::kir::planMemory(Program &program) {
     }
     buffer.offset = offset;
     placed.push_back(index);
-    stats.peakBytes = std::max(stats.peakBytes, offset + buffer.bytes());
+    peak = std::max(peak, offset + buffer.bytes());
+  }
+  program.arenaBytes = peak;
+}
+
+MemoryPlanStats llmc::kir::memoryPlanStats(const Program &program) {
+  MemoryPlanStats stats;
+  int32_t numSteps = program.steps.size();
+  std::vector<int64_t> live(std::max(numSteps, 1), 0);
+  for (const Buffer &buffer : program.buffers) {
+    if (buffer.kind != BufferKind::Arena)
+      continue;
+    stats.peakBytes = std::max(stats.peakBytes, buffer.offset + buffer.bytes());
     stats.totalBytes += buffer.bytes();
+    // Clamped: an artifact's live ranges are data, not trusted indices.
+    int32_t last = std::min<int32_t>(buffer.lastStep, live.size() - 1);
+    for (int32_t step = std::max(buffer.firstStep, 0); step <= last; ++step)
+      live[step] += buffer.bytes();
   }
-  for (int32_t step = 0; step < numSteps; ++step) {
-    int64_t live = 0;
-    for (int32_t index : arena) {
-      const Buffer &b = program.buffers[index];
-      if (b.firstStep <= step && step <= b.lastStep)
-        live += b.bytes();
-    }
-    stats.liveLowerBound = std::max(stats.liveLowerBound, live);
-  }
-  program.arenaBytes = stats.peakBytes;
+  for (int64_t bytes : live)
+    stats.liveLowerBound = std::max(stats.liveLowerBound, bytes);
   return stats;
 }

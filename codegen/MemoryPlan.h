@@ -18,7 +18,11 @@ struct MemoryPlanStats {
 /// touches it to the last, program outputs to the end) and assigns
 /// offsets greedily, largest buffer first, at the lowest aligned offset
 /// free for its whole range. Sets Program::arenaBytes to the peak.
-MemoryPlanStats planMemory(Program &program);
+void planMemory(Program &program);
+
+/// The figures of a planned program (its live ranges and offsets, as
+/// planMemory left them or an artifact stores them).
+MemoryPlanStats memoryPlanStats(const Program &program);
 
 /// The buffers a step reads or writes (its kernel's operands, library
 /// views and its epilogue's operands).

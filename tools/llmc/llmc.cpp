@@ -273,8 +273,7 @@ static void printPlanSummary(const ::llmc::kir::Program &program,
     gemms += step.kind == ::llmc::kir::StepKind::Gemm;
     attentions += step.kind == ::llmc::kir::StepKind::Attention;
   }
-  ::llmc::kir::Program copy = program;
-  ::llmc::kir::MemoryPlanStats stats = ::llmc::kir::planMemory(copy);
+  ::llmc::kir::MemoryPlanStats stats = ::llmc::kir::memoryPlanStats(program);
   os << llvm::format("%zu kernels, %zu steps (%lld GEMMs, %lld attention), "
                      "%.3f GFLOP per forward\n",
                      program.kernels.size(), program.steps.size(),
