@@ -3,7 +3,7 @@
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/FileSystem.h"
 
 #include <algorithm>
 #include <cmath>
@@ -51,15 +51,22 @@ llvm::Error llmc::runtime::loadWeights(CpuExecutor &executor,
     return executor.setParams(*params, "initialization");
   }
   // llm.c checkpoints start with the int32 magic 20240326.
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
-  if (!buffer)
-    return llvm::createStringError("cannot read '" + path +
-                                   "': " + buffer.getError().message());
-  bool llmc = (*buffer)->getBufferSize() >= 4 &&
-              *reinterpret_cast<const int32_t *>(
-                  (*buffer)->getBufferStart()) == 20240326;
-  buffer->reset();
+  // llm.c checkpoints start with the int32 magic 20240326; only those four
+  // bytes are read here, the reader of the format reads the rest.
+  llvm::Expected<llvm::sys::fs::file_t> file =
+      llvm::sys::fs::openNativeFileForRead(path);
+  if (!file)
+    return llvm::createStringError("cannot read '" + path + "': " +
+                                   llvm::toString(file.takeError()));
+  int32_t magic = 0;
+  llvm::Expected<size_t> read = llvm::sys::fs::readNativeFile(
+      *file, llvm::MutableArrayRef<char>(reinterpret_cast<char *>(&magic),
+                                         sizeof(magic)));
+  llvm::sys::fs::closeFile(*file);
+  if (!read)
+    return llvm::createStringError("cannot read '" + path + "': " +
+                                   llvm::toString(read.takeError()));
+  bool llmc = *read == sizeof(magic) && magic == 20240326;
   llvm::Expected<TensorMap> tensors = TensorMap();
   if (llmc) {
     llvm::Expected<Gpt2Dims> dims = modelDims(program);
