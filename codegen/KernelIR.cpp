@@ -1,7 +1,6 @@
 // Kernel IR utilities: type tables, levels, the verifier and the printer.
 #include "codegen/KernelIR.h"
 
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -366,24 +365,22 @@ int64_t llmc::kir::countFlops(const Kernel &kernel) {
   return perRow * kernel.numRows();
 }
 
+std::string llmc::kir::formatShape(llvm::ArrayRef<int64_t> values) {
+  std::string text = "[";
+  for (auto [i, value] : llvm::enumerate(values))
+    text += (i ? ", " : "") + std::to_string(value);
+  return text + "]";
+}
+
 void llmc::kir::printKernel(llvm::raw_ostream &os, const Kernel &kernel) {
-  os << "kernel @" << kernel.name << " domain ["
-     << llvm::join(llvm::map_range(kernel.domain,
-                                   [](int64_t d) { return std::to_string(d); }),
-                   ", ")
-     << "]";
+  os << "kernel @" << kernel.name << " domain " << formatShape(kernel.domain);
   if (!kernel.origin.empty())
     os << " from \"" << kernel.origin << "\"";
   os << " {\n";
   for (auto [index, access] : llvm::enumerate(kernel.operands)) {
     os << "  operand " << index << ": buffer " << access.buffer << " "
        << dtypeName(access.dtype) << " offset " << access.offset
-       << " strides ["
-       << llvm::join(llvm::map_range(
-                         access.strides,
-                         [](int64_t s) { return std::to_string(s); }),
-                     ", ")
-       << "]\n";
+       << " strides " << formatShape(access.strides) << "\n";
   }
   std::vector<Level> levels = computeLevels(kernel);
   for (size_t i = 0; i < kernel.body.size(); ++i) {

@@ -16,6 +16,8 @@
 #ifndef LLMC_CODEGEN_KERNELIR_H
 #define LLMC_CODEGEN_KERNELIR_H
 
+#include "llvm/ADT/ArrayRef.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -109,6 +111,9 @@ std::string verifyKernel(const Kernel &kernel);
 /// Floating-point operations per execution (for benchmarks and rooflines):
 /// one per arithmetic instruction and reduction step, weighted by level.
 int64_t countFlops(const Kernel &kernel);
+
+/// A shape or stride list as people read it: "[4, 64, 768]".
+std::string formatShape(llvm::ArrayRef<int64_t> values);
 
 /// The readable form `llmc inspect` and `--compile-to=kernels` print.
 void printKernel(llvm::raw_ostream &os, const Kernel &kernel);

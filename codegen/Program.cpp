@@ -2,7 +2,7 @@
 #include "codegen/Program.h"
 
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/Twine.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace llmc::kir;
@@ -14,11 +14,6 @@ int64_t Buffer::numElements() const {
   return n;
 }
 
-static std::string joinInts(const std::vector<int64_t> &values) {
-  return llvm::join(
-      llvm::map_range(values, [](int64_t v) { return std::to_string(v); }),
-      ", ");
-}
 
 namespace {
 /// Bounds checks of accesses and views against their buffers.
@@ -174,8 +169,8 @@ std::string llmc::kir::verifyProgram(const Program &program) {
 
 static void printView(llvm::raw_ostream &os, const char *name,
                       const View &view) {
-  os << " " << name << "=buffer " << view.buffer << "+" << view.offset << " ["
-     << joinInts(view.strides) << "]";
+  os << " " << name << "=buffer " << view.buffer << "+" << view.offset << " "
+     << formatShape(view.strides);
 }
 
 static const char *kindName(BufferKind kind) {
@@ -209,7 +204,7 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
   os << "\nbuffers:\n";
   for (auto [index, buffer] : llvm::enumerate(program.buffers)) {
     os << "  " << index << ": " << kindName(buffer.kind) << " "
-       << dtypeName(buffer.dtype) << "[" << joinInts(buffer.shape) << "] "
+       << dtypeName(buffer.dtype) << formatShape(buffer.shape) << " "
        << buffer.bytes() << " B";
     if (buffer.kind == BufferKind::Arena)
       os << " @" << buffer.offset << " live steps " << buffer.firstStep << ".."

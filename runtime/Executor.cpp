@@ -2,7 +2,6 @@
 // GEMMs with their epilogues, attention.
 #include "runtime/Executor.h"
 
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cblas.h>
@@ -25,13 +24,6 @@ char *allocate(int64_t bytes) {
   return static_cast<char *>(std::aligned_alloc(kir::kArenaAlignment, size));
 }
 
-std::string shapeString(const std::vector<int64_t> &shape) {
-  return "[" +
-         llvm::join(llvm::map_range(shape,
-                                    [](int64_t d) { return std::to_string(d); }),
-                    ", ") +
-         "]";
-}
 
 /// One operand of a BLAS call: element (row i, column j) of the logical
 /// (possibly transposed) matrix is at data[i * rowStride + j * colStride].
@@ -89,6 +81,12 @@ CpuExecutor::CpuExecutor(kir::Program program,
       bases[index] = memory;
     }
   }
+  // Operand base addresses never change: computed once, not per launch.
+  for (const kir::Kernel &kernel : prog.kernels) {
+    std::vector<void *> &operands = kernelOperands.emplace_back();
+    for (const kir::Access &access : kernel.operands)
+      operands.push_back(base(access.buffer));
+  }
   scratch.resize(pool.size());
 }
 
@@ -125,8 +123,8 @@ llvm::Error CpuExecutor::setTensor(llvm::StringRef name,
       const kir::Buffer &buffer = prog.buffers[binding.buffer];
       if (tensor.shape != buffer.shape)
         return llvm::createStringError(
-            "tensor '" + name + "' has shape " + shapeString(tensor.shape) +
-            ", the model expects " + shapeString(buffer.shape));
+            "tensor '" + name + "' has shape " + kir::formatShape(tensor.shape) +
+            ", the model expects " + kir::formatShape(buffer.shape));
       if (tensor.dtype != buffer.dtype)
         return llvm::createStringError(
             "tensor '" + name + "' is " + kir::dtypeName(tensor.dtype) +
@@ -195,10 +193,10 @@ llvm::Error CpuExecutor::checkIds() const {
   return llvm::Error::success();
 }
 
-void CpuExecutor::runKernel(const kir::Kernel &kernel, CpuKernelFn fn) {
-  std::vector<void *> operands;
-  for (const kir::Access &access : kernel.operands)
-    operands.push_back(base(access.buffer));
+void CpuExecutor::runKernel(int32_t index) {
+  const kir::Kernel &kernel = prog.kernels[index];
+  CpuKernelFn fn = kernelFns[index];
+  const std::vector<void *> &operands = kernelOperands[index];
   int64_t rows = kernel.numRows();
   // Tiny kernels are not worth waking the pool for.
   if (rows * kernel.rowLength() < 4096) {
@@ -221,10 +219,8 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
   int64_t bN = g.transB ? g.b.strides[1] : g.b.strides[2];
   float *a = at(g.a), *b = at(g.b), *c = at(g.c);
   CpuKernelFn epilogue = g.epilogue >= 0 ? kernelFns[g.epilogue] : nullptr;
-  std::vector<void *> epilogueOperands;
-  if (epilogue)
-    for (const kir::Access &access : prog.kernels[g.epilogue].operands)
-      epilogueOperands.push_back(base(access.buffer));
+  void *const *epilogueOperands =
+      epilogue ? kernelOperands[g.epilogue].data() : nullptr;
 
   int64_t rows = g.batch * g.m;
   // Rows of C (over all batches) per thread, the epilogue on each thread's
@@ -242,7 +238,7 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
             g.c.strides[1]);
     }
     if (epilogue)
-      epilogue(epilogueOperands.data(), begin, end);
+      epilogue(epilogueOperands, begin, end);
   };
   bool splitRows = rows >= 64 * pool.size() || g.n < 64 * pool.size();
   if (splitRows) {
@@ -257,7 +253,7 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
   });
   if (epilogue)
     pool.parallelFor(rows, [&](int64_t begin, int64_t end, int) {
-      epilogue(epilogueOperands.data(), begin, end);
+      epilogue(epilogueOperands, begin, end);
     });
 }
 
@@ -315,7 +311,7 @@ llvm::Error CpuExecutor::run() {
     double *bucket = nullptr;
     switch (step.kind) {
     case kir::StepKind::Kernel:
-      runKernel(prog.kernels[step.kernel], kernelFns[step.kernel]);
+      runKernel(step.kernel);
       bucket = &stepProfile.kernelSeconds;
       break;
     case kir::StepKind::Gemm:

@@ -68,7 +68,7 @@ private:
   CpuExecutor(kir::Program program, std::vector<CpuKernelFn> kernels,
               int numThreads);
   char *base(int32_t buffer) const { return bases[buffer]; }
-  void runKernel(const kir::Kernel &kernel, CpuKernelFn fn);
+  void runKernel(int32_t kernel);
   void runGemm(const kir::GemmStep &gemm);
   void runAttention(const kir::AttentionStep &attention);
   llvm::Error checkIds() const;
@@ -84,6 +84,7 @@ private:
   char *arena = nullptr;
   std::vector<char *> owned;  // parameter and input allocations
   std::vector<char *> bases;  // per buffer: where element 0 lives
+  std::vector<std::vector<void *>> kernelOperands; // per kernel: its bases
   std::vector<std::vector<float>> scratch; // per thread: attention scores
   bool profiling = false;
   StepProfile stepProfile;

@@ -231,12 +231,6 @@ static Error tensorError(StringRef path, StringRef name, const Twine &message) {
   return createStringError(path + ": tensor '" + name + "': " + message);
 }
 
-static std::string shapeString(ArrayRef<int64_t> shape) {
-  std::string s = "[";
-  for (auto [i, d] : llvm::enumerate(shape))
-    s += (i ? ", " : "") + std::to_string(d);
-  return s + "]";
-}
 
 /// The element count of `shape`, or nullopt when a dimension is negative or
 /// the count (times `elementBytes`) overflows int64.
@@ -400,7 +394,7 @@ Expected<SafetensorsFile> readSafetensorsFile(StringRef path) {
     std::optional<int64_t> byteCount = checkedByteCount(shape, dtype->bytes);
     if (!byteCount)
       return tensorError(path, name,
-                         "shape " + shapeString(shape) + " is too large");
+                         "shape " + kir::formatShape(shape) + " is too large");
 
     const json::Array *offsets = entry->getArray("data_offsets");
     std::optional<int64_t> begin, end;
@@ -416,7 +410,7 @@ Expected<SafetensorsFile> readSafetensorsFile(StringRef path) {
                               std::to_string(*end) + "]";
     if (*end - *begin != *byteCount)
       return tensorError(path, name,
-                         "shape " + shapeString(shape) + " of " + dtype->name +
+                         "shape " + kir::formatShape(shape) + " of " + dtype->name +
                              " needs " + Twine(*byteCount) + " bytes, but " +
                              offsetsText + " span " + Twine(*end - *begin));
     if (uint64_t(*end) > data.size())
@@ -506,7 +500,7 @@ Error writeSafetensors(StringRef path, const SafetensorsFile &file) {
       return tensorError(path, name,
                          "holds " + Twine(tensor.bytes.size()) +
                              " bytes, which do not match shape " +
-                             shapeString(tensor.shape) + " of " + *dtype);
+                             kir::formatShape(tensor.shape) + " of " + *dtype);
     outs.push_back({name, *dtype, tensor.shape,
                     StringRef(tensor.bytes.data(), tensor.bytes.size())});
   }
@@ -518,7 +512,7 @@ Error writeSafetensors(StringRef path, const SafetensorsFile &file) {
       return tensorError(path, name,
                          "holds " + Twine(tensor.values.size()) +
                              " values, which do not match shape " +
-                             shapeString(tensor.shape));
+                             kir::formatShape(tensor.shape));
     outs.push_back(
         {name, "F64", tensor.shape,
          StringRef(reinterpret_cast<const char *>(tensor.values.data()),
@@ -754,9 +748,9 @@ Error writeLlmcCheckpoint(StringRef path, const Gpt2Dims &dims,
     const HostTensor &tensor = it->second;
     if (tensor.shape != param.shape)
       return tensorError(path, param.name,
-                         "has shape " + shapeString(tensor.shape) +
+                         "has shape " + kir::formatShape(tensor.shape) +
                              ", but the model needs " +
-                             shapeString(param.shape));
+                             kir::formatShape(param.shape));
     if (!tensor.isFloat())
       return tensorError(path, param.name,
                          "is not a float tensor (F32, F16 or BF16)");
@@ -885,7 +879,7 @@ Expected<InitRule> gpt2InitRule(StringRef name, ArrayRef<int64_t> shape,
   if (!embedding && name.ends_with(".weight") && shape.size() == 1)
     return InitRule{InitRule::Ones, 0.0};
   return createStringError("GPT-2 init: no rule for tensor '" + name +
-                           "' of shape " + shapeString(shape) +
+                           "' of shape " + kir::formatShape(shape) +
                            " (expected a '.bias', a 1-D or 2-D '.weight', "
                            "wte or wpe)");
 }
@@ -932,7 +926,7 @@ Expected<TensorMap> initGpt2(ArrayRef<ParamSpec> params, int64_t nLayer,
     if (!checkedByteCount(param.shape, 1))
       return createStringError("GPT-2 init: tensor '" + param.name +
                                "' has an invalid shape " +
-                               shapeString(param.shape));
+                               kir::formatShape(param.shape));
     Expected<InitRule> rule = gpt2InitRule(param.name, param.shape, nLayer);
     if (!rule)
       return rule.takeError();
@@ -957,7 +951,7 @@ Error initGpt2(TensorMap &params, int64_t nLayer, uint64_t seed) {
     if (!checkedByteCount(tensor.shape, 1))
       return createStringError("GPT-2 init: tensor '" + name +
                                "' has an invalid shape " +
-                               shapeString(tensor.shape));
+                               kir::formatShape(tensor.shape));
     Expected<InitRule> rule = gpt2InitRule(name, tensor.shape, nLayer);
     if (!rule)
       return rule.takeError();
