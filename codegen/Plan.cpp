@@ -3,6 +3,7 @@
 #include "codegen/Plan.h"
 
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "frontend/ConfigYaml.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelInfo.h"
 #include "ir/LlmcDialect.h"
@@ -98,13 +99,6 @@ std::optional<E> parseByName(StringRef text, StringRef (*stringify)(E),
   return std::nullopt;
 }
 
-template <typename E>
-std::string listNames(StringRef (*stringify)(E), unsigned count) {
-  std::string result;
-  for (unsigned i = 0; i < count; ++i)
-    result += (i ? ", " : "") + stringify(static_cast<E>(i)).str();
-  return result;
-}
 } // namespace
 
 std::optional<Precision> plan::parsePrecision(StringRef text) {
@@ -188,20 +182,6 @@ Expected<double> plan::parseCount(StringRef text) {
 //===----------------------------------------------------------------------===//
 
 namespace {
-struct DiagCapture {
-  std::string message;
-  bool seen = false;
-};
-
-void captureDiag(const SMDiagnostic &diag, void *context) {
-  auto *capture = static_cast<DiagCapture *>(context);
-  if (capture->seen) // the scanner stops at its first error
-    return;
-  capture->seen = true;
-  raw_string_ostream os(capture->message);
-  diag.print(/*ProgName=*/nullptr, os, /*ShowColors=*/false);
-}
-
 /// A YAML node read out of the streaming parser (which must be walked once,
 /// in document order) into a tree that can be looked at in any order.
 struct YNode {
@@ -270,7 +250,7 @@ public:
   YamlFile(StringRef text, StringRef bufferName)
       : buffer(MemoryBuffer::getMemBufferCopy(text, bufferName)),
         name(bufferName.str()) {
-    sm.setDiagHandler(captureDiag, &capture);
+    sm.setDiagHandler(YamlDiagnostic::capture, &capture);
   }
 
   /// The top-level mapping. Syntax is checked in a first pass: a stream
@@ -318,7 +298,7 @@ public:
 
 private:
   SourceMgr sm;
-  DiagCapture capture;
+  YamlDiagnostic capture;
   std::unique_ptr<MemoryBuffer> buffer;
   YNode tree;
   std::string name;
@@ -337,7 +317,7 @@ public:
         return file.error(keyNode.range, "expected a scalar key");
       const std::string &name = keyNode.text;
       if (!is_contained(known, name))
-        return file.error(keyNode.range, unknownKeyMessage(name));
+        return file.error(keyNode.range, unknownKeyMessage(name, known));
       if (entries.count(name))
         return file.error(keyNode.range, "duplicate key '" + name +
                                              "' (first given at " +
@@ -427,23 +407,6 @@ private:
     return formatv("{0}", format("%g", value)).str();
   }
 
-  std::string unknownKeyMessage(StringRef name) const {
-    StringRef best;
-    unsigned bestDistance = 3;
-    for (StringRef candidate : known) {
-      unsigned distance = name.edit_distance(candidate, true, bestDistance);
-      if (distance < bestDistance) {
-        best = candidate;
-        bestDistance = distance;
-      }
-    }
-    if (!best.empty())
-      return ("unknown key '" + name + "' (did you mean '" + best + "'?)")
-          .str();
-    return ("unknown key '" + name + "'; known keys: " + join(known, ", "))
-        .str();
-  }
-
   const YamlFile &file;
   ArrayRef<StringRef> known;
   std::map<std::string, Entry> entries;
@@ -491,7 +454,7 @@ Error plan::parseTrainConfig(StringRef text, StringRef bufferName,
   if (fields.has("precision")) {
     auto value = fields.getEnum<Precision>(
         "precision", parsePrecision,
-        listNames(stringifyPrecision, kNumPrecisions));
+        listEnumNames(stringifyPrecision, kNumPrecisions));
     if (!value)
       return value.takeError();
     config.precision = *value;
@@ -499,7 +462,7 @@ Error plan::parseTrainConfig(StringRef text, StringRef bufferName,
   }
   if (fields.has("optimizer")) {
     auto value = fields.getEnum<Optimizer>("optimizer", parseOptimizer,
-                                           listNames(stringifyOptimizer, 3));
+                                           listEnumNames(stringifyOptimizer, 3));
     if (!value)
       return value.takeError();
     config.optimizer = *value;
@@ -517,7 +480,7 @@ Error plan::parseTrainConfig(StringRef text, StringRef bufferName,
   }
   if (fields.has("remat")) {
     auto value = fields.getEnum<Remat>("remat", parseRemat,
-                                       listNames(stringifyRemat, 3));
+                                       listEnumNames(stringifyRemat, 3));
     if (!value)
       return value.takeError();
     config.remat = *value;

@@ -1,6 +1,8 @@
 // Model config presets, YAML parsing (via llvm::yaml::Stream) and printing.
 #include "frontend/ModelConfig.h"
 
+#include "frontend/ConfigYaml.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
@@ -183,22 +185,6 @@ std::optional<Key> lookupKey(StringRef name) {
   return std::nullopt;
 }
 
-/// Collects YAML parser diagnostics instead of letting them reach stderr.
-struct DiagCapture {
-  std::string message;
-  bool seen = false;
-};
-
-void captureDiag(const SMDiagnostic &diag, void *context) {
-  auto *capture = static_cast<DiagCapture *>(context);
-  // The scanner stops after its first error; later ones would be noise.
-  if (capture->seen)
-    return;
-  capture->seen = true;
-  raw_string_ostream os(capture->message);
-  diag.print(/*ProgName=*/nullptr, os, /*ShowColors=*/false);
-}
-
 Error makeErrorFromText(StringRef text) {
   return createStringError(std::make_error_code(std::errc::invalid_argument),
                            text.rtrim());
@@ -226,17 +212,6 @@ std::optional<E> parseEnum(StringRef text, StringRef (*stringify)(E),
     if (stringify(static_cast<E>(i)) == text)
       return static_cast<E>(i);
   return std::nullopt;
-}
-
-template <typename E>
-std::string listEnum(StringRef (*stringify)(E), unsigned count) {
-  std::string result;
-  for (unsigned i = 0; i < count; ++i) {
-    if (i)
-      result += ", ";
-    result += stringify(static_cast<E>(i)).str();
-  }
-  return result;
 }
 
 /// One key given in the file.
@@ -308,25 +283,8 @@ Error ConfigParser::collectKeys(yaml::MappingNode *mapping) {
     SMRange keyRange = scalarKey->getSourceRange();
 
     std::optional<Key> key = lookupKey(name);
-    if (!key) {
-      StringRef best;
-      unsigned bestDistance = 3;
-      for (StringRef known : kKeyNames) {
-        unsigned distance =
-            name.edit_distance(known, /*AllowReplacements=*/true,
-                               /*MaxEditDistance=*/bestDistance);
-        if (distance < bestDistance) {
-          best = known;
-          bestDistance = distance;
-        }
-      }
-      if (!best.empty())
-        return error(keyRange, "unknown key '" + name + "' (did you mean '" +
-                                   best + "'?)");
-      return error(keyRange,
-                   "unknown key '" + name + "'; known keys: " +
-                       join(std::begin(kKeyNames), std::end(kKeyNames), ", "));
-    }
+    if (!key)
+      return error(keyRange, unknownKeyMessage(name, kKeyNames));
 
     Entry &slot = entries[static_cast<size_t>(*key)];
     if (slot.value) {
@@ -410,7 +368,7 @@ Expected<bool> ConfigParser::getBool(Key key) {
 template <typename E>
 Expected<E> ConfigParser::getEnum(Key key, StringRef (*stringify)(E),
                                   unsigned count) {
-  std::string allowed = listEnum(stringify, count);
+  std::string allowed = listEnumNames(stringify, count);
   SmallString<32> storage;
   Expected<StringRef> text = getScalar(key, "one of " + allowed, storage);
   if (!text)
@@ -622,8 +580,8 @@ Expected<ModelConfig> ConfigParser::parse(yaml::Stream &stream) {
 
 Expected<ModelConfig> parseModelConfig(StringRef text, StringRef bufferName) {
   SourceMgr sm;
-  DiagCapture capture;
-  sm.setDiagHandler(captureDiag, &capture);
+  YamlDiagnostic capture;
+  sm.setDiagHandler(YamlDiagnostic::capture, &capture);
   // Own a copy so the SourceMgr always has a real, addressable buffer (even
   // for empty text) that outlives both passes.
   std::unique_ptr<MemoryBuffer> buffer =
