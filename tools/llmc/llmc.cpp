@@ -185,11 +185,10 @@ static llvm::Expected<ModelConfig> loadConfig(llvm::StringRef input) {
 /// code generation) print as file:line:col with the source line.
 static auto sourceMgr = std::make_shared<llvm::SourceMgr>();
 
-/// Parses model.mlir and runs the op verifiers; with `compile`, also the
-/// compile pipeline. Diagnostics print as file:line:col.
+/// Parses model.mlir and checks it: the op verifiers and
+/// llmc-verify-legality. Diagnostics print as file:line:col.
 static OwningOpRef<ModuleOp> loadModule(MLIRContext &context,
-                                        llvm::StringRef path,
-                                        bool compile = false) {
+                                        llvm::StringRef path) {
   std::string error;
   std::unique_ptr<llvm::MemoryBuffer> buffer = openInputFile(path, &error);
   if (!buffer) {
@@ -202,10 +201,7 @@ static OwningOpRef<ModuleOp> loadModule(MLIRContext &context,
   if (!module)
     return nullptr;
   PassManager pm(&context);
-  if (compile)
-    buildCompilePipeline(pm);
-  else
-    pm.addPass(createVerifyLegalityPass());
+  pm.addPass(createVerifyLegalityPass());
   if (failed(pm.run(*module)))
     return nullptr;
   return module;
