@@ -14,9 +14,16 @@ def Llmc_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
     downstream reads them). The rule returns one gradient per operand, null
     where `isDifferentiableOperand` is false (token ids, for example).
 
-    Ops declare the interface here so that adding the VJP rules does not
-    change any op; the rules themselves are written by the autodiff pass
-    (passes/Autodiff.cpp) and until then an op reports that it has none.
+    Every op that declares the interface implements `buildVjp` itself
+    (ir/LlmcOps.td attaches it with `DeclareOpInterfaceMethods`), and the
+    rules live in ir/LlmcVjp.cpp, next to the ops they differentiate: a rule
+    is part of an op's definition, like its verifier, and the autodiff pass
+    (passes/Autodiff.cpp) only orders the sweep, accumulates gradients at
+    fan-out and seeds it. Rules build llmc ops only (forward ops and the
+    backward ops such as `llmc.layer_norm_grad`), and may read the op's
+    operands and results, which the backward sweep keeps alive. A rule
+    returns failure, with a diagnostic on the op, for gradients it does not
+    support (for example a gradient flowing into layer_norm's saved mean).
   }];
   let methods = [
     InterfaceMethod<[{
@@ -35,6 +42,7 @@ def Llmc_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
       (ins "::mlir::OpBuilder &":$builder, "::mlir::ValueRange":$resultGrads),
       [{}],
       [{
+        // Only reached by an op that attaches the interface without a rule.
         return $_op->emitOpError("has no VJP rule"), ::mlir::failure();
       }]>
   ];

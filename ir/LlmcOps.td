@@ -9,7 +9,9 @@ include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
-defvar Differentiable = Llmc_DifferentiableOpInterface;
+// Differentiable ops implement their VJP rule (ir/LlmcVjp.cpp).
+defvar Differentiable =
+    DeclareOpInterfaceMethods<Llmc_DifferentiableOpInterface, ["buildVjp"]>;
 
 //===----------------------------------------------------------------------===//
 // Constants
@@ -236,8 +238,11 @@ def Llmc_DropoutOp : Llmc_Op<"dropout",
     `stream`, i) through a counter-based generator whose seed and step the
     runtime supplies with each step, so the op is deterministic within a step
     and the backward pass and rematerialization regenerate the mask instead
-    of storing it. `stream` tells apart the dropout sites of one function and
-    must be unique in it. Example:
+    of storing it. `stream` tells apart the dropout sites of a model: two
+    dropouts with one `stream`, `rate` and shape apply the same mask. The
+    forward function uses each stream once (llmc-verify-legality checks it);
+    the gradient function that llmc-autodiff builds repeats each forward
+    dropout on the gradient with the same stream, which is its VJP. Example:
     ```mlir
     %y = llmc.dropout %x {rate = 1.000000e-01 : f32, stream = 3 : i64}
         : tensor<4x64x768xf32>

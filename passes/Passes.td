@@ -20,6 +20,33 @@ def VerifyLegalityPass : Pass<"llmc-verify-legality", "mlir::ModuleOp"> {
   }];
 }
 
+def AutodiffPass : Pass<"llmc-autodiff", "mlir::ModuleOp"> {
+  let summary = "Adds @grad_step, the reverse-mode gradient of @forward";
+  let description = [{
+    Adds to the module
+    `@grad_step(params..., tokens, targets, %dloss: tensor<f32>
+                {llmc.input = "dloss"}) -> (loss, grad_0, ..., grad_{P-1})`,
+    one gradient per `llmc.param` argument of `@forward`, of the
+    parameter's type and in argument order, with result attributes
+    `llmc.output = "loss"` and `llmc.output = "grad.<param name>"`.
+    `@forward` is left as it is. The body of `@grad_step` is a copy of the
+    forward body (minus its return) followed by the backward sweep, which
+    reads the forward values it needs (saved statistics, activations)
+    directly. The sweep visits the ops in reverse, seeds the loss (the first
+    result of `@forward`) with `%dloss`, and calls each op's
+    DifferentiableOpInterface rule (ir/LlmcVjp.cpp) with the gradients of
+    its results, null for results that receive none. Gradients of a value
+    used several times are summed with `llmc.add`, except that the
+    gradients of slices cutting one dimension of a value into disjoint
+    blocks (the q/k/v split) are joined by one `llmc.concat`, with zero
+    fills in any gaps. Only values that depend
+    on a parameter get a gradient (ids and constants do not), a parameter
+    no gradient reaches gets a zero `llmc.fill`, and ops that end up unused
+    are removed. An op on the gradient path without a rule is an error.
+  }];
+  let dependentDialects = ["mlir::llmc::LlmcDialect"];
+}
+
 def FusionPass : Pass<"llmc-fusion", "mlir::ModuleOp"> {
   let summary = "Groups ops into llmc.fusion regions, one kernel each";
   let description = [{
@@ -39,6 +66,46 @@ def FusionPass : Pass<"llmc-fusion", "mlir::ModuleOp"> {
     slice, broadcast) stay outside: they become library calls and strided
     accesses. Results used outside a group become extra fusion outputs.
   }];
+  let dependentDialects = ["mlir::llmc::LlmcDialect"];
+}
+
+def OptimizerPass : Pass<"llmc-optimizer", "mlir::ModuleOp"> {
+  let summary = "Makes @grad_step accumulate and adds the optimizer's @update_step";
+  let description = [{
+    Runs after `llmc-autodiff`. Rewrites `@grad_step` so that it adds each
+    parameter gradient into a persistent gradient buffer (an argument with
+    `llmc.state = "grad.<p>"`, the result written back in place through
+    `llmc.updates`), which is gradient accumulation over micro-batches, and
+    adds `@update_step`: the global gradient norm (returned as
+    `grad_norm`), clipping by that norm (PyTorch's clip_grad_norm_), the
+    update of every parameter and its optimizer state in place, and the
+    zeroing of the gradient buffers. AdamW follows PyTorch's AdamW
+    (decoupled weight decay, Loshchilov & Hutter), by default not on rank-1
+    parameters (biases, norm weights); SGD follows PyTorch's SGD with
+    momentum, dampening 0 and optional Nesterov. The learning rate and
+    Adam's bias corrections 1/(1-beta^t) are scalar inputs the runtime sets
+    each step (the schedule lives on the host); everything else is
+    constant in the IR. The update is elementwise llmc ops, so llmc-fusion
+    makes one kernel per parameter of it.
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
+           "adamw or sgd">,
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.95", "AdamW beta2">,
+    Option<"epsilon", "epsilon", "double", /*default=*/"1e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"0.1",
+           "Weight decay (decoupled for AdamW, L2 for SGD)">,
+    Option<"momentum", "momentum", "double", /*default=*/"0.9",
+           "SGD momentum (0: plain SGD, no state)">,
+    Option<"nesterov", "nesterov", "bool", /*default=*/"false",
+           "SGD Nesterov momentum">,
+    Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"1.0",
+           "Clip the global gradient norm to this; 0 turns clipping off">,
+    Option<"decayNormsAndBiases", "decay-norms-and-biases", "bool",
+           /*default=*/"false",
+           "Also apply weight decay to rank-1 parameters (biases, norms)">
+  ];
   let dependentDialects = ["mlir::llmc::LlmcDialect"];
 }
 

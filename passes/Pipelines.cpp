@@ -17,9 +17,26 @@ void mlir::llmc::buildCompilePipeline(OpPassManager &pm) {
   pm.addPass(createFusionPass());
 }
 
+void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
+                                       const OptimizerPassOptions &optimizer) {
+  pm.addPass(createVerifyLegalityPass());
+  // Autodiff differentiates the forward ops as the user wrote them, before
+  // any pass rewrites them (mixed precision and rematerialization, when
+  // they come, work on the differentiated step).
+  pm.addPass(createAutodiffPass());
+  // The optimizer consumes @grad_step's gradients and adds @update_step.
+  pm.addPass(createOptimizerPass(optimizer));
+  // Fusion last, over all three functions, as in the compile pipeline.
+  pm.addPass(createFusionPass());
+}
+
 void mlir::llmc::registerLlmcPipelines() {
   PassPipelineRegistration<>(
       "llmc-compile-pipeline",
       "The passes `llmc compile` runs on a model module",
       [](OpPassManager &pm) { buildCompilePipeline(pm); });
+  PassPipelineRegistration<>(
+      "llmc-training-pipeline",
+      "The passes `llmc run` runs on a model module (default AdamW options)",
+      [](OpPassManager &pm) { buildTrainingPipeline(pm, {}); });
 }

@@ -2,6 +2,8 @@
 #ifndef LLMC_PASSES_PIPELINES_H
 #define LLMC_PASSES_PIPELINES_H
 
+#include "passes/Passes.h"
+
 #include "mlir/Pass/PassManager.h"
 
 namespace mlir::llmc {
@@ -9,6 +11,12 @@ namespace mlir::llmc {
 /// What `llmc compile` runs on a model module. Registered as
 /// `llmc-compile-pipeline` so that lit tests run exactly the same passes.
 void buildCompilePipeline(OpPassManager &pm);
+
+/// What `llmc run` compiles: the compile pipeline with the training passes
+/// in between. Registered as `llmc-training-pipeline` (default optimizer
+/// options) for lit tests.
+void buildTrainingPipeline(OpPassManager &pm,
+                           const OptimizerPassOptions &optimizer);
 
 /// Registers the pipelines above with the pass registry (for llmc-opt).
 void registerLlmcPipelines();

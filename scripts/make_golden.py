@@ -6,7 +6,7 @@ repository root:
 
     /usr/bin/python3 scripts/make_golden.py
 
-Each case is two files:
+Each case is three files:
 
   <case>.yaml         a model config in the format of examples/tiny.yaml; its
                       first line reads "# golden: batch B, seq_len T".
@@ -16,6 +16,12 @@ Each case is two files:
                       the IR's tensor<f32>) and "loss_f64" (F64 [1]), plus
                       __metadata__ {config, family, batch, seq_len, seed,
                       init_std, generator}, all strings.
+  <case>.grads.safetensors
+                      "grad.<name>" (F64, the parameter's shape) for every
+                      parameter: the gradient of the float64 loss, by
+                      autograd through the reference below (the autodiff
+                      tests compare @grad_step with it), plus
+                      __metadata__ {config, of, loss, generator}.
 
 The reference model below is written from the op semantics of ir/LlmcOps.td
 and the structure of frontend/GptBuilder.cpp, not from the C++ code: weights
@@ -715,8 +721,13 @@ def make_case(case, out_dir, llmc, sensitivity):
     params = draw_params(specs, case.init_std, gen)
     tokens, targets = draw_ids(cfg["vocab_size"], case.batch, case.T, gen)
 
-    p64 = {name: t.to(torch.float64) for name, t in params.items()}
+    p64 = {name: t.to(torch.float64).requires_grad_() for name, t in params.items()}
     logits, loss = Reference(cfg, p64).forward(tokens, targets)
+    # The gradients of the loss, by autograd through the float64 reference.
+    loss.backward()
+    grads = [("grad." + name, t.grad.detach().clone()) for name, t in p64.items()]
+    p64 = {name: t.detach() for name, t in p64.items()}
+    logits, loss = logits.detach(), loss.detach()
 
     # The reference must agree with the second implementation.
     alt_logits, alt_loss = alternative_forward(cfg, p64, tokens, targets)
@@ -748,8 +759,20 @@ def make_case(case, out_dir, llmc, sensitivity):
     if back_meta.get("batch") != str(case.batch):
         fail("%s: metadata did not read back" % case.name)
 
-    print("%-36s loss %.7f (f64 %.15f)  %6d bytes" % (
-        case.name, loss.float().item(), loss.item(), os.path.getsize(st_path)))
+    grads_path = os.path.join(out_dir, case.name + ".grads.safetensors")
+    grads_meta = collections.OrderedDict(
+        [("config", case.name), ("of", case.name + ".safetensors"),
+         ("loss", "mean cross-entropy over all positions"),
+         ("generator", "scripts/make_golden.py")])
+    write_safetensors(grads_path, grads, grads_meta)
+    back, _ = read_safetensors(grads_path)
+    if list(back) != [name for name, _ in grads] or not all(
+            torch.equal(back[name], g) for name, g in grads):
+        fail("%s: gradients did not read back" % case.name)
+
+    print("%-36s loss %.7f (f64 %.15f)  %6d + %6d bytes" % (
+        case.name, loss.float().item(), loss.item(), os.path.getsize(st_path),
+        os.path.getsize(grads_path)))
 
     if sensitivity:
         tol_ref = logits.abs().max().item()
