@@ -86,6 +86,7 @@ const char *llmc::kir::opName(Op op) {
   case Op::ReduceSum: return "reduce_sum";
   case Op::ReduceMax: return "reduce_max";
   case Op::Store: return "store";
+  case Op::Random: return "random";
   }
   return "?";
 }
@@ -105,6 +106,7 @@ int llmc::kir::numArgs(Op op) {
   case Op::Min: case Op::Rem: case Op::CmpLt: case Op::CmpLe: case Op::CmpEq:
     return 2;
   case Op::Select:
+  case Op::Random:
     return 3;
   }
   return 0;
@@ -312,6 +314,14 @@ std::string llmc::kir::verifyKernel(const Kernel &kernel) {
         return message;
       }
       break;
+    case Op::Random:
+      if (argType(0) != DType::I64 || argType(1) != DType::I64 ||
+          argType(2) != DType::I64 || type != DType::F32) {
+        fail(i) << "takes three i64 values (key, counter high, counter low) "
+                   "to an f32";
+        return message;
+      }
+      break;
     case Op::Select:
       if (argType(0) != DType::I1 || argType(1) != type ||
           argType(2) != type) {
@@ -355,7 +365,8 @@ int64_t llmc::kir::countFlops(const Kernel &kernel) {
     const Instr &instr = kernel.body[i];
     bool arithmetic = instr.type == DType::F32 &&
                       (isUnaryFloat(instr.op) || isBinary(instr.op) ||
-                       instr.op == Op::ReduceSum || instr.op == Op::ReduceMax);
+                       instr.op == Op::ReduceSum ||
+                       instr.op == Op::ReduceMax || instr.op == Op::Random);
     if (!arithmetic)
       continue;
     bool perColumn = levels[i] == Level::Column ||

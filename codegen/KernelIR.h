@@ -72,6 +72,13 @@ enum class Op : uint8_t {
   // to an operand whose stride along the row is 0 and is stored once per
   // row; a column-level value needs a non-zero row stride.
   Store,
+  // A uniform F32 in [0, 1) from three I64 args [key, counterHigh,
+  // counterLow]: Philox4x32-10 with key {lo32(key), hi32(key)} and counter
+  // {lo32(counterLow), hi32(counterLow), lo32(counterHigh),
+  // hi32(counterHigh)}; the result is (first output word >> 8) * 2^-24,
+  // exact in f32. Every emitter gives the same bits (dropout masks must
+  // agree between targets and between forward and backward).
+  Random,
 };
 
 const char *opName(Op op);
@@ -110,6 +117,7 @@ std::string verifyKernel(const Kernel &kernel);
 
 /// Floating-point operations per execution (for benchmarks and rooflines):
 /// one per arithmetic instruction and reduction step, weighted by level.
+/// Random counts one (its integer rounds are not floating-point work).
 int64_t countFlops(const Kernel &kernel);
 
 /// A shape or stride list as people read it: "[4, 64, 768]".

@@ -29,6 +29,20 @@ std::vector<int32_t> llmc::kir::buffersOfStep(const Program &program,
                                    a.out.buffer, a.lse.buffer});
     break;
   }
+  case StepKind::AttentionGrad: {
+    const AttentionGradStep &a = step.attentionGrad;
+    buffers.insert(buffers.end(),
+                   {a.dout.buffer, a.q.buffer, a.k.buffer, a.v.buffer,
+                    a.out.buffer, a.lse.buffer, a.dq.buffer, a.dk.buffer,
+                    a.dv.buffer});
+    break;
+  }
+  case StepKind::EmbeddingGrad: {
+    const EmbeddingGradStep &e = step.embeddingGrad;
+    buffers.insert(buffers.end(),
+                   {e.ids.buffer, e.grad.buffer, e.out.buffer});
+    break;
+  }
   }
   return buffers;
 }

@@ -104,10 +104,23 @@ std::string ProgramVerifier::run() {
       return message;
     }
   for (const std::vector<Binding> *list :
-       {&program.params, &program.inputs, &program.outputs})
+       {&program.params, &program.inputs, &program.outputs, &program.states,
+        &program.updates})
     for (const Binding &binding : *list)
       if (!checkBuffer(binding.buffer, "'" + binding.name + "'"))
         return message;
+  for (const Binding &binding : program.states)
+    if (program.buffers[binding.buffer].kind != BufferKind::State) {
+      os << "state '" << binding.name << "' is bound to a buffer that is not "
+         << "a state buffer";
+      return message;
+    }
+  for (const Binding &binding : program.updates)
+    if (!isPersistent(program.buffers[binding.buffer].kind)) {
+      os << "update of '" << binding.name << "' names buffer "
+         << binding.buffer << ", which is not a parameter or state";
+      return message;
+    }
   for (auto [index, step] : llvm::enumerate(program.steps)) {
     std::string what = "step " + std::to_string(index);
     switch (step.kind) {
@@ -158,6 +171,45 @@ std::string ProgramVerifier::run() {
         return message;
       break;
     }
+    case StepKind::AttentionGrad: {
+      const AttentionGradStep &a = step.attentionGrad;
+      std::vector<int64_t> shape = {a.batch, a.heads, a.seq, a.headDim};
+      std::pair<const View *, const char *> views[] = {
+          {&a.dout, " dout"}, {&a.q, " q"},   {&a.k, " k"},
+          {&a.v, " v"},       {&a.out, " out"}, {&a.dq, " dq"},
+          {&a.dk, " dk"},     {&a.dv, " dv"}};
+      for (auto [view, name] : views) {
+        if (!checkView(*view, shape, what + name))
+          return message;
+        if (view->strides[3] != 1) {
+          os << what << name << " needs a unit head_dim stride";
+          return message;
+        }
+      }
+      if (!checkView(a.lse, {a.batch, a.heads, a.seq}, what + " lse"))
+        return message;
+      break;
+    }
+    case StepKind::EmbeddingGrad: {
+      const EmbeddingGradStep &e = step.embeddingGrad;
+      if (!checkView(e.ids, {e.positions}, what + " ids") ||
+          !checkView(e.grad, {e.positions, e.channels}, what + " grad") ||
+          !checkView(e.out, {e.rows, e.channels}, what + " out"))
+        return message;
+      DType ids = program.buffers[e.ids.buffer].dtype;
+      if (ids != DType::I32 && ids != DType::I64) {
+        os << what << ": ids must be i32 or i64, not " << dtypeName(ids);
+        return message;
+      }
+      if (program.buffers[e.grad.buffer].dtype != DType::F32 ||
+          program.buffers[e.out.buffer].dtype != DType::F32 ||
+          e.out.strides[1] != 1) {
+        os << what << ": grad and out must be f32, out with unit channel "
+                      "stride";
+        return message;
+      }
+      break;
+    }
     }
   }
   return message;
@@ -181,6 +233,8 @@ static const char *kindName(BufferKind kind) {
     return "input";
   case BufferKind::Arena:
     return "arena";
+  case BufferKind::State:
+    return "state";
   }
   return "?";
 }
@@ -201,6 +255,8 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
   printBindings("param", program.params);
   printBindings("input", program.inputs);
   printBindings("output", program.outputs);
+  printBindings("state", program.states);
+  printBindings("update", program.updates);
   os << "\nbuffers:\n";
   for (auto [index, buffer] : llvm::enumerate(program.buffers)) {
     os << "  " << index << ": " << kindName(buffer.kind) << " "
@@ -241,6 +297,31 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
       printView(os, "lse", a.lse);
       break;
     }
+    case StepKind::AttentionGrad: {
+      const AttentionGradStep &a = step.attentionGrad;
+      os << "attention_grad batch " << a.batch << " heads " << a.heads
+         << " seq " << a.seq << " head_dim " << a.headDim << " scale "
+         << a.scale << (a.causal ? " causal" : "");
+      printView(os, "dout", a.dout);
+      printView(os, "q", a.q);
+      printView(os, "k", a.k);
+      printView(os, "v", a.v);
+      printView(os, "out", a.out);
+      printView(os, "lse", a.lse);
+      printView(os, "dq", a.dq);
+      printView(os, "dk", a.dk);
+      printView(os, "dv", a.dv);
+      break;
+    }
+    case StepKind::EmbeddingGrad: {
+      const EmbeddingGradStep &e = step.embeddingGrad;
+      os << "embedding_grad positions " << e.positions << " rows " << e.rows
+         << " channels " << e.channels;
+      printView(os, "ids", e.ids);
+      printView(os, "grad", e.grad);
+      printView(os, "out", e.out);
+      break;
+    }
     }
     if (!step.origin.empty())
       os << "  // " << step.origin;
@@ -270,6 +351,16 @@ int64_t llmc::kir::countFlops(const Program &program) {
       flops += a.causal ? full / 2 : full;
       break;
     }
+    case StepKind::AttentionGrad: {
+      // Recomputed QK^T, then dV, dP, dQ and dK: five products.
+      const AttentionGradStep &a = step.attentionGrad;
+      int64_t full = 10 * a.batch * a.heads * a.seq * a.seq * a.headDim;
+      flops += a.causal ? full / 2 : full;
+      break;
+    }
+    case StepKind::EmbeddingGrad:
+      flops += step.embeddingGrad.positions * step.embeddingGrad.channels;
+      break;
     }
   }
   return flops;

@@ -15,8 +15,16 @@ namespace llmc::kir {
 
 /// Where a buffer lives. Parameters and inputs are supplied by the runtime
 /// (one allocation each); every intermediate, outputs included, has a
-/// planned byte offset in the one arena.
-enum class BufferKind : uint8_t { Param, Input, Arena };
+/// planned byte offset in the one arena. State buffers are persistent
+/// tensors that are not parameters (accumulated gradients, optimizer
+/// moments): like parameters they outlive a run, are bound by name to the
+/// runtime's persistent store (shared between programs) and start as zeros.
+enum class BufferKind : uint8_t { Param, Input, Arena, State };
+
+/// Whether a buffer of this kind persists across runs (Param, State).
+inline bool isPersistent(BufferKind kind) {
+  return kind == BufferKind::Param || kind == BufferKind::State;
+}
 
 struct Buffer {
   std::string name; // parameter/input name, or the value it holds
@@ -70,13 +78,48 @@ struct AttentionStep {
   View q, k, v, out, lse;
 };
 
-enum class StepKind : uint8_t { Kernel, Gemm, Attention };
+/// The gradients of AttentionStep per (batch, head), recomputing the
+/// probabilities from q, k and the forward's lse instead of storing them
+/// (flash attention's backward):
+///   p[t][s] = exp(scale * q[t].k[s] - lse[t])   (0 where causal masks s > t)
+///   dv[s]   = sum_t p[t][s] dout[t]
+///   dp[t][s] = dout[t].v[s],  delta[t] = dout[t].out[t]
+///   ds[t][s] = p[t][s] (dp[t][s] - delta[t])
+///   dq[t]   = scale * sum_s ds[t][s] k[s],  dk[s] = scale * sum_t ds[t][s] q[t]
+/// dout, q, k, v, out, dq, dk, dv: [batch, heads, seq, headDim] f32 views
+/// with unit headDim stride; lse: [batch, heads, seq]. dq, dk and dv are
+/// written whole (not accumulated) and overlap no input.
+struct AttentionGradStep {
+  int64_t batch = 0, heads = 0, seq = 0, headDim = 0;
+  float scale = 1.0f;
+  bool causal = true;
+  View dout, q, k, v, out, lse;
+  View dq, dk, dv;
+};
+
+/// The table gradient of an embedding lookup, a deterministic scatter-add:
+///   out[r][c] = sum over positions p with ids[p] == r, in increasing p,
+///               of grad[p][c]          (0 for rows no id selects)
+/// ids: [positions] i32 or i64 (the buffer's dtype), each in [0, rows);
+/// grad: [positions, channels] f32; out: [rows, channels] f32, written
+/// whole, unit channel stride. A backend may parallelize over rows and
+/// channels but must sum each row's positions in increasing order (no
+/// atomics), so results are bit-identical from run to run.
+struct EmbeddingGradStep {
+  int64_t positions = 0, rows = 0, channels = 0;
+  View ids, grad, out;
+};
+
+enum class StepKind : uint8_t { Kernel, Gemm, Attention, AttentionGrad,
+                                EmbeddingGrad };
 
 struct Step {
   StepKind kind = StepKind::Kernel;
   int32_t kernel = -1; // Kernel: index into Program::kernels
   GemmStep gemm;
   AttentionStep attention;
+  AttentionGradStep attentionGrad;
+  EmbeddingGradStep embeddingGrad;
   std::string origin; // the llmc ops this step runs, for people
 };
 
@@ -86,12 +129,21 @@ struct Binding {
   int32_t buffer = -1;
 };
 
+/// The implicit input of a program with random ops (dropout): i64 [2],
+/// the run's seed and step, which the runtime sets before each run.
+constexpr const char *kRngInputName = "rng";
+
 struct Program {
   std::string function;   // the MLIR function it was compiled from
   std::string modelJson;  // the `llmc.model` config, as JSON (may be empty)
   std::vector<Binding> params;  // in function argument order
-  std::vector<Binding> inputs;  // tokens, targets, ...
+  std::vector<Binding> inputs;  // tokens, targets, ... (and `rng`, see below)
   std::vector<Binding> outputs; // loss, logits, ...
+  // Persistent non-parameter buffers (BufferKind::State), in argument order.
+  std::vector<Binding> states;
+  // Param and State buffers a run writes in place (`llmc.updates` results):
+  // after a run, buffer `buffer` holds the new value of `name`.
+  std::vector<Binding> updates;
   std::vector<Buffer> buffers;
   std::vector<Kernel> kernels;
   std::vector<Step> steps;
@@ -106,7 +158,8 @@ std::string verifyProgram(const Program &program);
 void printProgram(llvm::raw_ostream &os, const Program &program);
 
 /// FLOPs of one execution of the schedule (2mnk per GEMM, attention's two
-/// products, kernels by countFlops).
+/// products and its gradient's five, an embedding gradient's adds, kernels
+/// by countFlops).
 int64_t countFlops(const Program &program);
 
 } // namespace llmc::kir

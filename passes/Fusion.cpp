@@ -4,10 +4,13 @@
 // Groups are formed greedily, in three rounds, each round only taking ops
 // that no earlier round took:
 //   1. row groups: every reduction along the last dimension (layer_norm,
-//      rms_norm, softmax, cross_entropy, reduce_* over the last dim) pulls in
-//      the elementwise producers of its input (the residual add before a
-//      layer_norm, the embedding lookup and position add before the first
-//      one) and the elementwise consumers of its full-shape results;
+//      rms_norm, softmax, cross_entropy, reduce_* over dims that include the
+//      last, and the backward row ops softmax_grad, layer_norm_grad,
+//      rms_norm_grad, cross_entropy_grad) pulls in the elementwise producers
+//      of its input (the residual add before a layer_norm, the embedding
+//      lookup and position add before the first one, the square before a
+//      sum of squares) and the elementwise consumers of its full-shape
+//      results (the residual gradient added to a layer_norm_grad);
 //   2. GEMM epilogues: a matmul whose product has one use, by an elementwise
 //      op of the product's shape, takes that op and the single-use chain
 //      after it (bias add, GELU, ReLU, residual add);
@@ -17,7 +20,9 @@
 // is recomputed per broadcast element), no path leaves the group and comes
 // back (which would make the fused kernel depend on itself), and operands
 // that a kernel reads at another index than its own (the rotary partner,
-// the embedding table, the logit at the target id) stay kernel inputs.
+// the embedding table, the logit at the target id) stay kernel inputs, as
+// do the operands of a norm gradient (its weight and bias gradients are
+// column sums that code generation computes in a second kernel, from memory).
 // Results used outside their group become extra outputs of the fusion.
 #include "ir/LlmcOps.h"
 #include "passes/Passes.h"
@@ -45,15 +50,24 @@ bool isPointwise(Operation *op) {
              RotaryOp, EmbeddingOp, ReluGradOp, SiluGradOp, GeluGradOp>(op);
 }
 
-/// Reductions along the last dimension: the root of a row group.
+/// Backward ops that work on whole rows; their domain is their result.
+bool isBackwardRowOp(Operation *op) {
+  return isa<SoftmaxGradOp, LayerNormGradOp, RmsNormGradOp,
+             CrossEntropyGradOp>(op);
+}
+
+/// Reductions along the last dimension: the root of a row group. A
+/// reduction over more dims than the last (a sum of squares to a scalar)
+/// reduces rows in the kernel and the rest in a second stage.
 bool isRowReduction(Operation *op) {
-  if (isa<LayerNormOp, RmsNormOp, SoftmaxOp, CrossEntropyOp>(op))
+  if (isa<LayerNormOp, RmsNormOp, SoftmaxOp, CrossEntropyOp>(op) ||
+      isBackwardRowOp(op))
     return true;
   if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op)) {
     auto dims = op->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
     int64_t rank =
         cast<RankedTensorType>(op->getOperand(0).getType()).getRank();
-    return dims.size() == 1 && dims[0] == rank - 1;
+    return !dims.empty() && dims.back() == rank - 1;
   }
   return false;
 }
@@ -67,6 +81,8 @@ bool mustBeKernelInput(Operation *op, unsigned operand) {
     return operand == 0; // the table
   if (isa<CrossEntropyOp>(op))
     return operand == 0; // the logits, read again at the target id
+  if (isa<LayerNormGradOp, RmsNormGradOp>(op))
+    return true; // read again by the weight and bias gradient kernel
   return false;
 }
 
@@ -76,6 +92,8 @@ ArrayRef<int64_t> shapeOf(Value value) {
 
 /// The shape a group iterates over, from its root op.
 SmallVector<int64_t> domainOf(Operation *root) {
+  if (isBackwardRowOp(root))
+    return llvm::to_vector(shapeOf(root->getResult(0)));
   if (isRowReduction(root))
     return llvm::to_vector(shapeOf(root->getOperand(0)));
   return llvm::to_vector(shapeOf(root->getResult(0)));

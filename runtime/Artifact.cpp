@@ -56,17 +56,24 @@ static_assert(
     same(fb::Op::IToF, kir::Op::IToF) &&
     same(fb::Op::ReduceSum, kir::Op::ReduceSum) &&
     same(fb::Op::ReduceMax, kir::Op::ReduceMax) &&
-    same(fb::Op::Store, kir::Op::Store) && same(fb::Op::MAX, kir::Op::Store));
+    same(fb::Op::Store, kir::Op::Store) &&
+    same(fb::Op::Random, kir::Op::Random) &&
+    same(fb::Op::MAX, kir::Op::Random));
 static_assert(same(fb::BufferKind::Param, kir::BufferKind::Param) &&
               same(fb::BufferKind::Input, kir::BufferKind::Input) &&
               same(fb::BufferKind::Arena, kir::BufferKind::Arena) &&
-              same(fb::BufferKind::MAX, kir::BufferKind::Arena));
+              same(fb::BufferKind::State, kir::BufferKind::State) &&
+              same(fb::BufferKind::MAX, kir::BufferKind::State));
 // The step union: NONE, then kir::StepKind's values shifted by one.
 static_assert(same(fb::StepOp::KernelStep, 1 + int(kir::StepKind::Kernel)) &&
               same(fb::StepOp::GemmStep, 1 + int(kir::StepKind::Gemm)) &&
               same(fb::StepOp::AttentionStep,
                    1 + int(kir::StepKind::Attention)) &&
-              same(fb::StepOp::MAX, 1 + int(kir::StepKind::Attention)));
+              same(fb::StepOp::AttentionGradStep,
+                   1 + int(kir::StepKind::AttentionGrad)) &&
+              same(fb::StepOp::EmbeddingGradStep,
+                   1 + int(kir::StepKind::EmbeddingGrad)) &&
+              same(fb::StepOp::MAX, 1 + int(kir::StepKind::EmbeddingGrad)));
 static_assert(kArtifactIdentifier.size() == flatbuffers::kFileIdentifierLength);
 
 //===----------------------------------------------------------------------===//
@@ -206,11 +213,55 @@ encodeAttention(FlatBufferBuilder &b, const kir::AttentionStep &attention) {
   return out.Finish();
 }
 
+static Offset<fb::AttentionGradStep>
+encodeAttentionGrad(FlatBufferBuilder &b, const kir::AttentionGradStep &grad) {
+  const auto &[batch, heads, seq, headDim, scale, causal, dout, q, k, v,
+               outView, lse, dq, dk, dv] = grad;
+  auto doutOffset = encodeView(b, dout), qOffset = encodeView(b, q),
+       kOffset = encodeView(b, k), vOffset = encodeView(b, v),
+       outOffset = encodeView(b, outView), lseOffset = encodeView(b, lse),
+       dqOffset = encodeView(b, dq), dkOffset = encodeView(b, dk),
+       dvOffset = encodeView(b, dv);
+  fb::AttentionGradStepBuilder out(b);
+  out.add_batch(batch);
+  out.add_heads(heads);
+  out.add_seq(seq);
+  out.add_head_dim(headDim);
+  out.add_scale(scale);
+  out.add_causal(causal);
+  out.add_dout(doutOffset);
+  out.add_q(qOffset);
+  out.add_k(kOffset);
+  out.add_v(vOffset);
+  out.add_out(outOffset);
+  out.add_lse(lseOffset);
+  out.add_dq(dqOffset);
+  out.add_dk(dkOffset);
+  out.add_dv(dvOffset);
+  return out.Finish();
+}
+
+static Offset<fb::EmbeddingGradStep>
+encodeEmbeddingGrad(FlatBufferBuilder &b, const kir::EmbeddingGradStep &grad) {
+  const auto &[positions, rows, channels, ids, gradView, outView] = grad;
+  auto idsOffset = encodeView(b, ids), gradOffset = encodeView(b, gradView),
+       outOffset = encodeView(b, outView);
+  fb::EmbeddingGradStepBuilder out(b);
+  out.add_positions(positions);
+  out.add_rows(rows);
+  out.add_channels(channels);
+  out.add_ids(idsOffset);
+  out.add_grad(gradOffset);
+  out.add_out(outOffset);
+  return out.Finish();
+}
+
 /// Stores only the payload of the step's kind; the others read back as
 /// their defaults.
 static Offset<fb::Step> encodeStep(FlatBufferBuilder &b,
                                    const kir::Step &step) {
-  const auto &[kind, kernel, gemm, attention, origin] = step;
+  const auto &[kind, kernel, gemm, attention, attentionGrad, embeddingGrad,
+               origin] = step;
   fb::StepOp type = fb::StepOp::NONE;
   Offset<void> op;
   switch (kind) {
@@ -229,6 +280,14 @@ static Offset<fb::Step> encodeStep(FlatBufferBuilder &b,
     type = fb::StepOp::AttentionStep;
     op = encodeAttention(b, attention).Union();
     break;
+  case kir::StepKind::AttentionGrad:
+    type = fb::StepOp::AttentionGradStep;
+    op = encodeAttentionGrad(b, attentionGrad).Union();
+    break;
+  case kir::StepKind::EmbeddingGrad:
+    type = fb::StepOp::EmbeddingGradStep;
+    op = encodeEmbeddingGrad(b, embeddingGrad).Union();
+    break;
   }
   // A kind outside kir::StepKind is written as NONE, which readers refuse.
   auto originString = b.CreateString(origin);
@@ -242,8 +301,8 @@ static Offset<fb::Step> encodeStep(FlatBufferBuilder &b,
 
 static Offset<fb::ProgramDef> encodeProgram(FlatBufferBuilder &b,
                                             const kir::Program &program) {
-  const auto &[function, modelJson, params, inputs, outputs, buffers, kernels,
-               steps, arenaBytes] = program;
+  const auto &[function, modelJson, params, inputs, outputs, states, updates,
+               buffers, kernels, steps, arenaBytes] = program;
   auto functionString = b.CreateString(function);
   auto modelJsonString = b.CreateString(modelJson);
   auto bindings = [&](const std::vector<kir::Binding> &list) {
@@ -255,6 +314,8 @@ static Offset<fb::ProgramDef> encodeProgram(FlatBufferBuilder &b,
   auto paramVector = bindings(params);
   auto inputVector = bindings(inputs);
   auto outputVector = bindings(outputs);
+  auto stateVector = bindings(states);
+  auto updateVector = bindings(updates);
   std::vector<Offset<fb::Buffer>> bufferOffsets;
   for (const kir::Buffer &buffer : buffers)
     bufferOffsets.push_back(encodeBuffer(b, buffer));
@@ -277,6 +338,8 @@ static Offset<fb::ProgramDef> encodeProgram(FlatBufferBuilder &b,
   out.add_kernels(kernelVector);
   out.add_steps(stepVector);
   out.add_arena_bytes(arenaBytes);
+  out.add_states(stateVector);
+  out.add_updates(updateVector);
   return out.Finish();
 }
 
@@ -289,8 +352,39 @@ static uint64_t computeChecksum(uint8_t *data, size_t size) {
   return llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(data, size));
 }
 
+/// The CUDA section, in the envelope's builder.
+static Offset<fb::CudaModule> encodeCuda(FlatBufferBuilder &b,
+                                         const CudaSection &cuda) {
+  const auto &[codegenVersion, source, cubins, ptx, ptxArch, launches] = cuda;
+  auto sourceString = b.CreateString(source);
+  auto ptxString = b.CreateString(ptx);
+  std::vector<Offset<fb::CudaCubin>> cubinOffsets;
+  for (const CudaSection::Cubin &cubin : cubins) {
+    auto image = b.CreateVector(cubin.image);
+    cubinOffsets.push_back(fb::CreateCudaCubin(b, cubin.arch, image));
+  }
+  auto cubinVector = b.CreateVector(cubinOffsets);
+  std::vector<Offset<fb::CudaLaunch>> launchOffsets;
+  for (const CudaSection::Launch &launch : launches) {
+    auto kernel = b.CreateString(launch.kernel);
+    auto grid = b.CreateVector(launch.grid, 3);
+    auto block = b.CreateVector(launch.block, 3);
+    launchOffsets.push_back(fb::CreateCudaLaunch(
+        b, kernel, grid, block, launch.sharedBytes, launch.staticSharedBytes));
+  }
+  auto launchVector = b.CreateVector(launchOffsets);
+  return fb::CreateCudaModule(b, codegenVersion, sourceString, cubinVector,
+                              ptxString, ptxArch, launchVector);
+}
+
 std::vector<uint8_t>
 llmc::runtime::serializeProgram(const kir::Program &program) {
+  return serializeArtifact(program, nullptr);
+}
+
+std::vector<uint8_t>
+llmc::runtime::serializeArtifact(const kir::Program &program,
+                                 const CudaSection *cuda) {
   FlatBufferBuilder inner;
   inner.Finish(encodeProgram(inner, program));
 
@@ -303,10 +397,15 @@ llmc::runtime::serializeProgram(const kir::Program &program) {
                              alignof(uint64_t));
   auto programBytes =
       outer.CreateVector(inner.GetBufferPointer(), inner.GetSize());
+  Offset<fb::CudaModule> cudaOffset;
+  if (cuda)
+    cudaOffset = encodeCuda(outer, *cuda);
   fb::ArtifactBuilder artifact(outer);
   artifact.add_format_version(kArtifactFormatVersion);
   artifact.add_checksum(0);
   artifact.add_program(programBytes);
+  if (cuda)
+    artifact.add_cuda(cudaOffset);
   fb::FinishSizePrefixedArtifactBuffer(outer, artifact.Finish());
 
   std::vector<uint8_t> bytes(outer.GetBufferPointer(),
@@ -501,6 +600,33 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     out.v = decodeView(a->v());
     out.out = decodeView(a->out());
     out.lse = decodeView(a->lse());
+  } else if (const fb::AttentionGradStep *a = def.op_as_AttentionGradStep()) {
+    step.kind = kir::StepKind::AttentionGrad;
+    kir::AttentionGradStep &out = step.attentionGrad;
+    out.batch = a->batch();
+    out.heads = a->heads();
+    out.seq = a->seq();
+    out.headDim = a->head_dim();
+    out.scale = a->scale();
+    out.causal = a->causal();
+    out.dout = decodeView(a->dout());
+    out.q = decodeView(a->q());
+    out.k = decodeView(a->k());
+    out.v = decodeView(a->v());
+    out.out = decodeView(a->out());
+    out.lse = decodeView(a->lse());
+    out.dq = decodeView(a->dq());
+    out.dk = decodeView(a->dk());
+    out.dv = decodeView(a->dv());
+  } else if (const fb::EmbeddingGradStep *e = def.op_as_EmbeddingGradStep()) {
+    step.kind = kir::StepKind::EmbeddingGrad;
+    kir::EmbeddingGradStep &out = step.embeddingGrad;
+    out.positions = e->positions();
+    out.rows = e->rows();
+    out.channels = e->channels();
+    out.ids = decodeView(e->ids());
+    out.grad = decodeView(e->grad());
+    out.out = decodeView(e->out());
   }
   return step;
 }
@@ -512,6 +638,8 @@ llvm::Expected<kir::Program> Decoder::decode(const fb::ProgramDef &def) {
   program.params = decodeBindings(def.params());
   program.inputs = decodeBindings(def.inputs());
   program.outputs = decodeBindings(def.outputs());
+  program.states = decodeBindings(def.states());
+  program.updates = decodeBindings(def.updates());
   if (def.buffers())
     for (auto [index, buffer] : llvm::enumerate(*def.buffers())) {
       llvm::Expected<kir::Buffer> out = decodeBuffer(index, *buffer);
@@ -622,6 +750,18 @@ static std::string checkBeforeVerifying(const kir::Program &program) {
                {&a.v, shape},
                {&a.out, shape},
                {&a.lse, {a.batch, a.heads, a.seq}}};
+    } else if (step.kind == kir::StepKind::AttentionGrad) {
+      const kir::AttentionGradStep &a = step.attentionGrad;
+      std::vector<int64_t> shape = {a.batch, a.heads, a.seq, a.headDim};
+      views = {{&a.dout, shape}, {&a.q, shape},  {&a.k, shape},
+               {&a.v, shape},    {&a.out, shape}, {&a.dq, shape},
+               {&a.dk, shape},   {&a.dv, shape},
+               {&a.lse, {a.batch, a.heads, a.seq}}};
+    } else if (step.kind == kir::StepKind::EmbeddingGrad) {
+      const kir::EmbeddingGradStep &e = step.embeddingGrad;
+      views = {{&e.ids, {e.positions}},
+               {&e.grad, {e.positions, e.channels}},
+               {&e.out, {e.rows, e.channels}}};
     }
     for (const auto &[view, shape] : views)
       if (!productFits(shape) ||
@@ -634,9 +774,68 @@ static std::string checkBeforeVerifying(const kir::Program &program) {
   return message;
 }
 
+/// The CUDA section of a verified envelope, checked against its program.
+static llvm::Expected<CudaSection> decodeCuda(const fb::CudaModule &def,
+                                              const kir::Program &program,
+                                              llvm::StringRef name) {
+  CudaSection cuda;
+  cuda.codegenVersion = def.codegen_version();
+  cuda.source = toString(def.source());
+  cuda.ptx = toString(def.ptx());
+  cuda.ptxArch = def.ptx_arch();
+  if (def.cubins())
+    for (const fb::CudaCubin *cubin : *def.cubins()) {
+      CudaSection::Cubin out;
+      out.arch = cubin->arch();
+      if (cubin->image())
+        out.image.assign(cubin->image()->begin(), cubin->image()->end());
+      cuda.cubins.push_back(std::move(out));
+    }
+  size_t count = def.launches() ? def.launches()->size() : 0;
+  if (count != program.kernels.size())
+    return makeError(name, llvm::formatv("the CUDA section has {0} launches "
+                                         "for {1} kernels",
+                                         count, program.kernels.size()));
+  for (size_t i = 0; i < count; ++i) {
+    const fb::CudaLaunch *launchDef = def.launches()->Get(i);
+    CudaSection::Launch launch;
+    launch.kernel = toString(launchDef->kernel());
+    if (launch.kernel != program.kernels[i].name)
+      return makeError(name, "the CUDA section's launch " + llvm::Twine(i) +
+                                 " is for '" + launch.kernel +
+                                 "', the program's kernel is '" +
+                                 program.kernels[i].name + "'");
+    std::vector<int64_t> grid = toVector(launchDef->grid());
+    std::vector<int32_t> block = toVector(launchDef->block());
+    if (grid.size() != 3 || block.size() != 3)
+      return makeError(name, "the CUDA launch of '" + launch.kernel +
+                                 "' needs 3 grid and 3 block extents");
+    for (int d = 0; d < 3; ++d) {
+      if (grid[d] < 1 || block[d] < 1)
+        return makeError(name, "the CUDA launch of '" + launch.kernel +
+                                   "' has a non-positive extent");
+      launch.grid[d] = grid[d];
+      launch.block[d] = block[d];
+    }
+    launch.sharedBytes = launchDef->shared_bytes();
+    launch.staticSharedBytes = launchDef->static_shared_bytes();
+    cuda.launches.push_back(std::move(launch));
+  }
+  return cuda;
+}
+
 llvm::Expected<kir::Program>
 llmc::runtime::deserializeProgram(llvm::ArrayRef<uint8_t> bytes,
                                   llvm::StringRef name) {
+  llvm::Expected<ArtifactContents> contents = deserializeArtifact(bytes, name);
+  if (!contents)
+    return contents.takeError();
+  return std::move(contents->program);
+}
+
+llvm::Expected<ArtifactContents>
+llmc::runtime::deserializeArtifact(llvm::ArrayRef<uint8_t> bytes,
+                                   llvm::StringRef name) {
   auto fail = [&](const llvm::Twine &what) { return makeError(name, what); };
   // Bytes 0-3: the size of the rest; 4-7: the root offset; 8-11: "LLMC".
   constexpr size_t kHeaderBytes = 12;
@@ -727,7 +926,15 @@ llmc::runtime::deserializeProgram(llvm::ArrayRef<uint8_t> bytes,
     problem = kir::verifyProgram(*program);
   if (!problem.empty())
     return fail("invalid program: " + problem);
-  return program;
+  ArtifactContents contents;
+  if (const fb::CudaModule *cuda = artifact->cuda()) {
+    llvm::Expected<CudaSection> section = decodeCuda(*cuda, *program, name);
+    if (!section)
+      return section.takeError();
+    contents.cuda = std::move(*section);
+  }
+  contents.program = std::move(*program);
+  return contents;
 }
 
 //===----------------------------------------------------------------------===//
@@ -735,20 +942,32 @@ llmc::runtime::deserializeProgram(llvm::ArrayRef<uint8_t> bytes,
 //===----------------------------------------------------------------------===//
 
 llvm::Expected<kir::Program> llmc::runtime::readArtifact(llvm::StringRef path) {
+  llvm::Expected<ArtifactContents> contents = readArtifactContents(path);
+  if (!contents)
+    return contents.takeError();
+  return std::move(contents->program);
+}
+
+llvm::Expected<ArtifactContents>
+llmc::runtime::readArtifactContents(llvm::StringRef path) {
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
       llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                   /*RequiresNullTerminator=*/false);
   if (!file)
     return makeError(path,
                      "cannot read the artifact: " + file.getError().message());
-  return deserializeProgram(llvm::arrayRefFromStringRef((*file)->getBuffer()),
-                            path);
+  return deserializeArtifact(llvm::arrayRefFromStringRef((*file)->getBuffer()),
+                             path);
 }
 
 llvm::Error llmc::runtime::writeArtifact(llvm::StringRef path,
-                                         const kir::Program &program) {
+                                         const kir::Program &program,
+                                         const CudaSection *cuda) {
   std::string problem = kir::verifyProgram(program);
   if (!problem.empty())
     return makeError(path, "refusing to write an invalid program: " + problem);
-  return writeFileAtomically(path, serializeProgram(program));
+  if (cuda && cuda->launches.size() != program.kernels.size())
+    return makeError(path, "refusing to write a CUDA section whose launches "
+                           "do not match the kernels");
+  return writeFileAtomically(path, serializeArtifact(program, cuda));
 }

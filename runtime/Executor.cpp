@@ -64,16 +64,29 @@ void sgemm(int64_t m, int64_t n, int64_t k, Matrix a, Matrix b, float *c,
 } // namespace
 
 CpuExecutor::CpuExecutor(kir::Program program,
-                         std::vector<CpuKernelFn> kernels, int numThreads)
+                         std::vector<CpuKernelFn> kernels, int numThreads,
+                         std::shared_ptr<PersistentStore> store)
     : prog(std::move(program)), kernelFns(std::move(kernels)),
-      pool(numThreads) {
+      pool(numThreads), persistent(std::move(store)) {
   // Our threads split the work; BLAS must not start threads of its own.
   openblas_set_num_threads(1);
+  if (!persistent)
+    persistent = std::make_shared<PersistentStore>();
   arena = allocate(prog.arenaBytes);
+  scratch.resize(pool.size());
+}
+
+llvm::Error CpuExecutor::bindBuffers() {
   bases.resize(prog.buffers.size(), nullptr);
   for (auto [index, buffer] : llvm::enumerate(prog.buffers)) {
     if (buffer.kind == BufferKind::Arena) {
       bases[index] = arena + buffer.offset;
+    } else if (kir::isPersistent(buffer.kind)) {
+      llvm::Expected<char *> memory =
+          persistent->bind(buffer.name, buffer.dtype, buffer.shape);
+      if (!memory)
+        return memory.takeError();
+      bases[index] = *memory;
     } else {
       char *memory = allocate(buffer.bytes());
       std::memset(memory, 0, buffer.bytes());
@@ -87,7 +100,7 @@ CpuExecutor::CpuExecutor(kir::Program program,
     for (const kir::Access &access : kernel.operands)
       operands.push_back(base(access.buffer));
   }
-  scratch.resize(pool.size());
+  return llvm::Error::success();
 }
 
 CpuExecutor::~CpuExecutor() {
@@ -98,7 +111,7 @@ CpuExecutor::~CpuExecutor() {
 
 llvm::Expected<std::unique_ptr<CpuExecutor>>
 CpuExecutor::create(kir::Program program, std::vector<CpuKernelFn> kernels,
-                    int numThreads) {
+                    int numThreads, std::shared_ptr<PersistentStore> store) {
   std::string error = kir::verifyProgram(program);
   if (!error.empty())
     return llvm::createStringError("invalid program: " + error);
@@ -110,13 +123,17 @@ CpuExecutor::create(kir::Program program, std::vector<CpuKernelFn> kernels,
     if (!fn)
       return llvm::createStringError("no code for kernel '" +
                                      program.kernels[index].name + "'");
-  return std::unique_ptr<CpuExecutor>(
-      new CpuExecutor(std::move(program), std::move(kernels), numThreads));
+  std::unique_ptr<CpuExecutor> executor(new CpuExecutor(
+      std::move(program), std::move(kernels), numThreads, std::move(store)));
+  if (llvm::Error error = executor->bindBuffers())
+    return error;
+  return executor;
 }
 
 llvm::Error CpuExecutor::setTensor(llvm::StringRef name,
                                    const HostTensor &tensor) {
-  for (const std::vector<kir::Binding> *list : {&prog.params, &prog.inputs})
+  for (const std::vector<kir::Binding> *list :
+       {&prog.params, &prog.states, &prog.inputs})
     for (const kir::Binding &binding : *list) {
       if (binding.name != name)
         continue;
@@ -132,8 +149,8 @@ llvm::Error CpuExecutor::setTensor(llvm::StringRef name,
       std::memcpy(base(binding.buffer), tensor.bytes.data(), buffer.bytes());
       return llvm::Error::success();
     }
-  return llvm::createStringError("the model has no parameter or input '" +
-                                 name + "'");
+  return llvm::createStringError(
+      "the model has no parameter, state or input '" + name + "'");
 }
 
 llvm::Error CpuExecutor::setParams(const TensorMap &tensors,
@@ -150,20 +167,39 @@ llvm::Error CpuExecutor::setParams(const TensorMap &tensors,
   return llvm::Error::success();
 }
 
-TensorMap CpuExecutor::params() const {
+static TensorMap copyBindings(const kir::Program &program,
+                              const std::vector<kir::Binding> &bindings,
+                              const std::vector<char *> &bases) {
   TensorMap result;
-  for (const kir::Binding &param : prog.params) {
-    const kir::Buffer &buffer = prog.buffers[param.buffer];
+  for (const kir::Binding &binding : bindings) {
+    const kir::Buffer &buffer = program.buffers[binding.buffer];
     HostTensor tensor = HostTensor::zeros(buffer.dtype, buffer.shape);
-    std::memcpy(tensor.bytes.data(), base(param.buffer), buffer.bytes());
-    result[param.name] = std::move(tensor);
+    std::memcpy(tensor.bytes.data(), bases[binding.buffer], buffer.bytes());
+    result[binding.name] = std::move(tensor);
   }
   return result;
 }
 
+TensorMap CpuExecutor::params() const {
+  return copyBindings(prog, prog.params, bases);
+}
+
+TensorMap CpuExecutor::states() const {
+  return copyBindings(prog, prog.states, bases);
+}
+
+void CpuExecutor::setRng(uint64_t seed, uint64_t step) {
+  for (const kir::Binding &input : prog.inputs)
+    if (input.name == kir::kRngInputName) {
+      auto *words = reinterpret_cast<uint64_t *>(base(input.buffer));
+      words[0] = seed;
+      words[1] = step;
+    }
+}
+
 llvm::Expected<HostTensor> CpuExecutor::output(llvm::StringRef name) const {
   for (const std::vector<kir::Binding> *list :
-       {&prog.outputs, &prog.params, &prog.inputs})
+       {&prog.outputs, &prog.params, &prog.states, &prog.inputs})
     for (const kir::Binding &binding : *list) {
       if (binding.name != name)
         continue;
@@ -302,6 +338,111 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
   });
 }
 
+void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
+  int64_t T = att.seq, D = att.headDim;
+  auto at = [&](const kir::View &view, int64_t b, int64_t h) {
+    return reinterpret_cast<float *>(base(view.buffer)) + view.offset +
+           b * view.strides[0] + h * view.strides[1];
+  };
+  pool.parallelFor(att.batch * att.heads, [&](int64_t begin, int64_t end,
+                                              int thread) {
+    // P (then dS) and dP, T x T each, and delta, per thread.
+    std::vector<float> &buffer = scratch[thread];
+    buffer.resize(2 * T * T + T);
+    float *p = buffer.data(), *dp = p + T * T, *delta = dp + T * T;
+    for (int64_t pair = begin; pair < end; ++pair) {
+      int64_t b = pair / att.heads, h = pair % att.heads;
+      float *q = at(att.q, b, h), *k = at(att.k, b, h), *v = at(att.v, b, h);
+      float *out = at(att.out, b, h), *dout = at(att.dout, b, h);
+      float *dq = at(att.dq, b, h), *dk = at(att.dk, b, h),
+            *dv = at(att.dv, b, h);
+      const float *lse = reinterpret_cast<float *>(base(att.lse.buffer)) +
+                         att.lse.offset + b * att.lse.strides[0] +
+                         h * att.lse.strides[1];
+      int64_t qs = att.q.strides[2], ks = att.k.strides[2],
+              vs = att.v.strides[2], os = att.out.strides[2],
+              dos = att.dout.strides[2];
+      // P = exp(scale Q K^T - lse), zero where masked: the forward's
+      // probabilities, recomputed.
+      sgemm(T, T, D, {q, qs, 1}, {k, 1, ks}, p, T, att.scale);
+      for (int64_t t = 0; t < T; ++t) {
+        float *row = p + t * T;
+        float l = lse[t * att.lse.strides[2]];
+        int64_t visible = att.causal ? t + 1 : T;
+        for (int64_t s = 0; s < visible; ++s)
+          row[s] = std::exp(row[s] - l);
+        for (int64_t s = visible; s < T; ++s)
+          row[s] = 0.0f;
+        float sum = 0.0f;
+        for (int64_t d = 0; d < D; ++d)
+          sum += dout[t * dos + d] * out[t * os + d];
+        delta[t] = sum;
+      }
+      // dV = P^T dO.
+      sgemm(T, D, T, {p, 1, T}, {dout, dos, 1}, dv, att.dv.strides[2]);
+      // dP = dO V^T, then dS = P (dP - delta) in place of P.
+      sgemm(T, T, D, {dout, dos, 1}, {v, 1, vs}, dp, T);
+      for (int64_t t = 0; t < T; ++t) {
+        float *row = p + t * T;
+        const float *dpRow = dp + t * T;
+        for (int64_t s = 0; s < T; ++s)
+          row[s] *= dpRow[s] - delta[t];
+      }
+      // dQ = scale dS K, dK = scale dS^T Q.
+      sgemm(T, D, T, {p, T, 1}, {k, ks, 1}, dq, att.dq.strides[2], att.scale);
+      sgemm(T, D, T, {p, 1, T}, {q, qs, 1}, dk, att.dk.strides[2], att.scale);
+    }
+  });
+}
+
+void CpuExecutor::runEmbeddingGrad(const kir::EmbeddingGradStep &e) {
+  // Positions bucketed by id (a counting sort, stable: each bucket keeps
+  // increasing positions), then each table row sums its bucket in order:
+  // rows are independent, so threads split them with no atomics and the
+  // result does not depend on the thread count.
+  const kir::Buffer &idBuffer = prog.buffers[e.ids.buffer];
+  auto idAt = [&](int64_t p) -> int64_t {
+    int64_t element = e.ids.offset + p * e.ids.strides[0];
+    if (idBuffer.dtype == kir::DType::I32)
+      return reinterpret_cast<const int32_t *>(base(e.ids.buffer))[element];
+    return reinterpret_cast<const int64_t *>(base(e.ids.buffer))[element];
+  };
+  // Ids are checked before a run (Buffer::idBound); one that is not (a
+  // computed id) and lies outside the table selects no row.
+  auto valid = [&](int64_t id) { return id >= 0 && id < e.rows; };
+  std::vector<int64_t> start(e.rows + 1, 0), order(e.positions);
+  for (int64_t p = 0; p < e.positions; ++p)
+    if (int64_t id = idAt(p); valid(id))
+      ++start[id + 1];
+  for (int64_t r = 0; r < e.rows; ++r)
+    start[r + 1] += start[r];
+  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  for (int64_t p = 0; p < e.positions; ++p)
+    if (int64_t id = idAt(p); valid(id))
+      order[fill[id]++] = p;
+
+  const float *grad =
+      reinterpret_cast<const float *>(base(e.grad.buffer)) + e.grad.offset;
+  float *out = reinterpret_cast<float *>(base(e.out.buffer)) + e.out.offset;
+  int64_t C = e.channels;
+  pool.parallelFor(e.rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) {
+      float *row = out + r * e.out.strides[0];
+      std::fill(row, row + C, 0.0f);
+      for (int64_t i = start[r]; i < start[r + 1]; ++i) {
+        const float *g = grad + order[i] * e.grad.strides[0];
+        int64_t cs = e.grad.strides[1];
+        if (cs == 1)
+          for (int64_t c = 0; c < C; ++c)
+            row[c] += g[c];
+        else
+          for (int64_t c = 0; c < C; ++c)
+            row[c] += g[c * cs];
+      }
+    }
+  });
+}
+
 llvm::Error CpuExecutor::run() {
   if (llvm::Error error = checkIds())
     return error;
@@ -321,6 +462,14 @@ llvm::Error CpuExecutor::run() {
     case kir::StepKind::Attention:
       runAttention(step.attention);
       bucket = &stepProfile.attentionSeconds;
+      break;
+    case kir::StepKind::AttentionGrad:
+      runAttentionGrad(step.attentionGrad);
+      bucket = &stepProfile.attentionGradSeconds;
+      break;
+    case kir::StepKind::EmbeddingGrad:
+      runEmbeddingGrad(step.embeddingGrad);
+      bucket = &stepProfile.embeddingGradSeconds;
       break;
     }
     if (profiling)
@@ -347,7 +496,8 @@ llvm::Expected<std::unique_ptr<CpuExecutor>>
 llmc::runtime::createCpuExecutor(kir::Program program,
                                  cpu::CompileObjectFn compile, int numThreads,
                                  cpu::CacheStats *stats,
-                                 const cpu::KernelCacheOptions &cache) {
+                                 const cpu::KernelCacheOptions &cache,
+                                 std::shared_ptr<PersistentStore> store) {
   llvm::Expected<std::unique_ptr<cpu::CpuKernels>> code =
       cpu::loadCpuKernels(program.kernels, compile, stats, cache);
   if (!code)
@@ -360,7 +510,8 @@ llmc::runtime::createCpuExecutor(kir::Program program,
     fns.push_back(*fn);
   }
   llvm::Expected<std::unique_ptr<CpuExecutor>> executor =
-      CpuExecutor::create(std::move(program), std::move(fns), numThreads);
+      CpuExecutor::create(std::move(program), std::move(fns), numThreads,
+                          std::move(store));
   if (!executor)
     return executor.takeError();
   (*executor)->code = std::move(*code);

@@ -1,13 +1,16 @@
-// Runs a kir::Program on the CPU: parameters, inputs and the one arena in
-// host memory; kernel steps through JIT-compiled kernels split by rows over
-// a thread pool; GEMMs through BLAS (one BLAS thread per pool thread, each
-// on its own block of rows, its epilogue run on that block while it is in
-// cache); attention through BLAS products and a masked softmax.
+// Runs a kir::Program on the CPU: inputs and the one arena in host memory,
+// parameters and state in a PersistentStore shared with other executors;
+// kernel steps through JIT-compiled kernels split by rows over a thread
+// pool; GEMMs through BLAS (one BLAS thread per pool thread, each on its own
+// block of rows, its epilogue run on that block while it is in cache);
+// attention and its gradient through BLAS products and a masked softmax;
+// embedding gradients by a deterministic per-row scatter-add.
 #ifndef LLMC_RUNTIME_EXECUTOR_H
 #define LLMC_RUNTIME_EXECUTOR_H
 
 #include "codegen/Program.h"
 #include "runtime/Cpu/KernelCache.h"
+#include "runtime/PersistentStore.h"
 #include "runtime/ThreadPool.h"
 #include "runtime/Weights.h"
 
@@ -25,35 +28,46 @@ using cpu::CpuKernelFn;
 /// Time spent per kind of step, accumulated over runs while profiling.
 struct StepProfile {
   double kernelSeconds = 0, gemmSeconds = 0, attentionSeconds = 0;
+  double attentionGradSeconds = 0, embeddingGradSeconds = 0;
   int64_t runs = 0;
 };
 
 class CpuExecutor {
 public:
   /// `kernels[i]` runs program.kernels[i]. `numThreads` <= 0: one per
-  /// hardware thread.
+  /// hardware thread. Param and State buffers are bound by name to `store`
+  /// (created zero-filled there if new; a dtype or shape that differs from
+  /// the store's tensor is an error); null: a store of its own.
   static llvm::Expected<std::unique_ptr<CpuExecutor>>
   create(kir::Program program, std::vector<CpuKernelFn> kernels,
-         int numThreads = 0);
+         int numThreads = 0, std::shared_ptr<PersistentStore> store = nullptr);
   ~CpuExecutor();
 
   const kir::Program &program() const { return prog; }
   int numThreads() const { return pool.size(); }
+  const std::shared_ptr<PersistentStore> &store() const { return persistent; }
 
-  /// Copies a parameter or input in. The name, shape and dtype must match
-  /// the program's; the error says which tensor differs and how.
+  /// Copies a parameter, state or input in. The name, shape and dtype must
+  /// match the program's; the error says which tensor differs and how.
   llvm::Error setTensor(llvm::StringRef name, const HostTensor &tensor);
   /// Sets every parameter from `tensors`; a missing parameter or a tensor
   /// the model does not have is an error naming it (`source` is the file).
   llvm::Error setParams(const TensorMap &tensors, llvm::StringRef source);
   /// The parameters as host tensors (for saving).
   TensorMap params() const;
+  /// The program's State buffers (gradients, optimizer moments) as host
+  /// tensors, by name.
+  TensorMap states() const;
+  /// Sets the `rng` input (seed, step) of a program with random ops; does
+  /// nothing for a program without.
+  void setRng(uint64_t seed, uint64_t step);
 
   /// Runs the schedule once. Fails (before running anything) if an input
   /// id lies outside the table it indexes.
   llvm::Error run();
 
-  /// An output (loss, logits) or any buffer named by a binding, as f32.
+  /// An output (loss, logits) or any buffer named by a binding (params,
+  /// states, inputs), as stored.
   llvm::Expected<HostTensor> output(llvm::StringRef name) const;
 
   /// Runs once with the arena filled with a canary pattern and returns the
@@ -66,23 +80,28 @@ public:
 
 private:
   CpuExecutor(kir::Program program, std::vector<CpuKernelFn> kernels,
-              int numThreads);
+              int numThreads, std::shared_ptr<PersistentStore> store);
+  llvm::Error bindBuffers();
   char *base(int32_t buffer) const { return bases[buffer]; }
   void runKernel(int32_t kernel);
   void runGemm(const kir::GemmStep &gemm);
   void runAttention(const kir::AttentionStep &attention);
+  void runAttentionGrad(const kir::AttentionGradStep &grad);
+  void runEmbeddingGrad(const kir::EmbeddingGradStep &grad);
   llvm::Error checkIds() const;
 
   friend llvm::Expected<std::unique_ptr<CpuExecutor>>
   createCpuExecutor(kir::Program, cpu::CompileObjectFn, int, cpu::CacheStats *,
-                    const cpu::KernelCacheOptions &);
+                    const cpu::KernelCacheOptions &,
+                    std::shared_ptr<PersistentStore>);
 
   kir::Program prog;
   std::unique_ptr<cpu::CpuKernels> code; // keeps kernelFns alive
   std::vector<CpuKernelFn> kernelFns;
   ThreadPool pool;
+  std::shared_ptr<PersistentStore> persistent; // Param and State buffers
   char *arena = nullptr;
-  std::vector<char *> owned;  // parameter and input allocations
+  std::vector<char *> owned;  // input allocations
   std::vector<char *> bases;  // per buffer: where element 0 lives
   std::vector<std::vector<void *>> kernelOperands; // per kernel: its bases
   std::vector<std::vector<float>> scratch; // per thread: attention scores
@@ -92,11 +111,12 @@ private:
 
 /// Loads the program's kernels from the kernel cache, or compiles them with
 /// `compile` (codegen's compileKernelsToObject; the runtime has no MLIR),
-/// links them and creates an executor.
+/// links them and creates an executor (`store` as in CpuExecutor::create).
 llvm::Expected<std::unique_ptr<CpuExecutor>>
 createCpuExecutor(kir::Program program, cpu::CompileObjectFn compile,
                   int numThreads = 0, cpu::CacheStats *stats = nullptr,
-                  const cpu::KernelCacheOptions &cache = {});
+                  const cpu::KernelCacheOptions &cache = {},
+                  std::shared_ptr<PersistentStore> store = nullptr);
 
 } // namespace llmc::runtime
 

@@ -134,6 +134,7 @@ private:
   Value emitExp(Value x);
   Value emitLog(Value x);
   Value emitBinary(kir::Op op, kir::DType type, Value x, Value y);
+  Value emitRandom(Value key, Value counterHigh, Value counterLow, int w);
 
   struct Address {
     Value ptr;           // !llvm.ptr, or vector<w x !llvm.ptr> if gathered
@@ -520,12 +521,62 @@ Value KernelEmitter::emitInstr(int32_t index, int w, Value col) {
     return arith::SelectOp::create(b, loc, arg(0), arg(1), arg(2));
   case kir::Op::IToF:
     return arith::SIToFPOp::create(b, loc, typeAt(b.getF32Type(), w), arg(0));
+  case kir::Op::Random:
+    return emitRandom(arg(0), arg(1), arg(2), w);
   case kir::Op::ReduceSum:
   case kir::Op::ReduceMax:
   case kir::Op::Store:
     break; // emitted by emitColumnLoop and emitStore
   }
   llvm_unreachable("not a value of a column chunk");
+}
+
+/// Philox4x32-10 on 32-bit lanes (see kir::Op::Random for the bit layout):
+/// each round multiplies two words into 64-bit products (mului_extended,
+/// which x86 vectorizes as 32x32->64 multiplies) and mixes in the key,
+/// which is bumped by the Weyl constants between rounds. The first word of
+/// the result, shifted right by 8, is an exact multiple of 2^-24 in f32.
+Value KernelEmitter::emitRandom(Value key, Value counterHigh,
+                                Value counterLow, int w) {
+  Type i32 = typeAt(b.getI32Type(), w);
+  auto c32 = [&](uint32_t value) {
+    return splat(i32, b.getI32IntegerAttr(int32_t(value)));
+  };
+  auto lo = [&](Value x) -> Value {
+    return arith::TruncIOp::create(b, loc, i32, x);
+  };
+  auto hi = [&](Value x) -> Value {
+    Value shifted = arith::ShRUIOp::create(
+        b, loc, x, splat(x.getType(), b.getI64IntegerAttr(32)));
+    return arith::TruncIOp::create(b, loc, i32, shifted);
+  };
+  auto xor3 = [&](Value x, Value y, Value z) -> Value {
+    return arith::XOrIOp::create(b, loc, arith::XOrIOp::create(b, loc, x, y),
+                                 z);
+  };
+  Value k0 = lo(key), k1 = hi(key);
+  Value c0 = lo(counterLow), c1 = hi(counterLow);
+  Value c2 = lo(counterHigh), c3 = hi(counterHigh);
+  Value mul0 = c32(0xD2511F53), mul1 = c32(0xCD9E8D57);
+  Value weyl0 = c32(0x9E3779B9), weyl1 = c32(0xBB67AE85);
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 = arith::AddIOp::create(b, loc, k0, weyl0);
+      k1 = arith::AddIOp::create(b, loc, k1, weyl1);
+    }
+    auto product0 = arith::MulUIExtendedOp::create(b, loc, mul0, c0);
+    auto product1 = arith::MulUIExtendedOp::create(b, loc, mul1, c2);
+    Value n0 = xor3(product1.getHigh(), c1, k0);
+    Value n2 = xor3(product0.getHigh(), c3, k1);
+    c1 = product1.getLow();
+    c3 = product0.getLow();
+    c0 = n0;
+    c2 = n2;
+  }
+  Value bits = arith::ShRUIOp::create(b, loc, c0, c32(8));
+  Value value = arith::UIToFPOp::create(b, loc, typeAt(b.getF32Type(), w), bits);
+  return arith::MulFOp::create(
+      b, loc, value, splat(typeAt(b.getF32Type(), w), b.getF32FloatAttr(0x1p-24f)));
 }
 
 Value KernelEmitter::emitUnary(kir::Op op, Value x) {

@@ -14,6 +14,18 @@
 // dimensions to domain dimensions, so an input broadcast against an op's
 // result is loaded with stride 0 where it broadcasts, and a row statistic
 // (a layer_norm mean) is stored once per row.
+//
+// Training functions add:
+// - reductions over leading dimensions (bias and norm-weight gradients) as
+//   kernels whose row runs down a column (strides, no transposed copy), and
+//   reductions to a scalar in two stages (per row, then over the rows), so
+//   neither is one thread walking a whole tensor;
+// - attention and embedding gradients as library steps;
+// - dropout masks from kir::Op::Random, keyed by the `rng` input;
+// - `llmc.state` arguments as State buffers and `llmc.updates` results
+//   written into the named Param or State buffer: by the kernel that
+//   computes them when that is safe (it is the last reader of the buffer and
+//   reads it only at the element it writes), else by a copy at the end.
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "codegen/MemoryPlan.h"
 #include "ir/LlmcOps.h"
@@ -180,17 +192,7 @@ public:
   /// along domain dimension dimMap[i] (-1: not at all, i.e. size 1).
   int32_t operand(const TensorView &view, ArrayRef<int> dimMap,
                   int overrideDim = -1, int64_t overrideStride = 0) {
-    Access access;
-    access.buffer = view.buffer;
-    access.dtype = view.dtype;
-    access.offset = view.offset;
-    access.strides.assign(kernel.domain.size(), 0);
-    // A size-1 dimension broadcast over a longer domain dimension reads
-    // one element (stride 0); over a domain dimension of extent 1 it keeps
-    // its stride, so a row of length 1 still reads per column.
-    for (auto [i, d] : llvm::enumerate(dimMap))
-      if (d >= 0 && (view.shape[i] != 1 || kernel.domain[d] == 1))
-        access.strides[d] += view.strides[i];
+    Access access = accessOf(view, dimMap);
     if (overrideDim >= 0)
       access.strides[overrideDim] = overrideStride;
     for (auto [index, existing] : llvm::enumerate(kernel.operands))
@@ -202,6 +204,21 @@ public:
     kernel.operands.push_back(std::move(access));
     return kernel.operands.size() - 1;
   }
+  /// The access `operand` makes for `view` and `dimMap`, without adding it.
+  Access accessOf(const TensorView &view, ArrayRef<int> dimMap) const {
+    Access access;
+    access.buffer = view.buffer;
+    access.dtype = view.dtype;
+    access.offset = view.offset;
+    access.strides.assign(kernel.domain.size(), 0);
+    // A size-1 dimension broadcast over a longer domain dimension reads
+    // one element (stride 0); over a domain dimension of extent 1 it keeps
+    // its stride, so a row of length 1 still reads per column.
+    for (auto [i, d] : llvm::enumerate(dimMap))
+      if (d >= 0 && (view.shape[i] != 1 || kernel.domain[d] == 1))
+        access.strides[d] += view.strides[i];
+    return access;
+  }
   int32_t load(const TensorView &view, ArrayRef<int> dimMap) {
     int32_t index = operand(view, dimMap);
     auto [it, inserted] = loads.try_emplace(index, -1);
@@ -211,6 +228,12 @@ public:
   }
   void store(const TensorView &view, ArrayRef<int> dimMap, int32_t value) {
     emit(KOp::Store, DType::F32, {value}, operand(view, dimMap));
+  }
+  int32_t index(int dim) { return emit(KOp::Index, DType::I64, {}, -1, dim); }
+  bool hasStores() const {
+    return llvm::any_of(kernel.body, [](const Instr &instr) {
+      return instr.op == KOp::Store;
+    });
   }
 
   Kernel kernel;
@@ -278,6 +301,37 @@ private:
   LogicalResult lowerGemm(Operation *matmul, Operation *fusion,
                           ArrayRef<Operation *> epilogue);
   LogicalResult lowerAttention(AttentionOp op);
+  LogicalResult lowerAttentionGrad(AttentionGradOp op);
+  LogicalResult lowerEmbeddingGrad(EmbeddingGradOp op);
+  /// The weight (result 1) and bias (result 2) gradients of a layer_norm_grad
+  /// or rms_norm_grad: sums over the leading dims, one kernel over
+  /// [C, rows] whose row walks down a column. `wanted`: result number and
+  /// the value it becomes.
+  LogicalResult lowerNormParamGrads(Operation *op,
+                                    ArrayRef<std::pair<unsigned, Value>> wanted);
+  /// Reduces `dims` of `input` (sum, max, or mean), returning a contiguous
+  /// view with those dims as size 1: one kernel when the dims can be walked
+  /// as one strided run and that leaves enough rows to split across
+  /// threads, else in stages (innermost reduced dim first).
+  FailureOr<TensorView> reduceDims(const TensorView &input,
+                                   ArrayRef<int64_t> dims, KOp reduce,
+                                   bool mean, StringRef name);
+  /// `view` restrided to `shape` (a reshape), copied first if strides
+  /// cannot express it.
+  TensorView reshaped(TensorView view, ArrayRef<int64_t> shape,
+                      StringRef name);
+  /// Stores attention-like outputs ([B, H, T, D]) in the order of the
+  /// transpose that follows them, so that it and a merging reshape are free.
+  void orderLikeTransposeUser(Value result, TensorView &view);
+  /// The view of the `rng` input, element `index` (0: seed, 1: step),
+  /// creating the input on first use.
+  TensorView rngElement(int64_t index);
+  /// The buffer an `llmc.updates` result can be stored into by the kernel
+  /// of `anchor` (see the file comment), or nothing.
+  std::optional<TensorView> inPlaceTarget(Value result, Operation *anchor);
+  /// Whether the kernel being built reads `buffer` only through `access`,
+  /// without index overrides.
+  static bool readsOnlyAt(const Kernel &kernel, const Access &access);
   LogicalResult lowerGroup(Operation *anchor, StringRef name,
                            ArrayRef<Operation *> ops, ValueRange inputs,
                            ValueRange outerInputs, ValueRange results,
@@ -288,6 +342,9 @@ private:
   LogicalResult lowerReduce(Operation *op);
   LogicalResult lowerConcat(ConcatOp op);
   LogicalResult lowerOp(Operation *op);
+  /// Outputs (named by `llmc.output`, else loss, logits, resultN) and the
+  /// copies of `llmc.updates` results not stored in place.
+  LogicalResult lowerResults(func::ReturnOp ret);
 
   /// Scalar expansion of one op inside a kernel.
   LogicalResult expand(KernelBuilder &kb, Operation *op);
@@ -315,6 +372,15 @@ private:
   func::FuncOp func;
   Program program;
   std::map<int32_t, int64_t> idBounds;
+  int32_t rngBuffer = -1;
+  // Multi-dimension reductions in a row group: the kernel reduces the row,
+  // a second stage the other dims.
+  DenseMap<Value, Operation *> partialReductions;
+  // `llmc.updates`: returned value -> the argument it is written into, and
+  // the values already stored there by their kernel.
+  DenseMap<Value, BlockArgument> updateTargets;
+  DenseSet<Value> storedInPlace;
+  DenseMap<Operation *, unsigned> positions; // block order of top-level ops
   DenseMap<Value, TensorView> views;
   DenseMap<Value, double> splats; // constants and fills not in memory
   // While expanding a kernel: the scalars and dimension maps of its values,
@@ -326,7 +392,12 @@ private:
 
 std::string Lowering::nameOf(Value value) {
   if (auto arg = dyn_cast<BlockArgument>(value)) {
-    for (const char *attr : {"llmc.param", "llmc.input"})
+    // A fusion's block argument stands for the value it is given.
+    if (arg.getOwner() != &func.getBody().front()) {
+      auto it = outer.find(value);
+      return it != outer.end() ? nameOf(it->second) : "input";
+    }
+    for (const char *attr : {"llmc.param", "llmc.state", "llmc.input"})
       if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                          attr))
         return name.str();
@@ -587,24 +658,7 @@ LogicalResult Lowering::lowerAttention(AttentionOp op) {
   FailureOr<TensorView> lse = newTensor(op.getLse(), nameOf(op.getLse()));
   if (failed(out) || failed(lse))
     return failure();
-  // Heads are usually transposed back next ([B, H, T, D] -> [B, T, H, D])
-  // to be merged: store the output in that order, so the transpose and the
-  // reshape after it are free. The head dimension stays innermost.
-  if (op.getResult().hasOneUse())
-    if (auto transpose =
-            dyn_cast<TransposeOp>(*op.getResult().getUsers().begin())) {
-      ArrayRef<int64_t> perm = transpose.getPermutation();
-      if (!perm.empty() && perm.back() == rank - 1) {
-        SmallVector<int64_t> shape, strides(rank);
-        for (int64_t p : perm)
-          shape.push_back(out->shape[p]);
-        program.buffers[out->buffer].shape.assign(shape.begin(), shape.end());
-        SmallVector<int64_t> contiguous = contiguousStrides(shape);
-        for (int64_t j = 0; j < rank; ++j)
-          strides[perm[j]] = contiguous[j];
-        out->strides = strides;
-      }
-    }
+  orderLikeTransposeUser(op.getResult(), *out);
   auto toView = [&](const TensorView &view) {
     View result;
     result.buffer = view.buffer;
@@ -634,6 +688,29 @@ LogicalResult Lowering::lowerAttention(AttentionOp op) {
   s.origin = nameOf(op.getResult());
   program.steps.push_back(std::move(s));
   return success();
+}
+
+void Lowering::orderLikeTransposeUser(Value result, TensorView &view) {
+  // Heads are usually transposed back next ([B, H, T, D] -> [B, T, H, D])
+  // to be merged: store the output in that order, so the transpose and the
+  // reshape after it are free. The head dimension stays innermost.
+  int64_t rank = view.shape.size();
+  if (!result.hasOneUse())
+    return;
+  auto transpose = dyn_cast<TransposeOp>(*result.getUsers().begin());
+  if (!transpose)
+    return;
+  ArrayRef<int64_t> perm = transpose.getPermutation();
+  if (perm.empty() || perm.back() != rank - 1)
+    return;
+  SmallVector<int64_t> shape, strides(rank);
+  for (int64_t p : perm)
+    shape.push_back(view.shape[p]);
+  program.buffers[view.buffer].shape.assign(shape.begin(), shape.end());
+  SmallVector<int64_t> contiguous = contiguousStrides(shape);
+  for (int64_t j = 0; j < rank; ++j)
+    strides[perm[j]] = contiguous[j];
+  view.strides = strides;
 }
 
 FailureOr<int32_t> Lowering::loadWithMap(KernelBuilder &kb, Value value,
@@ -685,6 +762,11 @@ LogicalResult Lowering::expand(KernelBuilder &kb, Operation *op) {
   SmallVector<int> resultMap = full;
   if (op->getNumResults() > 0)
     resultShape = cast<RankedTensorType>(op->getResult(0).getType()).getShape();
+  // A result of lower rank than the domain is row-level (a row statistic,
+  // or a rank-0 value of a scalar group run over the padded domain [1]):
+  // its dimensions are the leading ones.
+  if (resultShape.size() < full.size())
+    resultMap.resize(resultShape.size());
   auto arg = [&](unsigned index) {
     return scalarOf(kb, op->getOperand(index), resultMap, resultShape);
   };
@@ -770,11 +852,109 @@ LogicalResult Lowering::expand(KernelBuilder &kb, Operation *op) {
     return unaryOp([](int32_t x) { return x; });
   }
   if (auto dropout = dyn_cast<DropoutOp>(op)) {
-    if (!dropout.getRate().isZero())
-      return op->emitOpError("dropout with a rate above 0 runs in training, "
-                             "which code generation does not support yet");
-    return unaryOp([](int32_t x) { return x; });
+    if (dropout.getRate().isZero())
+      return unaryOp([](int32_t x) { return x; });
+    // Element i (row-major in the dropout's tensor) is kept iff
+    // Random(seed, (step << 32) | stream, i) >= rate (see kir::Op::Random).
+    int64_t stream = dropout.getStreamAttr().getInt();
+    if (stream >= (int64_t(1) << 32))
+      return op->emitOpError("code generation needs dropout streams below "
+                             "2^32, got ")
+             << stream;
+    FailureOr<int32_t> x = arg(0);
+    if (failed(x))
+      return failure();
+    SmallVector<int> map(full);
+    int32_t seed = kb.load(rngElement(0), {-1});
+    int32_t step = kb.load(rngElement(1), {-1});
+    int32_t high = kb.binary(
+        KOp::Add, kb.binary(KOp::Mul, step, kb.intConstant(int64_t(1) << 32)),
+        kb.intConstant(stream));
+    SmallVector<int64_t> strides = contiguousStrides(resultShape);
+    int32_t flat = -1;
+    for (auto [d, dim] : llvm::enumerate(resultMap)) {
+      if (dim < 0 || resultShape[d] == 1)
+        continue;
+      int32_t term = kb.index(dim);
+      if (strides[d] != 1)
+        term = kb.binary(KOp::Mul, term, kb.intConstant(strides[d]));
+      flat = flat < 0 ? term : kb.binary(KOp::Add, flat, term);
+    }
+    if (flat < 0)
+      flat = kb.intConstant(0);
+    int32_t random = kb.emit(KOp::Random, DType::F32, {seed, high, flat});
+    float rate = dropout.getRate().convertToFloat();
+    int32_t keep = kb.emit(KOp::CmpLe, DType::I1,
+                           {kb.constant(double(rate)), random});
+    int32_t scaled =
+        kb.binary(KOp::Mul, *x, kb.constant(double(1.0f / (1.0f - rate))));
+    define(dropout.getResult(),
+           kb.emit(KOp::Select, DType::F32, {keep, scaled, kb.constant(0.0)}),
+           resultMap);
+    return success();
   }
+  // Activation gradients: grad * f'(x).
+  auto activationGrad = [&](auto derivative) -> LogicalResult {
+    FailureOr<int32_t> g = arg(0), x = arg(1);
+    if (failed(g) || failed(x))
+      return failure();
+    define(op->getResult(0), kb.binary(KOp::Mul, *g, derivative(*x)),
+           resultMap);
+    return success();
+  };
+  if (isa<ReluGradOp>(op))
+    return activationGrad([&](int32_t x) {
+      int32_t positive = kb.emit(KOp::CmpLt, DType::I1, {kb.constant(0.0), x});
+      return kb.emit(KOp::Select, DType::F32,
+                     {positive, kb.constant(1.0), kb.constant(0.0)});
+    });
+  if (isa<SiluGradOp>(op))
+    return activationGrad([&](int32_t x) {
+      // s (1 + x (1 - s)), s = sigmoid(x)
+      int32_t one = kb.constant(1.0);
+      int32_t sig = kb.binary(
+          KOp::Div, one,
+          kb.binary(KOp::Add, one, kb.unary(KOp::Exp, kb.unary(KOp::Neg, x))));
+      int32_t inner = kb.binary(
+          KOp::Add, one, kb.binary(KOp::Mul, x, kb.binary(KOp::Sub, one, sig)));
+      return kb.binary(KOp::Mul, sig, inner);
+    });
+  if (auto gelu = dyn_cast<GeluGradOp>(op))
+    return activationGrad([&](int32_t x) {
+      int32_t one = kb.constant(1.0), half = kb.constant(0.5);
+      int32_t x2 = kb.binary(KOp::Mul, x, x);
+      if (gelu.getApproximate() == GeluApproximation::Tanh) {
+        // 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),
+        // t = tanh(sqrt(2/pi) (x + 0.044715 x^3))
+        double k = std::sqrt(2.0 / M_PI);
+        int32_t poly = kb.binary(
+            KOp::Add, x,
+            kb.binary(KOp::Mul, kb.constant(0.044715),
+                      kb.binary(KOp::Mul, x2, x)));
+        int32_t t =
+            kb.unary(KOp::Tanh, kb.binary(KOp::Mul, kb.constant(k), poly));
+        int32_t left = kb.binary(KOp::Mul, half, kb.binary(KOp::Add, one, t));
+        int32_t sech2 = kb.binary(KOp::Sub, one, kb.binary(KOp::Mul, t, t));
+        int32_t dpoly = kb.binary(
+            KOp::Add, kb.constant(k),
+            kb.binary(KOp::Mul, kb.constant(k * 3.0 * 0.044715), x2));
+        int32_t right = kb.binary(
+            KOp::Mul, kb.binary(KOp::Mul, half, x),
+            kb.binary(KOp::Mul, sech2, dpoly));
+        return kb.binary(KOp::Add, left, right);
+      }
+      // 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)
+      int32_t cdf = kb.binary(
+          KOp::Mul, half,
+          kb.binary(KOp::Add, one,
+                    kb.unary(KOp::Erf,
+                             kb.binary(KOp::Mul, x,
+                                       kb.constant(1.0 / std::sqrt(2.0))))));
+      int32_t pdf = kb.binary(
+          KOp::Mul, kb.constant(1.0 / std::sqrt(2.0 * M_PI)),
+          kb.unary(KOp::Exp, kb.binary(KOp::Mul, kb.constant(-0.5), x2)));
+      return kb.binary(KOp::Add, cdf, kb.binary(KOp::Mul, x, pdf));
+    });
   if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
     // out[i..., c] = table[ids[i...], c]: the table is read with the domain's
     // first index replaced by the id (the row stride put on that dim).
@@ -902,9 +1082,87 @@ LogicalResult Lowering::expand(KernelBuilder &kb, Operation *op) {
     if (isa<ReduceMeanOp>(op))
       r = kb.binary(KOp::Mul, r, kb.constant(inv(rowLength)));
     SmallVector<int> map(rowLevel);
-    if (op->hasAttr("keep_dims"))
+    if (op->getAttrOfType<DenseI64ArrayAttr>("dims").size() > 1) {
+      // The row's part of a reduction over more dims: lowerGroup stores it
+      // per row and reduces the rest in a second stage.
+      partialReductions[op->getResult(0)] = op;
+    } else if (op->hasAttr("keep_dims")) {
       map.push_back(-1);
+    }
     define(op->getResult(0), r, map);
+    return success();
+  }
+
+  // Backward row ops. Row statistics (mean, rstd, lse, targets) have the
+  // domain's shape without the row; they are loaded once per row.
+  auto rowScalar = [&](Value value) -> FailureOr<int32_t> {
+    auto it = scalars.find(value);
+    if (it != scalars.end() && dimMaps.lookup(value) == rowLevel)
+      return it->second;
+    return loadWithMap(kb, value, rowLevel);
+  };
+  if (auto grad = dyn_cast<SoftmaxGradOp>(op)) {
+    // y (g - sum(g y))
+    FailureOr<int32_t> g = arg(0), y = arg(1);
+    if (failed(g) || failed(y))
+      return failure();
+    int32_t dot = kb.unary(KOp::ReduceSum, kb.binary(KOp::Mul, *g, *y));
+    define(grad.getResult(),
+           kb.binary(KOp::Mul, *y, kb.binary(KOp::Sub, *g, dot)), full);
+    return success();
+  }
+  if (isa<LayerNormGradOp, RmsNormGradOp>(op)) {
+    // xhat = (x - mean) rstd (rms: x rstd), dxhat = dy w;
+    // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), without the
+    // mean(dxhat) term for rms. The weight and bias gradients are sums over
+    // rows: lowerNormParamGrads.
+    bool layerNorm = isa<LayerNormGradOp>(op);
+    FailureOr<int32_t> dy = arg(0), x = arg(1), w = arg(2);
+    FailureOr<int32_t> rstd = rowScalar(op->getOperand(layerNorm ? 4 : 3));
+    if (failed(dy) || failed(x) || failed(w) || failed(rstd))
+      return failure();
+    int32_t xhat = kb.binary(KOp::Mul, *x, *rstd);
+    if (layerNorm) {
+      FailureOr<int32_t> mean = rowScalar(op->getOperand(3));
+      if (failed(mean))
+        return failure();
+      xhat = kb.binary(KOp::Mul, kb.binary(KOp::Sub, *x, *mean), *rstd);
+    }
+    int32_t dxhat = kb.binary(KOp::Mul, *dy, *w);
+    int32_t invC = kb.constant(inv(rowLength));
+    int32_t projection = kb.binary(
+        KOp::Mul,
+        kb.unary(KOp::ReduceSum, kb.binary(KOp::Mul, dxhat, xhat)), invC);
+    int32_t centered =
+        kb.binary(KOp::Sub, dxhat, kb.binary(KOp::Mul, xhat, projection));
+    if (layerNorm)
+      centered = kb.binary(
+          KOp::Sub, centered,
+          kb.binary(KOp::Mul, kb.unary(KOp::ReduceSum, dxhat), invC));
+    define(op->getResult(0), kb.binary(KOp::Mul, centered, *rstd), full);
+    return success();
+  }
+  if (auto grad = dyn_cast<CrossEntropyGradOp>(op)) {
+    // dloss (exp(l - lse) - [v == target]) / N: the probabilities of the
+    // forward are recomputed from its lse, never stored.
+    FailureOr<int32_t> l = arg(1);
+    FailureOr<int32_t> lse = rowScalar(grad.getLse());
+    FailureOr<int32_t> target = rowScalar(grad.getTargets());
+    FailureOr<int32_t> dloss = loadWithMap(kb, grad.getGrad(), {});
+    if (failed(l) || failed(lse) || failed(target) || failed(dloss))
+      return failure();
+    int32_t p = kb.unary(KOp::Exp, kb.binary(KOp::Sub, *l, *lse));
+    int32_t hit =
+        kb.emit(KOp::CmpEq, DType::I1, {kb.index(rank - 1), *target});
+    int32_t diff = kb.binary(
+        KOp::Sub, p,
+        kb.emit(KOp::Select, DType::F32,
+                {hit, kb.constant(1.0), kb.constant(0.0)}));
+    int64_t positions = kb.kernel.numRows();
+    int32_t scale = kb.binary(KOp::Mul, *dloss,
+                              kb.constant(1.0 / double(positions)));
+    define(grad.getResult(), kb.binary(KOp::Mul, diff, scale), full);
+    noteIdBound(grad.getTargets(), rowLength);
     return success();
   }
   return op->emitOpError("is not supported inside a kernel by code generation");
@@ -914,15 +1172,23 @@ LogicalResult Lowering::lowerGroup(Operation *anchor, StringRef name,
                                    ArrayRef<Operation *> ops, ValueRange inputs,
                                    ValueRange outerInputs, ValueRange results,
                                    ValueRange outerResults) {
-  // The domain: the input of the row reduction, or the shape of the ops.
+  // The domain: the input of the row reduction (the result of a backward
+  // row op), or the shape of the ops.
   SmallVector<int64_t> domain;
-  for (Operation *op : ops)
+  for (Operation *op : ops) {
+    Value shaped;
     if (isa<LayerNormOp, RmsNormOp, SoftmaxOp, ReduceSumOp, ReduceMeanOp,
-            ReduceMaxOp>(op)) {
-      auto shape = cast<RankedTensorType>(op->getOperand(0).getType());
+            ReduceMaxOp>(op))
+      shaped = op->getOperand(0);
+    else if (isa<SoftmaxGradOp, LayerNormGradOp, RmsNormGradOp,
+                 CrossEntropyGradOp>(op))
+      shaped = op->getResult(0);
+    if (shaped) {
+      auto shape = cast<RankedTensorType>(shaped.getType());
       domain.assign(shape.getShape().begin(), shape.getShape().end());
       break;
     }
+  }
   if (domain.empty()) {
     auto shape = cast<RankedTensorType>(ops.back()->getResult(0).getType());
     domain.assign(shape.getShape().begin(), shape.getShape().end());
@@ -939,19 +1205,122 @@ LogicalResult Lowering::lowerGroup(Operation *anchor, StringRef name,
   for (Operation *op : ops)
     if (failed(expand(kb, op)))
       return failure();
+
+  // Results: stored by this kernel (into an updated parameter or state when
+  // safe), or finished by a second kernel: the rest of a multi-dim
+  // reduction, or the weight and bias gradients of a norm.
+  SmallVector<std::pair<Operation *, SmallVector<std::pair<unsigned, Value>>>>
+      normGrads;
+  SmallVector<std::tuple<TensorView, Operation *, Value>> secondStages;
   for (auto [inner, result] : llvm::zip(results, outerResults)) {
+    auto opResult = dyn_cast<OpResult>(inner);
+    Operation *def = opResult ? opResult.getOwner() : nullptr;
+    if (def && isa<LayerNormGradOp, RmsNormGradOp>(def) &&
+        opResult.getResultNumber() > 0) {
+      auto it = llvm::find_if(normGrads, [&](auto &entry) {
+        return entry.first == def;
+      });
+      if (it == normGrads.end()) {
+        normGrads.push_back({def, {}});
+        it = normGrads.end() - 1;
+      }
+      it->second.push_back({opResult.getResultNumber(), result});
+      continue;
+    }
+    SmallVector<int> map = dimMaps.lookup(inner);
+    if (Operation *reduce = partialReductions.lookup(inner)) {
+      SmallVector<int64_t> rowShape(domain.begin(), domain.end() - 1);
+      TensorView rows;
+      rows.buffer = newBuffer(nameOf(result) + ".rows", BufferKind::Arena,
+                              DType::F32, rowShape);
+      rows.shape = rowShape;
+      rows.strides = contiguousStrides(rowShape);
+      kb.store(rows, map, scalars.lookup(inner));
+      secondStages.push_back({rows, reduce, result});
+      continue;
+    }
+    std::optional<TensorView> target = inPlaceTarget(result, anchor);
+    if (target && map == identityMap(domain.size()) &&
+        target->shape == ArrayRef<int64_t>(domain) &&
+        readsOnlyAt(kb.kernel, kb.accessOf(*target, map))) {
+      kb.store(*target, map, scalars.lookup(inner));
+      views[result] = *target;
+      storedInPlace.insert(result);
+      continue;
+    }
     FailureOr<TensorView> out = newTensor(result, nameOf(result));
     if (failed(out))
       return failure();
-    SmallVector<int> map = dimMaps.lookup(inner);
     kb.store(*out, map, scalars.lookup(inner));
     views[result] = *out;
   }
-  std::string error = ::llmc::kir::verifyKernel(kb.kernel);
-  if (!error.empty())
-    return anchor->emitOpError("internal error: ") << error;
-  addKernelStep(std::move(kb.kernel), name);
+  if (kb.hasStores()) {
+    std::string error = ::llmc::kir::verifyKernel(kb.kernel);
+    if (!error.empty())
+      return anchor->emitOpError("internal error: ") << error;
+    addKernelStep(std::move(kb.kernel), name);
+  }
+  for (auto &[rows, reduce, result] : secondStages) {
+    // The row kernel reduced the last dim; the rest are the leading ones.
+    ArrayRef<int64_t> dims =
+        reduce->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
+    SmallVector<int64_t> rest(dims.drop_back());
+    FailureOr<TensorView> reduced = reduceDims(
+        rows, rest, isa<ReduceMaxOp>(reduce) ? KOp::ReduceMax : KOp::ReduceSum,
+        isa<ReduceMeanOp>(reduce), nameOf(result));
+    if (failed(reduced))
+      return failure();
+    auto resultShape = cast<RankedTensorType>(result.getType()).getShape();
+    views[result] = reshaped(*reduced, resultShape, nameOf(result));
+  }
+  for (auto &[op, wanted] : normGrads)
+    if (failed(lowerNormParamGrads(op, wanted)))
+      return failure();
   return success();
+}
+
+bool Lowering::readsOnlyAt(const Kernel &kernel, const Access &access) {
+  for (const Instr &instr : kernel.body) {
+    if (instr.op != KOp::Load)
+      continue;
+    const Access &read = kernel.operands[instr.operand];
+    if (read.buffer != access.buffer)
+      continue;
+    bool overridden = llvm::any_of(instr.args, [](int32_t a) { return a >= 0; });
+    if (overridden || read.offset != access.offset ||
+        read.strides != access.strides)
+      return false;
+  }
+  return true;
+}
+
+std::optional<TensorView> Lowering::inPlaceTarget(Value result,
+                                                  Operation *anchor) {
+  auto it = updateTargets.find(result);
+  if (it == updateTargets.end())
+    return std::nullopt;
+  BlockArgument arg = it->second;
+  // Safe only if nothing after `anchor` reads the argument, through views
+  // too (the return op counts as a reader: the old value may be returned).
+  unsigned at = positions.lookup(anchor);
+  SmallVector<Value> worklist = {arg};
+  while (!worklist.empty()) {
+    Value value = worklist.pop_back_val();
+    for (Operation *user : value.getUsers()) {
+      Operation *top = func.getBody().front().findAncestorOpInBlock(*user);
+      if (!top || positions.lookup(top) > at)
+        return std::nullopt;
+      if (isa<ReshapeOp, TransposeOp, SliceOp, BroadcastOp>(user))
+        worklist.push_back(user->getResult(0));
+    }
+  }
+  TensorView view = views.lookup(arg);
+  FailureOr<DType> dtype = dtypeOf(result.getType());
+  if (failed(dtype) || *dtype != view.dtype ||
+      cast<RankedTensorType>(result.getType()).getShape() !=
+          ArrayRef<int64_t>(view.shape))
+    return std::nullopt;
+  return view;
 }
 
 LogicalResult Lowering::lowerCrossEntropy(CrossEntropyOp op, Value logitsValue,
@@ -1046,6 +1415,10 @@ LogicalResult Lowering::lowerOp(Operation *op) {
     return lowerGemm(op, nullptr, {});
   if (auto attention = dyn_cast<AttentionOp>(op))
     return lowerAttention(attention);
+  if (auto grad = dyn_cast<AttentionGradOp>(op))
+    return lowerAttentionGrad(grad);
+  if (auto grad = dyn_cast<EmbeddingGradOp>(op))
+    return lowerEmbeddingGrad(grad);
   if (auto ce = dyn_cast<CrossEntropyOp>(op))
     return lowerCrossEntropy(ce, ce.getLogits(), ce.getTargets(), ce.getLoss(),
                              ce.getLse());
@@ -1094,56 +1467,320 @@ LogicalResult Lowering::lowerOp(Operation *op) {
 
 LogicalResult Lowering::lowerReduce(Operation *op) {
   // A reduction over the last dimension is a row kernel; over other
-  // dimensions, one dimension at a time, each moved last by the strides.
+  // dimensions, reduceDims walks them by strides.
   auto inputType = cast<RankedTensorType>(op->getOperand(0).getType());
   ArrayRef<int64_t> dims =
       op->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
   int64_t rank = inputType.getRank();
-  if (dims.size() == 1 && dims[0] == rank - 1)
+  // (One long row, a rank-1 input, goes to reduceDims, which splits it.)
+  bool oneLongRow = rank == 1 && inputType.getDimSize(0) >= 65536;
+  if (dims.size() == 1 && dims[0] == rank - 1 && !oneLongRow)
     return lowerGroup(op, op->getName().stripDialect(), {op},
                       op->getOperands(), op->getOperands(), op->getResults(),
                       op->getResults());
   FailureOr<TensorView> input = viewOf(op->getOperand(0));
   if (failed(input))
     return failure();
-  TensorView current = *input;
-  bool mean = isa<ReduceMeanOp>(op), max = isa<ReduceMaxOp>(op);
-  // Reduce the listed dims from the last to the first, keeping them as
-  // size 1 until the end.
-  for (int64_t dim : llvm::reverse(dims)) {
-    SmallVector<int64_t> domain;
-    SmallVector<int> map(rank, -1);
-    for (int64_t d = 0; d < rank; ++d)
-      if (d != dim) {
-        map[d] = domain.size();
-        domain.push_back(current.shape[d]);
-      }
-    map[dim] = domain.size();
-    domain.push_back(current.shape[dim]);
-    KernelBuilder kb(kernelName(op->getName().stripDialect()),
-                     op->getName().stripDialect().str(), domain);
-    int32_t r = kb.unary(max ? KOp::ReduceMax : KOp::ReduceSum,
-                         kb.load(current, map));
-    if (mean)
-      r = kb.binary(KOp::Mul, r, kb.constant(1.0 / double(current.shape[dim])));
-    SmallVector<int64_t> shape = current.shape;
-    shape[dim] = 1;
-    TensorView next;
-    next.buffer = newBuffer(nameOf(op->getResult(0)), BufferKind::Arena,
-                            DType::F32, shape);
-    next.shape = shape;
-    next.strides = contiguousStrides(shape);
-    map[dim] = -1;
-    kb.store(next, map, r);
-    addKernelStep(std::move(kb.kernel), op->getName().stripDialect());
-    current = next;
-  }
+  FailureOr<TensorView> reduced =
+      reduceDims(*input, dims,
+                 isa<ReduceMaxOp>(op) ? KOp::ReduceMax : KOp::ReduceSum,
+                 isa<ReduceMeanOp>(op), nameOf(op->getResult(0)));
+  if (failed(reduced))
+    return failure();
   auto resultShape = cast<RankedTensorType>(op->getResult(0).getType()).getShape();
-  std::optional<SmallVector<int64_t>> strides =
-      reshapeStrides(current, resultShape);
-  current.shape.assign(resultShape.begin(), resultShape.end());
-  current.strides = *strides;
-  views[op->getResult(0)] = current;
+  views[op->getResult(0)] =
+      reshaped(*reduced, resultShape, nameOf(op->getResult(0)));
+  return success();
+}
+
+TensorView Lowering::reshaped(TensorView view, ArrayRef<int64_t> shape,
+                              StringRef name) {
+  std::optional<SmallVector<int64_t>> strides = reshapeStrides(view, shape);
+  if (!strides) {
+    view = copyContiguous(view, name);
+    strides = reshapeStrides(view, shape);
+  }
+  view.shape.assign(shape.begin(), shape.end());
+  view.strides = *strides;
+  return view;
+}
+
+FailureOr<TensorView> Lowering::reduceDims(const TensorView &input,
+                                           ArrayRef<int64_t> dims, KOp reduce,
+                                           bool mean, StringRef name) {
+  // Size-1 dims need no work.
+  SmallVector<int64_t> todo;
+  for (int64_t d : dims)
+    if (input.shape[d] != 1)
+      todo.push_back(d);
+  if (todo.empty())
+    return input;
+  int64_t length = 1, keptRows = 1;
+  for (auto [d, extent] : llvm::enumerate(input.shape))
+    (llvm::is_contained(todo, int64_t(d)) ? length : keptRows) *= extent;
+
+  // The reduced dims walk as one run of stride `step` if, ordered by
+  // stride, each one's stride is the next one's times its extent.
+  SmallVector<int64_t> byStride(todo);
+  llvm::stable_sort(byStride, [&](int64_t a, int64_t b) {
+    return input.strides[a] > input.strides[b];
+  });
+  bool oneRun = true;
+  for (size_t i = 0; i + 1 < byStride.size(); ++i)
+    oneRun &= input.strides[byStride[i]] ==
+              input.strides[byStride[i + 1]] * input.shape[byStride[i + 1]];
+  // Few rows and long runs would leave threads idle: reduce in stages, the
+  // innermost dim first (then its partial sums are the next stage's input).
+  bool fewRows = keptRows < 64 && length >= 65536;
+  if (!oneRun || (fewRows && todo.size() > 1)) {
+    int64_t innermost = byStride.back();
+    FailureOr<TensorView> first = reduceDims(input, {innermost}, reduce, mean,
+                                             name);
+    if (failed(first))
+      return failure();
+    SmallVector<int64_t> rest;
+    for (int64_t d : todo)
+      if (d != innermost)
+        rest.push_back(d);
+    return reduceDims(*first, rest, reduce, mean, name);
+  }
+  if (fewRows) {
+    // One long dim: split it into [blocks, length / blocks] when it
+    // divides, and reduce the inner part first.
+    int64_t d = todo.front();
+    for (int64_t blocks = 1024; blocks >= 64; --blocks) {
+      if (length % blocks != 0)
+        continue;
+      TensorView split = input;
+      split.shape[d] = length / blocks;
+      split.shape.insert(split.shape.begin() + d, blocks);
+      split.strides.insert(split.strides.begin() + d,
+                           input.strides[d] * (length / blocks));
+      FailureOr<TensorView> partial =
+          reduceDims(split, {d + 1}, reduce, mean, name);
+      if (failed(partial))
+        return failure();
+      FailureOr<TensorView> total = reduceDims(*partial, {d}, reduce, mean,
+                                               name);
+      if (failed(total))
+        return failure();
+      // Drop the block dim (size 1 now) to give the input's rank back.
+      SmallVector<int64_t> shape(input.shape);
+      shape[d] = 1;
+      return reshaped(*total, shape, name);
+    }
+  }
+
+  // One kernel: domain [kept dims..., the run], the result stored once per
+  // row (a kept index).
+  SmallVector<int64_t> domain, inStrides, outShape(input.shape), outStrides;
+  for (int64_t d : todo)
+    outShape[d] = 1;
+  SmallVector<int64_t> contiguous = contiguousStrides(outShape);
+  for (auto [d, extent] : llvm::enumerate(input.shape)) {
+    if (llvm::is_contained(todo, int64_t(d)))
+      continue;
+    domain.push_back(extent);
+    inStrides.push_back(input.strides[d]);
+    outStrides.push_back(contiguous[d]);
+  }
+  if (domain.empty()) {
+    domain.push_back(1);
+    inStrides.push_back(0);
+    outStrides.push_back(0);
+  }
+  domain.push_back(length);
+  inStrides.push_back(input.strides[byStride.back()]);
+  outStrides.push_back(0);
+
+  KernelBuilder kb(kernelName(name), name.str(), domain);
+  TensorView walk = input;
+  walk.shape = domain;
+  walk.strides = inStrides;
+  SmallVector<int> map = identityMap(domain.size());
+  int32_t r = kb.unary(reduce, kb.load(walk, map));
+  if (mean)
+    r = kb.binary(KOp::Mul, r, kb.constant(1.0 / double(length)));
+  TensorView out;
+  out.buffer = newBuffer(name, BufferKind::Arena, DType::F32, outShape);
+  out.shape = outShape;
+  out.strides = contiguous;
+  TensorView store = out;
+  store.shape = domain;
+  store.strides = outStrides;
+  kb.store(store, map, r);
+  addKernelStep(std::move(kb.kernel), name);
+  return out;
+}
+
+LogicalResult Lowering::lowerNormParamGrads(
+    Operation *op, ArrayRef<std::pair<unsigned, Value>> wanted) {
+  // dw[c] = sum_n dy[n, c] xhat[n, c], db[c] = sum_n dy[n, c]: the kernel's
+  // rows are the channels, each walking down its column (stride C), so the
+  // sums need no transposed copy and split across threads by channel.
+  auto outside = [&](Value value) {
+    return outer.count(value) ? outer.lookup(value) : value;
+  };
+  auto source = [&](Value value) { return viewOf(value); };
+  bool layerNorm = isa<LayerNormGradOp>(op);
+  Value dyValue = outside(op->getOperand(0)), xValue = outside(op->getOperand(1));
+  Value rstdValue = outside(op->getOperand(layerNorm ? 4 : 3));
+  FailureOr<TensorView> dy = source(dyValue), x = source(xValue),
+                        rstd = source(rstdValue);
+  if (failed(dy) || failed(x) || failed(rstd))
+    return failure();
+  int64_t channels = dy->shape.back();
+  int64_t rows = product(dy->shape) / channels;
+  std::string name = op->getName().stripDialect().str() + " params";
+  TensorView dy2 = reshaped(*dy, {rows, channels}, nameOf(dyValue));
+  TensorView x2 = reshaped(*x, {rows, channels}, nameOf(xValue));
+  TensorView rstd1 = reshaped(*rstd, {rows}, nameOf(rstdValue));
+  KernelBuilder kb(kernelName(name), name, {channels, rows});
+  int32_t g = kb.load(dy2, {1, 0});
+  int32_t centered = kb.load(x2, {1, 0});
+  if (layerNorm) {
+    Value meanValue = outside(op->getOperand(3));
+    FailureOr<TensorView> mean = source(meanValue);
+    if (failed(mean))
+      return failure();
+    TensorView mean1 = reshaped(*mean, {rows}, nameOf(meanValue));
+    centered = kb.binary(KOp::Sub, centered, kb.load(mean1, {1}));
+  }
+  int32_t xhat = kb.binary(KOp::Mul, centered, kb.load(rstd1, {1}));
+  for (auto [number, result] : wanted) {
+    int32_t sum = kb.unary(KOp::ReduceSum,
+                           number == 1 ? kb.binary(KOp::Mul, g, xhat) : g);
+    FailureOr<TensorView> out = newTensor(result, nameOf(result));
+    if (failed(out))
+      return failure();
+    kb.store(*out, {0}, sum);
+    views[result] = *out;
+  }
+  std::string error = ::llmc::kir::verifyKernel(kb.kernel);
+  if (!error.empty())
+    return op->emitOpError("internal error: ") << error;
+  addKernelStep(std::move(kb.kernel), name);
+  return success();
+}
+
+TensorView Lowering::rngElement(int64_t index) {
+  if (rngBuffer < 0) {
+    rngBuffer = newBuffer(::llmc::kir::kRngInputName, BufferKind::Input,
+                          DType::I64, {2});
+    program.inputs.push_back({::llmc::kir::kRngInputName, rngBuffer});
+  }
+  TensorView view;
+  view.buffer = rngBuffer;
+  view.offset = index;
+  view.shape = {1};
+  view.strides = {1};
+  view.dtype = DType::I64;
+  return view;
+}
+
+LogicalResult Lowering::lowerAttentionGrad(AttentionGradOp op) {
+  SmallVector<TensorView> in;
+  for (Value operand : {op.getGrad(), op.getQuery(), op.getKey(),
+                        op.getValue(), op.getOutput()}) {
+    FailureOr<TensorView> view = viewOf(operand);
+    if (failed(view))
+      return failure();
+    if (view->dtype != DType::F32)
+      return op.emitOpError("attention gradients on f16/bf16 are not "
+                            "supported by code generation yet");
+    if (view->strides.back() != 1)
+      *view = copyContiguous(*view, nameOf(operand));
+    in.push_back(*view);
+  }
+  FailureOr<TensorView> lse = viewOf(op.getLse());
+  if (failed(lse))
+    return failure();
+  int64_t rank = in[0].shape.size();
+  if (rank != 3 && rank != 4)
+    return op.emitOpError("code generation supports attention gradients on "
+                          "[batch, seq, head_dim] or [batch, heads, seq, "
+                          "head_dim], got rank ")
+           << rank;
+  SmallVector<TensorView> grads;
+  for (Value result : op.getResults()) {
+    FailureOr<TensorView> view = newTensor(result, nameOf(result));
+    if (failed(view))
+      return failure();
+    orderLikeTransposeUser(result, *view);
+    views[result] = *view;
+    grads.push_back(*view);
+  }
+  auto toView = [&](const TensorView &view) {
+    View result;
+    result.buffer = view.buffer;
+    result.offset = view.offset;
+    result.strides.assign(view.strides.begin(), view.strides.end());
+    if (rank == 3) // [batch, seq, ...]: one head
+      result.strides.insert(result.strides.begin() + 1, 0);
+    return result;
+  };
+  ::llmc::kir::AttentionGradStep step;
+  step.batch = in[1].shape[0];
+  step.heads = rank == 4 ? in[1].shape[1] : 1;
+  step.seq = in[1].shape[rank - 2];
+  step.headDim = in[1].shape[rank - 1];
+  step.scale = op.getScale().convertToFloat();
+  step.causal = op.getCausal();
+  step.dout = toView(in[0]);
+  step.q = toView(in[1]);
+  step.k = toView(in[2]);
+  step.v = toView(in[3]);
+  step.out = toView(in[4]);
+  step.lse = toView(*lse);
+  step.dq = toView(grads[0]);
+  step.dk = toView(grads[1]);
+  step.dv = toView(grads[2]);
+  Step s;
+  s.kind = StepKind::AttentionGrad;
+  s.attentionGrad = std::move(step);
+  s.origin = nameOf(op.getResult(0));
+  program.steps.push_back(std::move(s));
+  return success();
+}
+
+LogicalResult Lowering::lowerEmbeddingGrad(EmbeddingGradOp op) {
+  FailureOr<TensorView> grad = viewOf(op.getGrad());
+  FailureOr<TensorView> ids = viewOf(op.getIndices());
+  if (failed(grad) || failed(ids))
+    return failure();
+  auto resultType = op.getResult().getType();
+  if (grad->dtype != DType::F32 || !resultType.getElementType().isF32())
+    return op.emitOpError("embedding gradients on f16/bf16 are not "
+                          "supported by code generation yet");
+  int64_t rows = resultType.getDimSize(0), channels = resultType.getDimSize(1);
+  int64_t positions = product(ids->shape);
+  TensorView grad2 =
+      reshaped(*grad, {positions, channels}, nameOf(op.getGrad()));
+  TensorView ids1 = reshaped(*ids, {positions}, nameOf(op.getIndices()));
+  FailureOr<TensorView> out = newTensor(op.getResult(), nameOf(op.getResult()));
+  if (failed(out))
+    return failure();
+  auto toView = [](const TensorView &view) {
+    View result;
+    result.buffer = view.buffer;
+    result.offset = view.offset;
+    result.strides.assign(view.strides.begin(), view.strides.end());
+    return result;
+  };
+  ::llmc::kir::EmbeddingGradStep step;
+  step.positions = positions;
+  step.rows = rows;
+  step.channels = channels;
+  step.ids = toView(ids1);
+  step.grad = toView(grad2);
+  step.out = toView(*out);
+  views[op.getResult()] = *out;
+  noteIdBound(op.getIndices(), rows);
+  Step s;
+  s.kind = StepKind::EmbeddingGrad;
+  s.embeddingGrad = std::move(step);
+  s.origin = nameOf(op.getResult());
+  program.steps.push_back(std::move(s));
   return success();
 }
 
@@ -1166,6 +1803,89 @@ LogicalResult Lowering::lowerConcat(ConcatOp op) {
     offset += in->shape[dim];
   }
   views[op.getResult()] = *out;
+  return success();
+}
+
+LogicalResult Lowering::lowerResults(func::ReturnOp ret) {
+  static const char *names[] = {"loss", "logits"};
+  // Updates whose kernel could not store in place: (source, target), copied
+  // after everything else, when no step reads the old values any more.
+  SmallVector<std::pair<Value, BlockArgument>> copies;
+  for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
+    auto update = func.getResultAttrOfType<StringAttr>(index, "llmc.updates");
+    auto output = func.getResultAttrOfType<StringAttr>(index, "llmc.output");
+    if (update) {
+      BlockArgument target;
+      for (BlockArgument arg : func.getArguments())
+        for (const char *attr : {"llmc.param", "llmc.state"})
+          if (func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr) ==
+              update)
+            target = arg;
+      int32_t buffer = views.lookup(target).buffer;
+      program.updates.push_back({update.str(), buffer});
+      bool inPlace = storedInPlace.contains(value) &&
+                     updateTargets.lookup(value) == target;
+      if (!inPlace && value != target)
+        copies.push_back({value, target});
+      // Named as an output too, the result is read from the buffer it
+      // updates: a copy into the arena would cost a pass over it.
+      if (output)
+        program.outputs.push_back({output.str(), buffer});
+      continue;
+    }
+    FailureOr<TensorView> view = viewOf(value);
+    if (failed(view))
+      return failure();
+    // Outputs are whole, contiguous arena buffers.
+    bool whole =
+        program.buffers[view->buffer].kind == BufferKind::Arena &&
+        view->offset == 0 &&
+        ArrayRef<int64_t>(view->strides) ==
+            ArrayRef<int64_t>(contiguousStrides(view->shape)) &&
+        program.buffers[view->buffer].numElements() == product(view->shape);
+    if (!whole)
+      *view = copyContiguous(*view, nameOf(value));
+    std::string name = output  ? output.str()
+                       : index < 2 ? names[index]
+                                   : "result" + std::to_string(index);
+    program.outputs.push_back({name, view->buffer});
+  }
+  // A source that is itself a parameter or state another copy may
+  // overwrite is first copied to the arena.
+  SmallVector<std::pair<TensorView, BlockArgument>> sources;
+  for (auto [value, target] : copies) {
+    auto splat = splats.find(value);
+    if (splat != splats.end() && !views.count(value)) {
+      sources.push_back({TensorView(), target});
+      continue;
+    }
+    FailureOr<TensorView> view = viewOf(value);
+    if (failed(view))
+      return failure();
+    if (::llmc::kir::isPersistent(program.buffers[view->buffer].kind))
+      *view = copyContiguous(*view, nameOf(value));
+    sources.push_back({*view, target});
+  }
+  for (auto [source, target] : llvm::zip(sources, copies)) {
+    TensorView into = views.lookup(target.second);
+    SmallVector<int64_t> domain = into.shape;
+    if (domain.empty())
+      domain.push_back(1);
+    std::string what = "update " + nameOf(target.second);
+    KernelBuilder kb(kernelName("update"), what, domain);
+    SmallVector<int> map = identityMap(into.shape.size());
+    int32_t value;
+    if (source.first.buffer < 0) { // a splat (zeroed gradients)
+      double splat = splats.lookup(target.first);
+      value = ::llmc::kir::isFloat(into.dtype)
+                  ? kb.constant(splat)
+                  : kb.intConstant(int64_t(splat));
+    } else {
+      value = kb.load(source.first, map);
+    }
+    kb.store(into, map, value);
+    addKernelStep(std::move(kb.kernel), what);
+  }
   return success();
 }
 
@@ -1197,11 +1917,16 @@ FailureOr<Program> Lowering::run() {
     if (failed(dtype))
       return func.emitError("unsupported argument type ") << type;
     bool isParam = bool(func.getArgAttr(arg.getArgNumber(), "llmc.param"));
+    bool isState = bool(func.getArgAttr(arg.getArgNumber(), "llmc.state"));
+    BufferKind kind = isParam   ? BufferKind::Param
+                      : isState ? BufferKind::State
+                                : BufferKind::Input;
     std::string name = nameOf(arg);
-    int32_t buffer =
-        newBuffer(name, isParam ? BufferKind::Param : BufferKind::Input,
-                  *dtype, type.getShape());
-    (isParam ? program.params : program.inputs).push_back({name, buffer});
+    int32_t buffer = newBuffer(name, kind, *dtype, type.getShape());
+    (isParam   ? program.params
+     : isState ? program.states
+               : program.inputs)
+        .push_back({name, buffer});
     TensorView view;
     view.buffer = buffer;
     view.shape.assign(type.getShape().begin(), type.getShape().end());
@@ -1209,26 +1934,36 @@ FailureOr<Program> Lowering::run() {
     view.dtype = *dtype;
     views[arg] = view;
   }
-  for (Operation &op : func.getBody().front()) {
+  // `llmc.updates` results: the argument each one is written into.
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
+    auto target = func.getResultAttrOfType<StringAttr>(index, "llmc.updates");
+    if (!target)
+      continue;
+    std::optional<BlockArgument> found;
+    for (BlockArgument arg : func.getArguments())
+      for (const char *attr : {"llmc.param", "llmc.state"})
+        if (func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr) ==
+            target)
+          found = arg;
+    if (!found)
+      return func.emitError("result #")
+             << index << " updates '" << target.getValue()
+             << "', which no llmc.param or llmc.state argument is named";
+    if (found->getType() != value.getType())
+      return func.emitError("result #")
+             << index << " updates '" << target.getValue() << "' of type "
+             << found->getType() << " with a " << value.getType();
+    updateTargets.try_emplace(value, *found);
+  }
+  for (auto [index, op] : llvm::enumerate(body))
+    positions[&op] = index;
+
+  for (Operation &op : body) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-      static const char *names[] = {"loss", "logits"};
-      for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
-        FailureOr<TensorView> view = viewOf(value);
-        if (failed(view))
-          return failure();
-        // Outputs are whole, contiguous arena buffers.
-        bool whole =
-            program.buffers[view->buffer].kind == BufferKind::Arena &&
-            view->offset == 0 &&
-            ArrayRef<int64_t>(view->strides) ==
-                ArrayRef<int64_t>(contiguousStrides(view->shape)) &&
-            program.buffers[view->buffer].numElements() == product(view->shape);
-        if (!whole)
-          *view = copyContiguous(*view, nameOf(value));
-        std::string name = index < 2 ? names[index]
-                                     : "result" + std::to_string(index);
-        program.outputs.push_back({name, view->buffer});
-      }
+      if (failed(lowerResults(ret)))
+        return failure();
       continue;
     }
     // Dead pure ops (an unused fill, a forgotten intermediate) cost nothing.

@@ -562,3 +562,72 @@ func.func @dead(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %u = llmc.exp %x : tensor<4x8xf32>
   return %x : tensor<4x8xf32>
 }
+
+// -----
+
+// Tests that a layer_norm_grad is the root of a row group that takes the
+// residual gradient added to its input gradient, and that its operands stay
+// kernel inputs (the weight and bias gradients are column sums computed
+// from memory): the add producing dy is not pulled in.
+// CHECK-LABEL: func.func @layer_norm_grad_row(
+// CHECK: %[[DY:[0-9]+]] = llmc.fusion "add" "pointwise"
+// CHECK: %[[F:[0-9]+]]:3 = llmc.fusion "layer_norm_grad_add" "row"(%[[DY]],
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT: %[[DX:[a-z_0-9]+]], %[[DW:[a-z_0-9]+]], %[[DB:[a-z_0-9]+]] = llmc.layer_norm_grad
+// CHECK-NEXT: %[[S:[0-9]+]] = llmc.add %[[DX]],
+// CHECK-NEXT: llmc.yield %[[DW]], %[[DB]], %[[S]]
+// CHECK: return %[[F]]#2, %[[F]]#0, %[[F]]#1
+func.func @layer_norm_grad_row(%g: tensor<2x4x8xf32>, %h: tensor<2x4x8xf32>,
+                               %x: tensor<2x4x8xf32>, %res: tensor<2x4x8xf32>,
+                               %w: tensor<8xf32>, %m: tensor<2x4xf32>,
+                               %r: tensor<2x4xf32>)
+    -> (tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %dy = llmc.add %g, %h : tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %dx, %dw, %db = llmc.layer_norm_grad %dy, %x, %w, %m, %r
+      : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8xf32>, tensor<2x4xf32>,
+        tensor<2x4xf32>
+  %s = llmc.add %dx, %res : tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  return %s, %dw, %db : tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// Tests that softmax_grad and cross_entropy_grad are row roots that pull in
+// their elementwise producers (a dropout of the gradient, a scaled loss).
+// CHECK-LABEL: func.func @backward_rows(
+// CHECK: llmc.fusion "dropout_softmax_grad" "row"
+// CHECK: llmc.fusion "cross_entropy_grad" "row"
+// CHECK-NOT: llmc.fusion
+func.func @backward_rows(%g: tensor<2x3x5xf32>, %y: tensor<2x3x5xf32>,
+                         %dl: tensor<f32>, %l: tensor<2x3x7xf32>,
+                         %t: tensor<2x3xi32>, %lse: tensor<2x3xf32>)
+    -> (tensor<2x3x5xf32>, tensor<2x3x7xf32>) {
+  %gd = llmc.dropout %g {rate = 1.000000e-01 : f32, stream = 1 : i64} : tensor<2x3x5xf32>
+  %dx = llmc.softmax_grad %gd, %y : tensor<2x3x5xf32>
+  %dlogits = llmc.cross_entropy_grad %dl, %l, %t, %lse
+      : tensor<f32>, tensor<2x3x7xf32>, tensor<2x3xi32>, tensor<2x3xf32>
+  return %dx, %dlogits : tensor<2x3x5xf32>, tensor<2x3x7xf32>
+}
+
+// -----
+
+// Tests that a GELU gradient after a matmul runs as its epilogue, and that
+// a sum of squares over all dims is a row group with the square fused in,
+// while a bias gradient (a sum over leading dims) stays unfused.
+// CHECK-LABEL: func.func @grad_epilogue_and_reductions(
+// CHECK: llmc.fusion "matmul_gelu_grad" "gemm"
+// CHECK: llmc.fusion "mul_reduce_sum" "row"
+// CHECK: llmc.reduce_sum %{{.*}} dims [0, 1] : tensor<2x4x32xf32>
+// CHECK-NOT: llmc.fusion
+func.func @grad_epilogue_and_reductions(%dy: tensor<2x4x8xf32>,
+                                        %w: tensor<8x32xf32>,
+                                        %h: tensor<2x4x32xf32>,
+                                        %p: tensor<32x8xf32>)
+    -> (tensor<2x4x32xf32>, tensor<f32>, tensor<32xf32>) {
+  %d = llmc.matmul %dy, %w : tensor<2x4x8xf32>, tensor<8x32xf32>
+  %dh = llmc.gelu_grad %d, %h approximate = tanh : tensor<2x4x32xf32>
+  %sq = llmc.mul %p, %p : tensor<32x8xf32>, tensor<32x8xf32>
+  %n = llmc.reduce_sum %sq dims [0, 1] : tensor<32x8xf32>
+  %db = llmc.reduce_sum %dh dims [0, 1] : tensor<2x4x32xf32>
+  return %dh, %n, %db : tensor<2x4x32xf32>, tensor<f32>, tensor<32xf32>
+}

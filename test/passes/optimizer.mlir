@@ -43,23 +43,32 @@
 // CHECK: %[[NCOEF:.*]] = llmc.neg %[[COEF]]
 // CHECK: %[[NMIN:.*]] = llmc.max %[[NONE]], %[[NCOEF]]
 // CHECK: %[[CLIP:.*]] = llmc.neg %[[NMIN]]
-// The matrix: clipped gradient, decoupled decay, moments, step.
-// CHECK: %[[G:.*]] = llmc.mul %[[GW]], %[[CLIP]] : tensor<4x3xf32>, tensor<f32>
+// The scalars every parameter shares are built once: 1 - lr * wd, the
+// constants, lr * bc1 and sqrt(bc2).
 // CHECK: %[[WD:.*]] = llmc.constant dense<1.000000e-01> : tensor<f32>
 // CHECK: %[[LRWD:.*]] = llmc.mul %[[LR]], %[[WD]]
 // CHECK: %[[KEEP:.*]] = llmc.sub %{{.*}}, %[[LRWD]]
+// CHECK: %[[B1:.*]] = llmc.constant dense<0.899999976> : tensor<f32>
+// CHECK: %[[OMB1:.*]] = llmc.constant dense<1.000000e-01> : tensor<f32>
+// CHECK: %[[B2:.*]] = llmc.constant dense<0.949999988> : tensor<f32>
+// CHECK: %[[OMB2:.*]] = llmc.constant dense<5.000000e-02> : tensor<f32>
+// CHECK: %[[EPS:.*]] = llmc.constant dense<9.99999993E-9> : tensor<f32>
+// CHECK: %[[STEPSIZE:.*]] = llmc.mul %[[LR]], %[[BC1]]
+// CHECK: %[[ROOTBC2:.*]] = llmc.sqrt %[[BC2]]
+// The matrix: clipped gradient, decoupled decay, moments, step.
+// CHECK: %[[G:.*]] = llmc.mul %[[GW]], %[[CLIP]] : tensor<4x3xf32>, tensor<f32>
 // CHECK: %[[DECAYED:.*]] = llmc.mul %[[PW]], %[[KEEP]] : tensor<4x3xf32>, tensor<f32>
-// CHECK: llmc.mul %{{.*}}, %[[MW]]
-// CHECK: %[[M:.*]] = llmc.add
-// CHECK: llmc.mul %{{.*}}, %[[VW]]
-// CHECK: llmc.mul %[[G]], %[[G]]
-// CHECK: %[[V:.*]] = llmc.add
+// CHECK: %[[MOLD:.*]] = llmc.mul %[[B1]], %[[MW]]
+// CHECK: %[[MNEW:.*]] = llmc.mul %[[OMB1]], %[[G]]
+// CHECK: %[[M:.*]] = llmc.add %[[MOLD]], %[[MNEW]]
+// CHECK: %[[VOLD:.*]] = llmc.mul %[[B2]], %[[VW]]
+// CHECK: %[[G2:.*]] = llmc.mul %[[G]], %[[G]]
+// CHECK: %[[VNEW:.*]] = llmc.mul %[[OMB2]], %[[G2]]
+// CHECK: %[[V:.*]] = llmc.add %[[VOLD]], %[[VNEW]]
 // CHECK: %[[SQV:.*]] = llmc.sqrt %[[V]]
-// CHECK: %[[SQBC2:.*]] = llmc.sqrt %[[BC2]]
-// CHECK: llmc.mul %[[SQV]], %[[SQBC2]]
-// CHECK: %[[DEN:.*]] = llmc.add
-// CHECK: %[[LRBC1:.*]] = llmc.mul %[[LR]], %[[BC1]]
-// CHECK: %[[NUM:.*]] = llmc.mul %[[LRBC1]], %[[M]]
+// CHECK: %[[SCALED:.*]] = llmc.mul %[[SQV]], %[[ROOTBC2]]
+// CHECK: %[[DEN:.*]] = llmc.add %[[SCALED]], %[[EPS]]
+// CHECK: %[[NUM:.*]] = llmc.mul %[[STEPSIZE]], %[[M]]
 // CHECK: %[[STEP:.*]] = llmc.div %[[NUM]], %[[DEN]]
 // CHECK: %[[NEWW:.*]] = llmc.sub %[[DECAYED]], %[[STEP]]
 // CHECK: %[[ZW:.*]] = llmc.fill 0.000000e+00 : tensor<4x3xf32>
@@ -79,11 +88,13 @@
 // SGD-SAME: %[[LR:[a-z0-9]+]]: tensor<f32> {llmc.input = "lr"})
 // SGD-SAME: -> (tensor<f32> {llmc.output = "grad_norm"}
 // SGD-NOT: llmc.neg
-// SGD: %[[DECAY:.*]] = llmc.mul %{{.*}}, %[[PW]] : tensor<f32>, tensor<4x3xf32>
+// SGD: %[[MOM:.*]] = llmc.constant dense<0.899999976> : tensor<f32>
+// SGD: %[[WDC:.*]] = llmc.constant dense<1.000000e-01> : tensor<f32>
+// SGD: %[[DECAY:.*]] = llmc.mul %[[WDC]], %[[PW]] : tensor<f32>, tensor<4x3xf32>
 // SGD: %[[D:.*]] = llmc.add %{{.*}}, %[[DECAY]]
-// SGD: llmc.mul %{{.*}}, %[[BW]]
+// SGD: llmc.mul %[[MOM]], %[[BW]]
 // SGD: %[[BUF:.*]] = llmc.add %{{.*}}, %[[D]]
-// SGD: llmc.mul %{{.*}}, %[[BUF]]
+// SGD: llmc.mul %[[MOM]], %[[BUF]]
 // SGD: %[[NEST:.*]] = llmc.add %[[D]], %{{.*}}
 // SGD: %[[STEP:.*]] = llmc.mul %[[LR]], %[[NEST]]
 // SGD: llmc.sub %[[PW]], %[[STEP]]

@@ -1,6 +1,10 @@
 // llmc: the driver. Subcommands emit-model, compile, inspect, generate, info,
 // plan and presets.
 #include "codegen/KernelToCpu/KernelToCpu.h"
+#include "codegen/KernelToCuda/KernelToCuda.h"
+#ifdef LLMC_HAVE_NVRTC
+#include "codegen/KernelToCuda/CudaTarget.h"
+#endif
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "codegen/MemoryPlan.h"
 #include "frontend/GptBuilder.h"
@@ -113,8 +117,16 @@ static cl::opt<std::string> compileTo(
              "verified model), fused (after the compile pipeline), kernels "
              "(the program: schedule, buffers, kernel IR), cpu-mlir, "
              "cpu-llvm-dialect, cpu-llvm-ir, cpu-asm (the CPU code of the "
-             "kernels)"),
+             "kernels), cuda (the CUDA C++ module, each kernel with its "
+             "launch)"),
     cl::value_desc("phase"), cl::sub(compileCmd));
+static cl::opt<std::string> compileTarget(
+    "target",
+    cl::desc("What the artifact holds code for: cpu (the default; kernels "
+             "are JIT-compiled when loaded) or cuda (also the CUDA module, "
+             "its NVRTC cubins for sm_80 and sm_90, PTX and each kernel's "
+             "launch)"),
+    cl::init("cpu"), cl::value_desc("cpu|cuda"), cl::sub(compileCmd));
 static cl::opt<std::string> outputPath(
     "o",
     cl::desc("Output file (emit-model: '-' is stdout, the default; "
@@ -131,6 +143,13 @@ static cl::opt<int64_t>
            cl::desc("Tokens per sequence (default: the config's seq_len)"),
            cl::init(0), cl::sub(emitCmd), cl::sub(infoCmd),
            cl::sub(compileCmd));
+static cl::opt<std::string> compileFunction(
+    "function",
+    cl::desc("Which function to compile: forward (the default: the compile "
+             "pipeline), or grad_step / update_step (the training pipeline: "
+             "llmc-autodiff and llmc-optimizer with default AdamW options, "
+             "then fusion)"),
+    cl::init("forward"), cl::value_desc("name"), cl::sub(compileCmd));
 static cl::opt<bool> summaryOnly("summary",
                                  cl::desc("Omit the per-tensor table"),
                                  cl::sub(infoCmd));
@@ -304,14 +323,25 @@ static int runCompile(MLIRContext &context) {
   llvm::ArrayRef<llvm::StringRef> cpuPhases = ::llmc::cpu::cpuPhaseNames();
   bool cpuPhase = llvm::is_contained(cpuPhases, compileTo);
   if (!compileTo.empty() && compileTo != "fused" && compileTo != "kernels" &&
-      !cpuPhase)
+      compileTo != "cuda" && !cpuPhase)
     return fail("unknown phase '" + compileTo +
                 "' for --compile-to (llmc, fused, kernels, " +
-                llvm::join(cpuPhases, ", ") + ")");
+                llvm::join(cpuPhases, ", ") + ", cuda)");
+  if (compileTarget != "cpu" && compileTarget != "cuda")
+    return fail("unknown target '" + compileTarget +
+                "' for --target (cpu, cuda)");
+  bool training = compileFunction != "forward";
+  if (training && compileFunction != "grad_step" &&
+      compileFunction != "update_step")
+    return fail("unknown function '" + compileFunction +
+                "' for --function (forward, grad_step, update_step)");
   ModelInfo info = getModelInfo(*module);
   {
     PassManager pm(&context);
-    buildCompilePipeline(pm);
+    if (training)
+      buildTrainingPipeline(pm, OptimizerPassOptions());
+    else
+      buildCompilePipeline(pm);
     if (failed(pm.run(*module)))
       return 1;
   }
@@ -320,8 +350,8 @@ static int runCompile(MLIRContext &context) {
     llvm::outs() << "\n";
     return 0;
   }
-  auto forward = module->lookupSymbol<func::FuncOp>("forward");
-  FailureOr<::llmc::kir::Program> program = lowerToProgram(forward);
+  auto function = module->lookupSymbol<func::FuncOp>(compileFunction);
+  FailureOr<::llmc::kir::Program> program = lowerToProgram(function);
   if (failed(program))
     return 1;
   if (compileTo == "kernels") {
@@ -333,6 +363,31 @@ static int runCompile(MLIRContext &context) {
             llvm::outs(), program->kernels, compileTo))
       return fail(std::move(error));
     return 0;
+  }
+  if (compileTo == "cuda") {
+    llvm::outs() << ::llmc::cuda::emitCudaModule(*program);
+    return 0;
+  }
+  std::optional<::llmc::runtime::CudaSection> cuda;
+  if (compileTarget == "cuda") {
+#ifdef LLMC_HAVE_NVRTC
+    ::llmc::cuda::NvrtcStats nvrtc;
+    auto section = ::llmc::cuda::buildCudaSection(*program, &nvrtc);
+    if (!section)
+      return fail(section.takeError());
+    cuda = std::move(*section);
+    llvm::errs() << llvm::format(
+        "llmc: CUDA module of %zu kernels %s (%.2f s)\n",
+        program->kernels.size(),
+        nvrtc.cacheHit ? "loaded from the NVRTC cache"
+                       : "compiled by NVRTC for sm_80, sm_90 and PTX",
+        nvrtc.compileSeconds);
+    if (!nvrtc.warning.empty())
+      llvm::errs() << "llmc: warning: " << nvrtc.warning << "\n";
+#else
+    return fail("--target=cuda: this llmc was built without the CUDA "
+                "toolkit (NVRTC); rebuild with it installed");
+#endif
   }
 
   int64_t numOps = 0;
@@ -346,7 +401,8 @@ static int runCompile(MLIRContext &context) {
     llvm::sys::path::replace_extension(path, "llmc");
     output = path.str().str();
   }
-  if (llvm::Error error = ::llmc::runtime::writeArtifact(output, *program))
+  if (llvm::Error error = ::llmc::runtime::writeArtifact(
+          output, *program, cuda ? &*cuda : nullptr))
     return fail(std::move(error));
   llvm::outs() << compileInput << ": ok: " << numOps << " ops, "
                << info.parameters.size() << " parameter tensors, "
@@ -385,11 +441,32 @@ loadArtifact(llvm::StringRef path, llvm::StringRef weights) {
   return executor;
 }
 
+/// An artifact's CUDA section: its binaries, then each kernel's launch.
+static void printCudaSection(const ::llmc::runtime::CudaSection &cuda,
+                             llvm::raw_ostream &os) {
+  os << "\ncuda: codegen version " << cuda.codegenVersion << ", source "
+     << cuda.source.size() << " bytes";
+  for (const auto &cubin : cuda.cubins)
+    os << ", sm_" << cubin.arch << " cubin " << cubin.image.size() << " bytes";
+  if (!cuda.ptx.empty())
+    os << ", compute_" << cuda.ptxArch << " PTX " << cuda.ptx.size()
+       << " bytes";
+  os << "\n";
+  for (const auto &launch : cuda.launches)
+    os << llvm::format("  launch %-36s grid [%lld, %lld, %lld] block [%d, "
+                       "%d, %d] shared %d bytes (static %d)\n",
+                       launch.kernel.c_str(), (long long)launch.grid[0],
+                       (long long)launch.grid[1], (long long)launch.grid[2],
+                       launch.block[0], launch.block[1], launch.block[2],
+                       launch.sharedBytes, launch.staticSharedBytes);
+}
+
 static int runInspect() {
-  llvm::Expected<::llmc::kir::Program> program =
-      ::llmc::runtime::readArtifact(artifactInput);
-  if (!program)
-    return fail(program.takeError());
+  llvm::Expected<::llmc::runtime::ArtifactContents> contents =
+      ::llmc::runtime::readArtifactContents(artifactInput);
+  if (!contents)
+    return fail(contents.takeError());
+  const ::llmc::kir::Program *program = &contents->program;
   llvm::outs() << artifactInput << ": ";
   printPlanSummary(*program, llvm::outs());
   if (inspectRun) {
@@ -410,6 +487,8 @@ static int runInspect() {
   }
   llvm::outs() << "\n";
   ::llmc::kir::printProgram(llvm::outs(), *program);
+  if (contents->cuda)
+    printCudaSection(*contents->cuda, llvm::outs());
   return 0;
 }
 
@@ -459,8 +538,15 @@ static int runInfo(MLIRContext &context) {
   return 0;
 }
 
+int runTokenizerCommand(int argc, char **argv);
+int runTrainCommand(int argc, char **argv);
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  if (argc > 1 && llvm::StringRef(argv[1]) == "tokenizer")
+    return runTokenizerCommand(argc - 1, argv + 1);
+  if (argc > 1 && llvm::StringRef(argv[1]) == "run")
+    return runTrainCommand(argc - 1, argv + 1);
   cl::ParseCommandLineOptions(
       argc, argv,
       "llmc: a compiler from transformer models to fused kernels\n\n"
@@ -470,7 +556,9 @@ int main(int argc, char **argv) {
       "  llmc generate model.llmc               sample text\n"
       "  llmc info MODEL                        parameters and ops\n"
       "  llmc plan MODEL                        memory, time, cost, layouts\n"
-      "  llmc presets [NAME]                    built-in model configs\n\n"
+      "  llmc presets [NAME]                    built-in model configs\n"
+      "  llmc tokenizer train|encode ...        BPE vocabularies, token shards\n"
+      "  llmc run train.yaml                    train (config keys as --flags)\n\n"
       "Run 'llmc SUBCOMMAND --help' for a subcommand's options.\n");
   MLIRContext context;
   registerDialects(context);

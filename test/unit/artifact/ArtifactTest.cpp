@@ -114,11 +114,14 @@ enum : int32_t {
   kQkv,
   kAtt,
   kLse,
-  kLogits
+  kLogits,
+  kGradWte,
+  kDqkv
 };
 
 /// An embedding kernel that runs every instruction kind, a GEMM with an
-/// epilogue, an attention step; buffers of every kind and element type.
+/// epilogue, an attention step and the two gradient steps; buffers of every
+/// kind and element type.
 kir::Program makeProgram() {
   using kir::BufferKind;
   using kir::DType;
@@ -140,12 +143,16 @@ kir::Program makeProgram() {
       buffer("att", BufferKind::Arena, DType::F32, {2, 4, 8}, 1216, 2, 2),
       buffer("lse", BufferKind::Arena, DType::F32, {2, 2, 4}, 1472, 2, 2),
       buffer("logits", BufferKind::Arena, DType::F32, {2, 4, 16}, 1536, 1, 2),
+      buffer("grad.wte", BufferKind::State, DType::F32, {16, 8}),
+      buffer("dqkv", BufferKind::Arena, DType::F32, {2, 4, 24}, 2048, 3, 3),
   };
   p.buffers[kTokens].idBound = 16;
-  p.arenaBytes = 2048;
+  p.arenaBytes = 2816;
   p.params = {{"wte", kWte}, {"ln_w", kLnW}};
   p.inputs = {{"tokens", kTokens}, {"mask", kMask}, {"flags", kFlags}};
   p.outputs = {{"logits", kLogits}, {"lse", kLse}};
+  p.states = {{"grad.wte", kGradWte}};
+  p.updates = {{"grad.wte", kGradWte}};
 
   // embed, domain [batch 2, seq 4, channels 8]:
   // x[b,t,c] = f(wte[tokens[b,t], c], ln_w[c], mask[b,t]) and h = x in f16.
@@ -207,6 +214,8 @@ kir::Program makeProgram() {
   int32_t tSmall = e.add(Op::Rem, DType::I64, {tBig, two});
   int32_t wAgain = e.load(1, DType::F32, {token, tSmall, c});
   v = e.add(Op::Add, DType::F32, {v, wAgain});
+  int32_t random = e.add(Op::Random, DType::F32, {mask, tBig, c});
+  v = e.add(Op::Add, DType::F32, {v, random});
   e.store(v, 3);
   e.store(v, 4);
   e.store(rowValue, 6);
@@ -261,7 +270,40 @@ kir::Program makeProgram() {
   a.out = view(kAtt, 0, {32, 4, 8, 1});
   a.lse = view(kLse, 0, {8, 4, 1});
 
-  p.steps = {embedStep, gemm, attention};
+  // The gradients of that attention into dqkv, laid out like qkv.
+  kir::Step attentionGrad;
+  attentionGrad.kind = kir::StepKind::AttentionGrad;
+  kir::AttentionGradStep &ag = attentionGrad.attentionGrad;
+  ag.batch = 2;
+  ag.heads = 2;
+  ag.seq = 4;
+  ag.headDim = 4;
+  ag.scale = 0.3f;
+  ag.causal = false;
+  ag.dout = view(kAtt, 0, {32, 4, 8, 1});
+  ag.q = view(kQkv, 0, {96, 4, 24, 1});
+  ag.k = view(kQkv, 8, {96, 4, 24, 1});
+  ag.v = view(kQkv, 16, {96, 4, 24, 1});
+  ag.out = view(kAtt, 0, {32, 4, 8, 1});
+  ag.lse = view(kLse, 0, {8, 4, 1});
+  ag.dq = view(kDqkv, 0, {96, 4, 24, 1});
+  ag.dk = view(kDqkv, 8, {96, 4, 24, 1});
+  ag.dv = view(kDqkv, 16, {96, 4, 24, 1});
+  attentionGrad.origin = "llmc.attention_grad";
+
+  // grad.wte[16, 8] from x [8 positions, 8] by the tokens.
+  kir::Step embeddingGrad;
+  embeddingGrad.kind = kir::StepKind::EmbeddingGrad;
+  kir::EmbeddingGradStep &eg = embeddingGrad.embeddingGrad;
+  eg.positions = 8;
+  eg.rows = 16;
+  eg.channels = 8;
+  eg.ids = view(kTokens, 0, {1});
+  eg.grad = view(kX, 0, {8, 1});
+  eg.out = view(kGradWte, 0, {8, 1});
+  embeddingGrad.origin = "llmc.embedding_grad";
+
+  p.steps = {embedStep, gemm, attention, attentionGrad, embeddingGrad};
   return p;
 }
 
@@ -335,7 +377,8 @@ void expectSameKernel(const kir::Kernel &x, const kir::Kernel &y) {
 /// A step's payloads other than its kind's are not stored; the sample
 /// leaves them at their defaults, so they compare too.
 void expectSameStep(const kir::Step &x, const kir::Step &y) {
-  const auto &[kind, kernel, gemm, attention, origin] = x;
+  const auto &[kind, kernel, gemm, attention, attentionGrad, embeddingGrad,
+               origin] = x;
   EXPECT_EQ(kind, y.kind);
   EXPECT_EQ(kernel, y.kernel);
   EXPECT_EQ(origin, y.origin);
@@ -369,17 +412,49 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
     expectSameView(out, t.out, "attention out");
     expectSameView(lse, t.lse, "attention lse");
   }
+  {
+    const auto &[batch, heads, seq, headDim, scale, causal, dout, q, k, v, out,
+                 lse, dq, dk, dv] = attentionGrad;
+    const kir::AttentionGradStep &t = y.attentionGrad;
+    EXPECT_EQ(batch, t.batch);
+    EXPECT_EQ(heads, t.heads);
+    EXPECT_EQ(seq, t.seq);
+    EXPECT_EQ(headDim, t.headDim);
+    EXPECT_EQ(scale, t.scale);
+    EXPECT_EQ(causal, t.causal);
+    expectSameView(dout, t.dout, "attention_grad dout");
+    expectSameView(q, t.q, "attention_grad q");
+    expectSameView(k, t.k, "attention_grad k");
+    expectSameView(v, t.v, "attention_grad v");
+    expectSameView(out, t.out, "attention_grad out");
+    expectSameView(lse, t.lse, "attention_grad lse");
+    expectSameView(dq, t.dq, "attention_grad dq");
+    expectSameView(dk, t.dk, "attention_grad dk");
+    expectSameView(dv, t.dv, "attention_grad dv");
+  }
+  {
+    const auto &[positions, rows, channels, ids, grad, out] = embeddingGrad;
+    const kir::EmbeddingGradStep &t = y.embeddingGrad;
+    EXPECT_EQ(positions, t.positions);
+    EXPECT_EQ(rows, t.rows);
+    EXPECT_EQ(channels, t.channels);
+    expectSameView(ids, t.ids, "embedding_grad ids");
+    expectSameView(grad, t.grad, "embedding_grad grad");
+    expectSameView(out, t.out, "embedding_grad out");
+  }
 }
 
 void expectSameProgram(const kir::Program &x, const kir::Program &y) {
-  const auto &[function, modelJson, params, inputs, outputs, buffers, kernels,
-               steps, arenaBytes] = x;
+  const auto &[function, modelJson, params, inputs, outputs, states, updates,
+               buffers, kernels, steps, arenaBytes] = x;
   EXPECT_EQ(function, y.function);
   EXPECT_EQ(modelJson, y.modelJson);
   EXPECT_EQ(arenaBytes, y.arenaBytes);
   expectSameBindings(params, y.params);
   expectSameBindings(inputs, y.inputs);
   expectSameBindings(outputs, y.outputs);
+  expectSameBindings(states, y.states);
+  expectSameBindings(updates, y.updates);
   ASSERT_EQ(buffers.size(), y.buffers.size());
   for (size_t i = 0; i < buffers.size(); ++i) {
     SCOPED_TRACE("buffer " + std::to_string(i));
@@ -794,9 +869,9 @@ TEST_F(ArtifactTest, UnknownEnumValues) {
   }
   {
     kir::Program program = makeProgram();
-    program.buffers[kWte].kind = kir::BufferKind(3);
+    program.buffers[kWte].kind = kir::BufferKind(4);
     EXPECT_EQ(errorOf(deserializeProgram(serializeProgram(program), "a")),
-              "a: buffer 0 ('wte') has kind 3, which this llmc does not know");
+              "a: buffer 0 ('wte') has kind 4, which this llmc does not know");
   }
   {
     kir::Program program = makeProgram();

@@ -2,6 +2,7 @@
 // runtime/Cpu and run on random inputs, against plain C++ written here.
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "runtime/Cpu/CpuKernels.h"
+#include "runtime/Weights.h"
 #include "test/unit/cpu/KernelTestUtil.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -555,6 +556,53 @@ TEST(KernelToCpu, VectorWidthsAgree) {
     compiled.run("layer_norm", data.operands(), 0, rows);
     std::vector<double> want(reference.out.begin(), reference.out.end());
     expectClose(data.out, want, 1e-5, 1e-5);
+  }
+}
+
+// Op::Random is Philox4x32-10 as runtime/Weights implements it, bit for
+// bit, at every vector width: column-level counters (vector lanes and the
+// scalar tail) and row-level ones (one draw per row).
+TEST(KernelToCpu, RandomIsPhilox) {
+  const int64_t rows = 3, length = 37;
+  KernelBuilder k("random", {rows, length});
+  int words = k.operand(0, DType::I64, {0, 0});
+  int step = k.operand(0, DType::I64, {0, 0}, 1);
+  int out = k.operand(1, DType::F32, {length, 1});
+  int perRow = k.operand(2, DType::F32, {1, 0});
+  int32_t key = k.load(words);
+  int32_t high = k.load(step);
+  int32_t flat = k.binary(
+      Op::Add, k.binary(Op::Mul, k.index(0), k.intConstant(length)),
+      k.index(1));
+  kir::Instr random;
+  random.op = Op::Random;
+  random.type = DType::F32;
+  random.args = {key, high, flat};
+  k.store(out, k.add(random));
+  random.args = {key, high, k.index(0)};
+  k.store(perRow, k.add(random));
+
+  uint64_t rng[2] = {0xfedcba9876543210ull, (uint64_t(3) << 32) | 9};
+  auto reference = [&](uint64_t low) {
+    std::array<uint32_t, 4> block = runtime::philox4x32(
+        {uint32_t(low), uint32_t(low >> 32), uint32_t(rng[1]),
+         uint32_t(rng[1] >> 32)},
+        {uint32_t(rng[0]), uint32_t(rng[0] >> 32)});
+    return float(block[0] >> 8) * 0x1p-24f;
+  };
+  for (int width : {1, 4, 8, 16}) {
+    cpu::CpuTargetOptions options;
+    options.vectorWidth = width;
+    Compiled compiled = compileKernels({k.kernel}, options);
+    ASSERT_TRUE(compiled);
+    std::vector<float> values(rows * length, -1.0f), rowValues(rows, -1.0f);
+    compiled.run("random", {rng, rng, values.data(), rowValues.data()}, 0,
+                 rows);
+    for (int64_t i = 0; i < rows * length; ++i)
+      ASSERT_EQ(values[i], reference(i)) << "width " << width << ", " << i;
+    for (int64_t r = 0; r < rows; ++r)
+      ASSERT_EQ(rowValues[r], reference(r)) << "width " << width << ", row "
+                                            << r;
   }
 }
 

@@ -44,11 +44,35 @@ compileConfig(mlir::MLIRContext &context, const mlir::llmc::ModelConfig &config,
 }
 
 inline llvm::Expected<std::unique_ptr<runtime::CpuExecutor>>
-makeExecutor(kir::Program program, int threads = 0) {
+makeExecutor(kir::Program program, int threads = 0,
+             std::shared_ptr<runtime::PersistentStore> store = nullptr) {
   std::vector<kir::Kernel> kernels = program.kernels;
   return runtime::createCpuExecutor(
       std::move(program),
-      [&]() { return cpu::compileKernelsToObject(kernels); }, threads);
+      [&]() { return cpu::compileKernelsToObject(kernels); }, threads,
+      nullptr, {}, std::move(store));
+}
+
+/// Parses `source` (llmc IR with any functions), runs llmc-fusion on it if
+/// `fuse` (no legality check: training functions are not @forward) and
+/// lowers function `name`.
+inline mlir::FailureOr<kir::Program>
+compileFunction(mlir::MLIRContext &context, llvm::StringRef source,
+                llvm::StringRef name, bool fuse = true) {
+  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(source, &context);
+  if (!module)
+    return mlir::failure();
+  if (fuse) {
+    mlir::PassManager pm(&context);
+    pm.addPass(mlir::llmc::createFusionPass());
+    if (mlir::failed(pm.run(*module)))
+      return mlir::failure();
+  }
+  auto func = module->lookupSymbol<mlir::func::FuncOp>(name);
+  if (!func)
+    return mlir::failure();
+  return mlir::llmc::lowerToProgram(func);
 }
 
 /// Parses `source` (llmc IR), compiles it with the compile pipeline and

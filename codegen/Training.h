@@ -1,0 +1,60 @@
+// Compiling a training step: from a module with @forward to the three
+// programs a training run executes. The passes do the work (llmc-autodiff
+// adds @grad_step, llmc-optimizer makes it accumulate and adds
+// @update_step, the compile pipeline fuses); this is the one place that
+// runs them in order and lowers each function.
+//
+// How a runtime uses the programs (all three share one PersistentStore, so
+// parameters, gradients and optimizer state are bound by name, never
+// copied):
+//   per micro-batch:  gradStep   inputs tokens, targets [B, T] i32,
+//                                 dloss (f32 scalar: 1 / micro-batches),
+//                                 rng [2] i64 (seed, step) if it has dropout
+//                                 outputs loss; accumulates into grad.<p>
+//   per step:         updateStep inputs lr, bias_correction1 (1 / (1 -
+//                                 beta1^t)), bias_correction2 (1 / (1 -
+//                                 beta2^t)), f32 scalars
+//                                 outputs grad_norm (before clipping);
+//                                 updates params and state in place and
+//                                 zeroes grad.<p>
+//   evaluation:       forward    inputs tokens, targets; outputs loss, logits
+#ifndef LLMC_CODEGEN_TRAINING_H
+#define LLMC_CODEGEN_TRAINING_H
+
+#include "codegen/Program.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+
+namespace llmc {
+
+/// The optimizer compiled into @update_step. Names follow PyTorch's
+/// AdamW/SGD; `maxGradNorm` is clip_grad_norm_'s max_norm.
+struct OptimizerConfig {
+  enum class Kind { AdamW, SGD };
+  Kind kind = Kind::AdamW;
+  double beta1 = 0.9, beta2 = 0.95, epsilon = 1e-8;
+  double weightDecay = 0.1; // decoupled (Loshchilov & Hutter)
+  double momentum = 0.9;    // SGD
+  bool nesterov = false;    // SGD
+  double maxGradNorm = 1.0; // clip by global norm; 0 turns clipping off
+  /// Weight decay on biases and norm weights (rank-1 parameters) too.
+  bool decayNormsAndBiases = false;
+};
+
+struct TrainingPrograms {
+  kir::Program forward, gradStep, updateStep;
+};
+
+/// Runs llmc-autodiff, llmc-optimizer and the compile pipeline on `module`
+/// (which holds @forward built for one batch size and sequence length) and
+/// lowers @forward, @grad_step and @update_step. Diagnostics go to the
+/// context's handler; the error says which phase failed.
+llvm::Expected<TrainingPrograms>
+compileTraining(mlir::ModuleOp module, const OptimizerConfig &optimizer);
+
+} // namespace llmc
+
+#endif // LLMC_CODEGEN_TRAINING_H

@@ -1,0 +1,1129 @@
+// The training config: one table of keys for the YAML file, the command-line
+// flags and the help text; values from both go through the same checks.
+#include "frontend/TrainConfig.h"
+
+#include "frontend/ConfigYaml.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/YAMLParser.h"
+#include "llvm/Support/xxhash.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+using namespace llvm;
+using namespace mlir::llmc;
+using ::llmc::OptimizerConfig;
+using ::llmc::runtime::LrSchedule;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// The table of keys
+//===----------------------------------------------------------------------===//
+
+enum class Key {
+  Model,
+  OptimizerName,
+  Lr,
+  Betas,
+  Eps,
+  WeightDecay,
+  Momentum,
+  Nesterov,
+  GradClip,
+  DecayNormsAndBiases,
+  ScheduleName,
+  WarmupSteps,
+  DecaySteps,
+  MinLr,
+  GlobalBatchSize,
+  MicroBatchSize,
+  SeqLen,
+  RampupStart,
+  RampupIncrement,
+  RampupSamples,
+  SeqLenWarmupStart,
+  SeqLenWarmupSteps,
+  MaxSteps,
+  MaxTokens,
+  DataTrain,
+  DataVal,
+  DataValFraction,
+  DataTokenizer,
+  LogInterval,
+  EvalInterval,
+  EvalSteps,
+  SampleTokens,
+  CheckpointInterval,
+  KeepCheckpoints,
+  Seed,
+  Precision,
+  Dropout,
+  Threads,
+  Out,
+  InitFrom,
+};
+
+/// How a value is read; the same reader serves YAML scalars and flags.
+enum class Kind {
+  Positive,    // integer >= 1
+  NonNegative, // integer >= 0
+  Number,      // finite double, range checked per key
+  Bool,
+  String,
+  Path,  // a string; relative paths in the file resolve against its dir
+  Paths, // a list of paths (YAML sequence, or comma separated in a flag)
+  Numbers, // a list of numbers
+  Model,   // scalar (preset or path) or an inline mapping
+};
+
+struct KeyInfo {
+  Key key;
+  StringRef path;   // YAML path, sections joined by '.'
+  Kind kind;
+  StringRef values; // for the help: what may be given
+  StringRef help;
+};
+
+// Sections whose keys are flags by their leaf name (when no other key has
+// the same leaf); keys of other sections are flags by their whole path
+// (`--batch-size-rampup-start`).
+constexpr StringRef kLeafFlagSections[] = {"optimizer", "schedule", "data"};
+
+const KeyInfo kKeys[] = {
+    {Key::Model, "model", Kind::Model, "PRESET|FILE|{...}",
+     "the model: a preset, a model .yaml or .mlir, or an inline mapping of "
+     "model config keys"},
+    {Key::OptimizerName, "optimizer.name", Kind::String, "adamw|sgd",
+     "the optimizer (default adamw)"},
+    {Key::Lr, "optimizer.lr", Kind::Number, "X", "peak learning rate (3e-4)"},
+    {Key::Betas, "optimizer.betas", Kind::Numbers, "B1,B2",
+     "AdamW betas (0.9, 0.95)"},
+    {Key::Eps, "optimizer.eps", Kind::Number, "X", "AdamW epsilon (1e-8)"},
+    {Key::WeightDecay, "optimizer.weight_decay", Kind::Number, "X",
+     "decoupled weight decay (0.1)"},
+    {Key::Momentum, "optimizer.momentum", Kind::Number, "X",
+     "SGD momentum (0.9)"},
+    {Key::Nesterov, "optimizer.nesterov", Kind::Bool, "BOOL",
+     "SGD Nesterov momentum (false)"},
+    {Key::GradClip, "optimizer.grad_clip", Kind::Number, "X",
+     "clip the global gradient norm to X; 0 turns clipping off (1.0)"},
+    {Key::DecayNormsAndBiases, "optimizer.decay_norms_and_biases", Kind::Bool,
+     "BOOL", "weight decay on biases and norm weights too (false)"},
+    {Key::ScheduleName, "schedule.name", Kind::String,
+     "constant|cosine|linear|one_cycle", "learning-rate schedule (cosine)"},
+    {Key::WarmupSteps, "schedule.warmup_steps", Kind::NonNegative, "N",
+     "linear warmup steps (Megatron --lr-warmup-iters; 0)"},
+    {Key::DecaySteps, "schedule.decay_steps", Kind::NonNegative, "N",
+     "step at which the decay reaches min_lr (--lr-decay-iters; default "
+     "max_steps)"},
+    {Key::MinLr, "schedule.min_lr", Kind::Number, "X",
+     "learning rate at the end of the decay (--min-lr; 0)"},
+    {Key::GlobalBatchSize, "global_batch_size", Kind::Positive, "N",
+     "sequences per optimizer step (default micro_batch_size)"},
+    {Key::MicroBatchSize, "micro_batch_size", Kind::Positive, "N",
+     "sequences per forward/backward; global / micro gradients are "
+     "accumulated (4)"},
+    {Key::SeqLen, "seq_len", Kind::Positive, "N",
+     "tokens per sequence (default the model's seq_len)"},
+    {Key::RampupStart, "batch_size_rampup.start", Kind::NonNegative, "N",
+     "batch-size ramp-up (Megatron --rampup-batch-size): first global "
+     "batch; 0 is off"},
+    {Key::RampupIncrement, "batch_size_rampup.increment", Kind::Positive, "N",
+     "batch-size ramp-up: growth of each increment"},
+    {Key::RampupSamples, "batch_size_rampup.samples", Kind::NonNegative, "N",
+     "batch-size ramp-up: samples over which it reaches global_batch_size"},
+    {Key::SeqLenWarmupStart, "seq_len_warmup.start", Kind::Positive, "N",
+     "sequence-length warmup: first length (grows in steps of 8)"},
+    {Key::SeqLenWarmupSteps, "seq_len_warmup.steps", Kind::NonNegative, "N",
+     "sequence-length warmup: steps to reach seq_len; 0 is off"},
+    {Key::MaxSteps, "max_steps", Kind::Positive, "N",
+     "optimizer steps to train (this or max_tokens)"},
+    {Key::MaxTokens, "max_tokens", Kind::Positive, "N",
+     "tokens to train on (this or max_steps)"},
+    {Key::DataTrain, "data.train", Kind::Paths, "FILE,...",
+     "training text files or llm.c token shards (globs allowed)"},
+    {Key::DataVal, "data.val", Kind::Paths, "FILE,...",
+     "validation files (default: val_fraction of the training data)"},
+    {Key::DataValFraction, "data.val_fraction", Kind::Number, "X",
+     "fraction of the training data held out for validation when no val "
+     "files are given (0)"},
+    {Key::DataTokenizer, "data.tokenizer", Kind::Path, "byte|DIR",
+     "byte, or a GPT-2 BPE directory (vocab.json, merges.txt) (byte)"},
+    {Key::LogInterval, "log_interval", Kind::Positive, "N",
+     "steps between progress lines and metrics (10)"},
+    {Key::EvalInterval, "eval_interval", Kind::NonNegative, "N",
+     "steps between evaluations; 0: only at the end (100)"},
+    {Key::EvalSteps, "eval_steps", Kind::NonNegative, "N",
+     "validation batches per evaluation; 0: no validation loss (10)"},
+    {Key::SampleTokens, "sample_tokens", Kind::NonNegative, "N",
+     "tokens sampled at each evaluation; 0: none (64)"},
+    {Key::CheckpointInterval, "checkpoint_interval", Kind::NonNegative, "N",
+     "steps between checkpoints; 0: only at the end (0)"},
+    {Key::KeepCheckpoints, "keep_checkpoints", Kind::NonNegative, "K",
+     "keep the last K checkpoints; 0 keeps all (3)"},
+    {Key::Seed, "seed", Kind::NonNegative, "N",
+     "initialization, data order, dropout and sampling (1337)"},
+    {Key::Precision, "precision", Kind::String, "fp32",
+     "training precision (fp32)"},
+    {Key::Dropout, "dropout", Kind::Number, "X",
+     "overrides the model's dropout rate"},
+    {Key::Threads, "threads", Kind::NonNegative, "N",
+     "CPU threads; 0: all (0)"},
+    {Key::Out, "out", Kind::String, "DIR",
+     "output directory: metrics.jsonl, loss.svg, checkpoints/ (default "
+     "runs/<config name>)"},
+    {Key::InitFrom, "init_from", Kind::Path, "FILE",
+     "start from these weights: an llm.c checkpoint or safetensors"},
+};
+
+const KeyInfo &info(Key key) {
+  for (const KeyInfo &k : kKeys)
+    if (k.key == key)
+      return k;
+  llvm_unreachable("key not in the table");
+}
+
+StringRef sectionOf(StringRef path) {
+  size_t dot = path.find('.');
+  return dot == StringRef::npos ? StringRef() : path.take_front(dot);
+}
+StringRef leafOf(StringRef path) { return path.rsplit('.').second.empty()
+                                              ? path
+                                              : path.rsplit('.').second; }
+
+std::string dashes(StringRef text) {
+  std::string result = text.str();
+  for (char &c : result)
+    if (c == '_' || c == '.')
+      c = '-';
+  return result;
+}
+
+/// The flag a key is given by: the section name for a section's `name`
+/// (`--optimizer sgd`), the leaf for keys of the optimizer, schedule and
+/// data sections when no other key ends the same, else the whole path.
+std::string primaryFlag(const KeyInfo &k) {
+  StringRef section = sectionOf(k.path);
+  if (section.empty())
+    return dashes(k.path);
+  StringRef leaf = leafOf(k.path);
+  if (leaf == "name")
+    return dashes(section);
+  if (is_contained(kLeafFlagSections, section) &&
+      count_if(kKeys, [&](const KeyInfo &o) {
+        return leafOf(o.path) == leaf;
+      }) == 1)
+    return dashes(leaf);
+  return dashes(k.path);
+}
+
+/// Every flag of a key: the primary one and the whole path.
+SmallVector<std::string, 2> flagsOf(const KeyInfo &k) {
+  SmallVector<std::string, 2> flags = {primaryFlag(k)};
+  if (dashes(k.path) != flags[0])
+    flags.push_back(dashes(k.path));
+  return flags;
+}
+
+const KeyInfo *lookupFlag(StringRef flag) {
+  for (const KeyInfo &k : kKeys)
+    for (const std::string &f : flagsOf(k))
+      if (f == flag)
+        return &k;
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// Values and where they came from
+//===----------------------------------------------------------------------===//
+
+struct Value {
+  SmallVector<std::string, 2> items; // one for scalars
+  bool isList = false;
+  SMRange range;    // in the file, when it came from there
+  std::string flag; // "--lr", when it came from the command line
+  /// An inline model: the config file's text with everything outside the
+  /// model mapping blanked out, so its diagnostics keep line and column.
+  std::optional<std::string> inlineModel;
+};
+
+std::string formatDouble(double value) {
+  char buf[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, value);
+    if (std::strtod(buf, nullptr) == value)
+      break;
+  }
+  return buf;
+}
+
+class Parser {
+public:
+  Parser(SourceMgr &sm, StringRef bufferName, StringRef baseDir)
+      : sm(sm), bufferName(bufferName), baseDir(baseDir) {}
+
+  Error collectFile(yaml::Stream &stream, StringRef text);
+  Error collectFlags(ArrayRef<std::string> flags);
+  Expected<TrainingConfig> apply();
+
+private:
+  Error errorAt(const Value &value, StringRef path, const Twine &message);
+  Error errorAtKey(Key key, const Twine &message);
+  Error collectMapping(yaml::MappingNode *mapping, StringRef section,
+                       StringRef text);
+  Error collectValue(const KeyInfo &k, yaml::Node *node, SMRange keyRange,
+                     StringRef text);
+  void closeInlineModel(StringRef text, const char *end);
+  Error applyKey(const KeyInfo &k, const Value &value, TrainingConfig &c);
+  Error validate(TrainingConfig &c);
+  std::string resolve(const Value &value, StringRef path) const;
+
+  SourceMgr &sm;
+  StringRef bufferName;
+  StringRef baseDir;
+  std::map<Key, Value> values;
+  std::map<Key, SMRange> keyRanges; // where each file key was written
+  const char *inlineModelStart = nullptr;
+};
+
+Error makeError(StringRef text) {
+  return createStringError(std::make_error_code(std::errc::invalid_argument),
+                           text.rtrim());
+}
+
+Error Parser::errorAt(const Value &value, StringRef path,
+                      const Twine &message) {
+  if (!value.flag.empty())
+    return makeError(("--" + StringRef(value.flag).ltrim('-') + ": " +
+                      message)
+                         .str());
+  std::string text;
+  raw_string_ostream os(text);
+  SMLoc loc = value.range.Start;
+  if (!loc.isValid()) {
+    os << bufferName << ": error: " << path << ": " << message << "\n";
+    return makeError(text);
+  }
+  sm.PrintMessage(os, loc, SourceMgr::DK_Error, path + ": " + message,
+                  ArrayRef<SMRange>(value.range), {}, /*ShowColors=*/false);
+  return makeError(text);
+}
+
+Error Parser::errorAtKey(Key key, const Twine &message) {
+  auto it = values.find(key);
+  if (it != values.end())
+    return errorAt(it->second, info(key).path, message);
+  Value none;
+  return errorAt(none, info(key).path, message);
+}
+
+StringRef describeNode(yaml::Node *node) {
+  switch (node->getType()) {
+  case yaml::Node::NK_Null:
+    return "an empty value";
+  case yaml::Node::NK_Mapping:
+    return "a mapping";
+  case yaml::Node::NK_Sequence:
+    return "a sequence";
+  case yaml::Node::NK_Alias:
+    return "an alias";
+  default:
+    return "a scalar";
+  }
+}
+
+std::optional<std::string> scalarText(yaml::Node *node) {
+  SmallString<64> storage;
+  if (auto *scalar = dyn_cast<yaml::ScalarNode>(node))
+    return scalar->getValue(storage).str();
+  if (auto *block = dyn_cast<yaml::BlockScalarNode>(node))
+    return block->getValue().str();
+  return std::nullopt;
+}
+
+Error Parser::collectValue(const KeyInfo &k, yaml::Node *node,
+                           SMRange keyRange, StringRef text) {
+  Value value;
+  value.range = isa<yaml::NullNode>(node) ? keyRange : node->getSourceRange();
+  if (k.kind == Kind::Model && isa<yaml::MappingNode>(node)) {
+    // The mapping runs to the next top-level key (collectFile closes it).
+    value.inlineModel = std::string();
+    inlineModelStart = node->getSourceRange().Start.getPointer();
+    values[k.key] = std::move(value);
+    return Error::success();
+  }
+  if (k.kind == Kind::Paths || k.kind == Kind::Numbers) {
+    if (auto *sequence = dyn_cast<yaml::SequenceNode>(node)) {
+      value.isList = true;
+      for (yaml::Node &item : *sequence) {
+        std::optional<std::string> itemText = scalarText(&item);
+        if (!itemText)
+          return errorAt(value, k.path,
+                         "expected a list of scalars, got " +
+                             describeNode(&item) + " in it");
+        value.items.push_back(*itemText);
+      }
+      values[k.key] = std::move(value);
+      return Error::success();
+    }
+  }
+  std::optional<std::string> scalar = scalarText(node);
+  if (!scalar)
+    return errorAt(value, k.path,
+                   Twine("expected ") +
+                       (k.kind == Kind::Paths || k.kind == Kind::Numbers
+                            ? "a list or a scalar"
+                            : "a scalar") +
+                       ", got " + describeNode(node));
+  value.items.push_back(*scalar);
+  values[k.key] = std::move(value);
+  return Error::success();
+}
+
+/// Keeps the inline model's bytes, from its first key to `end`, where they
+/// are and blanks everything else (newlines stay), so that the model
+/// parser's line:col are the file's.
+void Parser::closeInlineModel(StringRef text, const char *end) {
+  std::string blanked = text.str();
+  for (size_t i = 0; i < blanked.size(); ++i) {
+    const char *at = text.data() + i;
+    if ((at < inlineModelStart || at >= end) && blanked[i] != '\n')
+      blanked[i] = ' ';
+  }
+  values[Key::Model].inlineModel = std::move(blanked);
+  inlineModelStart = nullptr;
+}
+
+Error Parser::collectMapping(yaml::MappingNode *mapping, StringRef section,
+                             StringRef text) {
+  for (yaml::KeyValueNode &kv : *mapping) {
+    auto *keyNode = dyn_cast_or_null<yaml::ScalarNode>(kv.getKey());
+    if (!keyNode) {
+      Value where;
+      where.range = kv.getSourceRange();
+      return errorAt(where, section.empty() ? "config" : section,
+                     "expected a scalar key");
+    }
+    SmallString<32> storage;
+    std::string name = keyNode->getValue(storage).str();
+    std::string path = section.empty() ? name : (section + "." + name).str();
+    SMRange keyRange = keyNode->getSourceRange();
+    if (section.empty() && inlineModelStart)
+      closeInlineModel(text, keyRange.Start.getPointer());
+    yaml::Node *node = kv.getValue();
+
+    // A section: a mapping of its keys, or a scalar naming it (`optimizer:
+    // sgd` is `optimizer: {name: sgd}`).
+    bool isSection = section.empty() && any_of(kKeys, [&](const KeyInfo &k) {
+                       return sectionOf(k.path) == name;
+                     });
+    if (isSection) {
+      if (auto *inner = dyn_cast_or_null<yaml::MappingNode>(node)) {
+        if (Error err = collectMapping(inner, name, text))
+          return err;
+        continue;
+      }
+      bool scalar = node && isa<yaml::ScalarNode>(node);
+      if (const KeyInfo *k = !scalar ? nullptr : [&]() -> const KeyInfo * {
+            for (const KeyInfo &k : kKeys)
+              if (k.path == path + ".name")
+                return &k;
+            return nullptr;
+          }()) {
+        if (Error err = collectValue(*k, node, keyRange, text))
+          return err;
+        keyRanges[k->key] = keyRange;
+        continue;
+      }
+      Value where;
+      where.range = node ? node->getSourceRange() : keyRange;
+      return errorAt(where, name,
+                     "expected a mapping, got " +
+                         (node ? describeNode(node) : StringRef("nothing")));
+    }
+
+    const KeyInfo *found = nullptr;
+    SmallVector<StringRef> known; // the names allowed here, each once
+    for (const KeyInfo &k : kKeys) {
+      StringRef here = section.empty()
+                           ? (sectionOf(k.path).empty() ? k.path
+                                                        : sectionOf(k.path))
+                           : (sectionOf(k.path) == section ? leafOf(k.path)
+                                                           : StringRef());
+      if (here.empty() || is_contained(known, here))
+        continue;
+      known.push_back(here);
+      if (here == name && (section.empty() ? k.path == name
+                                           : sectionOf(k.path) == section))
+        found = &k;
+    }
+    if (!found) {
+      std::string message = unknownKeyMessage(name, known);
+      if (!section.empty())
+        message = section.str() + ": " + message;
+      std::string out;
+      raw_string_ostream os(out);
+      sm.PrintMessage(os, keyRange.Start, SourceMgr::DK_Error, message,
+                      ArrayRef<SMRange>(keyRange), {}, false);
+      return makeError(out);
+    }
+    if (keyRanges.count(found->key)) {
+      unsigned line = sm.getLineAndColumn(keyRanges[found->key].Start).first;
+      Value where;
+      where.range = keyRange;
+      return errorAt(where, path,
+                     "duplicate key (first given on line " + Twine(line) +
+                         ")");
+    }
+    keyRanges[found->key] = keyRange;
+    if (!node) {
+      Value where;
+      where.range = keyRange;
+      return errorAt(where, path, "missing value");
+    }
+    if (Error err = collectValue(*found, node, keyRange, text))
+      return err;
+  }
+  return Error::success();
+}
+
+Error Parser::collectFile(yaml::Stream &stream, StringRef text) {
+  yaml::document_iterator doc = stream.begin();
+  yaml::Node *root = doc != stream.end() ? doc->getRoot() : nullptr;
+  auto *mapping = dyn_cast_or_null<yaml::MappingNode>(root);
+  if (!mapping) {
+    Value where;
+    if (root && !isa<yaml::NullNode>(root))
+      where.range = root->getSourceRange();
+    return errorAt(where, "config",
+                   "expected a mapping of training config keys at the top "
+                   "level");
+  }
+  if (Error err = collectMapping(mapping, "", text))
+    return err;
+  if (inlineModelStart)
+    closeInlineModel(text, text.end());
+  while (++doc != stream.end()) {
+    yaml::Node *extra = doc->getRoot();
+    if (extra && !isa<yaml::NullNode>(extra)) {
+      Value where;
+      where.range = extra->getSourceRange();
+      return errorAt(where, "config", "expected a single YAML document");
+    }
+  }
+  return Error::success();
+}
+
+Error Parser::collectFlags(ArrayRef<std::string> flags) {
+  for (size_t i = 0; i < flags.size(); ++i) {
+    StringRef arg = flags[i];
+    if (!arg.starts_with("--"))
+      return makeError(("unexpected argument '" + arg +
+                        "' (config keys are given as --key value)")
+                           .str());
+    StringRef name = arg.drop_front(2), text;
+    bool hasValue = false;
+    if (size_t eq = name.find('='); eq != StringRef::npos) {
+      text = name.drop_front(eq + 1);
+      name = name.take_front(eq);
+      hasValue = true;
+    }
+    const KeyInfo *k = lookupFlag(name);
+    if (!k) {
+      std::string best;
+      unsigned bestDistance = 3;
+      for (const KeyInfo &key : kKeys)
+        for (const std::string &f : flagsOf(key)) {
+          unsigned d = name.edit_distance(f, true, bestDistance);
+          if (d < bestDistance) {
+            bestDistance = d;
+            best = f;
+          }
+        }
+      return makeError(
+          ("unknown option '--" + name + "'" +
+           (best.empty() ? std::string("; see 'llmc run --help'")
+                         : " (did you mean '--" + best + "'?)"))
+              .str());
+    }
+    if (!hasValue) {
+      // A bare boolean flag means true.
+      bool next = i + 1 < flags.size() &&
+                  !(StringRef(flags[i + 1]).starts_with("--"));
+      if (next) {
+        text = flags[++i];
+      } else if (k->kind == Kind::Bool) {
+        text = "true";
+      } else {
+        return makeError(("--" + name + ": missing value (" + k->values + ")")
+                             .str());
+      }
+    }
+    Value value;
+    value.flag = name.str();
+    if (k->kind == Kind::Paths || k->kind == Kind::Numbers) {
+      value.isList = true;
+      SmallVector<StringRef> parts;
+      text.split(parts, ',', -1, /*KeepEmpty=*/false);
+      for (StringRef part : parts)
+        value.items.push_back(part.trim().str());
+    } else {
+      value.items.push_back(text.str());
+    }
+    values[k->key] = std::move(value);
+  }
+  return Error::success();
+}
+
+/// Paths in the file are relative to its directory, in flags to the
+/// working directory; both become absolute, so the resolved config
+/// (OUT/config.yaml) means the same wherever it is read.
+std::string Parser::resolve(const Value &value, StringRef path) const {
+  SmallString<256> joined;
+  if (value.flag.empty() && !baseDir.empty() && !sys::path::is_absolute(path))
+    sys::path::append(joined, baseDir, path);
+  else
+    joined = path;
+  sys::fs::make_absolute(joined);
+  sys::path::remove_dots(joined, /*remove_dot_dot=*/true);
+  return std::string(joined);
+}
+
+bool isInteger(StringRef text) {
+  return !text.empty() && all_of(text, isDigit);
+}
+
+Error Parser::applyKey(const KeyInfo &k, const Value &value,
+                       TrainingConfig &c) {
+  StringRef text = value.items.empty() ? StringRef() : value.items[0];
+  auto fail = [&](const Twine &message) {
+    return errorAt(value, k.path, message);
+  };
+  auto getInt = [&](int64_t &field, int64_t min) -> Error {
+    uint64_t parsed = 0;
+    // Accept integral numbers written as floats too (max_tokens: 1e6).
+    double asDouble = 0;
+    if (isInteger(text) && !text.getAsInteger(10, parsed) &&
+        parsed <= uint64_t(INT64_MAX)) {
+      asDouble = double(parsed);
+    } else if (!text.empty() && !text.getAsDouble(asDouble) &&
+               std::isfinite(asDouble) && asDouble == std::trunc(asDouble) &&
+               asDouble >= 0 && asDouble < 9.2e18) {
+      parsed = uint64_t(asDouble);
+    } else {
+      return fail("expected " +
+                  Twine(min > 0 ? "a positive" : "a non-negative") +
+                  " integer, got '" + text + "'");
+    }
+    if (int64_t(parsed) < min)
+      return fail("expected a positive integer, got '" + text + "'");
+    field = int64_t(parsed);
+    return Error::success();
+  };
+  auto getNumber = [&](StringRef item, double &field, double min, double max,
+                       bool maxOpen, StringRef range) -> Error {
+    double parsed = 0;
+    if (item.trim().empty() || item.getAsDouble(parsed) ||
+        !std::isfinite(parsed))
+      return fail("expected a number, got '" + item + "'");
+    if (parsed < min || parsed > max || (maxOpen && parsed == max))
+      return fail(item + " is out of range; expected " + range);
+    field = parsed;
+    return Error::success();
+  };
+  auto getBool = [&](bool &field) -> Error {
+    if (text == "true" || text == "1") {
+      field = true;
+      return Error::success();
+    }
+    if (text == "false" || text == "0") {
+      field = false;
+      return Error::success();
+    }
+    return fail("expected true or false, got '" + text + "'");
+  };
+  const double inf = INFINITY;
+
+  switch (k.key) {
+  case Key::Model: {
+    if (value.inlineModel) {
+      Expected<ModelConfig> model =
+          parseModelConfig(*value.inlineModel, bufferName);
+      if (!model)
+        return model.takeError();
+      c.model = std::move(*model);
+      c.modelSource = "(inline)";
+      return Error::success();
+    }
+    c.modelSource = text.str();
+    if (text.ends_with(".mlir") || text.ends_with(".yaml") ||
+        text.ends_with(".yml") || text.contains('/')) {
+      std::string path = resolve(value, text);
+      if (!sys::fs::exists(path))
+        return fail("no such file '" + path + "'");
+      if (text.ends_with(".mlir")) {
+        c.modelMlirPath = path;
+        return Error::success();
+      }
+      Expected<ModelConfig> model = loadModelConfigFile(path);
+      if (!model)
+        return model.takeError();
+      c.model = std::move(*model);
+      return Error::success();
+    }
+    std::optional<ModelConfig> preset = getModelPreset(text);
+    if (!preset)
+      return fail("'" + text +
+                  "' is neither a model file (.yaml, .mlir) nor a preset (" +
+                  join(getModelPresetNames(), ", ") + ")");
+    c.model = std::move(*preset);
+    return Error::success();
+  }
+  case Key::OptimizerName:
+    if (text == "adamw")
+      c.optimizer.kind = OptimizerConfig::Kind::AdamW;
+    else if (text == "sgd")
+      c.optimizer.kind = OptimizerConfig::Kind::SGD;
+    else
+      return fail("unknown optimizer '" + text + "'; expected adamw or sgd");
+    return Error::success();
+  case Key::Lr:
+    return getNumber(text, c.schedule.lr, 0, inf, true, "a value >= 0");
+  case Key::Betas: {
+    if (value.items.size() != 2)
+      return fail("expected two numbers [beta1, beta2], got " +
+                  Twine(value.items.size()));
+    if (Error err = getNumber(value.items[0], c.optimizer.beta1, 0, 1, true,
+                              "a value in [0, 1)"))
+      return err;
+    return getNumber(value.items[1], c.optimizer.beta2, 0, 1, true,
+                     "a value in [0, 1)");
+  }
+  case Key::Eps:
+    return getNumber(text, c.optimizer.epsilon, 0, inf, true, "a value >= 0");
+  case Key::WeightDecay:
+    return getNumber(text, c.optimizer.weightDecay, 0, inf, true,
+                     "a value >= 0");
+  case Key::Momentum:
+    return getNumber(text, c.optimizer.momentum, 0, 1, true,
+                     "a value in [0, 1)");
+  case Key::Nesterov:
+    return getBool(c.optimizer.nesterov);
+  case Key::GradClip:
+    return getNumber(text, c.optimizer.maxGradNorm, 0, inf, true,
+                     "a value >= 0 (0 turns clipping off)");
+  case Key::DecayNormsAndBiases:
+    return getBool(c.optimizer.decayNormsAndBiases);
+  case Key::ScheduleName: {
+    std::optional<LrSchedule::Kind> kind =
+        ::llmc::runtime::parseLrScheduleKind(text);
+    if (!kind)
+      return fail("unknown schedule '" + text +
+                  "'; expected constant, cosine, linear or one_cycle");
+    c.schedule.kind = *kind;
+    return Error::success();
+  }
+  case Key::WarmupSteps:
+    return getInt(c.schedule.warmupSteps, 0);
+  case Key::DecaySteps:
+    return getInt(c.schedule.decaySteps, 0);
+  case Key::MinLr:
+    return getNumber(text, c.schedule.minLr, 0, inf, true, "a value >= 0");
+  case Key::GlobalBatchSize:
+    return getInt(c.globalBatchSize, 1);
+  case Key::MicroBatchSize:
+    return getInt(c.microBatchSize, 1);
+  case Key::SeqLen:
+    return getInt(c.seqLen, 1);
+  case Key::RampupStart:
+    return getInt(c.batchRampup.start, 0);
+  case Key::RampupIncrement:
+    return getInt(c.batchRampup.increment, 1);
+  case Key::RampupSamples:
+    return getInt(c.batchRampup.samples, 0);
+  case Key::SeqLenWarmupStart:
+    return getInt(c.seqLenWarmup.start, 1);
+  case Key::SeqLenWarmupSteps:
+    return getInt(c.seqLenWarmup.steps, 0);
+  case Key::MaxSteps:
+    return getInt(c.maxSteps, 1);
+  case Key::MaxTokens:
+    return getInt(c.maxTokens, 1);
+  case Key::DataTrain:
+  case Key::DataVal: {
+    std::vector<std::string> &files =
+        k.key == Key::DataTrain ? c.data.train : c.data.val;
+    files.clear();
+    for (const std::string &item : value.items) {
+      if (item.empty())
+        return fail("empty file name");
+      files.push_back(resolve(value, item));
+    }
+    if (k.key == Key::DataTrain && files.empty())
+      return fail("expected at least one file");
+    return Error::success();
+  }
+  case Key::DataValFraction:
+    return getNumber(text, c.data.valFraction, 0, 1, true,
+                     "a value in [0, 1)");
+  case Key::DataTokenizer:
+    if (text.empty())
+      return fail("expected 'byte' or a BPE tokenizer directory");
+    c.data.tokenizer = text == "byte" ? "byte" : resolve(value, text);
+    return Error::success();
+  case Key::LogInterval:
+    return getInt(c.logInterval, 1);
+  case Key::EvalInterval:
+    return getInt(c.evalInterval, 0);
+  case Key::EvalSteps:
+    return getInt(c.evalSteps, 0);
+  case Key::SampleTokens:
+    return getInt(c.sampleTokens, 0);
+  case Key::CheckpointInterval:
+    return getInt(c.checkpointInterval, 0);
+  case Key::KeepCheckpoints:
+    return getInt(c.keepCheckpoints, 0);
+  case Key::Seed: {
+    uint64_t seed = 0;
+    if (!isInteger(text) || text.getAsInteger(10, seed))
+      return fail("expected a non-negative integer, got '" + text + "'");
+    c.seed = seed;
+    return Error::success();
+  }
+  case Key::Precision:
+    if (text == "fp32")
+      return Error::success();
+    if (text == "fp16" || text == "bf16" || text == "fp8" || text == "tf32" ||
+        text == "amp")
+      return fail("'" + text +
+                  "' is not supported yet: llmc trains in fp32 for now; "
+                  "mixed precision comes with the AMP pass");
+    return fail("unknown precision '" + text + "'; expected fp32");
+  case Key::Dropout: {
+    double rate = 0;
+    if (Error err = getNumber(text, rate, 0, 1, true, "a value in [0, 1)"))
+      return err;
+    c.dropout = rate;
+    return Error::success();
+  }
+  case Key::Threads:
+    return getInt(c.threads, 0);
+  case Key::Out:
+    if (text.empty())
+      return fail("expected a directory");
+    c.out = text.str();
+    return Error::success();
+  case Key::InitFrom:
+    if (text.empty())
+      return fail("expected a file");
+    c.initFrom = resolve(value, text);
+    if (!sys::fs::exists(c.initFrom))
+      return fail("no such file '" + c.initFrom + "'");
+    return Error::success();
+  }
+  llvm_unreachable("unknown key");
+}
+
+Error Parser::validate(TrainingConfig &c) {
+  bool mlir = !c.modelMlirPath.empty();
+  if (!values.count(Key::Model))
+    return errorAtKey(Key::Model, "missing: a preset, a model file or an "
+                                  "inline model config");
+  if (!values.count(Key::DataTrain))
+    return errorAtKey(Key::DataTrain, "missing: the training data files");
+  if (c.dropout) {
+    if (mlir)
+      return errorAtKey(Key::Dropout,
+                        "cannot override the dropout of a .mlir model");
+    c.model.dropout = *c.dropout;
+  }
+  if (!mlir) {
+    if (c.seqLen == 0)
+      c.seqLen = c.model.seqLen;
+    if (c.seqLen > c.model.seqLen)
+      return errorAtKey(Key::SeqLen, formatv("{0} is longer than the model's "
+                                             "seq_len ({1})",
+                                             c.seqLen, c.model.seqLen));
+  } else if (c.seqLenWarmup.enabled()) {
+    return errorAtKey(Key::SeqLenWarmupSteps,
+                      "a .mlir model has one sequence length; sequence "
+                      "length warmup needs a model config");
+  }
+  if (c.globalBatchSize == 0)
+    c.globalBatchSize = c.microBatchSize;
+  if (c.globalBatchSize % c.microBatchSize != 0)
+    return errorAtKey(Key::GlobalBatchSize,
+                      formatv("{0} is not a multiple of micro_batch_size ({1})",
+                              c.globalBatchSize, c.microBatchSize));
+  if (c.batchRampup.enabled()) {
+    const ::llmc::runtime::BatchRampup &r = c.batchRampup;
+    if (r.increment == 0)
+      return errorAtKey(Key::RampupIncrement, "missing (the ramp-up needs "
+                                              "start, increment and samples)");
+    if (r.start > c.globalBatchSize)
+      return errorAtKey(Key::RampupStart,
+                        formatv("{0} is above global_batch_size ({1})",
+                                r.start, c.globalBatchSize));
+    if (r.start % c.microBatchSize || r.increment % c.microBatchSize)
+      return errorAtKey(r.start % c.microBatchSize ? Key::RampupStart
+                                                   : Key::RampupIncrement,
+                        formatv("start ({0}) and increment ({1}) must be "
+                                "multiples of micro_batch_size ({2})",
+                                r.start, r.increment, c.microBatchSize));
+    if ((c.globalBatchSize - r.start) % r.increment)
+      return errorAtKey(Key::RampupIncrement,
+                        formatv("global_batch_size - start = {0} is not a "
+                                "multiple of the increment ({1})",
+                                c.globalBatchSize - r.start, r.increment));
+  }
+  if (c.seqLenWarmup.enabled() && c.seqLenWarmup.start == 0)
+    return errorAtKey(Key::SeqLenWarmupStart,
+                      "missing (the warmup needs start and steps)");
+  if (c.seqLenWarmup.start > c.seqLen)
+    return errorAtKey(Key::SeqLenWarmupStart,
+                      formatv("{0} is longer than seq_len ({1})",
+                              c.seqLenWarmup.start, c.seqLen));
+  if (c.maxSteps && c.maxTokens)
+    return errorAtKey(Key::MaxTokens, "give max_steps or max_tokens, not both");
+  if (!c.maxSteps && !c.maxTokens)
+    return errorAtKey(Key::MaxSteps, "missing: max_steps or max_tokens");
+  if (c.maxTokens)
+    c.maxSteps = c.batchSchedule().stepsForTokens(c.maxTokens);
+  if (c.schedule.decaySteps == 0)
+    c.schedule.decaySteps = c.maxSteps;
+  if (c.schedule.decaySteps < c.schedule.warmupSteps)
+    return errorAtKey(Key::DecaySteps,
+                      formatv("{0} is below warmup_steps ({1})",
+                              c.schedule.decaySteps, c.schedule.warmupSteps));
+  if (c.schedule.minLr > c.schedule.lr)
+    return errorAtKey(Key::MinLr, formatv("{0} is above lr ({1})",
+                                          formatDouble(c.schedule.minLr),
+                                          formatDouble(c.schedule.lr)));
+  if (!c.data.val.empty() && c.data.valFraction > 0)
+    return errorAtKey(Key::DataValFraction,
+                      "give val files or val_fraction, not both");
+  if (c.out.empty()) {
+    StringRef stem = sys::path::stem(bufferName);
+    c.out = ("runs/" + (stem.empty() ? StringRef("run") : stem)).str();
+  }
+  return Error::success();
+}
+
+Expected<TrainingConfig> Parser::apply() {
+  TrainingConfig c;
+  c.path = bufferName.str();
+  for (const KeyInfo &k : kKeys) {
+    auto it = values.find(k.key);
+    if (it == values.end())
+      continue;
+    if (Error err = applyKey(k, it->second, c))
+      return std::move(err);
+  }
+  if (Error err = validate(c))
+    return std::move(err);
+  return c;
+}
+
+} // namespace
+
+::llmc::runtime::BatchSchedule TrainingConfig::batchSchedule() const {
+  ::llmc::runtime::BatchSchedule s;
+  s.globalBatch = globalBatchSize ? globalBatchSize : microBatchSize;
+  s.microBatch = microBatchSize;
+  s.seqLen = seqLen;
+  s.rampup = batchRampup;
+  s.seqLenWarmup = seqLenWarmup;
+  return s;
+}
+
+Expected<TrainingConfig>
+mlir::llmc::parseTrainingConfig(StringRef text, StringRef bufferName,
+                                StringRef baseDir, ArrayRef<std::string> flags) {
+  SourceMgr sm;
+  YamlDiagnostic capture;
+  sm.setDiagHandler(YamlDiagnostic::capture, &capture);
+  std::unique_ptr<MemoryBuffer> buffer =
+      MemoryBuffer::getMemBufferCopy(text, bufferName);
+  // Our own messages go through a second SourceMgr over the same bytes: the
+  // first one hands everything to the YAML diagnostic capture.
+  SourceMgr printer;
+  printer.AddNewSourceBuffer(
+      MemoryBuffer::getMemBuffer(buffer->getMemBufferRef()), SMLoc());
+  {
+    yaml::Stream stream(buffer->getMemBufferRef(), sm, false);
+    if (!stream.validate() || capture.seen)
+      return makeError(capture.seen
+                           ? capture.message
+                           : (bufferName + ": error: invalid YAML").str());
+  }
+  yaml::Stream stream(buffer->getMemBufferRef(), sm, false);
+  Parser parser(printer, bufferName, baseDir);
+  if (Error err = parser.collectFile(stream, buffer->getBuffer()))
+    return std::move(err);
+  if (Error err = parser.collectFlags(flags))
+    return std::move(err);
+  return parser.apply();
+}
+
+Expected<TrainingConfig>
+mlir::llmc::loadTrainingConfig(StringRef path, ArrayRef<std::string> flags) {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> file = MemoryBuffer::getFile(path);
+  if (std::error_code ec = file.getError())
+    return createStringError(ec, "cannot read training config '" + path +
+                                     "': " + ec.message());
+  return parseTrainingConfig((*file)->getBuffer(), path,
+                             sys::path::parent_path(path), flags);
+}
+
+bool mlir::llmc::isTrainingConfigFlag(StringRef flag) {
+  return lookupFlag(flag.split('=').first) != nullptr;
+}
+
+void mlir::llmc::printTrainingConfigHelp(raw_ostream &os) {
+  os << "Config keys (YAML path; every key is also a flag that overrides the "
+        "file):\n";
+  for (const KeyInfo &k : kKeys) {
+    std::string flag = "--" + primaryFlag(k) + " " + k.values.str();
+    os << formatv("  {0,-36} {1}\n", flag, k.path);
+    os << formatv("  {0,-36}   {1}\n", "", k.help);
+  }
+}
+
+namespace {
+void printList(raw_ostream &os, StringRef key,
+               const std::vector<std::string> &items) {
+  os << key << ": [";
+  interleave(
+      items, os, [&](const std::string &s) { os << '"' << yaml::escape(s) << '"'; },
+      ", ");
+  os << "]\n";
+}
+} // namespace
+
+void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
+                                     raw_ostream &os) {
+  if (!c.modelMlirPath.empty()) {
+    os << "model: \"" << yaml::escape(c.modelMlirPath) << "\"\n";
+  } else {
+    os << "model:\n";
+    std::string model;
+    raw_string_ostream ms(model);
+    printModelConfig(c.model, ms);
+    for (StringRef line : split(StringRef(model).rtrim('\n'), '\n'))
+      os << "  " << line << "\n";
+  }
+  const OptimizerConfig &o = c.optimizer;
+  os << "optimizer:\n"
+     << "  name: " << (o.kind == OptimizerConfig::Kind::AdamW ? "adamw" : "sgd")
+     << "\n  lr: " << formatDouble(c.schedule.lr) << "\n  betas: ["
+     << formatDouble(o.beta1) << ", " << formatDouble(o.beta2) << "]\n"
+     << "  eps: " << formatDouble(o.epsilon) << "\n"
+     << "  weight_decay: " << formatDouble(o.weightDecay) << "\n"
+     << "  momentum: " << formatDouble(o.momentum) << "\n"
+     << "  nesterov: " << (o.nesterov ? "true" : "false") << "\n"
+     << "  grad_clip: " << formatDouble(o.maxGradNorm) << "\n"
+     << "  decay_norms_and_biases: "
+     << (o.decayNormsAndBiases ? "true" : "false") << "\n";
+  os << "schedule:\n"
+     << "  name: " << ::llmc::runtime::stringifyLrScheduleKind(c.schedule.kind)
+     << "\n  warmup_steps: " << c.schedule.warmupSteps
+     << "\n  decay_steps: " << c.schedule.decaySteps
+     << "\n  min_lr: " << formatDouble(c.schedule.minLr) << "\n";
+  os << "global_batch_size: " << c.globalBatchSize << "\n"
+     << "micro_batch_size: " << c.microBatchSize << "\n"
+     << "seq_len: " << c.seqLen << "\n";
+  if (c.batchRampup.enabled())
+    os << "batch_size_rampup: {start: " << c.batchRampup.start
+       << ", increment: " << c.batchRampup.increment
+       << ", samples: " << c.batchRampup.samples << "}\n";
+  if (c.seqLenWarmup.enabled())
+    os << "seq_len_warmup: {start: " << c.seqLenWarmup.start
+       << ", steps: " << c.seqLenWarmup.steps << "}\n";
+  os << "max_steps: " << c.maxSteps << "\n";
+  os << "data:\n";
+  printList(os << "  ", "train", c.data.train);
+  if (!c.data.val.empty())
+    printList(os << "  ", "val", c.data.val);
+  os << "  val_fraction: " << formatDouble(c.data.valFraction) << "\n"
+     << "  tokenizer: \"" << yaml::escape(c.data.tokenizer) << "\"\n";
+  os << "log_interval: " << c.logInterval << "\n"
+     << "eval_interval: " << c.evalInterval << "\n"
+     << "eval_steps: " << c.evalSteps << "\n"
+     << "sample_tokens: " << c.sampleTokens << "\n"
+     << "checkpoint_interval: " << c.checkpointInterval << "\n"
+     << "keep_checkpoints: " << c.keepCheckpoints << "\n"
+     << "seed: " << c.seed << "\n"
+     << "precision: " << c.precision << "\n"
+     << "threads: " << c.threads << "\n"
+     << "out: \"" << yaml::escape(c.out) << "\"\n";
+  if (!c.initFrom.empty())
+    os << "init_from: \"" << yaml::escape(c.initFrom) << "\"\n";
+}
+
+std::map<std::string, std::string>
+mlir::llmc::resumeSections(const TrainingConfig &c) {
+  std::map<std::string, std::string> sections;
+  {
+    std::string text;
+    raw_string_ostream os(text);
+    if (!c.modelMlirPath.empty()) {
+      // The module itself is what must match; its bytes stand for it.
+      ErrorOr<std::unique_ptr<MemoryBuffer>> file =
+          MemoryBuffer::getFile(c.modelMlirPath);
+      os << "mlir_bytes: "
+         << (file ? std::to_string(
+                        xxh3_64bits((*file)->getBuffer()))
+                  : std::string("unreadable"))
+         << "\n";
+    } else {
+      ModelConfig model = c.model;
+      model.name.clear(); // a renamed model is the same model
+      printModelConfig(model, os);
+    }
+    sections["model"] = text;
+  }
+  {
+    std::string text;
+    raw_string_ostream os(text);
+    const OptimizerConfig &o = c.optimizer;
+    os << "name: " << (o.kind == OptimizerConfig::Kind::AdamW ? "adamw" : "sgd")
+       << "\nlr: " << formatDouble(c.schedule.lr)
+       << "\nbetas: [" << formatDouble(o.beta1) << ", "
+       << formatDouble(o.beta2) << "]\neps: " << formatDouble(o.epsilon)
+       << "\nweight_decay: " << formatDouble(o.weightDecay)
+       << "\nmomentum: " << formatDouble(o.momentum)
+       << "\nnesterov: " << (o.nesterov ? "true" : "false")
+       << "\ngrad_clip: " << formatDouble(o.maxGradNorm)
+       << "\ndecay_norms_and_biases: "
+       << (o.decayNormsAndBiases ? "true" : "false") << "\n";
+    sections["optimizer"] = text;
+  }
+  {
+    std::string text;
+    raw_string_ostream os(text);
+    printList(os, "train", c.data.train);
+    printList(os, "val", c.data.val);
+    os << "val_fraction: " << formatDouble(c.data.valFraction) << "\n"
+       << "tokenizer: " << c.data.tokenizer << "\n"
+       << "global_batch_size: " << c.globalBatchSize << "\n"
+       << "micro_batch_size: " << c.microBatchSize << "\n"
+       << "seq_len: " << c.seqLen << "\n"
+       << "batch_size_rampup: " << c.batchRampup.start << " "
+       << c.batchRampup.increment << " " << c.batchRampup.samples << "\n"
+       << "seq_len_warmup: " << c.seqLenWarmup.start << " "
+       << c.seqLenWarmup.steps << "\n"
+       << "seed: " << c.seed << "\n";
+    sections["data"] = text;
+  }
+  return sections;
+}

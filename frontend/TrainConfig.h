@@ -1,0 +1,120 @@
+// The training config of `llmc run`: a YAML file whose every key can also
+// be given as a command-line flag. One table of keys drives the YAML
+// parser, the flag parser and `llmc run --help`, so they cannot drift.
+//
+//   model: examples/tiny.yaml      # preset, model .yaml/.mlir, or inline
+//   optimizer: {name: adamw, lr: 1e-3, betas: [0.9, 0.95], weight_decay: 0.1}
+//   schedule: {name: cosine, warmup_steps: 20, min_lr: 1e-4}
+//   global_batch_size: 16
+//   micro_batch_size: 8
+//   max_steps: 300
+//   data: {train: [corpus/*.txt], val_fraction: 0.05, tokenizer: byte}
+//
+// Paths in the file (model, data, init_from) are relative to the file's
+// directory; paths in flags and `out` are relative to the working directory.
+#ifndef LLMC_FRONTEND_TRAINCONFIG_H
+#define LLMC_FRONTEND_TRAINCONFIG_H
+
+#include "codegen/Training.h"
+#include "frontend/ModelConfig.h"
+#include "runtime/Schedule.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir::llmc {
+
+struct TrainDataConfig {
+  /// Text files or llm.c token shards; globs allowed.
+  std::vector<std::string> train;
+  /// Validation files; empty: hold out `valFraction` of the training data.
+  std::vector<std::string> val;
+  double valFraction = 0.0;
+  /// "byte", or the directory of a GPT-2 BPE tokenizer (vocab.json and
+  /// merges.txt).
+  std::string tokenizer = "byte";
+};
+
+struct TrainingConfig {
+  /// The file the config came from ("" when built in code).
+  std::string path;
+
+  /// `model:` as given: a preset name, a path, or "(inline)".
+  std::string modelSource;
+  /// Set when the model is a .mlir file (its @forward is trained as is).
+  std::string modelMlirPath;
+  /// The model (for .mlir: read from its `llmc.model` attribute later).
+  ModelConfig model;
+
+  ::llmc::OptimizerConfig optimizer;
+  ::llmc::runtime::LrSchedule schedule;
+
+  int64_t globalBatchSize = 0; // 0: micro_batch_size
+  int64_t microBatchSize = 4;
+  int64_t seqLen = 0; // 0: the model's seq_len
+  ::llmc::runtime::BatchRampup batchRampup;
+  ::llmc::runtime::SeqLenWarmup seqLenWarmup;
+  int64_t maxSteps = 0;
+  int64_t maxTokens = 0;
+
+  TrainDataConfig data;
+
+  int64_t logInterval = 10;
+  int64_t evalInterval = 100; // 0: evaluate only at the end
+  int64_t evalSteps = 10;
+  int64_t sampleTokens = 64; // 0: no sample at evaluations
+  int64_t checkpointInterval = 0; // 0: only at the end
+  int64_t keepCheckpoints = 3;    // 0: keep every checkpoint
+  uint64_t seed = 1337;
+  std::string precision = "fp32";
+  std::optional<double> dropout; // overrides the model's dropout
+  int64_t threads = 0;           // 0: every hardware thread
+  std::string out;               // default: runs/<config file stem>
+  std::string initFrom; // llm.c checkpoint or safetensors to start from
+
+  /// The batch schedule this config describes (after resolution).
+  ::llmc::runtime::BatchSchedule batchSchedule() const;
+};
+
+/// Reads `path` and applies `flags` (`--key value` or `--key=value`, as
+/// listed by printTrainingConfigHelp) over it, then checks the result.
+/// Errors in the file read "file:line:col: error: key: what is wrong"; in a
+/// flag "--flag: what is wrong".
+llvm::Expected<TrainingConfig>
+loadTrainingConfig(llvm::StringRef path, llvm::ArrayRef<std::string> flags);
+
+/// The same from text (`bufferName` names it in errors; relative paths in
+/// it are resolved against `baseDir`).
+llvm::Expected<TrainingConfig>
+parseTrainingConfig(llvm::StringRef text, llvm::StringRef bufferName,
+                    llvm::StringRef baseDir, llvm::ArrayRef<std::string> flags);
+
+/// Whether `flag` (without leading dashes, e.g. "lr" or "lr=3e-4") names a
+/// config key; the command line parser uses it to tell its own options from
+/// config overrides.
+bool isTrainingConfigFlag(llvm::StringRef flag);
+
+/// The table of keys: YAML path, flags, value and default, what it does.
+void printTrainingConfigHelp(llvm::raw_ostream &os);
+
+/// The resolved config as YAML that loadTrainingConfig reads back.
+void printTrainingConfig(const TrainingConfig &config, llvm::raw_ostream &os);
+
+/// The parts of a config a checkpoint must agree with to be resumed:
+/// "model", "optimizer" and "data" (files, tokenizer, batch shape and seed),
+/// each as canonical `key: value` lines. Step counts, intervals and the
+/// output directory are not among them, so a run can be extended.
+std::map<std::string, std::string>
+resumeSections(const TrainingConfig &config);
+
+} // namespace mlir::llmc
+
+#endif // LLMC_FRONTEND_TRAINCONFIG_H

@@ -1,0 +1,363 @@
+// Training checkpoints: writing, verifying and reading them, and keeping the
+// last K of a run.
+#include "runtime/Checkpoint.h"
+
+#include "runtime/AtomicFile.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/xxhash.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+using namespace llmc;
+using namespace llmc::runtime;
+
+namespace {
+constexpr char kMagic[8] = {'L', 'L', 'M', 'C', 'C', 'K', 'P', 'T'};
+constexpr uint32_t kVersion = 1;
+constexpr int64_t kPrefixBytes = 32;
+constexpr int64_t kAlign = 64;
+
+int64_t alignUp(int64_t value) { return (value + kAlign - 1) / kAlign * kAlign; }
+
+uint64_t hashBytes(llvm::ArrayRef<char> bytes) {
+  return llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(
+      reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size()));
+}
+
+std::string hex(uint64_t value) { return llvm::utohexstr(value, true, 16); }
+
+template <typename T> void putLE(std::string &out, T value) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T)); // the host is little-endian
+  out.append(bytes, sizeof(T));
+}
+template <typename T> T getLE(const char *at) {
+  T value;
+  std::memcpy(&value, at, sizeof(T));
+  return value;
+}
+
+llvm::Error fail(llvm::StringRef path, const llvm::Twine &message) {
+  return llvm::createStringError(
+      std::make_error_code(std::errc::invalid_argument),
+      path + ": " + message);
+}
+} // namespace
+
+uint64_t llmc::runtime::hashConfigSections(
+    const std::map<std::string, std::string> &config) {
+  std::string all;
+  for (const auto &[name, text] : config)
+    all += "[" + name + "]\n" + text;
+  return hashBytes(llvm::ArrayRef<char>(all.data(), all.size()));
+}
+
+std::string llmc::runtime::describeConfigDifference(
+    const std::map<std::string, std::string> &saved,
+    const std::map<std::string, std::string> &current) {
+  std::string out;
+  auto lines = [](llvm::StringRef text) {
+    std::map<std::string, std::string> byKey;
+    llvm::SmallVector<llvm::StringRef> parts;
+    text.split(parts, '\n', -1, false);
+    for (llvm::StringRef line : parts) {
+      auto [key, value] = line.split(':');
+      byKey[key.trim().str()] = value.trim().str();
+    }
+    return byKey;
+  };
+  std::vector<std::string> names;
+  for (const auto &entry : saved)
+    names.push_back(entry.first);
+  for (const auto &entry : current)
+    if (!saved.count(entry.first))
+      names.push_back(entry.first);
+  for (const std::string &name : names) {
+    auto s = saved.find(name), c = current.find(name);
+    std::string savedText = s == saved.end() ? "" : s->second;
+    std::string currentText = c == current.end() ? "" : c->second;
+    if (savedText == currentText)
+      continue;
+    std::map<std::string, std::string> a = lines(savedText),
+                                       b = lines(currentText);
+    std::vector<std::string> keys;
+    for (const auto &entry : a)
+      keys.push_back(entry.first);
+    for (const auto &entry : b)
+      if (!a.count(entry.first))
+        keys.push_back(entry.first);
+    for (const std::string &key : keys) {
+      auto x = a.find(key), y = b.find(key);
+      std::string before = x == a.end() ? "(absent)" : x->second;
+      std::string now = y == b.end() ? "(absent)" : y->second;
+      if (before != now)
+        out += "  " + name + "." + key + ": " + before +
+               " in the checkpoint, " + now + " now\n";
+    }
+  }
+  return out;
+}
+
+llvm::Error llmc::runtime::writeCheckpoint(llvm::StringRef path,
+                                           const Checkpoint &checkpoint) {
+  // Lay the tensors out first: the header records every offset.
+  struct Placed {
+    const std::string *name;
+    const HostTensor *tensor;
+    int64_t offset;
+  };
+  std::vector<Placed> placed;
+  int64_t dataBytes = 0;
+  for (const auto &[name, tensor] : checkpoint.tensors) {
+    placed.push_back({&name, &tensor, dataBytes});
+    dataBytes = alignUp(dataBytes + int64_t(tensor.bytes.size()));
+  }
+
+  auto headerFor = [&](int64_t fileBytes) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    llvm::json::OStream j(os);
+    j.object([&] {
+      j.attribute("format", "llmc-checkpoint");
+      j.attribute("step", checkpoint.step);
+      j.attribute("consumed_samples", checkpoint.consumedSamples);
+      j.attribute("consumed_tokens", checkpoint.consumedTokens);
+      j.attribute("seed", std::to_string(checkpoint.seed));
+      j.attribute("lr", checkpoint.lr);
+      j.attribute("loader_position", checkpoint.loaderPosition);
+      j.attribute("config_hash", hex(hashConfigSections(checkpoint.config)));
+      j.attributeObject("config", [&] {
+        for (const auto &[name, text] : checkpoint.config)
+          j.attribute(name, text);
+      });
+      j.attribute("file_bytes", fileBytes);
+      j.attributeArray("tensors", [&] {
+        for (const Placed &p : placed)
+          j.object([&] {
+            j.attribute("name", *p.name);
+            j.attribute("dtype", kir::dtypeName(p.tensor->dtype));
+            j.attributeArray("shape", [&] {
+              for (int64_t d : p.tensor->shape)
+                j.value(d);
+            });
+            j.attribute("offset", p.offset);
+            j.attribute("bytes", int64_t(p.tensor->bytes.size()));
+            j.attribute("xxh3", hex(hashBytes(p.tensor->bytes)));
+          });
+      });
+    });
+    return text;
+  };
+  // The file size is part of the header, whose length moves the data; the
+  // padding to 64 bytes absorbs the few digits it may add.
+  std::string header = headerFor(0);
+  int64_t dataStart = alignUp(kPrefixBytes + int64_t(header.size()) + 24);
+  while (true) {
+    header = headerFor(dataStart + dataBytes);
+    if (kPrefixBytes + int64_t(header.size()) <= dataStart)
+      break;
+    dataStart += kAlign;
+  }
+  header.resize(dataStart - kPrefixBytes, ' ');
+
+  std::string prefix(kMagic, sizeof(kMagic));
+  putLE<uint32_t>(prefix, kVersion);
+  putLE<uint32_t>(prefix, 0);
+  putLE<uint64_t>(prefix, header.size());
+  putLE<uint64_t>(prefix, hashBytes(header));
+  return writeFileAtomically(path, [&](llvm::raw_ostream &os) {
+    os << prefix << header;
+    int64_t written = 0;
+    static const char zeros[kAlign] = {};
+    for (const Placed &p : placed) {
+      os.write(zeros, p.offset - written);
+      os.write(p.tensor->bytes.data(), p.tensor->bytes.size());
+      written = p.offset + int64_t(p.tensor->bytes.size());
+    }
+    os.write(zeros, dataBytes - written);
+    return llvm::Error::success();
+  });
+}
+
+llvm::Expected<Checkpoint> llmc::runtime::readCheckpoint(llvm::StringRef path) {
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+      llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                  /*RequiresNullTerminator=*/false);
+  if (std::error_code ec = file.getError())
+    return fail(path, "cannot read the checkpoint: " + ec.message());
+  llvm::StringRef bytes = (*file)->getBuffer();
+  if (bytes.size() < sizeof(kMagic) ||
+      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
+    return fail(path, "not an llmc checkpoint (no LLMCCKPT magic)");
+  if (bytes.size() < size_t(kPrefixBytes))
+    return fail(path, "truncated checkpoint (" + llvm::Twine(bytes.size()) +
+                          " bytes, shorter than its fixed header)");
+  uint32_t version = getLE<uint32_t>(bytes.data() + 8);
+  if (version != kVersion || getLE<uint32_t>(bytes.data() + 12) != 0)
+    return fail(path, "checkpoint format version " + llvm::Twine(version) +
+                          " is not the supported version " +
+                          llvm::Twine(kVersion));
+  uint64_t headerBytes = getLE<uint64_t>(bytes.data() + 16);
+  uint64_t headerHash = getLE<uint64_t>(bytes.data() + 24);
+  if (headerBytes > bytes.size() - kPrefixBytes)
+    return fail(path, "truncated checkpoint (the header needs " +
+                          llvm::Twine(headerBytes) + " bytes, " +
+                          llvm::Twine(bytes.size() - kPrefixBytes) +
+                          " are left)");
+  llvm::StringRef header = bytes.substr(kPrefixBytes, headerBytes);
+  if (hashBytes(llvm::ArrayRef<char>(header.data(), header.size())) !=
+      headerHash)
+    return fail(path, "corrupted checkpoint (header checksum mismatch)");
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(header);
+  if (!json)
+    return fail(path, "corrupted checkpoint (header: " +
+                          llvm::toString(json.takeError()) + ")");
+  const llvm::json::Object *root = json->getAsObject();
+  auto bad = [&](const llvm::Twine &what) {
+    return fail(path, "malformed checkpoint header: " + what);
+  };
+  if (!root || root->getString("format") != "llmc-checkpoint")
+    return bad("not an llmc checkpoint header");
+
+  std::optional<int64_t> fileBytes = root->getInteger("file_bytes");
+  if (!fileBytes)
+    return bad("no file_bytes");
+  if (int64_t(bytes.size()) != *fileBytes)
+    return fail(path, llvm::formatv("{0} checkpoint: the header says {1} "
+                                    "bytes, the file has {2}",
+                                    int64_t(bytes.size()) < *fileBytes
+                                        ? "truncated"
+                                        : "corrupted",
+                                    *fileBytes, bytes.size())
+                          .str());
+
+  Checkpoint c;
+  auto integer = [&](llvm::StringRef key, int64_t &field) -> llvm::Error {
+    std::optional<int64_t> value = root->getInteger(key);
+    if (!value)
+      return bad("no integer '" + key + "'");
+    field = *value;
+    return llvm::Error::success();
+  };
+  if (llvm::Error err = integer("step", c.step))
+    return std::move(err);
+  if (llvm::Error err = integer("consumed_samples", c.consumedSamples))
+    return std::move(err);
+  if (llvm::Error err = integer("consumed_tokens", c.consumedTokens))
+    return std::move(err);
+  std::optional<llvm::StringRef> seed = root->getString("seed");
+  if (!seed || seed->getAsInteger(10, c.seed))
+    return bad("no seed");
+  c.lr = root->getNumber("lr").value_or(0.0);
+  if (std::optional<llvm::StringRef> position =
+          root->getString("loader_position"))
+    c.loaderPosition = position->str();
+  if (const llvm::json::Object *config = root->getObject("config"))
+    for (const auto &[name, text] : *config)
+      if (std::optional<llvm::StringRef> s = text.getAsString())
+        c.config[name.str()] = s->str();
+  if (root->getString("config_hash") !=
+      hex(hashConfigSections(c.config)))
+    return bad("the config hash does not match the config it records");
+
+  const llvm::json::Array *tensors = root->getArray("tensors");
+  if (!tensors)
+    return bad("no tensor list");
+  int64_t dataStart = kPrefixBytes + int64_t(headerBytes);
+  if (dataStart % kAlign)
+    return bad("the data does not start 64-byte aligned");
+  int64_t expected = 0; // where the next tensor may start
+  for (const llvm::json::Value &value : *tensors) {
+    const llvm::json::Object *t = value.getAsObject();
+    std::optional<llvm::StringRef> name = t ? t->getString("name") : std::nullopt;
+    if (!name)
+      return bad("a tensor without a name");
+    std::optional<llvm::StringRef> dtypeName = t->getString("dtype");
+    std::optional<kir::DType> dtype =
+        dtypeName ? kir::parseDType(dtypeName->str()) : std::nullopt;
+    const llvm::json::Array *shape = t->getArray("shape");
+    std::optional<int64_t> offset = t->getInteger("offset");
+    std::optional<int64_t> size = t->getInteger("bytes");
+    std::optional<llvm::StringRef> hash = t->getString("xxh3");
+    if (!dtype || !shape || !offset || !size || !hash)
+      return bad("tensor '" + *name + "' lacks dtype, shape, offset, bytes "
+                                      "or xxh3");
+    HostTensor tensor;
+    tensor.dtype = *dtype;
+    int64_t elements = 1;
+    for (const llvm::json::Value &d : *shape) {
+      std::optional<int64_t> dim = d.getAsInteger();
+      if (!dim || *dim < 0)
+        return bad("tensor '" + *name + "' has a bad shape");
+      tensor.shape.push_back(*dim);
+      elements *= *dim;
+    }
+    if (*size != elements * kir::dtypeBytes(*dtype) || *offset < expected ||
+        *offset % kAlign || dataStart + *offset + *size > *fileBytes)
+      return bad("tensor '" + *name + "' has a bad size or offset");
+    // The padding before each tensor is zeros: with the checksums this
+    // covers every byte of the file.
+    for (int64_t i = dataStart + expected; i < dataStart + *offset; ++i)
+      if (bytes[i] != 0)
+        return fail(path, "corrupted checkpoint (non-zero padding before "
+                          "tensor '" + *name + "')");
+    const char *data = bytes.data() + dataStart + *offset;
+    if (hex(hashBytes(llvm::ArrayRef<char>(data, *size))) != *hash)
+      return fail(path, "corrupted checkpoint (checksum mismatch in tensor '" +
+                            *name + "')");
+    tensor.bytes.assign(data, data + *size);
+    c.tensors[name->str()] = std::move(tensor);
+    expected = *offset + *size;
+  }
+  for (int64_t i = dataStart + expected; i < *fileBytes; ++i)
+    if (bytes[i] != 0)
+      return fail(path, "corrupted checkpoint (non-zero trailing padding)");
+  return c;
+}
+
+std::string llmc::runtime::checkpointFileName(int64_t step) {
+  char name[40];
+  std::snprintf(name, sizeof(name), "step-%06lld.ckpt", (long long)step);
+  return name;
+}
+
+std::vector<std::string> llmc::runtime::listCheckpoints(llvm::StringRef dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    int64_t step = 0;
+    if (!name.consume_front("step-") || !name.consume_back(".ckpt") ||
+        name.empty() || !llvm::all_of(name, llvm::isDigit) ||
+        name.getAsInteger(10, step))
+      continue;
+    found.push_back({step, it->path()});
+  }
+  llvm::sort(found);
+  std::vector<std::string> paths;
+  for (auto &entry : found)
+    paths.push_back(std::move(entry.second));
+  return paths;
+}
+
+llvm::Error llmc::runtime::pruneCheckpoints(llvm::StringRef dir, int64_t keep) {
+  if (keep <= 0)
+    return llvm::Error::success();
+  std::vector<std::string> paths = listCheckpoints(dir);
+  for (size_t i = 0; i + keep < paths.size(); ++i)
+    if (std::error_code ec = llvm::sys::fs::remove(paths[i]))
+      return llvm::createStringError(ec, "cannot remove old checkpoint '" +
+                                             paths[i] + "': " + ec.message());
+  return llvm::Error::success();
+}

@@ -1,0 +1,80 @@
+// Training checkpoints: parameters, optimizer state and everything else a
+// run needs to continue exactly where it stopped (step, consumed samples,
+// the data loader's position), plus the parts of the config that must
+// match to resume.
+//
+// File layout (little-endian):
+//   0   "LLMCCKPT"                     magic, 8 bytes
+//   8   u32 version (1), u32 0
+//   16  u64 header bytes H, u64 XXH3-64 of the header
+//   32  header: JSON (state, config sections, and per tensor its name,
+//       dtype, shape, offset, bytes and XXH3-64), padded with spaces to 64
+//   ... tensor data, each tensor 64-byte aligned, zero padding between
+// The header records the file's exact size, so every byte is checked on
+// load: the fixed prefix by value, the header and each tensor by checksum,
+// the padding for zeros. A truncated, corrupted or foreign file is refused
+// with an error naming it; nothing of it is used.
+#ifndef LLMC_RUNTIME_CHECKPOINT_H
+#define LLMC_RUNTIME_CHECKPOINT_H
+
+#include "runtime/Weights.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace llmc::runtime {
+
+struct Checkpoint {
+  /// Optimizer steps done: a resumed run continues with update `step`.
+  int64_t step = 0;
+  /// Sequences and tokens trained on so far (the batch ramp-up reads the
+  /// first).
+  int64_t consumedSamples = 0;
+  int64_t consumedTokens = 0;
+  uint64_t seed = 0;
+  /// The learning rate of the last update (for people; the schedule is a
+  /// function of the step).
+  double lr = 0;
+  /// The training data loader's position, as JSON text.
+  std::string loaderPosition;
+  /// Config sections that must match to resume ("model", "optimizer",
+  /// "data"), as canonical `key: value` lines; and their hash.
+  std::map<std::string, std::string> config;
+  /// Parameters and optimizer state (every persistent tensor but the
+  /// gradients, which are zero between steps), by name.
+  TensorMap tensors;
+};
+
+/// XXH3-64 of the config sections, in name order.
+uint64_t hashConfigSections(const std::map<std::string, std::string> &config);
+
+/// Empty when `current` matches `saved`, else what differs, one line per
+/// differing key: "optimizer.lr: 0.001 in the checkpoint, 0.0003 now".
+std::string describeConfigDifference(
+    const std::map<std::string, std::string> &saved,
+    const std::map<std::string, std::string> &current);
+
+/// Writes atomically (temporary file, fsync, rename).
+llvm::Error writeCheckpoint(llvm::StringRef path, const Checkpoint &checkpoint);
+
+/// Reads and verifies a whole checkpoint. Errors start with the path.
+llvm::Expected<Checkpoint> readCheckpoint(llvm::StringRef path);
+
+/// "step-000100.ckpt".
+std::string checkpointFileName(int64_t step);
+
+/// The checkpoints in `dir`, oldest (lowest step) first, as paths. A
+/// missing directory has none.
+std::vector<std::string> listCheckpoints(llvm::StringRef dir);
+
+/// Removes all but the last `keep` checkpoints of `dir` (keep 0: none).
+llvm::Error pruneCheckpoints(llvm::StringRef dir, int64_t keep);
+
+} // namespace llmc::runtime
+
+#endif // LLMC_RUNTIME_CHECKPOINT_H

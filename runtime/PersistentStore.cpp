@@ -1,0 +1,83 @@
+// The persistent store: named, aligned, zero-initialized host tensors.
+#include "runtime/PersistentStore.h"
+
+#include "codegen/Program.h"
+
+#include <cstdlib>
+#include <cstring>
+
+using namespace llmc;
+using namespace llmc::runtime;
+
+PersistentStore::~PersistentStore() {
+  for (auto &[name, entry] : entries)
+    std::free(entry.data);
+}
+
+llvm::Expected<char *> PersistentStore::bind(llvm::StringRef name,
+                                             kir::DType dtype,
+                                             llvm::ArrayRef<int64_t> shape) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = entries.find(name);
+  if (it != entries.end()) {
+    const Entry &entry = it->second;
+    if (entry.dtype != dtype || llvm::ArrayRef<int64_t>(entry.shape) != shape)
+      return llvm::createStringError(
+          "persistent tensor '" + name + "' is " +
+          kir::dtypeName(entry.dtype) + kir::formatShape(entry.shape) +
+          ", a program binds it as " + kir::dtypeName(dtype) +
+          kir::formatShape(shape));
+    return entry.data;
+  }
+  Entry entry;
+  entry.dtype = dtype;
+  entry.shape.assign(shape.begin(), shape.end());
+  entry.bytes = kir::dtypeBytes(dtype);
+  for (int64_t extent : shape)
+    entry.bytes *= extent;
+  int64_t size = (std::max<int64_t>(entry.bytes, 1) + kir::kArenaAlignment - 1) /
+                 kir::kArenaAlignment * kir::kArenaAlignment;
+  entry.data =
+      static_cast<char *>(std::aligned_alloc(kir::kArenaAlignment, size));
+  if (!entry.data)
+    return llvm::createStringError("cannot allocate " + llvm::Twine(size) +
+                                   " bytes for persistent tensor '" + name +
+                                   "'");
+  std::memset(entry.data, 0, size);
+  char *data = entry.data;
+  entries.emplace(name.str(), std::move(entry));
+  return data;
+}
+
+bool PersistentStore::contains(llvm::StringRef name) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return entries.find(name) != entries.end();
+}
+
+std::vector<std::string> PersistentStore::names() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<std::string> result;
+  for (const auto &[name, entry] : entries)
+    result.push_back(name);
+  return result;
+}
+
+llvm::Expected<HostTensor> PersistentStore::get(llvm::StringRef name) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = entries.find(name);
+  if (it == entries.end())
+    return llvm::createStringError("no persistent tensor '" + name + "'");
+  const Entry &entry = it->second;
+  HostTensor tensor = HostTensor::zeros(entry.dtype, entry.shape);
+  std::memcpy(tensor.bytes.data(), entry.data, entry.bytes);
+  return tensor;
+}
+
+llvm::Error PersistentStore::set(llvm::StringRef name,
+                                 const HostTensor &tensor) {
+  llvm::Expected<char *> data = bind(name, tensor.dtype, tensor.shape);
+  if (!data)
+    return data.takeError();
+  std::memcpy(*data, tensor.bytes.data(), tensor.bytes.size());
+  return llvm::Error::success();
+}

@@ -1,0 +1,650 @@
+// The training loop: steps, evaluation, metrics, the loss plot, checkpoints.
+#include "runtime/Trainer.h"
+
+#include "runtime/AtomicFile.h"
+#include "runtime/Generate.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+using namespace llmc;
+using namespace llmc::runtime;
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string joinPath(llvm::StringRef dir, llvm::StringRef name) {
+  llvm::SmallString<256> path(dir);
+  llvm::sys::path::append(path, name);
+  return std::string(path);
+}
+
+HostTensor tokenTensor(const std::vector<int32_t> &ids, int64_t batch,
+                       int64_t seqLen) {
+  HostTensor tensor = HostTensor::zeros(kir::DType::I32, {batch, seqLen});
+  std::copy(ids.begin(), ids.end(), tensor.i32().begin());
+  return tensor;
+}
+
+bool hasInput(const CpuExecutor &executor, llvm::StringRef name) {
+  for (const kir::Binding &b : executor.program().inputs)
+    if (b.name == name)
+      return true;
+  return false;
+}
+
+/// Sets an f32 scalar input the program has; one it lacks (SGD has no bias
+/// corrections) is skipped.
+llvm::Error setScalar(CpuExecutor &executor, llvm::StringRef name,
+                      double value) {
+  if (!hasInput(executor, name))
+    return llvm::Error::success();
+  return executor.setTensor(name,
+                            HostTensor::fromF32({float(value)}, {}));
+}
+
+llvm::Expected<double> scalarOutput(const CpuExecutor &executor,
+                                    llvm::StringRef name) {
+  llvm::Expected<HostTensor> out = executor.output(name);
+  if (!out)
+    return out.takeError();
+  return double(out->toF32()[0]);
+}
+
+std::string formatDuration(double seconds) {
+  long long s = (long long)(seconds + 0.5);
+  char text[32];
+  if (seconds < 60)
+    std::snprintf(text, sizeof(text), "%.1fs", seconds);
+  else if (s >= 3600)
+    std::snprintf(text, sizeof(text), "%lldh%02lldm", s / 3600, s / 60 % 60);
+  else
+    std::snprintf(text, sizeof(text), "%lldm%02llds", s / 60, s % 60);
+  return text;
+}
+
+/// A sample as a terminal may show it: valid UTF-8, control bytes (an
+/// untrained model emits escape sequences too) as '?', newlines kept.
+std::string printable(llvm::StringRef text) {
+  std::string fixed = llvm::json::fixUTF8(text);
+  for (char &c : fixed)
+    if ((static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') ||
+        c == 0x7f)
+      c = '?';
+  return fixed;
+}
+
+std::string formatRate(double value) {
+  if (value >= 1e6)
+    return llvm::formatv("{0:f2}M", value / 1e6).str();
+  if (value >= 1e3)
+    return llvm::formatv("{0:f1}k", value / 1e3).str();
+  return llvm::formatv("{0:f0}", value).str();
+}
+} // namespace
+
+Trainer::Trainer(TrainerOptions options, TrainerPrograms programs,
+                 TrainerData data, std::shared_ptr<PersistentStore> store)
+    : options(std::move(options)), programs(std::move(programs)),
+      data(std::move(data)), store(std::move(store)) {}
+
+llvm::Expected<CpuExecutor *> Trainer::gradStep(int64_t seqLen) {
+  auto it = gradSteps.find(seqLen);
+  if (it != gradSteps.end())
+    return it->second.get();
+  llvm::Expected<std::unique_ptr<CpuExecutor>> executor =
+      programs.gradStepFor(seqLen);
+  if (!executor)
+    return executor.takeError();
+  CpuExecutor *raw = executor->get();
+  gradSteps[seqLen] = std::move(*executor);
+  return raw;
+}
+
+llvm::Expected<Checkpoint> Trainer::checkpoint() const {
+  Checkpoint c;
+  c.step = currentStep;
+  c.consumedSamples = consumedSamples;
+  c.consumedTokens = consumedTokens;
+  c.seed = options.seed;
+  c.lr = lastLr;
+  c.loaderPosition = data.savePosition ? data.savePosition() : "";
+  c.config = options.configSections;
+  // Gradients are zero between steps (the update step zeroes them).
+  for (const std::string &name : store->names()) {
+    if (llvm::StringRef(name).starts_with("grad."))
+      continue;
+    llvm::Expected<HostTensor> tensor = store->get(name);
+    if (!tensor)
+      return tensor.takeError();
+    c.tensors[name] = std::move(*tensor);
+  }
+  return c;
+}
+
+llvm::Error Trainer::resume(const Checkpoint &c, llvm::StringRef source) {
+  std::string difference =
+      describeConfigDifference(c.config, options.configSections);
+  if (!difference.empty())
+    return llvm::createStringError(
+        source + ": cannot resume: the config differs from the one the "
+                 "checkpoint was trained with:\n" +
+        llvm::StringRef(difference).rtrim() +
+        "\n(model, optimizer and data must match; steps, intervals and the "
+        "output directory may change)");
+  // The checkpoint must hold exactly the persistent tensors the programs
+  // use (gradients aside).
+  for (const std::string &name : store->names()) {
+    if (llvm::StringRef(name).starts_with("grad."))
+      continue;
+    auto it = c.tensors.find(name);
+    if (it == c.tensors.end())
+      return llvm::createStringError(source + ": the checkpoint has no "
+                                              "tensor '" +
+                                     name + "'");
+    if (llvm::Error err = store->set(name, it->second))
+      return llvm::createStringError(source + ": " +
+                                     llvm::toString(std::move(err)));
+  }
+  for (const auto &entry : c.tensors)
+    if (!store->contains(entry.first))
+      return llvm::createStringError(source + ": the checkpoint has a tensor '" +
+                                     entry.first +
+                                     "' that the model does not have");
+  if (data.restorePosition)
+    if (llvm::Error err = data.restorePosition(c.loaderPosition))
+      return llvm::createStringError(source + ": data loader position: " +
+                                     llvm::toString(std::move(err)));
+  currentStep = c.step;
+  consumedSamples = c.consumedSamples;
+  consumedTokens = c.consumedTokens;
+  lastLr = c.lr;
+
+  keptMetricLines.clear();
+  trainPoints.clear();
+  valPoints.clear();
+  std::string metricsPath = joinPath(options.outDir, "metrics.jsonl");
+  if (llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+          llvm::MemoryBuffer::getFile(metricsPath))
+    readMetricLines((*file)->getBuffer(), currentStep, keptMetricLines,
+                    trainPoints, valPoints);
+  return llvm::Error::success();
+}
+
+void llmc::runtime::readMetricLines(llvm::StringRef text, int64_t beforeStep,
+                                    std::vector<std::string> &kept,
+                                    std::vector<MetricPoint> &train,
+                                    std::vector<MetricPoint> &val) {
+  llvm::SmallVector<llvm::StringRef> lines;
+  text.split(lines, '\n', -1, false);
+  for (llvm::StringRef line : lines) {
+    llvm::Expected<llvm::json::Value> json = llvm::json::parse(line);
+    if (!json) {
+      llvm::consumeError(json.takeError());
+      continue; // a torn last line of a killed run
+    }
+    const llvm::json::Object *object = json->getAsObject();
+    std::optional<int64_t> step = object ? object->getInteger("step") : std::nullopt;
+    if (!step || *step >= beforeStep)
+      continue;
+    kept.push_back(line.str());
+    if (std::optional<double> loss = object->getNumber("loss"))
+      train.push_back({*step, *loss});
+    if (std::optional<double> loss = object->getNumber("val_loss"))
+      val.push_back({*step, *loss});
+  }
+}
+
+llvm::Error Trainer::appendMetrics(const std::string &line) {
+  std::string path = joinPath(options.outDir, "metrics.jsonl");
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Append);
+  if (ec)
+    return llvm::createStringError(ec, "cannot write '" + path +
+                                           "': " + ec.message());
+  // One write per line: a killed run leaves whole lines (or one torn last
+  // line, which a resume drops).
+  os << line + "\n";
+  os.close();
+  if (os.has_error())
+    return llvm::createStringError(os.error(), "cannot write '" + path +
+                                                   "': " +
+                                                   os.error().message());
+  return llvm::Error::success();
+}
+
+llvm::Error Trainer::writePlot() {
+  std::string svg =
+      renderLossPlot(trainPoints, valPoints,
+                     llvm::sys::path::filename(options.outDir));
+  return writeFileAtomically(
+      joinPath(options.outDir, "loss.svg"),
+      llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(svg.data()),
+                              svg.size()));
+}
+
+llvm::Error Trainer::writeCheckpointNow() {
+  std::string dir = joinPath(options.outDir, "checkpoints");
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+    return llvm::createStringError(ec, "cannot create '" + dir +
+                                           "': " + ec.message());
+  llvm::Expected<Checkpoint> c = checkpoint();
+  if (!c)
+    return c.takeError();
+  std::string path = joinPath(dir, checkpointFileName(currentStep));
+  if (llvm::Error err = writeCheckpoint(path, *c))
+    return err;
+  if (options.log)
+    *options.log << "checkpoint: " << path << "\n";
+  return pruneCheckpoints(dir, options.keepCheckpoints);
+}
+
+llvm::Expected<double> Trainer::evaluate(std::string &sample) {
+  CpuExecutor &eval = *programs.eval;
+  const kir::Buffer &tokensBuffer = [&]() -> const kir::Buffer & {
+    for (const kir::Binding &b : eval.program().inputs)
+      if (b.name == "tokens")
+        return eval.program().buffers[b.buffer];
+    return eval.program().buffers.front();
+  }();
+  int64_t batch = tokensBuffer.shape[0], seqLen = tokensBuffer.shape[1];
+  double loss = NAN;
+  int64_t batches = std::min(options.evalSteps, data.valBatches);
+  if (batches > 0) {
+    double sum = 0;
+    std::vector<int32_t> tokens, targets;
+    for (int64_t i = 0; i < batches; ++i) {
+      data.valBatch(i, tokens, targets);
+      if (llvm::Error err =
+              eval.setTensor("tokens", tokenTensor(tokens, batch, seqLen)))
+        return std::move(err);
+      if (llvm::Error err =
+              eval.setTensor("targets", tokenTensor(targets, batch, seqLen)))
+        return std::move(err);
+      if (llvm::Error err = eval.run())
+        return std::move(err);
+      llvm::Expected<double> value = scalarOutput(eval, "loss");
+      if (!value)
+        return value.takeError();
+      sum += *value;
+    }
+    loss = sum / double(batches);
+  }
+  sample.clear();
+  if (options.sampleTokens > 0) {
+    std::vector<int32_t> context = data.samplePrompt;
+    SamplingOptions sampling;
+    sampling.temperature = 0.8;
+    sampling.topK = 40;
+    // Keyed by the step, so a resumed run samples the same text.
+    sampling.seed = options.seed + uint64_t(currentStep);
+    CpuExecutor &sampler = programs.sampler ? *programs.sampler : eval;
+    if (llvm::Error err = generate(sampler, context, options.sampleTokens,
+                                   sampling, [&](int64_t id) {
+                                     sample += data.decode(int32_t(id));
+                                   }))
+      return std::move(err);
+  }
+  return loss;
+}
+
+llvm::Error Trainer::run() {
+  llvm::raw_ostream *log = options.log;
+  if (currentStep >= options.maxSteps) {
+    if (log)
+      *log << "nothing to do: the run is at step " << currentStep
+           << " of max_steps " << options.maxSteps << "\n";
+    return llvm::Error::success();
+  }
+  // metrics.jsonl restarts with the lines a resume keeps (none when fresh).
+  {
+    std::string kept;
+    for (const std::string &line : keptMetricLines)
+      kept += line + "\n";
+    if (llvm::Error err = writeFileAtomically(
+            joinPath(options.outDir, "metrics.jsonl"),
+            llvm::ArrayRef<uint8_t>(
+                reinterpret_cast<const uint8_t *>(kept.data()), kept.size())))
+      return err;
+  }
+
+  const int64_t maxMicroBatches =
+      options.batches.globalBatch / options.batches.microBatch;
+  std::map<const CpuExecutor *, int64_t> flopsOf;
+  auto flops = [&](const CpuExecutor &e) {
+    auto it = flopsOf.find(&e);
+    if (it == flopsOf.end())
+      it = flopsOf.emplace(&e, kir::countFlops(e.program())).first;
+    return it->second;
+  };
+
+  Clock::time_point runStart = Clock::now(), intervalStart = runStart;
+  // Evaluations and compiling grad steps for new lengths are not in the
+  // rates: their time is taken out.
+  double evalSeconds = 0, intervalEvalSeconds = 0;
+  int64_t firstStep = currentStep;
+  int64_t intervalTokens = 0;
+  double intervalFlops = 0;
+  bool checkpointWritten = false;
+  std::vector<int32_t> tokens, targets;
+
+  auto evalDue = [&](int64_t step) {
+    return (options.evalInterval > 0 && step % options.evalInterval == 0) ||
+           step == options.maxSteps;
+  };
+  auto runEval = [&]() -> llvm::Error {
+    if (options.evalSteps == 0 && options.sampleTokens == 0)
+      return llvm::Error::success();
+    std::string sample;
+    llvm::Expected<double> valLoss = evaluate(sample);
+    if (!valLoss)
+      return valLoss.takeError();
+    std::string line;
+    llvm::raw_string_ostream os(line);
+    llvm::json::OStream j(os);
+    j.object([&] {
+      j.attribute("step", currentStep);
+      if (!std::isnan(*valLoss))
+        j.attribute("val_loss", *valLoss);
+      if (options.sampleTokens > 0)
+        j.attribute("sample", llvm::json::fixUTF8(sample));
+    });
+    if (!std::isnan(*valLoss))
+      valPoints.push_back({currentStep, *valLoss});
+    if (log) {
+      if (!std::isnan(*valLoss))
+        *log << llvm::format("step %6lld | val loss %.4f\n",
+                             (long long)currentStep, *valLoss);
+      if (options.sampleTokens > 0)
+        *log << "sample: " << printable(sample) << "\n";
+      log->flush();
+    }
+    if (llvm::Error err = appendMetrics(line))
+      return err;
+    return writePlot();
+  };
+
+  while (currentStep < options.maxSteps) {
+    if (evalDue(currentStep)) {
+      Clock::time_point evalStart = Clock::now();
+      if (llvm::Error err = runEval())
+        return err;
+      double seconds = secondsSince(evalStart);
+      evalSeconds += seconds;
+      intervalEvalSeconds += seconds;
+    }
+
+    StepShape shape = options.batches.at(currentStep, consumedSamples);
+    Clock::time_point compileStart = Clock::now();
+    llvm::Expected<CpuExecutor *> grad = gradStep(shape.seqLen);
+    if (!grad)
+      return grad.takeError();
+    double compileSeconds = secondsSince(compileStart);
+    evalSeconds += compileSeconds;
+    intervalEvalSeconds += compileSeconds;
+    double lossSum = 0;
+    for (int64_t m = 0; m < shape.microBatches; ++m) {
+      data.next(shape.seqLen, tokens, targets);
+      int64_t batch = options.batches.microBatch;
+      if (llvm::Error err = (*grad)->setTensor(
+              "tokens", tokenTensor(tokens, batch, shape.seqLen)))
+        return err;
+      if (llvm::Error err = (*grad)->setTensor(
+              "targets", tokenTensor(targets, batch, shape.seqLen)))
+        return err;
+      if (llvm::Error err =
+              setScalar(**grad, "dloss", 1.0 / double(shape.microBatches)))
+        return err;
+      // Each micro-batch of each step gets its own dropout masks.
+      (*grad)->setRng(options.seed,
+                      uint64_t(currentStep * maxMicroBatches + m));
+      if (llvm::Error err = (*grad)->run())
+        return err;
+      llvm::Expected<double> loss = scalarOutput(**grad, "loss");
+      if (!loss)
+        return loss.takeError();
+      lossSum += *loss;
+    }
+    double loss = lossSum / double(shape.microBatches);
+
+    CpuExecutor &update = *programs.updateStep;
+    double lr = options.schedule.at(currentStep);
+    double t = double(currentStep + 1);
+    double bc1 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta1, t)) : 1;
+    double bc2 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta2, t)) : 1;
+    for (auto [name, value] : {std::pair<const char *, double>{"lr", lr},
+                               {"bias_correction1", bc1},
+                               {"bias_correction2", bc2}})
+      if (llvm::Error err = setScalar(update, name, value))
+        return err;
+    if (llvm::Error err = update.run())
+      return err;
+    llvm::Expected<double> gradNorm = scalarOutput(update, "grad_norm");
+    if (!gradNorm)
+      return gradNorm.takeError();
+
+    if (!std::isfinite(loss))
+      return llvm::createStringError(llvm::formatv(
+          "the loss is {0} at step {1}; lower the learning rate or resume "
+          "from an earlier checkpoint",
+          loss, currentStep));
+
+    lastLr = lr;
+    consumedSamples += shape.globalBatch;
+    consumedTokens += shape.tokens();
+    intervalTokens += shape.tokens();
+    intervalFlops +=
+        double(flops(**grad)) * shape.microBatches + double(flops(update));
+    int64_t step = currentStep++;
+    checkpointWritten = false;
+
+    if (step % options.logInterval == 0 || currentStep == options.maxSteps) {
+      double seconds =
+          std::max(secondsSince(intervalStart) - intervalEvalSeconds, 1e-9);
+      double trainSeconds = secondsSince(runStart) - evalSeconds;
+      double tokensPerSecond = intervalTokens / seconds;
+      double gflops = intervalFlops / seconds / 1e9;
+      double elapsed = secondsSince(runStart);
+      double eta = trainSeconds / double(currentStep - firstStep) *
+                   double(options.maxSteps - currentStep);
+      std::string line;
+      llvm::raw_string_ostream os(line);
+      llvm::json::OStream j(os);
+      j.object([&] {
+        j.attribute("step", step);
+        j.attribute("loss", loss);
+        j.attribute("lr", lr);
+        j.attribute("grad_norm", *gradNorm);
+        j.attribute("batch_size", shape.globalBatch);
+        j.attribute("seq_len", shape.seqLen);
+        j.attribute("tokens", consumedTokens);
+        j.attribute("tokens_per_s", tokensPerSecond);
+        j.attribute("gflop_per_s", gflops);
+        j.attribute("elapsed_s", elapsed);
+      });
+      trainPoints.push_back({step, loss});
+      if (llvm::Error err = appendMetrics(line))
+        return err;
+      if (log) {
+        *log << llvm::format("step %6lld/%lld | loss %.4f | lr %.2e | grad "
+                             "norm %.4f | %s tok/s | %.2f GFLOP/s | ETA %s\n",
+                             (long long)step, (long long)options.maxSteps,
+                             loss, lr, *gradNorm,
+                             formatRate(tokensPerSecond).c_str(), gflops,
+                             formatDuration(eta).c_str());
+        log->flush();
+      }
+      intervalStart = Clock::now();
+      intervalEvalSeconds = 0;
+      intervalTokens = 0;
+      intervalFlops = 0;
+    }
+
+    if ((options.checkpointInterval > 0 &&
+         currentStep % options.checkpointInterval == 0) ||
+        currentStep == options.maxSteps) {
+      if (llvm::Error err = writeCheckpointNow())
+        return err;
+      checkpointWritten = true;
+    }
+  }
+  if (evalDue(currentStep))
+    if (llvm::Error err = runEval())
+      return err;
+  if (!checkpointWritten)
+    if (llvm::Error err = writeCheckpointNow())
+      return err;
+  if (llvm::Error err = writePlot())
+    return err;
+  if (log)
+    *log << llvm::format("done: %lld steps, %lld tokens in %s\n",
+                         (long long)(currentStep - firstStep),
+                         (long long)consumedTokens,
+                         formatDuration(secondsSince(runStart)).c_str());
+  return llvm::Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// The loss plot
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Tick spacing of 1, 2 or 5 times a power of ten giving about `count`
+/// ticks over `span`.
+double niceStep(double span, int count) {
+  double raw = span / count;
+  double power = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0})
+    if (m * power >= raw)
+      return m * power;
+  return 10 * power;
+}
+
+std::string formatTick(double value, double step) {
+  int decimals = std::max(0, int(-std::floor(std::log10(step) + 1e-9)));
+  return llvm::formatv("{0}", llvm::format("%.*f", decimals, value)).str();
+}
+} // namespace
+
+std::string llmc::runtime::renderLossPlot(llvm::ArrayRef<MetricPoint> train,
+                                          llvm::ArrayRef<MetricPoint> val,
+                                          llvm::StringRef title) {
+  const double width = 760, height = 440;
+  const double left = 70, right = 24, top = 44, bottom = 56;
+  const double plotW = width - left - right, plotH = height - top - bottom;
+
+  double xMax = 1, yMin = INFINITY, yMax = -INFINITY;
+  for (llvm::ArrayRef<MetricPoint> series : {train, val})
+    for (const MetricPoint &p : series) {
+      xMax = std::max(xMax, double(p.step));
+      yMin = std::min(yMin, p.value);
+      yMax = std::max(yMax, p.value);
+    }
+  if (!(yMin <= yMax)) {
+    yMin = 0;
+    yMax = 1;
+  }
+  if (yMax - yMin < 1e-6) {
+    yMin -= 0.5;
+    yMax += 0.5;
+  }
+  double yStep = niceStep(yMax - yMin, 6);
+  yMin = std::floor(yMin / yStep) * yStep;
+  yMax = std::ceil(yMax / yStep) * yStep;
+  double xStep = niceStep(xMax, 8);
+  xMax = std::ceil(xMax / xStep) * xStep;
+
+  auto x = [&](double step) { return left + step / xMax * plotW; };
+  auto y = [&](double v) { return top + (yMax - v) / (yMax - yMin) * plotH; };
+
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << llvm::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
+                     "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+                     "font-family=\"sans-serif\" font-size=\"12\">\n",
+                     width, height, width, height);
+  os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::string escaped;
+  for (char c : title)
+    escaped += c == '<' ? "&lt;" : c == '&' ? "&amp;" : std::string(1, c);
+  os << llvm::format("<text x=\"%.1f\" y=\"24\" font-size=\"15\" "
+                     "text-anchor=\"middle\">loss: %s</text>\n",
+                     left + plotW / 2, escaped.c_str());
+  // Grid, ticks and their labels.
+  for (double v = yMin; v <= yMax + yStep * 1e-6; v += yStep) {
+    os << llvm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                       "stroke=\"#e4e4e4\"/>\n",
+                       left, y(v), left + plotW, y(v));
+    os << llvm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s"
+                       "</text>\n",
+                       left - 8, y(v) + 4, formatTick(v, yStep).c_str());
+  }
+  for (double s = 0; s <= xMax + xStep * 1e-6; s += xStep) {
+    os << llvm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                       "stroke=\"#e4e4e4\"/>\n",
+                       x(s), top, x(s), top + plotH);
+    os << llvm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">"
+                       "%s</text>\n",
+                       x(s), top + plotH + 18, formatTick(s, xStep).c_str());
+  }
+  os << llvm::format("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                     "height=\"%.1f\" fill=\"none\" stroke=\"#333\"/>\n",
+                     left, top, plotW, plotH);
+  os << llvm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">"
+                     "step</text>\n",
+                     left + plotW / 2, height - 14);
+  os << llvm::format("<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" "
+                     "transform=\"rotate(-90 16 %.1f)\">loss (nats/token)"
+                     "</text>\n",
+                     top + plotH / 2, top + plotH / 2);
+  // The curves.
+  auto polyline = [&](llvm::ArrayRef<MetricPoint> series, const char *color,
+                      bool markers) {
+    if (series.empty())
+      return;
+    os << "<polyline fill=\"none\" stroke=\"" << color
+       << "\" stroke-width=\"1.8\" points=\"";
+    for (const MetricPoint &p : series)
+      os << llvm::format("%.1f,%.1f ", x(p.step), y(p.value));
+    os << "\"/>\n";
+    if (markers)
+      for (const MetricPoint &p : series)
+        os << llvm::format("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" "
+                           "fill=\"%s\"/>\n",
+                           x(p.step), y(p.value), color);
+  };
+  polyline(train, "#1f77b4", false);
+  polyline(val, "#ff7f0e", true);
+  // Legend.
+  double lx = left + plotW - 150, ly = top + 14;
+  os << llvm::format("<rect x=\"%.1f\" y=\"%.1f\" width=\"140\" height=\"44\" "
+                     "fill=\"white\" stroke=\"#999\"/>\n",
+                     lx, ly - 10);
+  os << llvm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                     "stroke=\"#1f77b4\" stroke-width=\"2\"/><text x=\"%.1f\" "
+                     "y=\"%.1f\">train</text>\n",
+                     lx + 8, ly + 2, lx + 32, ly + 2, lx + 40, ly + 6);
+  os << llvm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                     "stroke=\"#ff7f0e\" stroke-width=\"2\"/><circle "
+                     "cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#ff7f0e\"/>"
+                     "<text x=\"%.1f\" y=\"%.1f\">validation</text>\n",
+                     lx + 8, ly + 22, lx + 32, ly + 22, lx + 20, ly + 22,
+                     lx + 40, ly + 26);
+  os << "</svg>\n";
+  return out;
+}

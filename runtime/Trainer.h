@@ -1,0 +1,150 @@
+// The training loop of `llmc run`: per step, gradient accumulation over
+// micro-batches through the grad-step program, the learning rate from the
+// schedule and the update-step program; progress lines, metrics
+// (OUT/metrics.jsonl), evaluation with a text sample, the loss plot
+// (OUT/loss.svg) and checkpoints (OUT/checkpoints/). No MLIR: the programs
+// come compiled, the data through callbacks.
+#ifndef LLMC_RUNTIME_TRAINER_H
+#define LLMC_RUNTIME_TRAINER_H
+
+#include "runtime/Checkpoint.h"
+#include "runtime/Executor.h"
+#include "runtime/PersistentStore.h"
+#include "runtime/Schedule.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace llmc::runtime {
+
+struct TrainerOptions {
+  BatchSchedule batches;
+  LrSchedule schedule;
+  /// AdamW's bias corrections need the betas; SGD has none.
+  bool adamw = true;
+  double beta1 = 0.9, beta2 = 0.95;
+  int64_t maxSteps = 1;
+  int64_t logInterval = 10;
+  int64_t evalInterval = 0; // 0: at the end only
+  int64_t evalSteps = 0;
+  int64_t sampleTokens = 0;
+  int64_t checkpointInterval = 0; // 0: at the end only
+  int64_t keepCheckpoints = 0;    // 0: keep all
+  uint64_t seed = 1337;
+  /// Where metrics.jsonl, loss.svg and checkpoints/ go (must exist).
+  std::string outDir;
+  /// Stored in checkpoints; a resume must match them.
+  std::map<std::string, std::string> configSections;
+  /// Progress lines and samples; null: quiet.
+  llvm::raw_ostream *log = nullptr;
+};
+
+/// The data, through callbacks (the command adapts its loader).
+struct TrainerData {
+  /// The next micro-batch of [microBatch, seqLen] tokens and targets; rows
+  /// are cut to `seqLen` when it is below the full length (sequence-length
+  /// warmup truncates, as DeepSpeed's curriculum does).
+  std::function<void(int64_t seqLen, std::vector<int32_t> &tokens,
+                     std::vector<int32_t> &targets)>
+      next;
+  /// The loader's position as JSON text, and back.
+  std::function<std::string()> savePosition;
+  std::function<llvm::Error(llvm::StringRef)> restorePosition;
+  /// Validation batch `index` (< valBatches), full length.
+  std::function<void(int64_t index, std::vector<int32_t> &tokens,
+                     std::vector<int32_t> &targets)>
+      valBatch;
+  int64_t valBatches = 0;
+  /// Samples start from this context and are decoded token by token.
+  std::vector<int32_t> samplePrompt;
+  std::function<std::string(int32_t)> decode;
+};
+
+/// The compiled programs, all bound to one PersistentStore.
+struct TrainerPrograms {
+  /// The grad step for a sequence length (called once per length; the
+  /// trainer caches what it returns).
+  std::function<llvm::Expected<std::unique_ptr<CpuExecutor>>(int64_t seqLen)>
+      gradStepFor;
+  std::unique_ptr<CpuExecutor> updateStep;
+  /// @forward at the full length without dropout: evaluation.
+  std::unique_ptr<CpuExecutor> eval;
+  /// The same for one sequence, for samples (null: `eval` samples).
+  std::unique_ptr<CpuExecutor> sampler;
+};
+
+/// One logged training step or evaluation, as metrics.jsonl holds it.
+struct MetricPoint {
+  int64_t step = 0;
+  double value = 0; // loss or val_loss
+};
+
+class Trainer {
+public:
+  Trainer(TrainerOptions options, TrainerPrograms programs, TrainerData data,
+          std::shared_ptr<PersistentStore> store);
+
+  /// Continues from `checkpoint`: restores tensors, step, counters and the
+  /// loader; keeps the metrics of earlier steps (later lines, from a run
+  /// that went on past the checkpoint, are dropped). The config must match
+  /// (the error names what differs).
+  llvm::Error resume(const Checkpoint &checkpoint, llvm::StringRef source);
+
+  /// Trains until maxSteps.
+  llvm::Error run();
+
+  /// The state a checkpoint holds now.
+  llvm::Expected<Checkpoint> checkpoint() const;
+
+  int64_t step() const { return currentStep; }
+  /// Losses of the logged steps and evaluations of the run so far.
+  const std::vector<MetricPoint> &trainLosses() const { return trainPoints; }
+  const std::vector<MetricPoint> &valLosses() const { return valPoints; }
+
+private:
+  llvm::Expected<CpuExecutor *> gradStep(int64_t seqLen);
+  llvm::Expected<double> evaluate(std::string &sample);
+  llvm::Error writeCheckpointNow();
+  llvm::Error appendMetrics(const std::string &line);
+  llvm::Error writePlot();
+
+  TrainerOptions options;
+  TrainerPrograms programs;
+  TrainerData data;
+  std::shared_ptr<PersistentStore> store;
+  std::map<int64_t, std::unique_ptr<CpuExecutor>> gradSteps;
+  int64_t currentStep = 0;
+  int64_t consumedSamples = 0;
+  int64_t consumedTokens = 0;
+  double lastLr = 0;
+  std::vector<MetricPoint> trainPoints, valPoints;
+  std::vector<std::string> keptMetricLines; // from before a resume
+  bool metricsStarted = false;
+};
+
+/// The loss curves as a standalone SVG: axes with ticks, the training loss
+/// (logged steps) and the validation loss (evaluations), a legend.
+std::string renderLossPlot(llvm::ArrayRef<MetricPoint> train,
+                           llvm::ArrayRef<MetricPoint> val,
+                           llvm::StringRef title);
+
+/// Reads metrics.jsonl as a run resumed at `beforeStep` keeps it: the lines
+/// (training steps and evaluations) of steps below `beforeStep`, and their
+/// training and validation losses. Later lines come from a run that went on
+/// past the checkpoint; the resumed run writes them again.
+void readMetricLines(llvm::StringRef text, int64_t beforeStep,
+                     std::vector<std::string> &kept,
+                     std::vector<MetricPoint> &train,
+                     std::vector<MetricPoint> &val);
+
+} // namespace llmc::runtime
+
+#endif // LLMC_RUNTIME_TRAINER_H

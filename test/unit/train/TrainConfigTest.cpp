@@ -1,0 +1,282 @@
+// The training config: YAML, flag overrides, the help table and every
+// error message.
+#include "frontend/TrainConfig.h"
+
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using namespace mlir::llmc;
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+
+namespace {
+const char *kConfig = R"(model:
+  n_layer: 2
+  n_head: 4
+  n_embd: 64
+  seq_len: 64
+  vocab_size: 256
+optimizer:
+  name: adamw
+  lr: 1e-3
+  betas: [0.9, 0.99]
+  weight_decay: 0.05
+  grad_clip: 0.5
+schedule:
+  name: cosine
+  warmup_steps: 10
+  min_lr: 1e-4
+global_batch_size: 16
+micro_batch_size: 4
+seq_len: 32
+max_steps: 200
+data:
+  train: [a.txt, "shards/*.bin"]
+  val_fraction: 0.1
+eval_interval: 50
+seed: 7
+out: runs/x
+)";
+
+llvm::Expected<TrainingConfig> parse(const std::string &text,
+                                     std::vector<std::string> flags = {}) {
+  return parseTrainingConfig(text, "t.yaml", "", flags);
+}
+
+std::string errorOf(const std::string &text,
+                    std::vector<std::string> flags = {}) {
+  llvm::Expected<TrainingConfig> config = parse(text, flags);
+  if (config)
+    return "(no error)";
+  return llvm::toString(config.takeError());
+}
+
+std::string with(const std::string &replace, const std::string &by) {
+  std::string text = kConfig;
+  size_t at = text.find(replace);
+  EXPECT_NE(at, std::string::npos) << replace;
+  return text.replace(at, replace.size(), by);
+}
+} // namespace
+
+TEST(TrainConfigTest, ParsesEveryPart) {
+  llvm::Expected<TrainingConfig> c = parse(kConfig);
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  EXPECT_EQ(c->model.nLayer, 2);
+  EXPECT_EQ(c->model.vocabSize, 256);
+  EXPECT_EQ(c->optimizer.kind, ::llmc::OptimizerConfig::Kind::AdamW);
+  EXPECT_DOUBLE_EQ(c->schedule.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(c->optimizer.beta2, 0.99);
+  EXPECT_DOUBLE_EQ(c->optimizer.weightDecay, 0.05);
+  EXPECT_DOUBLE_EQ(c->optimizer.maxGradNorm, 0.5);
+  EXPECT_EQ(c->schedule.kind, ::llmc::runtime::LrSchedule::Kind::Cosine);
+  EXPECT_EQ(c->schedule.warmupSteps, 10);
+  EXPECT_EQ(c->schedule.decaySteps, 200); // defaults to max_steps
+  EXPECT_EQ(c->globalBatchSize, 16);
+  EXPECT_EQ(c->microBatchSize, 4);
+  EXPECT_EQ(c->seqLen, 32);
+  EXPECT_EQ(c->maxSteps, 200);
+  // Paths become absolute (relative ones against the config's directory,
+  // here the working directory).
+  ASSERT_EQ(c->data.train.size(), 2u);
+  EXPECT_TRUE(llvm::sys::path::is_absolute(c->data.train[0]));
+  EXPECT_THAT(c->data.train[0], EndsWith("/a.txt"));
+  EXPECT_THAT(c->data.train[1], EndsWith("/shards/*.bin"));
+  EXPECT_DOUBLE_EQ(c->data.valFraction, 0.1);
+  EXPECT_EQ(c->data.tokenizer, "byte");
+  EXPECT_EQ(c->seed, 7u);
+  EXPECT_EQ(c->out, "runs/x");
+}
+
+TEST(TrainConfigTest, FlagsOverrideTheFile) {
+  llvm::Expected<TrainingConfig> c =
+      parse(kConfig, {"--lr", "3e-4", "--max-steps=50", "--min-lr", "1e-5",
+                      "--warmup-steps", "5", "--optimizer", "sgd",
+                      "--momentum", "0.8", "--nesterov", "--train",
+                      "b.txt,c.txt", "--schedule", "linear", "--out", "o",
+                      "--batch-size-rampup-start", "4",
+                      "--batch-size-rampup-increment", "4",
+                      "--batch-size-rampup-samples", "100", "--seed", "9",
+                      "--optimizer-eps", "1e-6"});
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  EXPECT_DOUBLE_EQ(c->schedule.lr, 3e-4);
+  EXPECT_EQ(c->maxSteps, 50);
+  EXPECT_EQ(c->schedule.decaySteps, 50);
+  EXPECT_DOUBLE_EQ(c->schedule.minLr, 1e-5);
+  EXPECT_EQ(c->schedule.warmupSteps, 5);
+  EXPECT_EQ(c->optimizer.kind, ::llmc::OptimizerConfig::Kind::SGD);
+  EXPECT_DOUBLE_EQ(c->optimizer.momentum, 0.8);
+  EXPECT_TRUE(c->optimizer.nesterov);
+  EXPECT_DOUBLE_EQ(c->optimizer.epsilon, 1e-6);
+  ASSERT_EQ(c->data.train.size(), 2u);
+  EXPECT_THAT(c->data.train[0], EndsWith("/b.txt"));
+  EXPECT_THAT(c->data.train[1], EndsWith("/c.txt"));
+  EXPECT_EQ(c->schedule.kind, ::llmc::runtime::LrSchedule::Kind::Linear);
+  EXPECT_EQ(c->out, "o");
+  EXPECT_EQ(c->batchRampup.start, 4);
+  EXPECT_EQ(c->batchRampup.samples, 100);
+  EXPECT_EQ(c->seed, 9u);
+}
+
+TEST(TrainConfigTest, MaxTokensBecomesSteps) {
+  llvm::Expected<TrainingConfig> c =
+      parse(with("max_steps: 200", "max_tokens: 1e5"));
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  // 16 x 32 = 512 tokens a step.
+  EXPECT_EQ(c->maxSteps, (100000 + 511) / 512);
+}
+
+TEST(TrainConfigTest, ScalarSectionsAndPresets) {
+  llvm::Expected<TrainingConfig> c = parse(
+      "model: gpt2\noptimizer: sgd\nschedule: constant\nmax_steps: 3\n"
+      "data: {train: [x.txt]}\nseq_len: 128\n");
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  EXPECT_EQ(c->model.nLayer, 12);
+  EXPECT_EQ(c->optimizer.kind, ::llmc::OptimizerConfig::Kind::SGD);
+  EXPECT_EQ(c->schedule.kind, ::llmc::runtime::LrSchedule::Kind::Constant);
+  EXPECT_EQ(c->globalBatchSize, c->microBatchSize);
+  EXPECT_EQ(c->out, "runs/t");
+}
+
+TEST(TrainConfigTest, DropoutOverridesTheModel) {
+  llvm::Expected<TrainingConfig> c = parse(kConfig, {"--dropout", "0.1"});
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  EXPECT_DOUBLE_EQ(c->model.dropout, 0.1);
+}
+
+TEST(TrainConfigTest, PrintedConfigReadsBack) {
+  llvm::Expected<TrainingConfig> c = parse(kConfig, {"--dropout", "0.1"});
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  printTrainingConfig(*c, os);
+  llvm::Expected<TrainingConfig> back = parse(text);
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError()) << "\n" << text;
+  EXPECT_EQ(resumeSections(*c), resumeSections(*back));
+  EXPECT_EQ(back->maxSteps, c->maxSteps);
+  EXPECT_EQ(back->evalInterval, c->evalInterval);
+}
+
+TEST(TrainConfigTest, ResumeSectionsIgnoreStepsAndOutput) {
+  llvm::Expected<TrainingConfig> a = parse(kConfig);
+  llvm::Expected<TrainingConfig> b =
+      parse(kConfig, {"--max-steps", "400", "--out", "elsewhere",
+                      "--eval-interval", "7", "--checkpoint-interval", "3"});
+  llvm::Expected<TrainingConfig> c = parse(kConfig, {"--lr", "2e-3"});
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(resumeSections(*a), resumeSections(*b));
+  EXPECT_NE(resumeSections(*a)["optimizer"], resumeSections(*c)["optimizer"]);
+  EXPECT_EQ(resumeSections(*a)["model"], resumeSections(*c)["model"]);
+}
+
+TEST(TrainConfigTest, HelpListsEveryKeyAndItsFlag) {
+  std::string help;
+  llvm::raw_string_ostream os(help);
+  printTrainingConfigHelp(os);
+  for (const char *expected :
+       {"--lr X", "--min-lr X", "--warmup-steps N", "--decay-steps N",
+        "--optimizer adamw|sgd", "--schedule", "--betas", "--grad-clip",
+        "--global-batch-size N", "--micro-batch-size N",
+        "--batch-size-rampup-start N", "--seq-len-warmup-steps N",
+        "--max-steps N", "--max-tokens N", "--train FILE", "--val FILE",
+        "--val-fraction X", "--tokenizer", "--eval-interval N",
+        "--eval-steps N", "--sample-tokens N", "--checkpoint-interval N",
+        "--keep-checkpoints K", "--seed N", "--precision fp32", "--dropout X",
+        "--threads N", "--out DIR", "--init-from FILE", "optimizer.lr",
+        "schedule.min_lr", "data.train", "batch_size_rampup.samples"})
+    EXPECT_THAT(help, HasSubstr(expected));
+  // Every flag the help shows is accepted.
+  EXPECT_TRUE(isTrainingConfigFlag("lr"));
+  EXPECT_TRUE(isTrainingConfigFlag("optimizer-lr"));
+  EXPECT_TRUE(isTrainingConfigFlag("max-steps=3"));
+  EXPECT_FALSE(isTrainingConfigFlag("resume"));
+}
+
+TEST(TrainConfigTest, Errors) {
+  struct Case {
+    std::string text;
+    std::vector<std::string> flags;
+    std::string expected;
+  };
+  std::vector<Case> cases = {
+      {with("  lr: 1e-3", "  lrr: 1e-3"), {},
+       "t.yaml:9:3: error: optimizer: unknown key 'lrr' (did you mean 'lr'?)"},
+      {with("max_steps: 200", "max_step: 200"), {},
+       "t.yaml:20:1: error: unknown key 'max_step' (did you mean "
+       "'max_steps'?)"},
+      {with("lr: 1e-3", "lr: fast"), {},
+       "t.yaml:9:7: error: optimizer.lr: expected a number, got 'fast'"},
+      {kConfig + std::string("precision: fp16\n"), {},
+       "precision: 'fp16' is not supported yet: llmc trains in fp32 for now; "
+       "mixed precision comes with the AMP pass"},
+      {kConfig, {"--precision", "bf16"},
+       "--precision: 'bf16' is not supported yet"},
+      {kConfig + std::string("precision: fp64\n"), {},
+       "unknown precision 'fp64'; expected fp32"},
+      {kConfig, {"--lrr", "1"}, "unknown option '--lrr' (did you mean '--lr'?)"},
+      {kConfig, {"--max-steps"}, "--max-steps: missing value (N)"},
+      {kConfig, {"--max-steps", "-3"},
+       "--max-steps: expected a positive integer, got '-3'"},
+      {kConfig, {"--max-steps", "0"}, "--max-steps: expected a positive integer, got '0'"},
+      {kConfig, {"--global-batch-size", "10"},
+       "--global-batch-size: 10 is not a multiple of micro_batch_size (4)"},
+      {kConfig, {"--max-tokens", "1000"},
+       "--max-tokens: give max_steps or max_tokens, not both"},
+      {with("max_steps: 200\n", ""), {},
+       "t.yaml: error: max_steps: missing: max_steps or max_tokens"},
+      {kConfig, {"--min-lr", "0.1"}, "--min-lr: 0.1 is above lr (0.001)"},
+      {kConfig, {"--seq-len", "65"},
+       "--seq-len: 65 is longer than the model's seq_len (64)"},
+      {kConfig, {"--betas", "0.9"}, "--betas: expected two numbers"},
+      {kConfig, {"--betas", "0.9,1.5"}, "1.5 is out of range; expected a value in [0, 1)"},
+      {kConfig, {"--dropout", "1"}, "--dropout: 1 is out of range"},
+      {kConfig, {"--optimizer", "lamb"},
+       "--optimizer: unknown optimizer 'lamb'; expected adamw or sgd"},
+      {kConfig, {"--schedule", "cosine_restarts"},
+       "--schedule: unknown schedule 'cosine_restarts'"},
+      {kConfig, {"--nesterov", "maybe"}, "--nesterov: expected true or false"},
+      {kConfig, {"--decay-steps", "5"}, "--decay-steps: 5 is below warmup_steps (10)"},
+      {kConfig, {"--batch-size-rampup-start", "4"},
+       "batch_size_rampup.increment: missing"},
+      {kConfig,
+       {"--batch-size-rampup-start", "6", "--batch-size-rampup-increment", "2"},
+       "must be multiples of micro_batch_size (4)"},
+      {kConfig,
+       {"--batch-size-rampup-start", "4", "--batch-size-rampup-increment", "8"},
+       "global_batch_size - start = 12 is not a multiple of the increment (8)"},
+      {kConfig, {"--seq-len-warmup-steps", "10"}, "seq_len_warmup.start: missing"},
+      {kConfig, {"--seq-len-warmup-steps", "10", "--seq-len-warmup-start", "40"},
+       "--seq-len-warmup-start: 40 is longer than seq_len (32)"},
+      {kConfig, {"--val", "v.txt"}, "give val files or val_fraction, not both"},
+      {kConfig, {"--model", "gpt5"},
+       "--model: 'gpt5' is neither a model file (.yaml, .mlir) nor a preset"},
+      {kConfig, {"--model", "missing/model.yaml"},
+       "missing/model.yaml'"},
+      {kConfig, {"--init-from", "missing.bin"}, "--init-from: no such file '"},
+      {with("  n_embd: 64", "  n_embd: 70"), {},
+       "t.yaml:4:11: error: n_embd: 70 is not divisible by n_head (4)"},
+      {with("data:\n  train: [a.txt, \"shards/*.bin\"]\n  val_fraction: 0.1\n",
+            "data: {val_fraction: 0.1}\n"),
+       {},
+       "data.train: missing: the training data files"},
+      {with("optimizer:\n  name: adamw\n  lr: 1e-3\n  betas: [0.9, 0.99]\n"
+            "  weight_decay: 0.05\n  grad_clip: 0.5\n",
+            "optimizer: [1]\n"),
+       {},
+       "optimizer: expected a mapping, got a sequence"},
+      {kConfig + std::string("seed: 8\n"), {},
+       "t.yaml:27:1: error: seed: duplicate key (first given on line 25)"},
+      {"model: [gpt2\n", {}, "t.yaml:"},
+      {"- 1\n", {}, "expected a mapping of training config keys"},
+      {with("  train: [a.txt, \"shards/*.bin\"]", "  train: [[a]]"), {},
+       "data.train: expected a list of scalars, got a sequence in it"},
+      {kConfig, {"stray"}, "unexpected argument 'stray'"},
+  };
+  for (const Case &c : cases)
+    EXPECT_THAT(errorOf(c.text, c.flags), HasSubstr(c.expected))
+        << "flags: " << (c.flags.empty() ? "" : c.flags[0]) << "\n"
+        << c.text;
+}

@@ -1,0 +1,532 @@
+// llmc run: trains a model from a training config. Parses its own command
+// line (every config key is a flag), reads the data, builds and compiles
+// the training step (one grad step per sequence length, cached), restores
+// a checkpoint or initializes the weights and runs the Trainer.
+#include "codegen/KernelToCpu/KernelToCpu.h"
+#include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "codegen/Training.h"
+#include "frontend/Dataset.h"
+#include "frontend/GptBuilder.h"
+#include "frontend/ModelInfo.h"
+#include "frontend/Tokenizer.h"
+#include "frontend/TrainConfig.h"
+#include "ir/LlmcDialect.h"
+#include "passes/Passes.h"
+#include "passes/Pipelines.h"
+#include "runtime/AtomicFile.h"
+#include "runtime/Checkpoint.h"
+#include "runtime/Generate.h"
+#include "runtime/Trainer.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/WithColor.h"
+
+#include <chrono>
+
+using namespace mlir;
+using namespace mlir::llmc;
+namespace rt = ::llmc::runtime;
+namespace data = ::llmc::data;
+
+namespace {
+
+int fail(const llvm::Twine &message) {
+  std::string text = message.str();
+  // Config errors come formatted ("file:line:col: error: ...").
+  if (llvm::StringRef(text).contains(": error: ")) {
+    llvm::errs() << llvm::StringRef(text).rtrim() << "\n";
+    return 1;
+  }
+  llvm::WithColor::error(llvm::errs(), "llmc run") << text << "\n";
+  return 1;
+}
+int fail(llvm::Error error) { return fail(llvm::toString(std::move(error))); }
+
+void printUsage(llvm::raw_ostream &os) {
+  os << "usage: llmc run CONFIG.yaml [--resume[=CHECKPOINT]] [--KEY VALUE "
+        "...]\n\n"
+        "Trains the model of a training config on the CPU: writes "
+        "OUT/metrics.jsonl (one JSON\nobject per logged step and per "
+        "evaluation), OUT/loss.svg (the loss curves),\n"
+        "OUT/checkpoints/step-NNNNNN.ckpt and OUT/config.yaml (the resolved "
+        "config).\n\n"
+        "Options:\n"
+        "  --resume              continue from the latest checkpoint in OUT\n"
+        "  --resume=CHECKPOINT   continue from this checkpoint file\n"
+        "  --print-config        print the resolved config and exit\n"
+        "  --help                this text\n\n";
+  printTrainingConfigHelp(os);
+}
+
+std::string joinPath(llvm::StringRef dir, llvm::StringRef name) {
+  llvm::SmallString<256> path(dir);
+  llvm::sys::path::append(path, name);
+  return std::string(path);
+}
+
+void registerDialects(MLIRContext &context) {
+  DialectRegistry registry;
+  registry.insert<LlmcDialect, func::FuncDialect>();
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+  context.printOpOnDiagnostic(false);
+}
+
+/// Builds the modules a run compiles: @forward for (micro-batch, length),
+/// from the config or (one length only) the .mlir file.
+class ModelSource {
+public:
+  ModelSource(MLIRContext &context, const TrainingConfig &config,
+              std::shared_ptr<llvm::SourceMgr> sourceMgr)
+      : context(context), config(config), sourceMgr(std::move(sourceMgr)) {}
+
+  /// `batch` 0: the micro-batch size.
+  llvm::Expected<OwningOpRef<ModuleOp>> build(int64_t seqLen, bool withDropout,
+                                              int64_t batch = 0) {
+    if (config.modelMlirPath.empty()) {
+      ModelConfig model = config.model;
+      if (!withDropout)
+        model.dropout = 0;
+      return buildForwardModule(
+          context, model, {batch ? batch : config.microBatchSize, seqLen});
+    }
+    std::string error;
+    std::unique_ptr<llvm::MemoryBuffer> buffer =
+        openInputFile(config.modelMlirPath, &error);
+    if (!buffer)
+      return llvm::createStringError("cannot read '" + config.modelMlirPath +
+                                     "': " + error);
+    sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
+    OwningOpRef<ModuleOp> module =
+        parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+    if (!module)
+      return llvm::createStringError(config.modelMlirPath +
+                                     ": cannot parse the model");
+    PassManager pm(&context);
+    pm.addPass(createVerifyLegalityPass());
+    if (failed(pm.run(*module)))
+      return llvm::createStringError(config.modelMlirPath +
+                                     ": not a valid llmc model");
+    ModelInfo info = getModelInfo(*module);
+    llvm::ArrayRef<int64_t> shape = info.tokens.getShape();
+    if (shape.size() != 2 || shape[0] != config.microBatchSize ||
+        shape[1] != seqLen)
+      return llvm::createStringError(llvm::formatv(
+          "{0}: @forward takes tokens [{1}], the config trains [{2}, {3}] "
+          "(micro_batch_size, seq_len)",
+          config.modelMlirPath, llvm::make_range(shape.begin(), shape.end()),
+          config.microBatchSize, seqLen));
+    return module;
+  }
+
+private:
+  MLIRContext &context;
+  const TrainingConfig &config;
+  std::shared_ptr<llvm::SourceMgr> sourceMgr;
+};
+
+/// Creates an executor bound to `store`, compiling its kernels or loading
+/// them from the kernel cache.
+llvm::Expected<std::unique_ptr<rt::CpuExecutor>>
+makeExecutor(::llmc::kir::Program program, int threads,
+             std::shared_ptr<rt::PersistentStore> store, llvm::StringRef what) {
+  std::vector<::llmc::kir::Kernel> kernels = program.kernels;
+  ::llmc::cpu::CacheStats stats;
+  auto executor = rt::createCpuExecutor(
+      std::move(program),
+      [&]() { return ::llmc::cpu::compileKernelsToObject(kernels); }, threads,
+      &stats, {}, std::move(store));
+  if (!executor)
+    return executor.takeError();
+  llvm::outs() << llvm::format(
+      "llmc run: %-24s %3zu kernels %s (%.2f s)\n", what.str().c_str(),
+      kernels.size(), stats.hit ? "from the kernel cache" : "JIT-compiled",
+      stats.hit ? stats.loadSeconds : stats.compileSeconds + stats.loadSeconds);
+  if (!stats.warning.empty())
+    llvm::errs() << "llmc run: warning: " << stats.warning << "\n";
+  return executor;
+}
+
+/// Lowers @forward of `module` after the compile pipeline (evaluation
+/// without dropout needs it on its own).
+llvm::Expected<::llmc::kir::Program> compileForward(ModuleOp module) {
+  PassManager pm(module.getContext());
+  buildCompilePipeline(pm);
+  if (failed(pm.run(module)))
+    return llvm::createStringError("the compile pipeline failed");
+  auto forward = module.lookupSymbol<func::FuncOp>("forward");
+  FailureOr<::llmc::kir::Program> program = lowerToProgram(forward);
+  if (failed(program))
+    return llvm::createStringError("lowering @forward failed");
+  return std::move(*program);
+}
+
+std::string jsonText(const llvm::json::Value &value) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << value;
+  return text;
+}
+
+} // namespace
+
+int runTrainCommand(int argc, char **argv) {
+  // argv[0] is "run".
+  std::string configPath, resume;
+  bool resumeLatest = false, printConfig = false;
+  std::vector<std::string> flags;
+  for (int i = 1; i < argc; ++i) {
+    llvm::StringRef arg = argv[i];
+    if (arg == "--help" || arg == "-h" || arg == "-help") {
+      printUsage(llvm::outs());
+      return 0;
+    }
+    if (arg == "--resume") {
+      // `--resume PATH` when PATH is a checkpoint file, else the latest.
+      if (i + 1 < argc && llvm::StringRef(argv[i + 1]).ends_with(".ckpt"))
+        resume = argv[++i];
+      else
+        resumeLatest = true;
+      continue;
+    }
+    if (arg.consume_front("--resume=")) {
+      resume = arg.str();
+      continue;
+    }
+    if (arg == "--print-config") {
+      printConfig = true;
+      continue;
+    }
+    if (arg.starts_with("-")) {
+      flags.push_back(arg.str());
+      bool hasValue = arg.contains('=');
+      if (!hasValue && i + 1 < argc &&
+          !llvm::StringRef(argv[i + 1]).starts_with("--"))
+        flags.push_back(argv[++i]);
+      continue;
+    }
+    if (!configPath.empty())
+      return fail("more than one config given ('" + configPath + "', '" +
+                  arg + "'); usage: llmc run CONFIG.yaml [--KEY VALUE ...]");
+    configPath = arg.str();
+  }
+  if (configPath.empty()) {
+    printUsage(llvm::errs());
+    return fail("no training config given");
+  }
+
+  // 1. The config; nothing is written before it, the data, the checkpoint
+  //    and the compiled programs are all known to be good.
+  llvm::Expected<TrainingConfig> loaded = loadTrainingConfig(configPath, flags);
+  if (!loaded)
+    return fail(loaded.takeError());
+  TrainingConfig config = std::move(*loaded);
+  if (printConfig) {
+    printTrainingConfig(config, llvm::outs());
+    return 0;
+  }
+
+  // 2. The data.
+  llvm::Expected<std::unique_ptr<data::Tokenizer>> tokenizer =
+      data::loadTokenizer(config.data.tokenizer);
+  if (!tokenizer)
+    return fail(tokenizer.takeError());
+  if (config.modelMlirPath.empty() &&
+      (*tokenizer)->vocabSize() > config.model.vocabSize)
+    return fail(llvm::formatv("the tokenizer ({0}) has {1} tokens, more than "
+                              "the model's vocab_size ({2})",
+                              (*tokenizer)->describe(),
+                              (*tokenizer)->vocabSize(),
+                              config.model.vocabSize)
+                    .str());
+  data::DataOptions dataOptions;
+  dataOptions.trainFiles = config.data.train;
+  dataOptions.valFiles = config.data.val;
+  dataOptions.valFraction = config.data.valFraction;
+  llvm::Expected<data::TokenSplits> splits =
+      data::loadTokenSplits(dataOptions, **tokenizer);
+  if (!splits)
+    return fail(splits.takeError());
+  auto trainTokens =
+      std::make_shared<const std::vector<int32_t>>(std::move(splits->train));
+  auto valTokens =
+      std::make_shared<const std::vector<int32_t>>(std::move(splits->val));
+  llvm::Expected<data::BatchLoader> trainLoader = data::BatchLoader::create(
+      trainTokens, config.microBatchSize, config.seqLen, config.seed,
+      /*shuffle=*/true);
+  if (!trainLoader)
+    return fail("training data: " + llvm::toString(trainLoader.takeError()));
+  auto train = std::make_shared<data::BatchLoader>(std::move(*trainLoader));
+  std::shared_ptr<data::BatchLoader> val;
+  if (int64_t(valTokens->size()) > config.microBatchSize * config.seqLen) {
+    llvm::Expected<data::BatchLoader> valLoader = data::BatchLoader::create(
+        valTokens, config.microBatchSize, config.seqLen, config.seed,
+        /*shuffle=*/false);
+    if (!valLoader)
+      return fail("validation data: " +
+                  llvm::toString(valLoader.takeError()));
+    val = std::make_shared<data::BatchLoader>(std::move(*valLoader));
+  } else if (config.evalSteps > 0) {
+    llvm::errs() << "llmc run: warning: "
+                 << (valTokens->empty()
+                         ? "no validation data (set data.val or "
+                           "data.val_fraction)"
+                         : "too little validation data for one batch")
+                 << "; no validation loss\n";
+  }
+
+  // 3. The checkpoint to resume from, checked before anything is compiled.
+  std::string checkpointDir = joinPath(config.out, "checkpoints");
+  std::optional<rt::Checkpoint> checkpoint;
+  std::map<std::string, std::string> sections = resumeSections(config);
+  if (resumeLatest && resume.empty()) {
+    std::vector<std::string> found = rt::listCheckpoints(checkpointDir);
+    if (found.empty())
+      return fail("--resume: no checkpoint in '" + checkpointDir + "'");
+    resume = found.back();
+  }
+  if (!resume.empty()) {
+    llvm::Expected<rt::Checkpoint> read = rt::readCheckpoint(resume);
+    if (!read)
+      return fail(read.takeError());
+    std::string difference =
+        rt::describeConfigDifference(read->config, sections);
+    if (!difference.empty())
+      return fail(resume +
+                  ": cannot resume: the config differs from the one the "
+                  "checkpoint was trained with:\n" +
+                  llvm::StringRef(difference).rtrim() +
+                  "\n(model, optimizer and data must match; steps, "
+                  "intervals and the output directory may change)");
+    checkpoint = std::move(*read);
+  } else if (!rt::listCheckpoints(checkpointDir).empty()) {
+    return fail("'" + config.out +
+                "' already holds checkpoints of a run; continue it with "
+                "--resume or choose another --out");
+  }
+
+  // 4. Compile: the training step at the full length, evaluation without
+  //    dropout, and grad steps for shorter lengths when they are needed.
+  MLIRContext context;
+  registerDialects(context);
+  auto sourceMgr = std::make_shared<llvm::SourceMgr>();
+  SourceMgrDiagnosticHandler diagnostics(*sourceMgr, &context);
+  ModelSource source(context, config, sourceMgr);
+  auto store = std::make_shared<rt::PersistentStore>();
+  int threads = int(config.threads);
+
+  auto compileStart = std::chrono::steady_clock::now();
+  llvm::Expected<OwningOpRef<ModuleOp>> module =
+      source.build(config.seqLen, /*withDropout=*/true);
+  if (!module)
+    return fail(module.takeError());
+  ModelInfo info = getModelInfo(**module);
+  llvm::Expected<::llmc::TrainingPrograms> programs =
+      ::llmc::compileTraining(**module, config.optimizer);
+  if (!programs)
+    return fail(programs.takeError());
+  std::string modelName = info.name.empty() ? "model" : info.name;
+  llvm::outs() << llvm::formatv(
+      "llmc run: model {0}: {1} parameters in {2} tensors; training step "
+      "built and lowered in {3:f2} s\n",
+      modelName, info.numParameters, info.parameters.size(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                    compileStart)
+          .count());
+
+  auto grad = makeExecutor(std::move(programs->gradStep), threads, store,
+                           llvm::formatv("grad step (T={0})", config.seqLen).str());
+  if (!grad)
+    return fail(grad.takeError());
+  auto update =
+      makeExecutor(std::move(programs->updateStep), threads, store,
+                   "update step");
+  if (!update)
+    return fail(update.takeError());
+  ::llmc::kir::Program evalProgram = std::move(programs->forward);
+  bool dropout = config.modelMlirPath.empty() && config.model.dropout > 0;
+  if (dropout) {
+    llvm::Expected<OwningOpRef<ModuleOp>> evalModule =
+        source.build(config.seqLen, /*withDropout=*/false);
+    if (!evalModule)
+      return fail(evalModule.takeError());
+    llvm::Expected<::llmc::kir::Program> lowered = compileForward(**evalModule);
+    if (!lowered)
+      return fail(lowered.takeError());
+    evalProgram = std::move(*lowered);
+  }
+  auto eval = makeExecutor(std::move(evalProgram), threads, store,
+                           "forward (evaluation)");
+  if (!eval)
+    return fail(eval.takeError());
+  // Samples draw one sequence at a time: a forward for one sequence saves
+  // running the whole micro-batch per token.
+  std::unique_ptr<rt::CpuExecutor> sampler;
+  if (config.sampleTokens > 0 && config.modelMlirPath.empty() &&
+      config.microBatchSize > 1) {
+    llvm::Expected<OwningOpRef<ModuleOp>> samplerModule =
+        source.build(config.seqLen, /*withDropout=*/false, /*batch=*/1);
+    if (!samplerModule)
+      return fail(samplerModule.takeError());
+    llvm::Expected<::llmc::kir::Program> lowered =
+        compileForward(**samplerModule);
+    if (!lowered)
+      return fail(lowered.takeError());
+    auto created = makeExecutor(std::move(*lowered), threads, store,
+                                "forward (samples)");
+    if (!created)
+      return fail(created.takeError());
+    sampler = std::move(*created);
+  }
+
+  // 5. Weights: a checkpoint, --init-from, or the seeded initialization.
+  if (!checkpoint)
+    if (llvm::Error err =
+            rt::loadWeights(**eval, config.initFrom, config.seed))
+      return fail(std::move(err));
+
+  // 6. The trainer.
+  rt::TrainerOptions options;
+  options.batches = config.batchSchedule();
+  options.schedule = config.schedule;
+  options.adamw =
+      config.optimizer.kind == ::llmc::OptimizerConfig::Kind::AdamW;
+  options.beta1 = config.optimizer.beta1;
+  options.beta2 = config.optimizer.beta2;
+  options.maxSteps = config.maxSteps;
+  options.logInterval = config.logInterval;
+  options.evalInterval = config.evalInterval;
+  options.evalSteps = val ? config.evalSteps : 0;
+  options.sampleTokens = config.sampleTokens;
+  options.checkpointInterval = config.checkpointInterval;
+  options.keepCheckpoints = config.keepCheckpoints;
+  options.seed = config.seed;
+  options.outDir = config.out;
+  options.configSections = sections;
+  options.log = &llvm::outs();
+
+  rt::TrainerData trainerData;
+  int64_t fullSeqLen = config.seqLen;
+  trainerData.next = [train, fullSeqLen](int64_t seqLen,
+                                         std::vector<int32_t> &tokens,
+                                         std::vector<int32_t> &targets) {
+    data::Batch batch;
+    train->next(batch);
+    tokens.clear();
+    targets.clear();
+    // Sequence-length warmup reads whole windows and keeps their start.
+    for (int64_t b = 0; b < batch.batch; ++b) {
+      auto row = [&](const std::vector<int32_t> &v) {
+        return llvm::ArrayRef<int32_t>(v).slice(b * fullSeqLen, seqLen);
+      };
+      llvm::append_range(tokens, row(batch.tokens));
+      llvm::append_range(targets, row(batch.targets));
+    }
+  };
+  trainerData.savePosition = [train]() {
+    return jsonText(train->position().toJson());
+  };
+  trainerData.restorePosition = [train](llvm::StringRef text) -> llvm::Error {
+    llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
+    if (!json)
+      return json.takeError();
+    llvm::Expected<data::LoaderPosition> position =
+        data::LoaderPosition::fromJson(*json);
+    if (!position)
+      return position.takeError();
+    return train->setPosition(*position);
+  };
+  if (val) {
+    trainerData.valBatches = val->batchesPerEpoch();
+    trainerData.valBatch = [val](int64_t index, std::vector<int32_t> &tokens,
+                                 std::vector<int32_t> &targets) {
+      llvm::consumeError(val->setPosition(
+          {0, uint64_t(index * val->batch())}));
+      data::Batch batch;
+      val->next(batch);
+      tokens = std::move(batch.tokens);
+      targets = std::move(batch.targets);
+    };
+  }
+  const data::Tokenizer &tok = **tokenizer;
+  if (std::optional<int32_t> eot = tok.endOfTextId())
+    trainerData.samplePrompt = {*eot};
+  else
+    trainerData.samplePrompt = tok.encode("\n");
+  trainerData.decode = [&tok](int32_t id) { return tok.decodeToken(id); };
+
+  rt::TrainerPrograms trainerPrograms;
+  trainerPrograms.updateStep = std::move(*update);
+  trainerPrograms.eval = std::move(*eval);
+  trainerPrograms.sampler = std::move(sampler);
+  auto firstGrad = std::make_shared<std::unique_ptr<rt::CpuExecutor>>(
+      std::move(*grad));
+  trainerPrograms.gradStepFor =
+      [&, firstGrad](int64_t seqLen)
+      -> llvm::Expected<std::unique_ptr<rt::CpuExecutor>> {
+    if (seqLen == config.seqLen && *firstGrad)
+      return std::move(*firstGrad);
+    llvm::Expected<OwningOpRef<ModuleOp>> shorter =
+        source.build(seqLen, /*withDropout=*/true);
+    if (!shorter)
+      return shorter.takeError();
+    llvm::Expected<::llmc::TrainingPrograms> compiled =
+        ::llmc::compileTraining(**shorter, config.optimizer);
+    if (!compiled)
+      return compiled.takeError();
+    return makeExecutor(std::move(compiled->gradStep), threads, store,
+                        llvm::formatv("grad step (T={0})", seqLen).str());
+  };
+
+  rt::Trainer trainer(std::move(options), std::move(trainerPrograms),
+                      std::move(trainerData), store);
+  if (checkpoint) {
+    if (llvm::Error err = trainer.resume(*checkpoint, resume))
+      return fail(std::move(err));
+    llvm::outs() << "llmc run: resumed from " << resume << " at step "
+                 << checkpoint->step << "\n";
+  }
+
+  // 7. Everything checked: now OUT is written.
+  if (std::error_code ec = llvm::sys::fs::create_directories(config.out))
+    return fail("cannot create '" + config.out + "': " + ec.message());
+  {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    printTrainingConfig(config, os);
+    if (llvm::Error err = rt::writeFileAtomically(
+            joinPath(config.out, "config.yaml"),
+            llvm::ArrayRef<uint8_t>(
+                reinterpret_cast<const uint8_t *>(text.data()), text.size())))
+      return fail(std::move(err));
+  }
+  int64_t microBatches = config.globalBatchSize / config.microBatchSize;
+  llvm::outs() << llvm::format(
+      "llmc run: %lld steps of %lld x %lld tokens (%lld micro-batch%s of "
+      "%lld), %s, %s lr %g -> %g; data: %zu train / %zu val tokens (%s); "
+      "out: %s\n",
+      (long long)config.maxSteps, (long long)config.globalBatchSize,
+      (long long)config.seqLen, (long long)microBatches,
+      microBatches == 1 ? "" : "es", (long long)config.microBatchSize,
+      config.optimizer.kind == ::llmc::OptimizerConfig::Kind::AdamW ? "adamw"
+                                                                    : "sgd",
+      rt::stringifyLrScheduleKind(config.schedule.kind).str().c_str(),
+      config.schedule.lr, config.schedule.minLr, trainTokens->size(),
+      valTokens->size(), tok.describe().c_str(), config.out.c_str());
+  if (llvm::Error err = trainer.run())
+    return fail(std::move(err));
+  return 0;
+}
