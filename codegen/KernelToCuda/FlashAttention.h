@@ -1,0 +1,103 @@
+// Flash attention for the CUDA backend: CUDA C++ source of the forward
+// kernel (kir::AttentionStep) and the two backward kernels
+// (kir::AttentionGradStep), from one template parameterized by head size
+// and storage dtype (f32, f16, bf16; f32 accumulation), plus their launch
+// shapes and argument blocks. Like KernelToCuda.h it needs neither MLIR nor
+// the CUDA toolkit; NVRTC compiles the source (runtime/Cuda/Nvrtc.h).
+//
+// Kernel ABI: each kernel takes ONE argument, an argument block passed by
+// value (AttentionForwardArgs / AttentionBackwardArgs below, declared with
+// the same layout in the source as llmc_attn_fwd_args / llmc_attn_bwd_args):
+//   extern "C" __global__ void llmc_flash_fwd_d64_f32(llmc_attn_fwd_args);
+//   extern "C" __global__ void llmc_flash_bwd_dkdv_d64_f32(llmc_attn_bwd_args);
+//   extern "C" __global__ void llmc_flash_bwd_dq_d64_f32(llmc_attn_bwd_args);
+// Views are in elements of the storage type, with a stride per dimension
+// [batch, head, seq, headDim] (lse: [batch, head, seq], always f32).
+//
+// The backward is deterministic: one warp owns each key (dk, dv) and each
+// query row (dq) and sums over the other side in a fixed order; no atomics.
+#ifndef LLMC_CODEGEN_KERNELTOCUDA_FLASHATTENTION_H
+#define LLMC_CODEGEN_KERNELTOCUDA_FLASHATTENTION_H
+
+#include "codegen/KernelIR.h"
+#include "codegen/KernelToCuda/KernelToCuda.h"
+
+#include "llvm/ADT/ArrayRef.h"
+
+#include <cstdint>
+#include <string>
+
+namespace llmc::cuda {
+
+/// Bump with any change to the emitted attention code (cache keys).
+constexpr int kFlashAttentionVersion = 1;
+
+/// One instantiation of the kernels: head size and storage type of q, k,
+/// v, out (and dout, dq, dk, dv).
+struct FlashAttentionVariant {
+  int64_t headDim = 64;
+  kir::DType dtype = kir::DType::F32;
+
+  bool operator==(const FlashAttentionVariant &other) const {
+    return headDim == other.headDim && dtype == other.dtype;
+  }
+};
+
+/// Head sizes the template supports: 1 to kMaxFlashHeadDim (shared memory
+/// holds f32 tiles of [32, headDim + 1]).
+constexpr int64_t kMaxFlashHeadDim = 128;
+
+/// Whether `variant` can be emitted; if not, `why` says why.
+bool isSupported(const FlashAttentionVariant &variant, std::string *why);
+
+/// Kernel names: "llmc_flash_fwd_d64_f32", "llmc_flash_bwd_dkdv_d64_f32",
+/// "llmc_flash_bwd_dq_d64_f32".
+std::string flashForwardName(const FlashAttentionVariant &variant);
+std::string flashBackwardDkDvName(const FlashAttentionVariant &variant);
+std::string flashBackwardDqName(const FlashAttentionVariant &variant);
+
+/// One translation unit with the argument structs, the shared templates and
+/// the three kernels of every variant (duplicates are emitted once).
+/// Self-contained: it needs no prelude, and compiles with NVRTC and with
+/// test/unit/cuda/CudaEmulation.h.
+std::string emitFlashAttentionModule(
+    llvm::ArrayRef<FlashAttentionVariant> variants);
+
+/// Where one operand lives: element (b, h, t, d) at
+/// offset + b*batch + h*head + t*seq + d*dim (lse: dim unused).
+struct AttentionViewArgs {
+  int64_t offset = 0, batch = 0, head = 0, seq = 0, dim = 0;
+};
+
+/// The forward kernel's argument block (layout = llmc_attn_fwd_args).
+struct AttentionForwardArgs {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  void *out = nullptr;
+  float *lse = nullptr;
+  AttentionViewArgs vq, vk, vv, vout, vlse;
+  int32_t batch = 0, heads = 0, seq = 0, causal = 1;
+  float scale = 1.0f;
+  int32_t pad = 0;
+};
+
+/// The backward kernels' argument block (layout = llmc_attn_bwd_args).
+struct AttentionBackwardArgs {
+  const void *dout = nullptr, *q = nullptr, *k = nullptr, *v = nullptr,
+             *out = nullptr;
+  const float *lse = nullptr;
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  AttentionViewArgs vdout, vq, vk, vv, vout, vlse, vdq, vdk, vdv;
+  int32_t batch = 0, heads = 0, seq = 0, causal = 1;
+  float scale = 1.0f;
+  int32_t pad = 0;
+};
+
+/// Launch shapes (grid over query or key tiles x batch*heads; 128 threads,
+/// static shared memory only).
+CudaLaunch flashForwardLaunch(int64_t batch, int64_t heads, int64_t seq);
+CudaLaunch flashBackwardDkDvLaunch(int64_t batch, int64_t heads, int64_t seq);
+CudaLaunch flashBackwardDqLaunch(int64_t batch, int64_t heads, int64_t seq);
+
+} // namespace llmc::cuda
+
+#endif // LLMC_CODEGEN_KERNELTOCUDA_FLASHATTENTION_H

@@ -1,0 +1,184 @@
+// Runs a kir::Program on an NVIDIA GPU: the one arena from the program's
+// memory plan in device memory, parameters and state in a device store
+// shared with other executors, kernel steps from the NVRTC-compiled CUDA
+// emitter output (codegen/KernelToCuda), GEMMs through cuBLASLt, attention
+// and its gradient through flash attention kernels, embedding gradients by
+// a deterministic per-channel scatter-add. After the first successful run
+// the schedule is captured into a CUDA graph and replayed. The driver,
+// cuBLASLt and NVRTC are loaded at run time (CudaApi.h, Nvrtc.h): on a
+// machine without them create() fails with an error that says so.
+//
+// Semantics match runtime/Executor.h (CpuExecutor) step by step; GEMMs run
+// in exact f32 (CUBLAS_COMPUTE_32F, no TF32) unless the options allow TF32.
+#ifndef LLMC_RUNTIME_CUDA_CUDAEXECUTOR_H
+#define LLMC_RUNTIME_CUDA_CUDAEXECUTOR_H
+
+#include "codegen/KernelToCuda/FlashAttention.h"
+#include "codegen/Program.h"
+#include "runtime/Cuda/Nvrtc.h"
+#include "runtime/Weights.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llmc::runtime {
+
+/// Named device tensors (parameters, gradients, optimizer state) shared by
+/// the executors of one training run; the device analogue of
+/// PersistentStore. A tensor is created zero-filled by its first bind and
+/// keeps its address until the store goes (executors hold it by
+/// shared_ptr). Create it with CudaPersistentStore::create on the device the
+/// executors use.
+class CudaPersistentStore {
+public:
+  static llvm::Expected<std::shared_ptr<CudaPersistentStore>> create();
+  ~CudaPersistentStore();
+  CudaPersistentStore(const CudaPersistentStore &) = delete;
+  CudaPersistentStore &operator=(const CudaPersistentStore &) = delete;
+
+  /// The device address of tensor `name`, created as zeros if new; an
+  /// existing tensor with another dtype or shape is an error naming both.
+  llvm::Expected<uint64_t> bind(llvm::StringRef name, kir::DType dtype,
+                                llvm::ArrayRef<int64_t> shape);
+  bool contains(llvm::StringRef name) const;
+  std::vector<std::string> names() const;
+  llvm::Expected<HostTensor> get(llvm::StringRef name) const;
+  llvm::Error set(llvm::StringRef name, const HostTensor &tensor);
+
+private:
+  CudaPersistentStore() = default;
+  struct Entry {
+    kir::DType dtype;
+    std::vector<int64_t> shape;
+    uint64_t address = 0;
+    int64_t bytes = 0;
+  };
+  mutable std::mutex mutex;
+  std::map<std::string, Entry, std::less<>> entries;
+};
+
+struct CudaExecutorOptions {
+  int device = 0;
+  /// Capture the schedule into a CUDA graph after the first run and replay
+  /// it (not while profiling: per-step events need eager launches).
+  bool useGraphs = true;
+  /// Let cuBLASLt use TF32 tensor cores for f32 GEMMs (faster, ~1e-3
+  /// relative error; off by default so results match the CPU executor).
+  bool allowTf32 = false;
+  /// Shared parameters and state; null: a store of the executor's own.
+  std::shared_ptr<CudaPersistentStore> store;
+  /// Binaries of emitCudaModule(program) compiled ahead of time (an
+  /// artifact's CUDA section); none: compiled with NVRTC at creation.
+  std::optional<cuda::CudaBinaries> kernelBinaries;
+  /// Their launches, one per program kernel (empty: cuda::chooseLaunch).
+  std::vector<cuda::CudaLaunch> kernelLaunches;
+  cuda::NvrtcOptions nvrtc;
+};
+
+/// Device time per kind of step and per kernel, accumulated while
+/// profiling (CUDA events around each step).
+struct CudaStepProfile {
+  double kernelSeconds = 0, gemmSeconds = 0, attentionSeconds = 0;
+  double attentionGradSeconds = 0, embeddingGradSeconds = 0;
+  int64_t runs = 0;
+  struct Entry {
+    double seconds = 0;
+    int64_t launches = 0;
+  };
+  /// Per kernel name ("gemm m x n x k" for GEMMs, flash kernels by name).
+  std::map<std::string, Entry> perKernel;
+};
+
+/// What creation compiled or loaded, for people.
+struct CudaExecutorInfo {
+  std::string deviceName;
+  int computeCapability = 0; // major*10+minor
+  int64_t deviceMemoryBytes = 0;
+  bool kernelsPrecompiled = false;
+  cuda::NvrtcStats kernelStats, libraryStats; // NVRTC: emitted, attention
+  std::string kernelImage;                    // "sm_90 cubin" or "PTX ..."
+  int fusedBiasEpilogues = 0;                 // GEMM epilogues in cuBLASLt
+};
+
+class CudaExecutor {
+public:
+  /// Fails with "no CUDA driver (libcuda.so.1) on this machine ..." where
+  /// there is no driver, before it needs NVRTC or cuBLASLt.
+  static llvm::Expected<std::unique_ptr<CudaExecutor>>
+  create(kir::Program program, CudaExecutorOptions options = {});
+  ~CudaExecutor();
+
+  const kir::Program &program() const { return prog; }
+  const CudaExecutorInfo &info() const { return creationInfo; }
+  const std::shared_ptr<CudaPersistentStore> &store() const {
+    return persistent;
+  }
+
+  /// Copies a parameter, state or input in (inputs into their fixed device
+  /// buffer, which graph replays read). Name, shape and dtype must match.
+  llvm::Error setTensor(llvm::StringRef name, const HostTensor &tensor);
+  llvm::Error setParams(const TensorMap &tensors, llvm::StringRef source);
+  TensorMap params() const;
+  TensorMap states() const;
+  void setRng(uint64_t seed, uint64_t step);
+
+  /// Runs the schedule once and waits for it. Fails (before running
+  /// anything) if an input id lies outside the table it indexes.
+  llvm::Error run();
+
+  /// An output, parameter, state or input, as stored.
+  llvm::Expected<HostTensor> output(llvm::StringRef name) const;
+
+  void setProfiling(bool enabled) { profiling = enabled; }
+  const CudaStepProfile &profile() const { return stepProfile; }
+  /// Device milliseconds of the last run (CUDA events around the whole
+  /// schedule, graph or eager).
+  double lastRunMilliseconds() const { return lastRunMs; }
+  bool replaysGraph() const { return graphExec != nullptr; }
+
+  struct Impl; // the CUDA-typed state (CudaExecutor.cpp)
+
+private:
+  CudaExecutor(kir::Program program);
+  llvm::Error enqueueSchedule(bool timed);
+  llvm::Error checkIds() const;
+
+  kir::Program prog;
+  std::unique_ptr<Impl> impl;
+  std::shared_ptr<CudaPersistentStore> persistent;
+  CudaExecutorInfo creationInfo;
+  std::vector<uint64_t> bases;                // per buffer: device address
+  std::map<int32_t, HostTensor> hostInputs;   // input buffer -> last value
+  void *graphExec = nullptr;                  // CUgraphExec
+  bool useGraphs = true;
+  bool profiling = false;
+  bool ranOnce = false;
+  double lastRunMs = 0;
+  CudaStepProfile stepProfile;
+};
+
+/// The source of the executor's library module: flash attention for
+/// `variants` and the embedding-gradient kernels (what create() compiles
+/// with NVRTC besides the program's own kernels).
+std::string cudaLibrarySource(
+    llvm::ArrayRef<cuda::FlashAttentionVariant> variants);
+
+/// Creates a CUDA executor for `program` with parameters from `weights` (a
+/// safetensors file or llm.c checkpoint) or, if empty, the seeded GPT-2
+/// initialization: what `llmc generate --device=cuda` and
+/// `llmc inspect --run --device=cuda` use.
+llvm::Expected<std::unique_ptr<CudaExecutor>>
+createCudaExecutorWithWeights(kir::Program program, llvm::StringRef weights,
+                              uint64_t seed, CudaExecutorOptions options = {});
+
+} // namespace llmc::runtime
+
+#endif // LLMC_RUNTIME_CUDA_CUDAEXECUTOR_H

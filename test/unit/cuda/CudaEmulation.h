@@ -1,0 +1,346 @@
+// CUDA on the CPU, for testing emitted kernels where there is no GPU: the
+// CUDA C++ that codegen/KernelToCuda emits compiles with the host C++
+// compiler against this header (force-included, with empty cuda_fp16.h and
+// cuda_bf16.h next to it) and runs on host buffers.
+//
+// How: blocks run one after another; the threads of a block are fibers
+// (ucontext), switched only at __syncthreads, __syncwarp and warp shuffles,
+// each of which is a real barrier: a fiber waits there until every thread
+// it synchronizes with has arrived. Shared memory is per block (a
+// `__shared__` variable is a static, and blocks do not overlap in time).
+// Shuffles exchange values through per-warp slots between two barriers.
+// __half and __nv_bfloat16 are 16-bit types with round-to-nearest-even
+// conversions, like cuda_fp16.h's __float2half_rn and __float2bfloat16_rn.
+// The math functions are the host's (glibc), not CUDA's.
+//
+// What a run under emulation proves: that the emitted source is valid C++
+// with the CUDA builtins it uses, that its index arithmetic (offsets,
+// strides, outer-index decomposition, vector chunks and tails) reads and
+// writes the right elements, that every element of the domain is covered
+// by the emitted launch configuration and grid-stride loops, that the
+// reductions (per-thread accumulation, shuffle trees, shared-memory
+// exchange) combine the right values, and that every thread reaches the
+// same barriers (a divergent __syncthreads or shuffle aborts, with the
+// block and thread named). What it does not prove: anything about the GPU
+// memory model (fibers run one at a time, so races between threads that
+// are not ordered by a barrier are serialized away and go unnoticed),
+// timing or occupancy, that the launch fits the device's register and
+// shared-memory limits (NVRTC's compile checks some of this), or the exact
+// bits of CUDA's math library (expf etc. are glibc's here).
+#ifndef LLMC_TEST_UNIT_CUDA_CUDAEMULATION_H
+#define LLMC_TEST_UNIT_CUDA_CUDAEMULATION_H
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// The running thread's coordinates: set by the scheduler before it
+// switches to a fiber, so they are right whenever kernel code runs.
+static dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+//===----------------------------------------------------------------------===//
+// 16-bit floats
+//===----------------------------------------------------------------------===//
+
+struct __half {
+  uint16_t bits;
+};
+struct __nv_bfloat16 {
+  uint16_t bits;
+};
+
+inline uint32_t llmc_emu_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  return x;
+}
+inline float llmc_emu_float(uint32_t x) {
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+inline float __half2float(__half h) {
+  uint32_t sign = uint32_t(h.bits & 0x8000) << 16;
+  uint32_t exponent = (h.bits >> 10) & 0x1f, mantissa = h.bits & 0x3ff;
+  if (exponent == 0) // zero or subnormal: mantissa * 2^-24, exact in f32
+    return llmc_emu_float(sign | llmc_emu_bits(std::ldexp(float(mantissa), -24)));
+  if (exponent == 31)
+    return llmc_emu_float(sign | 0x7f800000 | (mantissa << 13));
+  return llmc_emu_float(sign | ((exponent - 15 + 127) << 23) | (mantissa << 13));
+}
+
+inline __half __float2half_rn(float f) {
+  uint32_t x = llmc_emu_bits(f);
+  uint16_t sign = (x >> 16) & 0x8000;
+  x &= 0x7fffffff;
+  if (x >= 0x7f800000) // inf, or a quiet NaN
+    return {uint16_t(sign | (x > 0x7f800000 ? 0x7e00 : 0x7c00))};
+  if (x >= 0x477ff000) // 65520 and above round to infinity
+    return {uint16_t(sign | 0x7c00)};
+  if (x < 0x38800000) { // below 2^-14: a multiple of 2^-24, rounded to even
+    float scaled = std::ldexp(llmc_emu_float(x), 24); // exact
+    return {uint16_t(sign | uint16_t(std::nearbyint(scaled)))};
+  }
+  uint32_t h = ((((x >> 23) - 127 + 15) << 10) | ((x & 0x7fffff) >> 13));
+  uint32_t rest = x & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+    ++h; // a carry into the exponent is the right result
+  return {uint16_t(sign | h)};
+}
+
+inline float __bfloat162float(__nv_bfloat16 b) {
+  return llmc_emu_float(uint32_t(b.bits) << 16);
+}
+
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  uint32_t x = llmc_emu_bits(f);
+  if ((x & 0x7fffffff) > 0x7f800000)
+    return {uint16_t((x >> 16) | 0x40)}; // quiet NaN
+  x += 0x7fff + ((x >> 16) & 1);
+  return {uint16_t(x >> 16)};
+}
+
+//===----------------------------------------------------------------------===//
+// Intrinsics
+//===----------------------------------------------------------------------===//
+
+inline float __int_as_float(int x) { return llmc_emu_float(uint32_t(x)); }
+inline int __float_as_int(float f) { return int(llmc_emu_bits(f)); }
+inline unsigned __umulhi(unsigned a, unsigned b) {
+  return unsigned((uint64_t(a) * b) >> 32);
+}
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+
+//===----------------------------------------------------------------------===//
+// The fiber scheduler
+//===----------------------------------------------------------------------===//
+
+namespace llmc_emu {
+
+enum class State { Ready, AtBlockBarrier, AtWarpBarrier, Done };
+
+struct Thread {
+  ucontext_t context;
+  State state = State::Ready;
+  dim3 index;
+  unsigned warpMask = 0; // the mask of the warp barrier it waits at
+};
+
+struct Block {
+  std::vector<Thread> threads;
+  std::vector<char *> stacks;
+  ucontext_t scheduler;
+  int current = 0;
+  int blockArrived = 0;
+  std::vector<int> warpArrived; // per warp
+  std::vector<uint64_t> slots;  // per thread: its shuffle operand
+  const std::function<void()> *body = nullptr;
+};
+
+static Block *running = nullptr;
+constexpr size_t kStackBytes = 256 * 1024;
+
+[[noreturn]] inline void fail(const char *what) {
+  const Thread &t = running->threads[running->current];
+  std::fprintf(stderr,
+               "CUDA emulation: %s (block (%u, %u, %u), thread (%u, %u, %u))\n",
+               what, blockIdx.x, blockIdx.y, blockIdx.z, t.index.x, t.index.y,
+               t.index.z);
+  std::abort();
+}
+
+inline Thread &self() { return running->threads[running->current]; }
+
+inline void yield() {
+  Thread &t = self();
+  swapcontext(&t.context, &running->scheduler);
+}
+
+inline bool anyDone() {
+  for (const Thread &t : running->threads)
+    if (t.state == State::Done)
+      return true;
+  return false;
+}
+
+/// __syncthreads: every thread of the block must arrive; a thread that has
+/// returned can never arrive, which on a GPU is undefined behavior.
+inline void blockBarrier() {
+  if (anyDone())
+    fail("__syncthreads after another thread of the block returned");
+  Thread &t = self();
+  t.state = State::AtBlockBarrier;
+  if (++running->blockArrived == int(running->threads.size())) {
+    running->blockArrived = 0;
+    for (Thread &other : running->threads)
+      other.state = State::Ready;
+    return;
+  }
+  yield();
+}
+
+/// A warp-level barrier over the lanes in `mask` (of the caller's warp).
+inline void warpBarrier(unsigned mask) {
+  int id = running->current, warp = id / 32, first = warp * 32;
+  int lanes = std::min<int>(32, int(running->threads.size()) - first);
+  if (!(mask >> (id % 32) & 1))
+    fail("a warp operation whose mask leaves out the calling lane");
+  int expected = 0;
+  for (int lane = 0; lane < lanes; ++lane)
+    if (mask >> lane & 1) {
+      if (running->threads[first + lane].state == State::Done)
+        fail("a warp operation waits for a lane that has returned");
+      ++expected;
+    }
+  if (mask >> lanes != 0 && lanes < 32)
+    fail("a warp operation's mask names lanes the block does not have");
+  Thread &t = self();
+  t.state = State::AtWarpBarrier;
+  t.warpMask = mask;
+  if (++running->warpArrived[warp] == expected) {
+    running->warpArrived[warp] = 0;
+    for (int lane = 0; lane < lanes; ++lane) {
+      Thread &other = running->threads[first + lane];
+      if (other.state == State::AtWarpBarrier) {
+        if (other.warpMask != mask)
+          fail("lanes of a warp wait at warp operations with different masks");
+        other.state = State::Ready;
+      }
+    }
+    return;
+  }
+  yield();
+}
+
+inline void entry() {
+  (*running->body)();
+  self().state = State::Done;
+  if (running->blockArrived > 0)
+    fail("a thread returned while others wait at __syncthreads");
+  // Returning resumes uc_link, the scheduler.
+}
+
+/// Runs `body` as every thread of every block of the grid.
+inline void launch(const long long grid[3], const int block[3],
+                   const std::function<void()> &body) {
+  Block state;
+  running = &state;
+  state.body = &body;
+  gridDim = {unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])};
+  blockDim = {unsigned(block[0]), unsigned(block[1]), unsigned(block[2])};
+  int threads = block[0] * block[1] * block[2];
+  state.threads.resize(threads);
+  state.slots.resize(threads);
+  state.warpArrived.assign((threads + 31) / 32, 0);
+  for (int i = 0; i < threads; ++i)
+    state.stacks.push_back(static_cast<char *>(std::malloc(kStackBytes)));
+  for (unsigned bz = 0; bz < gridDim.z; ++bz)
+    for (unsigned by = 0; by < gridDim.y; ++by)
+      for (unsigned bx = 0; bx < gridDim.x; ++bx) {
+        blockIdx = {bx, by, bz};
+        for (int i = 0; i < threads; ++i) {
+          Thread &t = state.threads[i];
+          t.state = State::Ready;
+          t.index = {unsigned(i % block[0]), unsigned(i / block[0] % block[1]),
+                     unsigned(i / (block[0] * block[1]))};
+          getcontext(&t.context);
+          t.context.uc_stack.ss_sp = state.stacks[i];
+          t.context.uc_stack.ss_size = kStackBytes;
+          t.context.uc_link = &state.scheduler;
+          makecontext(&t.context, entry, 0);
+        }
+        for (;;) {
+          bool ran = false, done = true;
+          for (int i = 0; i < threads; ++i) {
+            Thread &t = state.threads[i];
+            if (t.state == State::Ready) {
+              state.current = i;
+              threadIdx = t.index;
+              swapcontext(&state.scheduler, &t.context);
+              ran = true;
+            }
+            done &= t.state == State::Done;
+          }
+          if (done)
+            break;
+          if (!ran)
+            fail("deadlock: every live thread waits at a barrier that "
+                 "cannot complete");
+        }
+      }
+  for (char *stack : state.stacks)
+    std::free(stack);
+  running = nullptr;
+}
+
+/// An untyped kernel argument that converts to any pointer type, so that
+/// launch wrappers need not spell each parameter's type.
+struct AnyPtr {
+  void *p;
+  template <typename T> operator T *() const { return static_cast<T *>(p); }
+};
+
+} // namespace llmc_emu
+
+inline void __syncthreads() { llmc_emu::blockBarrier(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  llmc_emu::warpBarrier(mask);
+}
+
+template <typename T>
+inline T llmc_emu_shuffle(unsigned mask, T value, int sourceLane) {
+  static_assert(sizeof(T) <= sizeof(uint64_t), "shuffles move 8 bytes at most");
+  using namespace llmc_emu;
+  int id = running->current, first = id / 32 * 32;
+  uint64_t slot = 0;
+  std::memcpy(&slot, &value, sizeof(T));
+  running->slots[id] = slot;
+  warpBarrier(mask); // every lane has written its slot
+  int source = first + sourceLane;
+  if (source >= int(running->threads.size()) || !(mask >> sourceLane & 1))
+    fail("a shuffle reads a lane outside its mask");
+  T result;
+  std::memcpy(&result, &running->slots[source], sizeof(T));
+  warpBarrier(mask); // every lane has read before any slot is reused
+  return result;
+}
+
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T value, int laneMask, int width = 32) {
+  int lane = llmc_emu::running->current % 32;
+  if (width != 32)
+    llmc_emu::fail("__shfl_xor_sync with a width other than 32");
+  return llmc_emu_shuffle(mask, value, lane ^ laneMask);
+}
+
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T value, unsigned delta,
+                          int width = 32) {
+  int lane = llmc_emu::running->current % 32;
+  if (width != 32)
+    llmc_emu::fail("__shfl_down_sync with a width other than 32");
+  // Lanes past the end keep their own value, as on the GPU.
+  int source = lane + int(delta) < 32 ? lane + int(delta) : lane;
+  return llmc_emu_shuffle(mask, value, source);
+}
+
+#endif // LLMC_TEST_UNIT_CUDA_CUDAEMULATION_H

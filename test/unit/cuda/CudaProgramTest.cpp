@@ -1,0 +1,595 @@
+// Every kernel of whole compiled programs (GPT-2, OPT and Llama style
+// forward passes, a GPT-2 training step with dropout) through the CUDA
+// emitter: the module compiled by NVRTC for sm_80 and sm_90 (and PTX), and
+// each kernel step run under CPU emulation against the CPU backend's kernel
+// on the same memory.
+//
+// The harness runs a program's schedule on host memory laid out like the
+// runtime's (one arena at the planned offsets, separate parameter, state
+// and input buffers). GEMM, attention and gradient steps are plain loops
+// here; before each kernel step the memory is copied, the CPU kernel runs
+// on the original and the emulated CUDA kernel on the copy, and the
+// buffers the kernel stores to are compared (tolerance below), while every
+// other byte must be unchanged (a stray write fails). The run continues
+// from the CPU's result. The harness itself is checked against the CPU
+// executor (loss and outputs), and a second run with every kernel emulated
+// is compared end to end.
+//
+// Tolerances: per kernel |cpu - cuda| <= 2e-5 + 2e-5 |cpu| (reductions
+// add in different orders, math functions differ by a few ulp); end to
+// end (all kernels emulated vs the CPU kernels) 1e-4 relative.
+//
+// To add a program: one line in kPrograms.
+#include "test/unit/cpu/KernelTestUtil.h"
+#include "test/unit/cuda/CudaTestUtil.h"
+#include "test/unit/cuda/EmulationRunner.h"
+
+#include "codegen/KernelToCpu/KernelToCpu.h"
+#include "codegen/KernelToCuda/KernelToCuda.h"
+#include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "codegen/Training.h"
+#include "frontend/GptBuilder.h"
+#include "frontend/ModelConfig.h"
+#include "ir/LlmcDialect.h"
+#include "passes/Pipelines.h"
+#include "runtime/Cuda/Nvrtc.h"
+#include "runtime/Executor.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <set>
+
+using namespace llmc;
+using namespace llmc::test;
+using kir::DType;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// The programs
+//===----------------------------------------------------------------------===//
+
+using NamedPrograms = std::vector<std::pair<std::string, kir::Program>>;
+
+/// The forward program of a YAML config at batch x seq.
+llvm::Expected<NamedPrograms> forwardProgram(const char *yaml, int64_t batch,
+                                             int64_t seq) {
+  auto config = mlir::llmc::parseModelConfig(yaml, "test.yaml");
+  if (!config)
+    return config.takeError();
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
+  auto module = mlir::llmc::buildForwardModule(context, *config, {batch, seq});
+  if (!module)
+    return module.takeError();
+  mlir::PassManager pm(&context);
+  mlir::llmc::buildCompilePipeline(pm);
+  if (mlir::failed(pm.run(**module)))
+    return llvm::createStringError("the compile pipeline failed");
+  auto forward = (*module)->lookupSymbol<mlir::func::FuncOp>("forward");
+  auto program = mlir::llmc::lowerToProgram(forward);
+  if (mlir::failed(program))
+    return llvm::createStringError("lowering failed");
+  return NamedPrograms{{"forward", std::move(*program)}};
+}
+
+/// The three programs of a training step (compileTraining, AdamW).
+llvm::Expected<NamedPrograms> trainingPrograms(const char *yaml, int64_t batch,
+                                               int64_t seq) {
+  auto config = mlir::llmc::parseModelConfig(yaml, "test.yaml");
+  if (!config)
+    return config.takeError();
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
+  auto module = mlir::llmc::buildForwardModule(context, *config, {batch, seq});
+  if (!module)
+    return module.takeError();
+  auto programs = compileTraining(**module, OptimizerConfig());
+  if (!programs)
+    return programs.takeError();
+  return NamedPrograms{{"forward", std::move(programs->forward)},
+                       {"grad_step", std::move(programs->gradStep)},
+                       {"update_step", std::move(programs->updateStep)}};
+}
+
+struct ProgramCase {
+  const char *name;
+  std::function<llvm::Expected<NamedPrograms>()> make;
+};
+
+// GPT-2 with a vocabulary past the warp-per-row limit (block-per-row
+// softmax/cross-entropy, odd length: vector chunks and tails); OPT with odd
+// widths (no vector accesses); Llama with RoPE, RMSNorm and SwiGLU; the
+// GPT-2 training step with dropout (Random in real kernels).
+const ProgramCase kPrograms[] = {
+    {"gpt2", [] { return forwardProgram(
+         "name: g\nn_layer: 2\nn_head: 4\nn_embd: 64\nseq_len: 16\n"
+         "vocab_size: 2111\n", 2, 8); }},
+    {"opt", [] { return forwardProgram(
+         "name: o\nn_layer: 2\nn_head: 3\nn_embd: 39\nseq_len: 16\n"
+         "vocab_size: 67\nactivation: relu\n", 2, 7); }},
+    {"llama", [] { return forwardProgram(
+         "name: l\nn_layer: 2\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
+         "vocab_size: 97\nactivation: swiglu\nnorm: rmsnorm\n"
+         "position: rope\nbias: false\ntie_embeddings: false\n", 2, 8); }},
+    {"gpt2_train", [] { return trainingPrograms(
+         "name: t\nn_layer: 1\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
+         "vocab_size: 80\ndropout: 0.1\n", 2, 8); }},
+};
+
+//===----------------------------------------------------------------------===//
+// Host memory laid out like the runtime's
+//===----------------------------------------------------------------------===//
+
+struct Memory {
+  GuardedBuffer arena;
+  std::vector<GuardedBuffer> owned; // per buffer; empty for arena buffers
+  std::vector<char *> bases;
+
+  explicit Memory(const kir::Program &program)
+      : arena(std::max<int64_t>(program.arenaBytes, 1)),
+        owned(program.buffers.size()), bases(program.buffers.size()) {
+    for (auto [index, buffer] : llvm::enumerate(program.buffers)) {
+      if (buffer.kind == kir::BufferKind::Arena) {
+        bases[index] = arena.data() + buffer.offset;
+      } else {
+        owned[index] = GuardedBuffer(std::max<int64_t>(buffer.bytes(), 1));
+        bases[index] = owned[index].data();
+      }
+    }
+  }
+  Memory(const Memory &other) : arena(other.arena), owned(other.owned) {
+    // Same layout, pointers into this copy.
+    bases.resize(other.bases.size());
+    for (size_t i = 0; i < bases.size(); ++i)
+      bases[i] = other.owned[i].bytes()
+                     ? owned[i].data()
+                     : arena.data() + (other.bases[i] - other.arena.data());
+  }
+  float *f32(const kir::View &view) {
+    return reinterpret_cast<float *>(bases[view.buffer]) + view.offset;
+  }
+};
+
+/// Parameters, states and inputs drawn from `seed` (ids within their
+/// bounds, positive second moments, the scalar inputs of a training step at
+/// plausible values).
+void fillInputs(const kir::Program &program, Memory &memory, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (auto [index, buffer] : llvm::enumerate(program.buffers)) {
+    if (buffer.kind == kir::BufferKind::Arena)
+      continue;
+    char *data = memory.bases[index];
+    int64_t n = buffer.numElements();
+    llvm::StringRef name = buffer.name;
+    if (buffer.dtype == DType::I32 || buffer.dtype == DType::I64) {
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t value = buffer.idBound > 0 ? int64_t(rng() % buffer.idBound)
+                                           : int64_t(rng() % 7);
+        if (name == kir::kRngInputName)
+          value = i == 0 ? 0x5eed5eed1234 : 3; // seed, step
+        if (buffer.dtype == DType::I32) {
+          int32_t narrow = int32_t(value);
+          std::memcpy(data + 4 * i, &narrow, 4);
+        } else {
+          std::memcpy(data + 8 * i, &value, 8);
+        }
+      }
+      continue;
+    }
+    ASSERT_EQ(buffer.dtype, DType::F32) << buffer.name;
+    float *values = reinterpret_cast<float *>(data);
+    for (int64_t i = 0; i < n; ++i) {
+      float value = 0.5f * uniform(rng);
+      if (buffer.kind == kir::BufferKind::State)
+        value = name.starts_with("adam_v") ? 1e-3f * std::fabs(value)
+                                           : 1e-2f * value;
+      values[i] = value;
+    }
+    if (name == "dloss")
+      values[0] = 1.0f;
+    else if (name == "lr")
+      values[0] = 1e-3f;
+    else if (name == "bias_correction1")
+      values[0] = 10.0f;
+    else if (name == "bias_correction2")
+      values[0] = 20.0f;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// The library steps, as plain loops
+//===----------------------------------------------------------------------===//
+
+void runGemm(const kir::GemmStep &g, Memory &memory) {
+  const float *a = memory.f32(g.a), *b = memory.f32(g.b);
+  float *c = memory.f32(g.c);
+  for (int64_t batch = 0; batch < g.batch; ++batch)
+    for (int64_t i = 0; i < g.m; ++i)
+      for (int64_t j = 0; j < g.n; ++j) {
+        double sum = 0;
+        for (int64_t k = 0; k < g.k; ++k) {
+          int64_t ai = batch * g.a.strides[0] +
+                       (g.transA ? k * g.a.strides[1] + i * g.a.strides[2]
+                                 : i * g.a.strides[1] + k * g.a.strides[2]);
+          int64_t bi = batch * g.b.strides[0] +
+                       (g.transB ? j * g.b.strides[1] + k * g.b.strides[2]
+                                 : k * g.b.strides[1] + j * g.b.strides[2]);
+          sum += double(a[ai]) * b[bi];
+        }
+        c[batch * g.c.strides[0] + i * g.c.strides[1] + j * g.c.strides[2]] =
+            float(sum);
+      }
+}
+
+/// Element (b, h, t, d) of a [batch, heads, seq, headDim] view.
+struct View4 {
+  float *data;
+  const kir::View &view;
+  float &at(int64_t b, int64_t h, int64_t t, int64_t d = 0) const {
+    const std::vector<int64_t> &s = view.strides;
+    return data[b * s[0] + h * s[1] + t * s[2] + (s.size() > 3 ? d * s[3] : 0)];
+  }
+};
+
+/// The probabilities p[t][s] of one (batch, head) and each row's lse.
+std::vector<double> attentionProbabilities(const View4 &q, const View4 &k,
+                                           int64_t b, int64_t h, int64_t seq,
+                                           int64_t dim, float scale,
+                                           bool causal,
+                                           std::vector<double> &lse) {
+  std::vector<double> p(seq * seq, 0.0);
+  lse.assign(seq, 0.0);
+  for (int64_t t = 0; t < seq; ++t) {
+    int64_t visible = causal ? t + 1 : seq;
+    double max = -INFINITY;
+    for (int64_t s = 0; s < visible; ++s) {
+      double dot = 0;
+      for (int64_t d = 0; d < dim; ++d)
+        dot += double(q.at(b, h, t, d)) * k.at(b, h, s, d);
+      p[t * seq + s] = scale * dot;
+      max = std::max(max, p[t * seq + s]);
+    }
+    double sum = 0;
+    for (int64_t s = 0; s < visible; ++s)
+      sum += (p[t * seq + s] = std::exp(p[t * seq + s] - max));
+    for (int64_t s = 0; s < visible; ++s)
+      p[t * seq + s] /= sum;
+    lse[t] = max + std::log(sum);
+  }
+  return p;
+}
+
+void runAttention(const kir::AttentionStep &a, Memory &memory) {
+  View4 q{memory.f32(a.q), a.q}, k{memory.f32(a.k), a.k},
+      v{memory.f32(a.v), a.v}, out{memory.f32(a.out), a.out},
+      lse{memory.f32(a.lse), a.lse};
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t h = 0; h < a.heads; ++h) {
+      std::vector<double> rowLse;
+      std::vector<double> p = attentionProbabilities(
+          q, k, b, h, a.seq, a.headDim, a.scale, a.causal, rowLse);
+      for (int64_t t = 0; t < a.seq; ++t) {
+        for (int64_t d = 0; d < a.headDim; ++d) {
+          double sum = 0;
+          for (int64_t s = 0; s < a.seq; ++s)
+            sum += p[t * a.seq + s] * v.at(b, h, s, d);
+          out.at(b, h, t, d) = float(sum);
+        }
+        lse.at(b, h, t) = float(rowLse[t]);
+      }
+    }
+}
+
+void runAttentionGrad(const kir::AttentionGradStep &a, Memory &memory) {
+  View4 dout{memory.f32(a.dout), a.dout}, q{memory.f32(a.q), a.q},
+      k{memory.f32(a.k), a.k}, v{memory.f32(a.v), a.v},
+      out{memory.f32(a.out), a.out}, lse{memory.f32(a.lse), a.lse},
+      dq{memory.f32(a.dq), a.dq}, dk{memory.f32(a.dk), a.dk},
+      dv{memory.f32(a.dv), a.dv};
+  int64_t T = a.seq, D = a.headDim;
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t h = 0; h < a.heads; ++h) {
+      std::vector<double> p(T * T, 0.0), ds(T * T, 0.0);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t s = 0; s < T; ++s) {
+          if (a.causal && s > t)
+            continue;
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += double(q.at(b, h, t, d)) * k.at(b, h, s, d);
+          p[t * T + s] = std::exp(a.scale * dot - lse.at(b, h, t));
+        }
+      for (int64_t t = 0; t < T; ++t) {
+        double delta = 0;
+        for (int64_t d = 0; d < D; ++d)
+          delta += double(dout.at(b, h, t, d)) * out.at(b, h, t, d);
+        for (int64_t s = 0; s < T; ++s) {
+          double dp = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dp += double(dout.at(b, h, t, d)) * v.at(b, h, s, d);
+          ds[t * T + s] = p[t * T + s] * (dp - delta);
+        }
+      }
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          double gq = 0, gk = 0, gv = 0;
+          for (int64_t j = 0; j < T; ++j) {
+            gq += ds[i * T + j] * k.at(b, h, j, d);
+            gk += ds[j * T + i] * q.at(b, h, j, d);
+            gv += p[j * T + i] * dout.at(b, h, j, d);
+          }
+          dq.at(b, h, i, d) = float(a.scale * gq);
+          dk.at(b, h, i, d) = float(a.scale * gk);
+          dv.at(b, h, i, d) = float(gv);
+        }
+    }
+}
+
+void runEmbeddingGrad(const kir::EmbeddingGradStep &e,
+                      const kir::Program &program, Memory &memory) {
+  const char *ids = memory.bases[e.ids.buffer];
+  bool wide = program.buffers[e.ids.buffer].dtype == DType::I64;
+  const float *grad = memory.f32(e.grad);
+  float *out = memory.f32(e.out);
+  for (int64_t r = 0; r < e.rows; ++r)
+    for (int64_t c = 0; c < e.channels; ++c)
+      out[r * e.out.strides[0] + c * e.out.strides[1]] = 0.0f;
+  for (int64_t p = 0; p < e.positions; ++p) {
+    int64_t at = e.ids.offset + p * e.ids.strides[0], id;
+    if (wide) {
+      std::memcpy(&id, ids + 8 * at, 8);
+    } else {
+      int32_t narrow;
+      std::memcpy(&narrow, ids + 4 * at, 4);
+      id = narrow;
+    }
+    for (int64_t c = 0; c < e.channels; ++c)
+      out[id * e.out.strides[0] + c * e.out.strides[1]] +=
+          grad[p * e.grad.strides[0] + c * e.grad.strides[1]];
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// The harness
+//===----------------------------------------------------------------------===//
+
+/// Runs the schedule. `kernel` runs kernel step `index` on `memory`.
+void runSchedule(const kir::Program &program, Memory &memory,
+                 const std::function<void(int32_t, Memory &)> &kernel) {
+  for (const kir::Step &step : program.steps) {
+    switch (step.kind) {
+    case kir::StepKind::Kernel:
+      kernel(step.kernel, memory);
+      break;
+    case kir::StepKind::Gemm:
+      runGemm(step.gemm, memory);
+      if (step.gemm.epilogue >= 0)
+        kernel(step.gemm.epilogue, memory);
+      break;
+    case kir::StepKind::Attention:
+      runAttention(step.attention, memory);
+      break;
+    case kir::StepKind::AttentionGrad:
+      runAttentionGrad(step.attentionGrad, memory);
+      break;
+    case kir::StepKind::EmbeddingGrad:
+      runEmbeddingGrad(step.embeddingGrad, program, memory);
+      break;
+    }
+  }
+}
+
+std::vector<void *> operandBases(const kir::Kernel &kernel, Memory &memory) {
+  std::vector<void *> bases;
+  for (const kir::Access &access : kernel.operands)
+    bases.push_back(memory.bases[access.buffer]);
+  return bases;
+}
+
+/// Byte ranges of the memory a kernel may store to: [begin, end) within
+/// the arena or an owned buffer (by buffer index; -1 for the arena).
+struct StoredRange {
+  int32_t owner;
+  size_t begin, end;
+};
+
+/// Compares what the kernel stored and requires every other byte equal.
+ErrorStats compareAfterKernel(const kir::Program &program,
+                              const kir::Kernel &kernel, Memory &cpu,
+                              Memory &cuda) {
+  ErrorStats stats;
+  std::set<int32_t> stored;
+  for (const kir::Instr &instr : kernel.body)
+    if (instr.op == kir::Op::Store)
+      stored.insert(kernel.operands[instr.operand].buffer);
+  std::vector<StoredRange> ranges;
+  for (int32_t index : stored) {
+    const kir::Buffer &buffer = program.buffers[index];
+    stats.merge(compareElements(
+        cpu.bases[index], cuda.bases[index], buffer.dtype,
+        buffer.numElements(), {2e-5, 2e-5},
+        "kernel " + kernel.name + ", buffer '" + buffer.name + "'"));
+    if (buffer.kind == kir::BufferKind::Arena)
+      ranges.push_back({-1, size_t(buffer.offset),
+                        size_t(buffer.offset + buffer.bytes())});
+    else
+      ranges.push_back({index, 0, size_t(buffer.bytes())});
+  }
+  auto unchanged = [&](int32_t owner, const char *a, const char *b,
+                       size_t size) {
+    for (size_t i = 0; i < size; ++i) {
+      if (a[i] == b[i])
+        continue;
+      bool inside = false;
+      for (const StoredRange &range : ranges)
+        inside |= range.owner == owner && i >= range.begin && i < range.end;
+      if (!inside) {
+        ADD_FAILURE() << "kernel " << kernel.name << " wrote byte " << i
+                      << " of " << (owner < 0 ? "the arena" : "a buffer")
+                      << ", outside every buffer it stores to";
+        return;
+      }
+    }
+  };
+  unchanged(-1, cpu.arena.data(), cuda.arena.data(), cpu.arena.bytes());
+  EXPECT_EQ(cuda.arena.guardDamage(), "") << kernel.name;
+  for (size_t i = 0; i < program.buffers.size(); ++i)
+    if (cpu.owned[i].bytes()) {
+      unchanged(int32_t(i), cpu.owned[i].data(), cuda.owned[i].data(),
+                cpu.owned[i].bytes());
+      EXPECT_EQ(cuda.owned[i].guardDamage(), "") << kernel.name;
+    }
+  return stats;
+}
+
+/// The outputs and updated persistent buffers of a finished run.
+std::vector<std::pair<std::string, std::vector<float>>>
+results(const kir::Program &program, Memory &memory) {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (const std::vector<kir::Binding> *list :
+       {&program.outputs, &program.updates})
+    for (const kir::Binding &binding : *list) {
+      const kir::Buffer &buffer = program.buffers[binding.buffer];
+      std::vector<float> values(buffer.numElements());
+      for (size_t i = 0; i < values.size(); ++i)
+        values[i] = float(elementAt(memory.bases[binding.buffer], buffer.dtype, i));
+      out.push_back({binding.name, std::move(values)});
+    }
+  return out;
+}
+
+void expectResultsClose(
+    const std::vector<std::pair<std::string, std::vector<float>>> &want,
+    const std::vector<std::pair<std::string, std::vector<float>>> &got,
+    double rtol, const std::string &what) {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t r = 0; r < want.size(); ++r) {
+    const auto &[name, a] = want[r];
+    const auto &b = got[r].second;
+    ASSERT_EQ(a.size(), b.size()) << name;
+    double scale = 0;
+    for (float x : a)
+      scale = std::max(scale, double(std::fabs(x)));
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(a[i], b[i], rtol * std::max(1.0, scale))
+          << what << ": '" << name << "' element " << i;
+  }
+}
+
+class CudaProgramTest : public ::testing::TestWithParam<ProgramCase> {};
+
+TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
+  auto programs = GetParam().make();
+  ASSERT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
+  for (auto &[function, program] : *programs) {
+    SCOPED_TRACE(std::string(GetParam().name) + " @" + function);
+    ASSERT_EQ(kir::verifyProgram(program), "");
+
+    // NVRTC: the whole module for sm_80, sm_90 and compute_80 PTX.
+    std::string why;
+    if (cuda::nvrtcAvailable(&why)) {
+      cuda::NvrtcOptions options;
+      options.cacheEnabled = false;
+      cuda::NvrtcStats nvrtc;
+      auto binaries = cuda::compileCuda(cuda::emitCudaModule(program),
+                                        function + ".cu", options, &nvrtc);
+      ASSERT_TRUE(bool(binaries)) << llvm::toString(binaries.takeError());
+      EXPECT_EQ(nvrtc.compilations, 3);
+      for (const kir::Kernel &kernel : program.kernels)
+        EXPECT_NE(binaries->ptx.find(".entry " + kernel.name),
+                  std::string::npos) << kernel.name;
+      std::printf("[ nvrtc    ] %s @%s: %zu kernels, sm_80 + sm_90 cubins "
+                  "(%zu + %zu bytes) + PTX in %.2f s\n",
+                  GetParam().name, function.c_str(), program.kernels.size(),
+                  binaries->cubins[0].bytes.size(),
+                  binaries->cubins[1].bytes.size(), nvrtc.compileSeconds);
+    } else {
+      std::printf("[ nvrtc    ] skipped: %s\n", why.c_str());
+    }
+
+    // The CPU kernels and the emulated CUDA kernels.
+    Compiled cpu = compileKernels(program.kernels);
+    ASSERT_TRUE(cpu);
+    std::string error;
+    auto emulated = EmulatedModule::build(program.kernels, error);
+    ASSERT_TRUE(emulated) << error;
+
+    // Kernel by kernel.
+    Memory memory(program);
+    fillInputs(program, memory, 11);
+    Memory initial = memory;
+    ErrorStats total;
+    runSchedule(program, memory, [&](int32_t index, Memory &m) {
+      const kir::Kernel &kernel = program.kernels[index];
+      Memory copy = m;
+      cpu.run(kernel.name, operandBases(kernel, m), 0, kernel.numRows());
+      emulated->run(kernel.name, operandBases(kernel, copy));
+      total.merge(compareAfterKernel(program, kernel, m, copy));
+    });
+    int schedules[3] = {0, 0, 0};
+    for (const kir::Kernel &kernel : program.kernels)
+      ++schedules[int(cuda::emitCudaKernel(kernel).schedule)];
+    std::printf("[ emulated ] %s @%s: %zu kernels (%d pointwise, %d "
+                "warp-per-row, %d block-per-row), %lld elements compared, "
+                "max abs error %.3g, max error relative to max(1, |x|) %.3g\n",
+                GetParam().name, function.c_str(), program.kernels.size(),
+                schedules[0], schedules[1], schedules[2],
+                (long long)total.elements, total.maxAbs, total.maxRel);
+    auto cpuResults = results(program, memory);
+
+    // The harness against the CPU executor (its GEMMs and attention).
+    {
+      auto executor = runtime::createCpuExecutor(
+          program, [&] { return cpu::compileKernelsToObject(program.kernels); },
+          1);
+      ASSERT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
+      for (auto [index, buffer] : llvm::enumerate(program.buffers)) {
+        if (buffer.kind == kir::BufferKind::Arena)
+          continue;
+        runtime::HostTensor tensor =
+            runtime::HostTensor::zeros(buffer.dtype, buffer.shape);
+        std::memcpy(tensor.bytes.data(), initial.bases[index], buffer.bytes());
+        ASSERT_FALSE(bool((*executor)->setTensor(buffer.name, tensor)))
+            << buffer.name;
+      }
+      ASSERT_FALSE(bool((*executor)->run()));
+      std::vector<std::pair<std::string, std::vector<float>>> executorResults;
+      for (const auto &[name, values] : cpuResults) {
+        auto tensor = (*executor)->output(name);
+        ASSERT_TRUE(bool(tensor)) << name;
+        std::vector<float> widened(values.size());
+        for (size_t i = 0; i < widened.size(); ++i)
+          widened[i] = float(elementAt(tensor->bytes.data(), tensor->dtype, i));
+        executorResults.push_back({name, widened});
+      }
+      expectResultsClose(executorResults, cpuResults, 1e-4,
+                         "harness vs CPU executor");
+    }
+
+    // Every kernel emulated, end to end.
+    Memory cudaMemory = initial;
+    runSchedule(program, cudaMemory, [&](int32_t index, Memory &m) {
+      const kir::Kernel &kernel = program.kernels[index];
+      emulated->run(kernel.name, operandBases(kernel, m));
+    });
+    expectResultsClose(cpuResults, results(program, cudaMemory), 1e-4,
+                       "all kernels emulated vs CPU kernels");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Programs, CudaProgramTest, ::testing::ValuesIn(kPrograms),
+    [](const ::testing::TestParamInfo<ProgramCase> &info) {
+      return std::string(info.param.name);
+    });
+
+} // namespace

@@ -1,0 +1,400 @@
+// Flash attention kernels: NVRTC compiles them for sm_80 and sm_90 (head
+// sizes 16, 64, 128; f32, f16, bf16), and under the CPU emulation of CUDA
+// (test/unit/cuda/CudaEmulation.h) forward and backward match a plain
+// double-precision reference of kir::AttentionStep / AttentionGradStep on
+// small odd shapes, with q, k, v strided views into one fused qkv buffer.
+#include "codegen/KernelToCuda/FlashAttention.h"
+#include "runtime/Cuda/CudaExecutor.h"
+#include "runtime/Cuda/Nvrtc.h"
+#include "runtime/Weights.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include "gtest/gtest.h"
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <random>
+
+using namespace llmc;
+using namespace llmc::cuda;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// NVRTC
+//===----------------------------------------------------------------------===//
+
+TEST(FlashAttentionTest, NvrtcCompilesEveryVariantForSm80AndSm90) {
+  std::string why;
+  if (!nvrtcAvailable(&why))
+    GTEST_SKIP() << "NVRTC not available: " << why;
+  std::vector<FlashAttentionVariant> variants;
+  for (int64_t headDim : {16, 64, 128})
+    for (kir::DType dtype : {kir::DType::F32, kir::DType::F16, kir::DType::BF16})
+      variants.push_back({headDim, dtype});
+  NvrtcOptions options;
+  options.archs = {80, 90};
+  options.ptxArch = 80;
+  options.cacheEnabled = false; // compile for real, every time
+  NvrtcStats stats;
+  llvm::Expected<CudaBinaries> binaries = compileCuda(
+      runtime::cudaLibrarySource(variants), "flash.cu", options, &stats);
+  ASSERT_TRUE(bool(binaries)) << llvm::toString(binaries.takeError());
+  ASSERT_EQ(binaries->cubins.size(), 2u);
+  EXPECT_EQ(binaries->cubins[0].arch, 80);
+  EXPECT_EQ(binaries->cubins[1].arch, 90);
+  // Every kernel is in the PTX (extern "C": the names are not mangled).
+  for (const FlashAttentionVariant &variant : variants)
+    for (const std::string &name :
+         {flashForwardName(variant), flashBackwardDkDvName(variant),
+          flashBackwardDqName(variant)})
+      EXPECT_NE(binaries->ptx.find(".entry " + name), std::string::npos)
+          << name;
+  EXPECT_NE(binaries->ptx.find(".entry llmc_embedding_grad_i32"),
+            std::string::npos);
+}
+
+TEST(FlashAttentionTest, RejectsUnsupportedVariants) {
+  std::string why;
+  EXPECT_FALSE(isSupported({256, kir::DType::F32}, &why));
+  EXPECT_NE(why.find("head sizes 1 to 128"), std::string::npos) << why;
+  EXPECT_FALSE(isSupported({64, kir::DType::I32}, &why));
+  EXPECT_TRUE(isSupported({13, kir::DType::BF16}, &why));
+}
+
+TEST(FlashAttentionTest, ArgumentBlockLayout) {
+  // The source declares the same layout: 8-byte fields, then 4-byte ones.
+  EXPECT_EQ(sizeof(AttentionViewArgs), 40u);
+  EXPECT_EQ(sizeof(AttentionForwardArgs), 5 * 8 + 5 * 40 + 6 * 4u);
+  EXPECT_EQ(sizeof(AttentionBackwardArgs), 9 * 8 + 9 * 40 + 6 * 4u);
+}
+
+//===----------------------------------------------------------------------===//
+// Emulation
+//===----------------------------------------------------------------------===//
+
+/// The flash module compiled with the host compiler against
+/// CudaEmulation.h, with a launch wrapper per kernel that takes the
+/// argument block.
+class EmulatedFlash {
+public:
+  using RunFn = void (*)(const void *args, const long long *grid,
+                         const int *block);
+
+  static std::unique_ptr<EmulatedFlash>
+  build(llvm::ArrayRef<FlashAttentionVariant> variants, std::string &error) {
+    std::unique_ptr<EmulatedFlash> module(new EmulatedFlash());
+    llvm::SmallString<128> dir;
+    if (std::error_code ec =
+            llvm::sys::fs::createUniqueDirectory("llmc-flash-emu", dir)) {
+      error = ec.message();
+      return nullptr;
+    }
+    module->directory = std::string(dir);
+    // CudaEmulation.h has the xor and down shuffles; the kernels also
+    // broadcast a lane with __shfl_sync.
+    std::string source =
+        "template <typename T>\n"
+        "inline T __shfl_sync(unsigned mask, T value, int lane, int = 32) {\n"
+        "  return llmc_emu_shuffle(mask, value, lane);\n}\n";
+    source += runtime::cudaLibrarySource(variants);
+    std::vector<std::string> names;
+    for (const FlashAttentionVariant &variant : variants) {
+      for (auto [name, type] :
+           {std::pair{flashForwardName(variant), "llmc_attn_fwd_args"},
+            std::pair{flashBackwardDkDvName(variant), "llmc_attn_bwd_args"},
+            std::pair{flashBackwardDqName(variant), "llmc_attn_bwd_args"}}) {
+        source += "extern \"C\" void run_" + name +
+                  "(const void *args, const long long *grid, const int "
+                  "*block) {\n  llmc_emu::launch(grid, block, [&] { " +
+                  name + "(*(const " + type + " *)args); });\n}\n";
+        names.push_back(name);
+      }
+    }
+    std::string path = module->directory + "/flash.cpp";
+    {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(path, ec);
+      os << source;
+    }
+    std::string library = module->directory + "/flash.so";
+    std::string log = module->directory + "/compile.log";
+    std::string header =
+        std::string(LLMC_SOURCE_DIR) + "/test/unit/cuda/CudaEmulation.h";
+    std::vector<std::string> args = {LLMC_HOST_CXX, "-std=c++17", "-O1",
+                                     "-shared",     "-fPIC",      "-w",
+                                     "-include",    header,       "-o",
+                                     library,       path};
+    std::vector<llvm::StringRef> argv(args.begin(), args.end());
+    std::optional<llvm::StringRef> redirects[] = {
+        std::nullopt, llvm::StringRef(log), llvm::StringRef(log)};
+    std::string message;
+    if (llvm::sys::ExecuteAndWait(args[0], argv, std::nullopt, redirects, 0, 0,
+                                  &message) != 0) {
+      auto text = llvm::MemoryBuffer::getFile(log);
+      error = "host compile failed (" + message + "):\n" +
+              (text ? (*text)->getBuffer().str() : std::string());
+      return nullptr;
+    }
+    module->handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!module->handle) {
+      error = dlerror();
+      return nullptr;
+    }
+    for (const std::string &name : names)
+      module->functions[name] =
+          reinterpret_cast<RunFn>(dlsym(module->handle, ("run_" + name).c_str()));
+    return module;
+  }
+
+  ~EmulatedFlash() {
+    if (handle)
+      dlclose(handle);
+    llvm::sys::fs::remove_directories(directory);
+  }
+
+  void run(const std::string &name, const void *args,
+           const CudaLaunch &launch) const {
+    long long grid[3] = {launch.grid[0], launch.grid[1], launch.grid[2]};
+    functions.at(name)(args, grid, launch.block);
+  }
+
+private:
+  EmulatedFlash() = default;
+  std::string directory;
+  void *handle = nullptr;
+  std::map<std::string, RunFn> functions;
+};
+
+/// Host storage of one dtype: values as rounded by the dtype, and the raw
+/// bytes the kernels read and write.
+struct Storage {
+  kir::DType dtype;
+  std::vector<char> bytes;
+
+  Storage(kir::DType dtype, int64_t count)
+      : dtype(dtype), bytes(count * kir::dtypeBytes(dtype), 0) {}
+  float get(int64_t i) const {
+    if (dtype == kir::DType::F32)
+      return reinterpret_cast<const float *>(bytes.data())[i];
+    uint16_t bits = reinterpret_cast<const uint16_t *>(bytes.data())[i];
+    return dtype == kir::DType::F16 ? runtime::halfToFloat(bits)
+                                    : runtime::bfloat16ToFloat(bits);
+  }
+  void set(int64_t i, float value) {
+    if (dtype == kir::DType::F32) {
+      reinterpret_cast<float *>(bytes.data())[i] = value;
+      return;
+    }
+    reinterpret_cast<uint16_t *>(bytes.data())[i] =
+        dtype == kir::DType::F16 ? runtime::floatToHalf(value)
+                                 : runtime::floatToBFloat16(value);
+  }
+  void *data() { return bytes.data(); }
+};
+
+struct Case {
+  kir::DType dtype;
+  bool causal;
+};
+
+class FlashEmulationTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashEmulationTest, MatchesDoubleReference) {
+  const int64_t B = 2, H = 3, T = 13, D = 16;
+  const Case param = GetParam();
+  FlashAttentionVariant variant{D, param.dtype};
+  std::string error;
+  std::unique_ptr<EmulatedFlash> module = EmulatedFlash::build({variant}, error);
+  ASSERT_TRUE(module) << error;
+
+  // q, k, v: views into qkv [B, T, 3, H, D]; out, dout: [B, T, H, D];
+  // lse [B, H, T]; dq, dk, dv: [B, H, T, D].
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  Storage qkv(param.dtype, B * T * 3 * H * D), out(param.dtype, B * T * H * D),
+      dout(param.dtype, B * T * H * D), dq(param.dtype, B * H * T * D),
+      dk(param.dtype, B * H * T * D), dv(param.dtype, B * H * T * D);
+  std::vector<float> lse(B * H * T, 0.0f);
+  for (int64_t i = 0; i < B * T * 3 * H * D; ++i)
+    qkv.set(i, uniform(random));
+  for (int64_t i = 0; i < B * T * H * D; ++i)
+    dout.set(i, uniform(random));
+  auto qkvAt = [&](int which, int64_t b, int64_t h, int64_t t, int64_t d) {
+    return (((b * T + t) * 3 + which) * H + h) * D + d;
+  };
+  auto outAt = [&](int64_t b, int64_t h, int64_t t, int64_t d) {
+    return ((b * T + t) * H + h) * D + d;
+  };
+  auto gradAt = [&](int64_t b, int64_t h, int64_t t, int64_t d) {
+    return ((b * H + h) * T + t) * D + d;
+  };
+  const float scale = 1.0f / std::sqrt(float(D));
+
+  // The double reference, from the stored (rounded) inputs.
+  std::vector<double> refOut(B * T * H * D), refLse(B * H * T),
+      refDq(B * H * T * D), refDk(B * H * T * D), refDv(B * H * T * D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> p(T * T, 0.0), dp(T * T, 0.0);
+      for (int64_t t = 0; t < T; ++t) {
+        int64_t visible = param.causal ? t + 1 : T;
+        double max = -INFINITY;
+        for (int64_t s = 0; s < visible; ++s) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += double(qkv.get(qkvAt(0, b, h, t, d))) *
+                   qkv.get(qkvAt(1, b, h, s, d));
+          p[t * T + s] = double(scale) * dot;
+          max = std::max(max, p[t * T + s]);
+        }
+        double sum = 0;
+        for (int64_t s = 0; s < visible; ++s)
+          sum += std::exp(p[t * T + s] - max);
+        for (int64_t s = 0; s < visible; ++s)
+          p[t * T + s] = std::exp(p[t * T + s] - max) / sum;
+        refLse[(b * H + h) * T + t] = max + std::log(sum);
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int64_t s = 0; s < visible; ++s)
+            acc += p[t * T + s] * qkv.get(qkvAt(2, b, h, s, d));
+          refOut[outAt(b, h, t, d)] = acc;
+        }
+      }
+      // Backward from the reference out rounded to the dtype, as the
+      // kernels will read it.
+      for (int64_t t = 0; t < T; ++t) {
+        double delta = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          Storage rounded(param.dtype, 1);
+          rounded.set(0, float(refOut[outAt(b, h, t, d)]));
+          delta += double(dout.get(outAt(b, h, t, d))) * rounded.get(0);
+        }
+        for (int64_t s = 0; s < T; ++s) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += double(dout.get(outAt(b, h, t, d))) *
+                   qkv.get(qkvAt(2, b, h, s, d));
+          dp[t * T + s] = p[t * T + s] * (dot - delta); // ds
+        }
+      }
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          double gq = 0, gk = 0, gv = 0;
+          for (int64_t s = 0; s < T; ++s) {
+            gq += dp[t * T + s] * qkv.get(qkvAt(1, b, h, s, d));
+            // Row t as a key here: sums over the queries s.
+            gk += dp[s * T + t] * qkv.get(qkvAt(0, b, h, s, d));
+            gv += p[s * T + t] * dout.get(outAt(b, h, s, d));
+          }
+          refDq[gradAt(b, h, t, d)] = scale * gq;
+          refDk[gradAt(b, h, t, d)] = scale * gk;
+          refDv[gradAt(b, h, t, d)] = gv;
+        }
+    }
+
+  // Tolerances: f32 accumulation error, plus one rounding of each output
+  // to the storage type (2^-11 for f16, 2^-8 for bf16, relative).
+  double rounding = param.dtype == kir::DType::F32   ? 0.0
+                    : param.dtype == kir::DType::F16 ? 1.0 / 2048
+                                                     : 1.0 / 256;
+  auto near = [&](double got, double want) {
+    return std::fabs(got - want) <= 2e-5 + 2 * rounding * std::fabs(want);
+  };
+
+  // Forward.
+  AttentionViewArgs qView{0, T * 3 * H * D, D, 3 * H * D, 1};
+  AttentionViewArgs kView = qView, vView = qView;
+  kView.offset = H * D;
+  vView.offset = 2 * H * D;
+  AttentionViewArgs outView{0, T * H * D, D, H * D, 1};
+  AttentionViewArgs lseView{0, H * T, T, 1, 0};
+  AttentionViewArgs gradView{0, H * T * D, T * D, D, 1};
+  AttentionForwardArgs forward;
+  forward.q = forward.k = forward.v = qkv.data();
+  forward.out = out.data();
+  forward.lse = lse.data();
+  forward.vq = qView;
+  forward.vk = kView;
+  forward.vv = vView;
+  forward.vout = outView;
+  forward.vlse = lseView;
+  forward.batch = B;
+  forward.heads = H;
+  forward.seq = T;
+  forward.causal = param.causal;
+  forward.scale = scale;
+  module->run(flashForwardName(variant), &forward,
+              flashForwardLaunch(B, H, T));
+  int bad = 0;
+  for (int64_t i = 0; i < B * T * H * D && bad < 5; ++i)
+    if (!near(out.get(i), refOut[i])) {
+      ADD_FAILURE() << "out[" << i << "] = " << out.get(i) << ", expected "
+                    << refOut[i];
+      ++bad;
+    }
+  for (int64_t i = 0; i < B * H * T && bad < 5; ++i)
+    if (std::fabs(lse[i] - refLse[i]) > 2e-5 * std::max(1.0, std::fabs(refLse[i]))) {
+      ADD_FAILURE() << "lse[" << i << "] = " << lse[i] << ", expected "
+                    << refLse[i];
+      ++bad;
+    }
+
+  // Backward, from the reference out and lse.
+  for (int64_t i = 0; i < B * T * H * D; ++i)
+    out.set(i, float(refOut[i]));
+  for (int64_t i = 0; i < B * H * T; ++i)
+    lse[i] = float(refLse[i]);
+  AttentionBackwardArgs backward;
+  backward.dout = dout.data();
+  backward.q = backward.k = backward.v = qkv.data();
+  backward.out = out.data();
+  backward.lse = lse.data();
+  backward.dq = dq.data();
+  backward.dk = dk.data();
+  backward.dv = dv.data();
+  backward.vdout = outView;
+  backward.vq = qView;
+  backward.vk = kView;
+  backward.vv = vView;
+  backward.vout = outView;
+  backward.vlse = lseView;
+  backward.vdq = backward.vdk = backward.vdv = gradView;
+  backward.batch = B;
+  backward.heads = H;
+  backward.seq = T;
+  backward.causal = param.causal;
+  backward.scale = scale;
+  module->run(flashBackwardDkDvName(variant), &backward,
+              flashBackwardDkDvLaunch(B, H, T));
+  module->run(flashBackwardDqName(variant), &backward,
+              flashBackwardDqLaunch(B, H, T));
+  for (auto [name, got, want] :
+       {std::tuple{"dq", &dq, &refDq}, std::tuple{"dk", &dk, &refDk},
+        std::tuple{"dv", &dv, &refDv}})
+    for (int64_t i = 0; i < B * H * T * D && bad < 5; ++i)
+      if (!near(got->get(i), (*want)[i])) {
+        ADD_FAILURE() << name << "[" << i << "] = " << got->get(i)
+                      << ", expected " << (*want)[i];
+        ++bad;
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllDtypes, FlashEmulationTest,
+    ::testing::Values(Case{kir::DType::F32, true}, Case{kir::DType::F32, false},
+                      Case{kir::DType::F16, true}, Case{kir::DType::F16, false},
+                      Case{kir::DType::BF16, true},
+                      Case{kir::DType::BF16, false}),
+    [](const ::testing::TestParamInfo<Case> &info) {
+      return std::string(kir::dtypeName(info.param.dtype)) +
+             (info.param.causal ? "_causal" : "_full");
+    });
+
+} // namespace

@@ -1,0 +1,288 @@
+// llmc-cuda-run: runs a compiled llmc artifact on an NVIDIA GPU. Loads the
+// program (its kernels are compiled with NVRTC at start, or taken from the
+// artifact's CUDA section when it has one), parameters (safetensors, or the
+// seeded GPT-2 initialization) and inputs (safetensors), runs N steps with
+// CUDA graph replay, prints per-step device times (CUDA events) and the
+// device time of each kernel (one profiled run), writes the outputs, and
+// compares them with a reference file if given.
+//
+// It links no LLVM/MLIR shared library, no BLAS and no CUDA library: only
+// the runtime core and a static LLVMSupport, so it runs on a GPU machine
+// that has nothing but the NVIDIA driver and CUDA's libraries.
+#include "runtime/Artifact.h"
+#include "runtime/Cuda/CudaApi.h"
+#include "runtime/Cuda/CudaExecutor.h"
+#include "runtime/Weights.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+namespace cl = llvm::cl;
+using namespace llmc;
+using namespace llmc::runtime;
+
+static cl::opt<std::string> artifactPath(cl::Positional, cl::Required,
+                                         cl::desc("<model.llmc>"));
+static cl::opt<std::string>
+    weightsPath("weights",
+                cl::desc("Parameters (safetensors); default: the seeded "
+                         "GPT-2 initialization"),
+                cl::value_desc("file"));
+static cl::opt<uint64_t> seed("seed", cl::desc("Initialization seed"),
+                              cl::init(1337));
+static cl::opt<std::string>
+    inputsPath("inputs",
+               cl::desc("Program inputs (tokens, targets, ...) as "
+                        "safetensors; default: zeros"),
+               cl::value_desc("file"));
+static cl::opt<int> steps("steps", cl::desc("Timed runs"), cl::init(10));
+static cl::opt<int> warmup("warmup", cl::desc("Untimed runs first"),
+                           cl::init(2));
+static cl::opt<std::string>
+    outputPath("o", cl::desc("Write the outputs (and updated parameters) "
+                             "of the last run as safetensors"),
+               cl::value_desc("file"));
+static cl::opt<std::string> referencePath(
+    "reference",
+    cl::desc("Compare outputs with these tensors (safetensors; a reference "
+             "with fewer elements is compared with the output's first "
+             "elements)"),
+    cl::value_desc("file"));
+static cl::opt<bool> noGraphs("no-graphs",
+                              cl::desc("Launch every run eagerly"));
+static cl::opt<bool> tf32("tf32", cl::desc("Allow TF32 in f32 GEMMs"));
+static cl::opt<bool> noProfile(
+    "no-profile",
+    cl::desc("Skip the profiled run (a training step accumulates into its "
+             "state on every run)"));
+static cl::opt<bool> saveParams("save-params",
+                                cl::desc("Also write the parameters"));
+
+static int fail(llvm::Error error) {
+  llvm::errs() << "llmc-cuda-run: error: " << llvm::toString(std::move(error))
+               << "\n";
+  return 1;
+}
+
+/// Max abs and rel difference of `output` (first elements) from `reference`.
+static void compare(llvm::StringRef name, const HostTensor &output,
+                    const HostTensor &reference) {
+  std::vector<float> got = output.toF32(), want = reference.toF32();
+  if (want.size() > got.size()) {
+    llvm::outs() << "compare " << name << ": reference has " << want.size()
+                 << " elements, the output " << got.size() << "\n";
+    return;
+  }
+  double maxAbs = 0, maxRel = 0, maxRef = 0;
+  int64_t worst = 0, nonFinite = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      ++nonFinite;
+      continue;
+    }
+    double diff = std::fabs(double(got[i]) - want[i]);
+    if (diff > maxAbs) {
+      maxAbs = diff;
+      worst = i;
+    }
+    maxRef = std::max(maxRef, std::fabs(double(want[i])));
+    maxRel = std::max(maxRel, diff / std::max(std::fabs(double(want[i])), 1e-6));
+  }
+  llvm::outs() << llvm::format(
+      "compare %s: %zu elements%s: max abs diff %.3g (at %lld: gpu %.7g cpu "
+      "%.7g), max rel diff %.3g, max |ref| %.4g, non-finite %lld\n",
+      name.str().c_str(), want.size(),
+      want.size() < got.size() ? " (leading)" : "", maxAbs, (long long)worst,
+      got[worst], want[worst], maxRel, maxRef, (long long)nonFinite);
+}
+
+int main(int argc, char **argv) {
+  cl::ParseCommandLineOptions(argc, argv,
+                              "llmc-cuda-run: run an llmc artifact on a GPU\n");
+  llvm::Expected<ArtifactContents> contents =
+      readArtifactContents(artifactPath);
+  if (!contents)
+    return fail(contents.takeError());
+  CudaExecutorOptions options;
+  options.useGraphs = !noGraphs;
+  options.allowTf32 = tf32;
+  if (contents->cuda) {
+    // `llmc compile --target=cuda`: the kernels come compiled.
+    const CudaSection &section = *contents->cuda;
+    cuda::CudaBinaries binaries;
+    for (const CudaSection::Cubin &cubin : section.cubins)
+      binaries.cubins.push_back({cubin.arch, cubin.image});
+    binaries.ptx = section.ptx;
+    binaries.ptxArch = section.ptxArch;
+    options.kernelBinaries = std::move(binaries);
+    for (const CudaSection::Launch &launch : section.launches) {
+      cuda::CudaLaunch l;
+      std::copy(launch.grid, launch.grid + 3, l.grid);
+      std::copy(launch.block, launch.block + 3, l.block);
+      l.sharedBytes = launch.sharedBytes;
+      options.kernelLaunches.push_back(l);
+    }
+  }
+  auto startCreate = std::chrono::steady_clock::now();
+  llvm::Expected<std::unique_ptr<CudaExecutor>> created =
+      createCudaExecutorWithWeights(std::move(contents->program), weightsPath,
+                                    seed, std::move(options));
+  if (!created)
+    return fail(created.takeError());
+  CudaExecutor &executor = **created;
+  double createSeconds = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - startCreate)
+                             .count();
+  const CudaExecutorInfo &info = executor.info();
+  llvm::outs() << llvm::format(
+      "device: %s (sm_%d, %.1f GiB)\n", info.deviceName.c_str(),
+      info.computeCapability,
+      info.deviceMemoryBytes / double(int64_t(1) << 30));
+  const kir::Program &prog = executor.program();
+  int64_t gemms = 0, attention = 0;
+  for (const kir::Step &step : prog.steps) {
+    gemms += step.kind == kir::StepKind::Gemm;
+    attention += step.kind == kir::StepKind::Attention ||
+                 step.kind == kir::StepKind::AttentionGrad;
+  }
+  llvm::outs() << llvm::format(
+      "program %s: %zu steps (%zu kernels, %lld GEMMs, %lld attention), "
+      "arena %.2f MiB, %.1f GFLOP per run\n",
+      prog.function.c_str(), prog.steps.size(), prog.kernels.size(),
+      (long long)gemms, (long long)attention, prog.arenaBytes / 1048576.0,
+      kir::countFlops(prog) / 1e9);
+  llvm::outs() << llvm::format(
+      "setup %.2f s: kernels %s (%s, NVRTC %s %.2f s), attention library "
+      "NVRTC %s %.2f s; %d GEMM bias epilogues fused into cuBLASLt\n",
+      createSeconds,
+      info.kernelsPrecompiled ? "from the artifact" : "compiled now",
+      info.kernelImage.c_str(),
+      info.kernelStats.cacheHit ? "cache hit" : "compiled",
+      info.kernelStats.compileSeconds,
+      info.libraryStats.cacheHit ? "cache hit" : "compiled",
+      info.libraryStats.compileSeconds, info.fusedBiasEpilogues);
+
+  if (!inputsPath.empty()) {
+    llvm::Expected<TensorMap> inputs = readSafetensors(inputsPath);
+    if (!inputs)
+      return fail(inputs.takeError());
+    for (const kir::Binding &input : prog.inputs) {
+      auto it = inputs->find(input.name);
+      if (it == inputs->end())
+        continue;
+      if (llvm::Error error = executor.setTensor(input.name, it->second))
+        return fail(std::move(error));
+    }
+  }
+
+  // A gradient step's seed, unless the inputs file sets it: d(loss) = 1.
+  for (const kir::Binding &input : prog.inputs)
+    if (input.name == "dloss" && inputsPath.empty())
+      if (llvm::Error error =
+              executor.setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
+        return fail(std::move(error));
+
+  // The first run is eager (and checks every step); graphs replay after it.
+  std::vector<double> times;
+  for (int i = 0; i < warmup + steps; ++i) {
+    executor.setRng(seed, i);
+    bool replay = executor.replaysGraph();
+    auto start = std::chrono::steady_clock::now();
+    if (llvm::Error error = executor.run())
+      return fail(std::move(error));
+    double wall = std::chrono::duration<double>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+    if (i < warmup) {
+      llvm::outs() << llvm::format("warmup %d: device %.3f ms, wall %.3f ms%s\n",
+                                   i, executor.lastRunMilliseconds(),
+                                   wall * 1e3,
+                                   replay ? " (graph replay)" : " (eager)");
+      continue;
+    }
+    times.push_back(executor.lastRunMilliseconds());
+    llvm::outs() << llvm::format("step %d: device %.3f ms, wall %.3f ms (%s)\n",
+                                 i - warmup, executor.lastRunMilliseconds(),
+                                 wall * 1e3,
+                                 replay ? "graph replay" : "eager");
+  }
+  if (!times.empty()) {
+    std::vector<double> sorted = times;
+    std::sort(sorted.begin(), sorted.end());
+    double mean = 0;
+    for (double t : times)
+      mean += t;
+    mean /= times.size();
+    double flops = kir::countFlops(prog);
+    llvm::outs() << llvm::format(
+        "steps: %zu, device time per step: mean %.3f ms, median %.3f ms, min "
+        "%.3f ms (%.1f TFLOP/s at the median)\n",
+        times.size(), mean, sorted[sorted.size() / 2], sorted.front(),
+        flops / (sorted[sorted.size() / 2] * 1e-3) / 1e12);
+  }
+
+  // One profiled (eager, event per step) run for per-kernel times.
+  if (!noProfile) {
+  executor.setProfiling(true);
+  if (llvm::Error error = executor.run())
+    return fail(std::move(error));
+  executor.setProfiling(false);
+  const CudaStepProfile &profile = executor.profile();
+  llvm::outs() << llvm::format(
+      "profiled run (eager, events around each step): total %.3f ms; "
+      "kernels %.3f ms, GEMMs %.3f ms, attention %.3f ms, attention grad "
+      "%.3f ms, embedding grad %.3f ms\n",
+      executor.lastRunMilliseconds(), profile.kernelSeconds * 1e3,
+      profile.gemmSeconds * 1e3, profile.attentionSeconds * 1e3,
+      profile.attentionGradSeconds * 1e3, profile.embeddingGradSeconds * 1e3);
+  std::vector<std::pair<std::string, CudaStepProfile::Entry>> entries(
+      profile.perKernel.begin(), profile.perKernel.end());
+  std::sort(entries.begin(), entries.end(), [](auto &a, auto &b) {
+    return a.second.seconds > b.second.seconds;
+  });
+  for (auto &[name, entry] : entries)
+    llvm::outs() << llvm::format("  %9.1f us  %3lld x  %s\n",
+                                 entry.seconds * 1e6, (long long)entry.launches,
+                                 name.c_str());
+  }
+
+  TensorMap outputs;
+  for (const kir::Binding &output : prog.outputs) {
+    llvm::Expected<HostTensor> tensor = executor.output(output.name);
+    if (!tensor)
+      return fail(tensor.takeError());
+    if (output.name == "loss" && tensor->dtype == kir::DType::F32)
+      llvm::outs() << llvm::format("loss: %.7f\n", tensor->f32()[0]);
+    outputs[output.name] = std::move(*tensor);
+  }
+  if (saveParams || !prog.updates.empty())
+    for (auto &[name, tensor] : executor.params())
+      outputs["param." + name] = std::move(tensor);
+  for (auto &[name, tensor] : executor.states())
+    outputs["state." + name] = std::move(tensor);
+  if (!referencePath.empty()) {
+    llvm::Expected<TensorMap> reference = readSafetensors(referencePath);
+    if (!reference)
+      return fail(reference.takeError());
+    for (auto &[name, tensor] : *reference) {
+      auto it = outputs.find(name);
+      if (it == outputs.end()) {
+        llvm::outs() << "compare " << name << ": no such output\n";
+        continue;
+      }
+      compare(name, it->second, tensor);
+    }
+  }
+  if (!outputPath.empty()) {
+    if (llvm::Error error = writeSafetensors(outputPath, outputs))
+      return fail(std::move(error));
+    llvm::outs() << "wrote " << outputPath << "\n";
+  }
+  return 0;
+}
