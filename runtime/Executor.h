@@ -9,6 +9,7 @@
 #define LLMC_RUNTIME_EXECUTOR_H
 
 #include "codegen/Program.h"
+#include "runtime/Backend.h"
 #include "runtime/Cpu/KernelCache.h"
 #include "runtime/PersistentStore.h"
 #include "runtime/ThreadPool.h"
@@ -32,7 +33,7 @@ struct StepProfile {
   int64_t runs = 0;
 };
 
-class CpuExecutor {
+class CpuExecutor : public Executor {
 public:
   /// `kernels[i]` runs program.kernels[i]. `numThreads` <= 0: one per
   /// hardware thread. Param and State buffers are bound by name to `store`
@@ -43,32 +44,32 @@ public:
          int numThreads = 0, std::shared_ptr<PersistentStore> store = nullptr);
   ~CpuExecutor();
 
-  const kir::Program &program() const { return prog; }
+  const kir::Program &program() const override { return prog; }
   int numThreads() const { return pool.size(); }
   const std::shared_ptr<PersistentStore> &store() const { return persistent; }
 
   /// Copies a parameter, state or input in. The name, shape and dtype must
   /// match the program's; the error says which tensor differs and how.
-  llvm::Error setTensor(llvm::StringRef name, const HostTensor &tensor);
+  llvm::Error setTensor(llvm::StringRef name, const HostTensor &tensor) override;
   /// Sets every parameter from `tensors`; a missing parameter or a tensor
   /// the model does not have is an error naming it (`source` is the file).
-  llvm::Error setParams(const TensorMap &tensors, llvm::StringRef source);
+  llvm::Error setParams(const TensorMap &tensors, llvm::StringRef source) override;
   /// The parameters as host tensors (for saving).
-  TensorMap params() const;
+  TensorMap params() const override;
   /// The program's State buffers (gradients, optimizer moments) as host
   /// tensors, by name.
-  TensorMap states() const;
+  TensorMap states() const override;
   /// Sets the `rng` input (seed, step) of a program with random ops; does
   /// nothing for a program without.
-  void setRng(uint64_t seed, uint64_t step);
+  void setRng(uint64_t seed, uint64_t step) override;
 
   /// Runs the schedule once. Fails (before running anything) if an input
   /// id lies outside the table it indexes.
-  llvm::Error run();
+  llvm::Error run() override;
 
   /// An output (loss, logits) or any buffer named by a binding (params,
   /// states, inputs), as stored.
-  llvm::Expected<HostTensor> output(llvm::StringRef name) const;
+  llvm::Expected<HostTensor> output(llvm::StringRef name) const override;
 
   /// Runs once with the arena filled with a canary pattern and returns the
   /// highest arena byte the run wrote, plus one: the measured high-water

@@ -35,7 +35,7 @@ llvm::Expected<Gpt2Dims> llmc::runtime::modelDims(const kir::Program &program) {
   return dims;
 }
 
-llvm::Error llmc::runtime::loadWeights(CpuExecutor &executor,
+llvm::Error llmc::runtime::loadWeights(Executor &executor,
                                        llvm::StringRef path, uint64_t seed) {
   const kir::Program &program = executor.program();
   if (path.empty()) {
@@ -126,7 +126,7 @@ std::string llmc::runtime::decodeToken(int64_t id) {
   return "<|" + std::to_string(id) + "|>";
 }
 
-llvm::Error llmc::runtime::generate(CpuExecutor &executor,
+llvm::Error llmc::runtime::generate(Executor &executor,
                                     std::vector<int32_t> &context,
                                     int64_t maxTokens,
                                     const SamplingOptions &options,

@@ -21,7 +21,7 @@ llvm::Expected<Gpt2Dims> modelDims(const kir::Program &program);
 /// Sets the executor's parameters: from `path` (a safetensors file, or an
 /// llm.c checkpoint recognized by its magic number) or, if `path` is empty,
 /// by the seeded GPT-2 initialization. Errors name the file and tensor.
-llvm::Error loadWeights(CpuExecutor &executor, llvm::StringRef path,
+llvm::Error loadWeights(Executor &executor, llvm::StringRef path,
                         uint64_t seed);
 
 struct SamplingOptions {
@@ -42,7 +42,7 @@ std::string decodeToken(int64_t id);
 /// Appends `maxTokens` sampled tokens to `context` (a sequence of ids; a
 /// window of the last T ids is fed at each step), calling `emit` with each
 /// new token as it is drawn. The program must return logits [B, T, V].
-llvm::Error generate(CpuExecutor &executor, std::vector<int32_t> &context,
+llvm::Error generate(Executor &executor, std::vector<int32_t> &context,
                      int64_t maxTokens, const SamplingOptions &options,
                      const std::function<void(int64_t)> &emit);
 

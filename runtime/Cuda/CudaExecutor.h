@@ -15,6 +15,7 @@
 
 #include "codegen/KernelToCuda/FlashAttention.h"
 #include "codegen/Program.h"
+#include "runtime/Backend.h"
 #include "runtime/Cuda/Nvrtc.h"
 #include "runtime/Weights.h"
 
@@ -108,7 +109,7 @@ struct CudaExecutorInfo {
   int fusedBiasEpilogues = 0;                 // GEMM epilogues in cuBLASLt
 };
 
-class CudaExecutor {
+class CudaExecutor : public Executor {
 public:
   /// Fails with "no CUDA driver (libcuda.so.1) on this machine ..." where
   /// there is no driver, before it needs NVRTC or cuBLASLt.
@@ -116,7 +117,7 @@ public:
   create(kir::Program program, CudaExecutorOptions options = {});
   ~CudaExecutor();
 
-  const kir::Program &program() const { return prog; }
+  const kir::Program &program() const override { return prog; }
   const CudaExecutorInfo &info() const { return creationInfo; }
   const std::shared_ptr<CudaPersistentStore> &store() const {
     return persistent;
@@ -124,18 +125,18 @@ public:
 
   /// Copies a parameter, state or input in (inputs into their fixed device
   /// buffer, which graph replays read). Name, shape and dtype must match.
-  llvm::Error setTensor(llvm::StringRef name, const HostTensor &tensor);
-  llvm::Error setParams(const TensorMap &tensors, llvm::StringRef source);
-  TensorMap params() const;
-  TensorMap states() const;
-  void setRng(uint64_t seed, uint64_t step);
+  llvm::Error setTensor(llvm::StringRef name, const HostTensor &tensor) override;
+  llvm::Error setParams(const TensorMap &tensors, llvm::StringRef source) override;
+  TensorMap params() const override;
+  TensorMap states() const override;
+  void setRng(uint64_t seed, uint64_t step) override;
 
   /// Runs the schedule once and waits for it. Fails (before running
   /// anything) if an input id lies outside the table it indexes.
-  llvm::Error run();
+  llvm::Error run() override;
 
   /// An output, parameter, state or input, as stored.
-  llvm::Expected<HostTensor> output(llvm::StringRef name) const;
+  llvm::Expected<HostTensor> output(llvm::StringRef name) const override;
 
   void setProfiling(bool enabled) { profiling = enabled; }
   const CudaStepProfile &profile() const { return stepProfile; }

@@ -15,6 +15,9 @@
 #include "runtime/Artifact.h"
 #include "runtime/AtomicFile.h"
 #include "runtime/Generate.h"
+#ifdef LLMC_HAVE_NVRTC
+#include "runtime/Cuda/CudaExecutor.h"
+#endif
 #include "tools/llmc/Plan.h"
 #include "passes/Pipelines.h"
 
@@ -104,6 +107,12 @@ static cl::opt<int> numThreads("threads",
                                cl::desc("CPU threads (default: all)"),
                                cl::init(0), cl::sub(generateCmd),
                                cl::sub(inspectCmd));
+static cl::opt<std::string> device(
+    "device",
+    cl::desc("Where to run: cpu (the default) or cuda (an NVIDIA GPU: the "
+             "driver is loaded at run time, kernels are compiled by NVRTC)"),
+    cl::init("cpu"), cl::value_desc("cpu|cuda"), cl::sub(generateCmd),
+    cl::sub(inspectCmd));
 static cl::opt<std::string>
     infoInput(cl::Positional, cl::Required,
               cl::desc("<model.mlir | config.yaml | preset>"),
@@ -415,7 +424,7 @@ static int runCompile(MLIRContext &context) {
 /// Loads an artifact and its kernels (from the kernel cache, or compiled
 /// now) into a CPU executor with parameters set.
 static llvm::Expected<std::unique_ptr<::llmc::runtime::CpuExecutor>>
-loadArtifact(llvm::StringRef path, llvm::StringRef weights) {
+loadCpuArtifact(llvm::StringRef path, llvm::StringRef weights) {
   llvm::Expected<::llmc::kir::Program> program =
       ::llmc::runtime::readArtifact(path);
   if (!program)
@@ -439,6 +448,38 @@ loadArtifact(llvm::StringRef path, llvm::StringRef weights) {
           ::llmc::runtime::loadWeights(**executor, weights, seed))
     return error;
   return executor;
+}
+
+/// Loads an artifact onto the --device: the CPU (kernels JIT-compiled or
+/// from the kernel cache) or a CUDA GPU (kernels compiled by NVRTC or from
+/// its cache; the driver is loaded at run time, so without one this is an
+/// error, not a crash).
+static llvm::Expected<std::unique_ptr<::llmc::runtime::Executor>>
+loadArtifact(llvm::StringRef path, llvm::StringRef weights) {
+  if (device == "cpu") {
+    auto executor = loadCpuArtifact(path, weights);
+    if (!executor)
+      return executor.takeError();
+    return std::unique_ptr<::llmc::runtime::Executor>(std::move(*executor));
+  }
+  if (device != "cuda")
+    return llvm::createStringError("unknown device '" + device +
+                                   "' (cpu, cuda)");
+#ifdef LLMC_HAVE_NVRTC
+  llvm::Expected<::llmc::kir::Program> program =
+      ::llmc::runtime::readArtifact(path);
+  if (!program)
+    return program.takeError();
+  auto executor = ::llmc::runtime::createCudaExecutorWithWeights(
+      std::move(*program), weights, seed);
+  if (!executor)
+    return executor.takeError();
+  llvm::errs() << "llmc: running on the GPU\n";
+  return std::unique_ptr<::llmc::runtime::Executor>(std::move(*executor));
+#else
+  return llvm::createStringError(
+      "--device=cuda: this llmc was built without the CUDA toolkit");
+#endif
 }
 
 /// An artifact's CUDA section: its binaries, then each kernel's launch.
@@ -469,8 +510,22 @@ static int runInspect() {
   const ::llmc::kir::Program *program = &contents->program;
   llvm::outs() << artifactInput << ": ";
   printPlanSummary(*program, llvm::outs());
-  if (inspectRun) {
+  if (inspectRun && device != "cpu") {
+    // On a GPU the run shows the loss; the canary measurement of the
+    // arena is the CPU backend's.
     auto executor = loadArtifact(artifactInput, "");
+    if (!executor)
+      return fail(executor.takeError());
+    if (llvm::Error error = (*executor)->run())
+      return fail(std::move(error));
+    auto loss = (*executor)->output("loss");
+    if (!loss)
+      return fail(loss.takeError());
+    llvm::outs() << llvm::format("loss: %.6f\n", loss->f32()[0]);
+    return 0;
+  }
+  if (inspectRun) {
+    auto executor = loadCpuArtifact(artifactInput, "");
     if (!executor)
       return fail(executor.takeError());
     llvm::Expected<int64_t> measured =
