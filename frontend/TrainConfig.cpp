@@ -69,6 +69,7 @@ enum class Key {
   Precision,
   Dropout,
   Threads,
+  Device,
   Out,
   InitFrom,
 };
@@ -179,6 +180,9 @@ const KeyInfo kKeys[] = {
      "overrides the model's dropout rate"},
     {Key::Threads, "threads", Kind::NonNegative, "N",
      "CPU threads; 0: all (0)"},
+    {Key::Device, "device", Kind::String, "cpu|cuda",
+     "where the steps run: cpu, or cuda (an NVIDIA GPU; driver loaded at run "
+     "time) (cpu)"},
     {Key::Out, "out", Kind::String, "DIR",
      "output directory: metrics.jsonl, loss.svg, checkpoints/ (default "
      "runs/<config name>)"},
@@ -818,6 +822,11 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
   }
   case Key::Threads:
     return getInt(c.threads, 0);
+  case Key::Device:
+    if (text != "cpu" && text != "cuda")
+      return fail("unknown device '" + text + "'; expected cpu or cuda");
+    c.device = text.str();
+    return Error::success();
   case Key::Out:
     if (text.empty())
       return fail("expected a directory");
@@ -1065,6 +1074,7 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
      << "seed: " << c.seed << "\n"
      << "precision: " << c.precision << "\n"
      << "threads: " << c.threads << "\n"
+     << "device: " << c.device << "\n"
      << "out: \"" << yaml::escape(c.out) << "\"\n";
   if (!c.initFrom.empty())
     os << "init_from: \"" << yaml::escape(c.initFrom) << "\"\n";

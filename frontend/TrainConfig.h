@@ -77,6 +77,7 @@ struct TrainingConfig {
   std::string precision = "fp32";
   std::optional<double> dropout; // overrides the model's dropout
   int64_t threads = 0;           // 0: every hardware thread
+  std::string device = "cpu";    // cpu or cuda
   std::string out;               // default: runs/<config file stem>
   std::string initFrom; // llm.c checkpoint or safetensors to start from
 

@@ -1,8 +1,9 @@
-// The interface every execution backend implements (CpuExecutor in
-// runtime/Executor.h, CudaExecutor in runtime/Cuda/CudaExecutor.h): bind
-// tensors by name, run the program's schedule, read its outputs. The driver
-// (`llmc inspect --run`, `llmc generate`, each with `--device`) and text
-// generation work through it, so the backends are interchangeable.
+// The interfaces every execution backend implements (CpuExecutor and
+// PersistentStore in runtime/, CudaExecutor and CudaPersistentStore in
+// runtime/Cuda/): an executor binds tensors by name, runs the program's
+// schedule and reads its outputs; a store holds the persistent tensors the
+// executors of a run share. The driver (`--device`), text generation and
+// the trainer work through them, so the backends are interchangeable.
 #ifndef LLMC_RUNTIME_BACKEND_H
 #define LLMC_RUNTIME_BACKEND_H
 
@@ -13,8 +14,27 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace llmc::runtime {
+
+/// Named persistent tensors (parameters, gradients, optimizer state) that
+/// the executors of one run share: PersistentStore in host memory,
+/// CudaPersistentStore on a GPU. Checkpoints read and write them through
+/// this interface.
+class TensorStore {
+public:
+  virtual ~TensorStore() = default;
+  virtual bool contains(llvm::StringRef name) const = 0;
+  /// The names, sorted.
+  virtual std::vector<std::string> names() const = 0;
+  /// A host copy of tensor `name`; an error if there is none.
+  virtual llvm::Expected<HostTensor> get(llvm::StringRef name) const = 0;
+  /// Copies `tensor` into `name`; dtype and shape must agree with an
+  /// existing tensor.
+  virtual llvm::Error set(llvm::StringRef name, const HostTensor &tensor) = 0;
+};
 
 class Executor {
 public:

@@ -5,6 +5,7 @@
 #ifndef LLMC_RUNTIME_PERSISTENTSTORE_H
 #define LLMC_RUNTIME_PERSISTENTSTORE_H
 
+#include "runtime/Backend.h"
 #include "runtime/Weights.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -22,10 +23,10 @@ namespace llmc::runtime {
 /// created zero-filled by its first bind and kept until the store goes.
 /// Addresses never change, so executors keep raw pointers into it; the
 /// store must outlive them (they hold it by shared_ptr).
-class PersistentStore {
+class PersistentStore : public TensorStore {
 public:
   PersistentStore() = default;
-  ~PersistentStore();
+  ~PersistentStore() override;
   PersistentStore(const PersistentStore &) = delete;
   PersistentStore &operator=(const PersistentStore &) = delete;
 
@@ -35,14 +36,14 @@ public:
   llvm::Expected<char *> bind(llvm::StringRef name, kir::DType dtype,
                               llvm::ArrayRef<int64_t> shape);
 
-  bool contains(llvm::StringRef name) const;
+  bool contains(llvm::StringRef name) const override;
   /// The names, sorted.
-  std::vector<std::string> names() const;
+  std::vector<std::string> names() const override;
   /// A copy of tensor `name`; an error if there is none.
-  llvm::Expected<HostTensor> get(llvm::StringRef name) const;
+  llvm::Expected<HostTensor> get(llvm::StringRef name) const override;
   /// Copies `tensor` into `name` (binding it first, so dtype and shape must
   /// agree with an existing tensor).
-  llvm::Error set(llvm::StringRef name, const HostTensor &tensor);
+  llvm::Error set(llvm::StringRef name, const HostTensor &tensor) override;
 
 private:
   struct Entry {

@@ -41,7 +41,7 @@ HostTensor tokenTensor(const std::vector<int32_t> &ids, int64_t batch,
   return tensor;
 }
 
-bool hasInput(const CpuExecutor &executor, llvm::StringRef name) {
+bool hasInput(const Executor &executor, llvm::StringRef name) {
   for (const kir::Binding &b : executor.program().inputs)
     if (b.name == name)
       return true;
@@ -50,7 +50,7 @@ bool hasInput(const CpuExecutor &executor, llvm::StringRef name) {
 
 /// Sets an f32 scalar input the program has; one it lacks (SGD has no bias
 /// corrections) is skipped.
-llvm::Error setScalar(CpuExecutor &executor, llvm::StringRef name,
+llvm::Error setScalar(Executor &executor, llvm::StringRef name,
                       double value) {
   if (!hasInput(executor, name))
     return llvm::Error::success();
@@ -58,7 +58,7 @@ llvm::Error setScalar(CpuExecutor &executor, llvm::StringRef name,
                             HostTensor::fromF32({float(value)}, {}));
 }
 
-llvm::Expected<double> scalarOutput(const CpuExecutor &executor,
+llvm::Expected<double> scalarOutput(const Executor &executor,
                                     llvm::StringRef name) {
   llvm::Expected<HostTensor> out = executor.output(name);
   if (!out)
@@ -99,19 +99,19 @@ std::string formatRate(double value) {
 } // namespace
 
 Trainer::Trainer(TrainerOptions options, TrainerPrograms programs,
-                 TrainerData data, std::shared_ptr<PersistentStore> store)
+                 TrainerData data, std::shared_ptr<TensorStore> store)
     : options(std::move(options)), programs(std::move(programs)),
       data(std::move(data)), store(std::move(store)) {}
 
-llvm::Expected<CpuExecutor *> Trainer::gradStep(int64_t seqLen) {
+llvm::Expected<Executor *> Trainer::gradStep(int64_t seqLen) {
   auto it = gradSteps.find(seqLen);
   if (it != gradSteps.end())
     return it->second.get();
-  llvm::Expected<std::unique_ptr<CpuExecutor>> executor =
+  llvm::Expected<std::unique_ptr<Executor>> executor =
       programs.gradStepFor(seqLen);
   if (!executor)
     return executor.takeError();
-  CpuExecutor *raw = executor->get();
+  Executor *raw = executor->get();
   gradSteps[seqLen] = std::move(*executor);
   return raw;
 }
@@ -255,7 +255,7 @@ llvm::Error Trainer::writeCheckpointNow() {
 }
 
 llvm::Expected<double> Trainer::evaluate(std::string &sample) {
-  CpuExecutor &eval = *programs.eval;
+  Executor &eval = *programs.eval;
   const kir::Buffer &tokensBuffer = [&]() -> const kir::Buffer & {
     for (const kir::Binding &b : eval.program().inputs)
       if (b.name == "tokens")
@@ -293,7 +293,7 @@ llvm::Expected<double> Trainer::evaluate(std::string &sample) {
     sampling.topK = 40;
     // Keyed by the step, so a resumed run samples the same text.
     sampling.seed = options.seed + uint64_t(currentStep);
-    CpuExecutor &sampler = programs.sampler ? *programs.sampler : eval;
+    Executor &sampler = programs.sampler ? *programs.sampler : eval;
     if (llvm::Error err = generate(sampler, context, options.sampleTokens,
                                    sampling, [&](int64_t id) {
                                      sample += data.decode(int32_t(id));
@@ -325,8 +325,8 @@ llvm::Error Trainer::run() {
 
   const int64_t maxMicroBatches =
       options.batches.globalBatch / options.batches.microBatch;
-  std::map<const CpuExecutor *, int64_t> flopsOf;
-  auto flops = [&](const CpuExecutor &e) {
+  std::map<const Executor *, int64_t> flopsOf;
+  auto flops = [&](const Executor &e) {
     auto it = flopsOf.find(&e);
     if (it == flopsOf.end())
       it = flopsOf.emplace(&e, kir::countFlops(e.program())).first;
@@ -391,7 +391,7 @@ llvm::Error Trainer::run() {
 
     StepShape shape = options.batches.at(currentStep, consumedSamples);
     Clock::time_point compileStart = Clock::now();
-    llvm::Expected<CpuExecutor *> grad = gradStep(shape.seqLen);
+    llvm::Expected<Executor *> grad = gradStep(shape.seqLen);
     if (!grad)
       return grad.takeError();
     double compileSeconds = secondsSince(compileStart);
@@ -422,7 +422,7 @@ llvm::Error Trainer::run() {
     }
     double loss = lossSum / double(shape.microBatches);
 
-    CpuExecutor &update = *programs.updateStep;
+    Executor &update = *programs.updateStep;
     double lr = options.schedule.at(currentStep);
     double t = double(currentStep + 1);
     double bc1 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta1, t)) : 1;

@@ -8,8 +8,7 @@
 #define LLMC_RUNTIME_TRAINER_H
 
 #include "runtime/Checkpoint.h"
-#include "runtime/Executor.h"
-#include "runtime/PersistentStore.h"
+#include "runtime/Backend.h"
 #include "runtime/Schedule.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -68,17 +67,17 @@ struct TrainerData {
   std::function<std::string(int32_t)> decode;
 };
 
-/// The compiled programs, all bound to one PersistentStore.
+/// The compiled programs, all bound to one TensorStore.
 struct TrainerPrograms {
   /// The grad step for a sequence length (called once per length; the
   /// trainer caches what it returns).
-  std::function<llvm::Expected<std::unique_ptr<CpuExecutor>>(int64_t seqLen)>
+  std::function<llvm::Expected<std::unique_ptr<Executor>>(int64_t seqLen)>
       gradStepFor;
-  std::unique_ptr<CpuExecutor> updateStep;
+  std::unique_ptr<Executor> updateStep;
   /// @forward at the full length without dropout: evaluation.
-  std::unique_ptr<CpuExecutor> eval;
+  std::unique_ptr<Executor> eval;
   /// The same for one sequence, for samples (null: `eval` samples).
-  std::unique_ptr<CpuExecutor> sampler;
+  std::unique_ptr<Executor> sampler;
 };
 
 /// One logged training step or evaluation, as metrics.jsonl holds it.
@@ -90,7 +89,7 @@ struct MetricPoint {
 class Trainer {
 public:
   Trainer(TrainerOptions options, TrainerPrograms programs, TrainerData data,
-          std::shared_ptr<PersistentStore> store);
+          std::shared_ptr<TensorStore> store);
 
   /// Continues from `checkpoint`: restores tensors, step, counters and the
   /// loader; keeps the metrics of earlier steps (later lines, from a run
@@ -110,7 +109,7 @@ public:
   const std::vector<MetricPoint> &valLosses() const { return valPoints; }
 
 private:
-  llvm::Expected<CpuExecutor *> gradStep(int64_t seqLen);
+  llvm::Expected<Executor *> gradStep(int64_t seqLen);
   llvm::Expected<double> evaluate(std::string &sample);
   llvm::Error writeCheckpointNow();
   llvm::Error appendMetrics(const std::string &line);
@@ -119,8 +118,8 @@ private:
   TrainerOptions options;
   TrainerPrograms programs;
   TrainerData data;
-  std::shared_ptr<PersistentStore> store;
-  std::map<int64_t, std::unique_ptr<CpuExecutor>> gradSteps;
+  std::shared_ptr<TensorStore> store;
+  std::map<int64_t, std::unique_ptr<Executor>> gradSteps;
   int64_t currentStep = 0;
   int64_t consumedSamples = 0;
   int64_t consumedTokens = 0;

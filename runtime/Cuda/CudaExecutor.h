@@ -38,10 +38,10 @@ namespace llmc::runtime {
 /// keeps its address until the store goes (executors hold it by
 /// shared_ptr). Create it with CudaPersistentStore::create on the device the
 /// executors use.
-class CudaPersistentStore {
+class CudaPersistentStore : public TensorStore {
 public:
   static llvm::Expected<std::shared_ptr<CudaPersistentStore>> create();
-  ~CudaPersistentStore();
+  ~CudaPersistentStore() override;
   CudaPersistentStore(const CudaPersistentStore &) = delete;
   CudaPersistentStore &operator=(const CudaPersistentStore &) = delete;
 
@@ -49,10 +49,10 @@ public:
   /// existing tensor with another dtype or shape is an error naming both.
   llvm::Expected<uint64_t> bind(llvm::StringRef name, kir::DType dtype,
                                 llvm::ArrayRef<int64_t> shape);
-  bool contains(llvm::StringRef name) const;
-  std::vector<std::string> names() const;
-  llvm::Expected<HostTensor> get(llvm::StringRef name) const;
-  llvm::Error set(llvm::StringRef name, const HostTensor &tensor);
+  bool contains(llvm::StringRef name) const override;
+  std::vector<std::string> names() const override;
+  llvm::Expected<HostTensor> get(llvm::StringRef name) const override;
+  llvm::Error set(llvm::StringRef name, const HostTensor &tensor) override;
 
 private:
   CudaPersistentStore() = default;

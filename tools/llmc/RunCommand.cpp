@@ -17,6 +17,9 @@
 #include "runtime/Checkpoint.h"
 #include "runtime/Generate.h"
 #include "runtime/Trainer.h"
+#ifdef LLMC_HAVE_NVRTC
+#include "runtime/Cuda/CudaExecutor.h"
+#endif
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -138,11 +141,63 @@ private:
   std::shared_ptr<llvm::SourceMgr> sourceMgr;
 };
 
-/// Creates an executor bound to `store`, compiling its kernels or loading
-/// them from the kernel cache.
-llvm::Expected<std::unique_ptr<rt::CpuExecutor>>
-makeExecutor(::llmc::kir::Program program, int threads,
-             std::shared_ptr<rt::PersistentStore> store, llvm::StringRef what) {
+/// Where the steps run: the persistent tensors of the run and executors
+/// bound to them, on the CPU or on a CUDA GPU.
+struct Device {
+  std::shared_ptr<rt::TensorStore> store;
+  std::shared_ptr<rt::PersistentStore> hostStore;
+#ifdef LLMC_HAVE_NVRTC
+  std::shared_ptr<rt::CudaPersistentStore> cudaStore;
+#endif
+  int threads = 0;
+};
+
+llvm::Expected<Device> openDevice(const TrainingConfig &config) {
+  Device device;
+  device.threads = int(config.threads);
+  if (config.device == "cpu") {
+    device.hostStore = std::make_shared<rt::PersistentStore>();
+    device.store = device.hostStore;
+    return device;
+  }
+#ifdef LLMC_HAVE_NVRTC
+  auto store = rt::CudaPersistentStore::create();
+  if (!store)
+    return store.takeError();
+  device.cudaStore = *store;
+  device.store = *store;
+  return device;
+#else
+  return llvm::createStringError(
+      "device: cuda: this llmc was built without the CUDA toolkit");
+#endif
+}
+
+/// Creates an executor bound to the device's store, compiling its kernels
+/// or loading them from the kernel cache (JIT on the CPU, NVRTC on a GPU).
+llvm::Expected<std::unique_ptr<rt::Executor>>
+makeExecutor(::llmc::kir::Program program, const Device &device,
+             llvm::StringRef what) {
+#ifdef LLMC_HAVE_NVRTC
+  if (device.cudaStore) {
+    rt::CudaExecutorOptions options;
+    options.store = device.cudaStore;
+    size_t numKernels = program.kernels.size();
+    auto start = std::chrono::steady_clock::now();
+    auto executor = rt::CudaExecutor::create(std::move(program), options);
+    if (!executor)
+      return executor.takeError();
+    llvm::outs() << llvm::format(
+        "llmc run: %-24s %3zu kernels for the GPU (%.2f s)\n",
+        what.str().c_str(), numKernels,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                      start)
+            .count());
+    return std::unique_ptr<rt::Executor>(std::move(*executor));
+  }
+#endif
+  int threads = device.threads;
+  std::shared_ptr<rt::PersistentStore> store = device.hostStore;
   std::vector<::llmc::kir::Kernel> kernels = program.kernels;
   ::llmc::cpu::CacheStats stats;
   auto executor = rt::createCpuExecutor(
@@ -157,7 +212,7 @@ makeExecutor(::llmc::kir::Program program, int threads,
       stats.hit ? stats.loadSeconds : stats.compileSeconds + stats.loadSeconds);
   if (!stats.warning.empty())
     llvm::errs() << "llmc run: warning: " << stats.warning << "\n";
-  return executor;
+  return std::unique_ptr<rt::Executor>(std::move(*executor));
 }
 
 /// Lowers @forward of `module` after the compile pipeline (evaluation
@@ -325,8 +380,9 @@ int runTrainCommand(int argc, char **argv) {
   auto sourceMgr = std::make_shared<llvm::SourceMgr>();
   SourceMgrDiagnosticHandler diagnostics(*sourceMgr, &context);
   ModelSource source(context, config, sourceMgr);
-  auto store = std::make_shared<rt::PersistentStore>();
-  int threads = int(config.threads);
+  llvm::Expected<Device> device = openDevice(config);
+  if (!device)
+    return fail(device.takeError());
 
   auto compileStart = std::chrono::steady_clock::now();
   llvm::Expected<OwningOpRef<ModuleOp>> module =
@@ -347,12 +403,12 @@ int runTrainCommand(int argc, char **argv) {
                                     compileStart)
           .count());
 
-  auto grad = makeExecutor(std::move(programs->gradStep), threads, store,
+  auto grad = makeExecutor(std::move(programs->gradStep), *device,
                            llvm::formatv("grad step (T={0})", config.seqLen).str());
   if (!grad)
     return fail(grad.takeError());
   auto update =
-      makeExecutor(std::move(programs->updateStep), threads, store,
+      makeExecutor(std::move(programs->updateStep), *device,
                    "update step");
   if (!update)
     return fail(update.takeError());
@@ -368,13 +424,13 @@ int runTrainCommand(int argc, char **argv) {
       return fail(lowered.takeError());
     evalProgram = std::move(*lowered);
   }
-  auto eval = makeExecutor(std::move(evalProgram), threads, store,
+  auto eval = makeExecutor(std::move(evalProgram), *device,
                            "forward (evaluation)");
   if (!eval)
     return fail(eval.takeError());
   // Samples draw one sequence at a time: a forward for one sequence saves
   // running the whole micro-batch per token.
-  std::unique_ptr<rt::CpuExecutor> sampler;
+  std::unique_ptr<rt::Executor> sampler;
   if (config.sampleTokens > 0 && config.modelMlirPath.empty() &&
       config.microBatchSize > 1) {
     llvm::Expected<OwningOpRef<ModuleOp>> samplerModule =
@@ -385,7 +441,7 @@ int runTrainCommand(int argc, char **argv) {
         compileForward(**samplerModule);
     if (!lowered)
       return fail(lowered.takeError());
-    auto created = makeExecutor(std::move(*lowered), threads, store,
+    auto created = makeExecutor(std::move(*lowered), *device,
                                 "forward (samples)");
     if (!created)
       return fail(created.takeError());
@@ -472,11 +528,11 @@ int runTrainCommand(int argc, char **argv) {
   trainerPrograms.updateStep = std::move(*update);
   trainerPrograms.eval = std::move(*eval);
   trainerPrograms.sampler = std::move(sampler);
-  auto firstGrad = std::make_shared<std::unique_ptr<rt::CpuExecutor>>(
+  auto firstGrad = std::make_shared<std::unique_ptr<rt::Executor>>(
       std::move(*grad));
   trainerPrograms.gradStepFor =
       [&, firstGrad](int64_t seqLen)
-      -> llvm::Expected<std::unique_ptr<rt::CpuExecutor>> {
+      -> llvm::Expected<std::unique_ptr<rt::Executor>> {
     if (seqLen == config.seqLen && *firstGrad)
       return std::move(*firstGrad);
     llvm::Expected<OwningOpRef<ModuleOp>> shorter =
@@ -487,12 +543,12 @@ int runTrainCommand(int argc, char **argv) {
         ::llmc::compileTraining(**shorter, config.optimizer);
     if (!compiled)
       return compiled.takeError();
-    return makeExecutor(std::move(compiled->gradStep), threads, store,
+    return makeExecutor(std::move(compiled->gradStep), *device,
                         llvm::formatv("grad step (T={0})", seqLen).str());
   };
 
   rt::Trainer trainer(std::move(options), std::move(trainerPrograms),
-                      std::move(trainerData), store);
+                      std::move(trainerData), device->store);
   if (checkpoint) {
     if (llvm::Error err = trainer.resume(*checkpoint, resume))
       return fail(std::move(err));
