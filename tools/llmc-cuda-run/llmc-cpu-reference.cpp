@@ -4,8 +4,17 @@
 // input's id bound) so both sides run on the same data, and compile the
 // artifact first from a model config or preset (what `llmc compile` does
 // for @forward).
+//
+// With --update it runs K training steps instead (the grad step with
+// dloss = 1, then the AdamW update step, over one persistent store), each on
+// a fresh seeded batch, and writes per-step losses and gradient norms and
+// the final parameters and optimizer state (whole, or reduced as in
+// TrainingCheck.h): the reference for llmc-cuda-run --update.
+#include "TrainingCheck.h"
+
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -23,6 +32,8 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <chrono>
+#include <cmath>
 #include <random>
 
 namespace cl = llvm::cl;
@@ -31,14 +42,15 @@ using namespace llmc::runtime;
 
 static cl::opt<std::string> artifactPath(cl::Positional, cl::Required,
                                          cl::desc("<model.llmc>"));
-static cl::opt<std::string> weightsPath(
-    "weights", cl::desc("Parameters; default: seeded GPT-2 initialization"),
-    cl::value_desc("file"));
+static cl::opt<std::string>
+    weightsPath("weights",
+                cl::desc("Parameters; default: seeded GPT-2 initialization"),
+                cl::value_desc("file"));
 static cl::opt<uint64_t> seed("seed", cl::desc("Initialization seed"),
                               cl::init(1337));
-static cl::opt<std::string>
-    inputsPath("inputs", cl::desc("Program inputs (safetensors)"),
-               cl::value_desc("file"));
+static cl::opt<std::string> inputsPath("inputs",
+                                       cl::desc("Program inputs (safetensors)"),
+                                       cl::value_desc("file"));
 static cl::opt<std::string> makeInputs(
     "make-inputs",
     cl::desc("Write seeded random inputs (ids below each input's bound) to "
@@ -51,7 +63,8 @@ static cl::opt<int64_t> maxElements(
     "max-elements",
     cl::desc("Keep only the first N elements of larger outputs (flattened)"),
     cl::init(0));
-static cl::opt<int> threads("cpu-threads", cl::desc("CPU threads"), cl::init(0));
+static cl::opt<int> threads("cpu-threads", cl::desc("CPU threads"),
+                            cl::init(0));
 
 static cl::opt<std::string> compileConfig(
     "compile",
@@ -61,13 +74,43 @@ static cl::opt<std::string> compileConfig(
 static cl::opt<std::string> functionName(
     "function",
     cl::desc("Function to compile (--compile): forward, grad_step (the "
-             "training pipeline's gradient step) or update_step"),
+             "training pipeline's gradient step), update_step, or train "
+             "(compileTraining: the grad step to <model.llmc>, the update "
+             "step to --update)"),
     cl::init("forward"));
 static cl::opt<int64_t> batch("batch", cl::desc("Batch size (--compile)"),
                               cl::init(4));
-static cl::opt<int64_t> seqLen("seq-len",
-                               cl::desc("Sequence length (--compile)"),
-                               cl::init(64));
+static cl::opt<int64_t>
+    seqLen("seq-len", cl::desc("Sequence length (--compile)"), cl::init(64));
+
+static cl::opt<std::string> updatePath(
+    "update",
+    cl::desc("The update step's artifact: run --train-steps training steps "
+             "(<model.llmc> is the grad step)"),
+    cl::value_desc("file"));
+static cl::opt<int> trainSteps("train-steps",
+                               cl::desc("Training steps (--update)"),
+                               cl::init(1));
+static cl::opt<double> learningRate("lr", cl::desc("Learning rate (--update)"),
+                                    cl::init(1e-3));
+static cl::opt<double> beta1("beta1",
+                             cl::desc("AdamW beta1 the update step was "
+                                      "compiled with (bias corrections)"),
+                             cl::init(0.9));
+static cl::opt<double> beta2("beta2",
+                             cl::desc("AdamW beta2 the update step was "
+                                      "compiled with (bias corrections)"),
+                             cl::init(0.95));
+static cl::opt<int64_t> tokenRange(
+    "token-range",
+    cl::desc("Training batches draw ids from [0, min(N, bound)): a small "
+             "alphabet the model can learn (--update --make-inputs)"),
+    cl::init(16));
+static cl::opt<int64_t> sampleElements(
+    "sample-elements",
+    cl::desc("Write final tensors as N evenly strided elements plus sums "
+             "(--update; 0: whole)"),
+    cl::init(0));
 
 /// `llmc compile` of @forward: config -> llmc IR -> compile pipeline ->
 /// kir::Program -> artifact.
@@ -76,11 +119,11 @@ static llvm::Error compileArtifact() {
       llvm::sys::fs::exists(compileConfig)
           ? mlir::llmc::loadModelConfigFile(compileConfig)
           : [&]() -> llvm::Expected<mlir::llmc::ModelConfig> {
-              if (auto preset = mlir::llmc::getModelPreset(compileConfig))
-                return *preset;
-              return llvm::createStringError("no config or preset '" +
-                                             compileConfig + "'");
-            }();
+    if (auto preset = mlir::llmc::getModelPreset(compileConfig))
+      return *preset;
+    return llvm::createStringError("no config or preset '" + compileConfig +
+                                   "'");
+  }();
   if (!config)
     return config.takeError();
   mlir::MLIRContext context;
@@ -92,6 +135,17 @@ static llvm::Error compileArtifact() {
       mlir::llmc::buildForwardModule(context, *config, {batch, seqLen});
   if (!module)
     return module.takeError();
+  if (functionName == "train") {
+    if (updatePath.empty())
+      return llvm::createStringError("--function train needs --update");
+    llvm::Expected<TrainingPrograms> programs =
+        compileTraining(**module, OptimizerConfig());
+    if (!programs)
+      return programs.takeError();
+    if (llvm::Error error = writeArtifact(artifactPath, programs->gradStep))
+      return error;
+    return writeArtifact(updatePath, programs->updateStep);
+  }
   mlir::PassManager pm(&context);
   if (functionName == "forward")
     mlir::llmc::buildCompilePipeline(pm);
@@ -114,11 +168,149 @@ static int fail(llvm::Error error) {
   return 1;
 }
 
+static llvm::Error setStepInput(CpuExecutor &executor, llvm::StringRef name,
+                                const TensorMap &inputs, int64_t step) {
+  auto it = inputs.find(training_check::stepInputName(name.str(), step));
+  if (it == inputs.end())
+    return llvm::createStringError("the inputs have no " + name.str() + "." +
+                                   std::to_string(step));
+  return executor.setTensor(name, it->second);
+}
+
+/// K training steps on the CPU: per step the grad step (its batch from the
+/// inputs, dloss = 1) then the update step (lr and bias corrections from the
+/// inputs), both bound to one persistent store.
+static int runTraining() {
+  using namespace training_check;
+  auto load = [](llvm::StringRef path, std::shared_ptr<PersistentStore> store)
+      -> llvm::Expected<std::unique_ptr<CpuExecutor>> {
+    llvm::Expected<kir::Program> program = readArtifact(path);
+    if (!program)
+      return program.takeError();
+    std::vector<kir::Kernel> kernels = program->kernels;
+    return createCpuExecutor(
+        std::move(*program),
+        [kernels]() { return cpu::compileKernelsToObject(kernels); }, threads,
+        nullptr, {}, std::move(store));
+  };
+  llvm::Expected<std::unique_ptr<CpuExecutor>> grad =
+      load(artifactPath, nullptr);
+  if (!grad)
+    return fail(grad.takeError());
+  if (llvm::Error error = loadWeights(**grad, weightsPath, seed))
+    return fail(std::move(error));
+  llvm::Expected<std::unique_ptr<CpuExecutor>> update =
+      load(updatePath, (*grad)->store());
+  if (!update)
+    return fail(update.takeError());
+
+  // One batch per step: rows of T+1 ids from a small alphabet; tokens are
+  // the first T, targets the last T. Then the step's optimizer scalars.
+  TensorMap inputs;
+  if (!makeInputs.empty()) {
+    const kir::Program &prog = (*grad)->program();
+    std::vector<int64_t> shape;
+    int64_t bound = 0;
+    for (const kir::Binding &input : prog.inputs)
+      if (input.name == "tokens") {
+        shape = prog.buffers[input.buffer].shape;
+        bound = prog.buffers[input.buffer].idBound;
+      }
+    if (shape.size() != 2 || bound <= 0)
+      return fail(llvm::createStringError("the grad step has no [B, T] "
+                                          "tokens input with an id bound"));
+    int64_t range = std::min(tokenRange.getValue(), bound);
+    std::mt19937_64 random(seed);
+    for (int64_t step = 0; step < trainSteps; ++step) {
+      HostTensor tokens = HostTensor::zeros(kir::DType::I32, shape);
+      HostTensor targets = HostTensor::zeros(kir::DType::I32, shape);
+      std::vector<int32_t> row(shape[1] + 1);
+      for (int64_t b = 0; b < shape[0]; ++b) {
+        for (int32_t &id : row)
+          id = int32_t(random() % uint64_t(range));
+        for (int64_t t = 0; t < shape[1]; ++t) {
+          tokens.i32()[b * shape[1] + t] = row[t];
+          targets.i32()[b * shape[1] + t] = row[t + 1];
+        }
+      }
+      inputs[stepInputName("tokens", step)] = std::move(tokens);
+      inputs[stepInputName("targets", step)] = std::move(targets);
+      double t = double(step + 1);
+      float scalars[3] = {float(learningRate.getValue()),
+                          float(1.0 / (1.0 - std::pow(beta1.getValue(), t))),
+                          float(1.0 / (1.0 - std::pow(beta2.getValue(), t)))};
+      for (int i = 0; i < 3; ++i) {
+        inputs[stepInputName(updateScalarInputs[i], step)] =
+            HostTensor::fromF32({scalars[i]}, {});
+        // Step 0's scalars under the plain names too: what a run of the
+        // update program alone reads.
+        if (step == 0)
+          inputs[updateScalarInputs[i]] = HostTensor::fromF32({scalars[i]}, {});
+      }
+    }
+    if (llvm::Error error = writeSafetensors(makeInputs, inputs))
+      return fail(std::move(error));
+  } else {
+    llvm::Expected<TensorMap> read = readSafetensors(inputsPath);
+    if (!read)
+      return fail(read.takeError());
+    inputs = std::move(*read);
+  }
+
+  if (llvm::Error error =
+          (*grad)->setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
+    return fail(std::move(error));
+  std::vector<float> losses, gradNorms;
+  for (int64_t step = 0; step < trainSteps; ++step) {
+    auto start = std::chrono::steady_clock::now();
+    for (const char *input : {"tokens", "targets"})
+      if (llvm::Error error = setStepInput(**grad, input, inputs, step))
+        return fail(std::move(error));
+    (*grad)->setRng(seed, step);
+    if (llvm::Error error = (*grad)->run())
+      return fail(std::move(error));
+    for (const char *input : updateScalarInputs)
+      if (llvm::Error error = setStepInput(**update, input, inputs, step))
+        return fail(std::move(error));
+    if (llvm::Error error = (*update)->run())
+      return fail(std::move(error));
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    llvm::Expected<HostTensor> loss = (*grad)->output("loss");
+    if (!loss)
+      return fail(loss.takeError());
+    llvm::Expected<HostTensor> gradNorm = (*update)->output("grad_norm");
+    if (!gradNorm)
+      return fail(gradNorm.takeError());
+    losses.push_back(loss->f32()[0]);
+    gradNorms.push_back(gradNorm->f32()[0]);
+    llvm::outs() << llvm::format(
+        "cpu step %lld: loss %.7f grad_norm %.7f (%.1f ms)\n", (long long)step,
+        losses.back(), gradNorms.back(), seconds * 1e3);
+  }
+
+  TensorMap outputs;
+  outputs["loss"] = HostTensor::fromF32(losses, {int64_t(losses.size())});
+  outputs["grad_norm"] =
+      HostTensor::fromF32(gradNorms, {int64_t(gradNorms.size())});
+  for (auto &[name, tensor] : (*grad)->params())
+    addReduced(outputs, "param." + name, tensor, sampleElements);
+  for (auto &[name, tensor] : (*update)->states())
+    addReduced(outputs, "state." + name, tensor, sampleElements);
+  if (llvm::Error error = writeSafetensors(outputPath, outputs))
+    return fail(std::move(error));
+  llvm::outs() << "wrote " << outputPath << "\n";
+  return 0;
+}
+
 int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv, "CPU reference outputs\n");
   if (!compileConfig.empty())
     if (llvm::Error error = compileArtifact())
       return fail(std::move(error));
+  if (!updatePath.empty())
+    return runTraining();
   llvm::Expected<kir::Program> program = readArtifact(artifactPath);
   if (!program)
     return fail(program.takeError());

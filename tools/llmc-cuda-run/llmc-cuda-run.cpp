@@ -6,9 +6,18 @@
 // device time of each kernel (one profiled run), writes the outputs, and
 // compares them with a reference file if given.
 //
+// With --update it trains instead: K steps of the grad step (the positional
+// artifact, dloss = 1) then the update step over one CudaPersistentStore,
+// each on its batch from the training inputs file, printing every step's
+// loss, grad norm and device times, and compares the per-step losses, grad
+// norms and final parameters and optimizer state with llmc-cpu-reference's
+// (TrainingCheck.h).
+//
 // It links no LLVM/MLIR shared library, no BLAS and no CUDA library: only
 // the runtime core and a static LLVMSupport, so it runs on a GPU machine
 // that has nothing but the NVIDIA driver and CUDA's libraries.
+#include "TrainingCheck.h"
+
 #include "runtime/Artifact.h"
 #include "runtime/Cuda/CudaApi.h"
 #include "runtime/Cuda/CudaExecutor.h"
@@ -16,6 +25,7 @@
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -45,8 +55,9 @@ static cl::opt<int> steps("steps", cl::desc("Timed runs"), cl::init(10));
 static cl::opt<int> warmup("warmup", cl::desc("Untimed runs first"),
                            cl::init(2));
 static cl::opt<std::string>
-    outputPath("o", cl::desc("Write the outputs (and updated parameters) "
-                             "of the last run as safetensors"),
+    outputPath("o",
+               cl::desc("Write the outputs (and updated parameters) "
+                        "of the last run as safetensors"),
                cl::value_desc("file"));
 static cl::opt<std::string> referencePath(
     "reference",
@@ -63,6 +74,21 @@ static cl::opt<bool> noProfile(
              "state on every run)"));
 static cl::opt<bool> saveParams("save-params",
                                 cl::desc("Also write the parameters"));
+
+static cl::opt<std::string> updatePath(
+    "update",
+    cl::desc("The update step's artifact: train --train-steps steps "
+             "(<model.llmc> is the grad step, --inputs the training inputs "
+             "of llmc-cpu-reference --update --make-inputs)"),
+    cl::value_desc("file"));
+static cl::opt<int> trainSteps("train-steps",
+                               cl::desc("Compared training steps (--update)"),
+                               cl::init(1));
+static cl::opt<int> timingSteps(
+    "timing-steps",
+    cl::desc("Further training steps after the compared ones, timed only "
+             "(their batches repeat the compared steps')"),
+    cl::init(0));
 
 static int fail(llvm::Error error) {
   llvm::errs() << "llmc-cuda-run: error: " << llvm::toString(std::move(error))
@@ -92,7 +118,8 @@ static void compare(llvm::StringRef name, const HostTensor &output,
       worst = i;
     }
     maxRef = std::max(maxRef, std::fabs(double(want[i])));
-    maxRel = std::max(maxRel, diff / std::max(std::fabs(double(want[i])), 1e-6));
+    maxRel =
+        std::max(maxRel, diff / std::max(std::fabs(double(want[i])), 1e-6));
   }
   llvm::outs() << llvm::format(
       "compare %s: %zu elements%s: max abs diff %.3g (at %lld: gpu %.7g cpu "
@@ -102,6 +129,262 @@ static void compare(llvm::StringRef name, const HostTensor &output,
       got[worst], want[worst], maxRel, maxRef, (long long)nonFinite);
 }
 
+/// The executor options the flags ask for, with the artifact's compiled
+/// kernels if it has a CUDA section (`llmc compile --target=cuda`).
+static CudaExecutorOptions executorOptions(const ArtifactContents &contents) {
+  CudaExecutorOptions options;
+  options.useGraphs = !noGraphs;
+  options.allowTf32 = tf32;
+  if (!contents.cuda)
+    return options;
+  const CudaSection &section = *contents.cuda;
+  cuda::CudaBinaries binaries;
+  for (const CudaSection::Cubin &cubin : section.cubins)
+    binaries.cubins.push_back({cubin.arch, cubin.image});
+  binaries.ptx = section.ptx;
+  binaries.ptxArch = section.ptxArch;
+  options.kernelBinaries = std::move(binaries);
+  for (const CudaSection::Launch &launch : section.launches) {
+    cuda::CudaLaunch l;
+    std::copy(launch.grid, launch.grid + 3, l.grid);
+    std::copy(launch.block, launch.block + 3, l.block);
+    l.sharedBytes = launch.sharedBytes;
+    options.kernelLaunches.push_back(l);
+  }
+  return options;
+}
+
+/// Mean, median and min of `values`.
+static std::string summary(std::vector<double> values) {
+  if (values.empty())
+    return "none";
+  double mean = 0;
+  for (double v : values)
+    mean += v;
+  mean /= values.size();
+  std::sort(values.begin(), values.end());
+  return llvm::formatv("mean {0:F3} ms, median {1:F3} ms, min {2:F3} ms", mean,
+                       values[values.size() / 2], values.front())
+      .str();
+}
+
+/// Compares a reduced final tensor: `reference` is "sample.<name>" (N evenly
+/// strided elements) or "sum.<name>" ({sum, sum |x|}) of the GPU's whole
+/// tensor `whole`. Returns the max abs difference of the sample.
+static double compareReduced(llvm::StringRef name, const HostTensor &whole,
+                             const HostTensor &reference) {
+  using namespace training_check;
+  std::vector<float> want = reference.toF32();
+  if (name.starts_with("sum.")) {
+    std::vector<float> got = checksum(whole).toF32();
+    llvm::outs() << llvm::format(
+        "compare %s: gpu %.7g %.7g cpu %.7g %.7g (rel diff %.3g, %.3g)\n",
+        name.str().c_str(), got[0], got[1], want[0], want[1],
+        std::fabs(got[0] - want[0]) / std::max(std::fabs(want[1]), 1e-30f),
+        std::fabs(got[1] - want[1]) / std::max(std::fabs(want[1]), 1e-30f));
+    return 0;
+  }
+  HostTensor sample = sampleEvenly(whole, int64_t(want.size()));
+  if (sample.numElements() != int64_t(want.size())) {
+    llvm::outs() << "compare " << name << ": the reference has " << want.size()
+                 << " elements, the tensor " << whole.numElements() << "\n";
+    return INFINITY;
+  }
+  compare(name, sample, reference);
+  std::vector<float> got = sample.toF32();
+  double maxAbs = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    maxAbs = std::max(maxAbs, std::isfinite(got[i])
+                                  ? std::fabs(double(got[i]) - want[i])
+                                  : double(INFINITY));
+  return maxAbs;
+}
+
+/// K (+ timing) training steps: grad step then update step per step, over
+/// one store. Times each program's run by CUDA events (graph replay after
+/// each program's first, eager run) and the whole step by the host clock.
+static int runTraining(ArtifactContents gradContents) {
+  using namespace training_check;
+  llvm::Expected<ArtifactContents> updateContents =
+      readArtifactContents(updatePath);
+  if (!updateContents)
+    return fail(updateContents.takeError());
+  llvm::Expected<std::shared_ptr<CudaPersistentStore>> store =
+      CudaPersistentStore::create();
+  if (!store)
+    return fail(store.takeError());
+  CudaExecutorOptions gradOptions = executorOptions(gradContents);
+  gradOptions.store = *store;
+  llvm::Expected<std::unique_ptr<CudaExecutor>> grad =
+      createCudaExecutorWithWeights(std::move(gradContents.program),
+                                    weightsPath, seed, std::move(gradOptions));
+  if (!grad)
+    return fail(grad.takeError());
+  CudaExecutorOptions updateOptions = executorOptions(*updateContents);
+  updateOptions.store = *store;
+  llvm::Expected<std::unique_ptr<CudaExecutor>> update = CudaExecutor::create(
+      std::move(updateContents->program), std::move(updateOptions));
+  if (!update)
+    return fail(update.takeError());
+  const CudaExecutorInfo &info = (*grad)->info();
+  llvm::outs() << llvm::format("device: %s (sm_%d, %.1f GiB)\n",
+                               info.deviceName.c_str(), info.computeCapability,
+                               info.deviceMemoryBytes /
+                                   double(int64_t(1) << 30));
+  for (CudaExecutor *executor : {grad->get(), update->get()}) {
+    const kir::Program &prog = executor->program();
+    llvm::outs() << llvm::format(
+        "program %s: %zu steps (%zu kernels), arena %.2f MiB, %.2f GFLOP per "
+        "run, kernels %s\n",
+        prog.function.c_str(), prog.steps.size(), prog.kernels.size(),
+        prog.arenaBytes / 1048576.0, kir::countFlops(prog) / 1e9,
+        executor->info().kernelsPrecompiled ? "from the artifact"
+                                            : "compiled now");
+  }
+
+  llvm::Expected<TensorMap> inputs = readSafetensors(inputsPath);
+  if (!inputs)
+    return fail(inputs.takeError());
+  auto setStepInput = [&](CudaExecutor &executor, const char *name,
+                          int64_t step) -> llvm::Error {
+    auto it = inputs->find(stepInputName(name, step));
+    if (it == inputs->end())
+      return llvm::createStringError(llvm::Twine("the inputs have no ") + name +
+                                     "." + llvm::Twine(step));
+    return executor.setTensor(name, it->second);
+  };
+  if (llvm::Error error =
+          (*grad)->setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
+    return fail(std::move(error));
+
+  llvm::Expected<TensorMap> reference =
+      referencePath.empty() ? TensorMap() : readSafetensors(referencePath);
+  if (!reference)
+    return fail(reference.takeError());
+  auto referenceAt = [&](const char *name, int64_t step) -> double {
+    auto it = reference->find(name);
+    if (it == reference->end() || step >= it->second.numElements())
+      return NAN;
+    return it->second.f32()[step];
+  };
+
+  std::vector<double> gradMs, updateMs, deviceMs, wallMs;
+  double maxLossDiff = 0, maxNormRelDiff = 0;
+  TensorMap finalParams, finalStates;
+  for (int64_t step = 0; step < trainSteps + timingSteps; ++step) {
+    int64_t batch = step % trainSteps;
+    bool replay = (*grad)->replaysGraph() && (*update)->replaysGraph();
+    auto start = std::chrono::steady_clock::now();
+    for (const char *input : {"tokens", "targets"})
+      if (llvm::Error error = setStepInput(**grad, input, batch))
+        return fail(std::move(error));
+    (*grad)->setRng(seed, step);
+    if (llvm::Error error = (*grad)->run())
+      return fail(std::move(error));
+    for (const char *input : updateScalarInputs)
+      if (llvm::Error error = setStepInput(**update, input, batch))
+        return fail(std::move(error));
+    if (llvm::Error error = (*update)->run())
+      return fail(std::move(error));
+    double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count() *
+        1e3;
+    llvm::Expected<HostTensor> loss = (*grad)->output("loss");
+    if (!loss)
+      return fail(loss.takeError());
+    llvm::Expected<HostTensor> gradNorm = (*update)->output("grad_norm");
+    if (!gradNorm)
+      return fail(gradNorm.takeError());
+    double gpuLoss = loss->f32()[0], gpuNorm = gradNorm->f32()[0];
+    double g = (*grad)->lastRunMilliseconds(),
+           u = (*update)->lastRunMilliseconds();
+    if (replay) {
+      gradMs.push_back(g);
+      updateMs.push_back(u);
+      deviceMs.push_back(g + u);
+      wallMs.push_back(wall);
+    }
+    if (step < trainSteps) {
+      double cpuLoss = referenceAt("loss", step),
+             cpuNorm = referenceAt("grad_norm", step);
+      maxLossDiff = std::max(maxLossDiff, std::fabs(gpuLoss - cpuLoss));
+      maxNormRelDiff =
+          std::max(maxNormRelDiff, std::fabs(gpuNorm - cpuNorm) / cpuNorm);
+      llvm::outs() << llvm::format(
+          "train step %lld: loss gpu %.7f cpu %.7f diff %.2e | grad_norm gpu "
+          "%.7f cpu %.7f diff %.2e | grad %.3f ms, update %.3f ms, wall "
+          "%.3f ms (%s)\n",
+          (long long)step, gpuLoss, cpuLoss, gpuLoss - cpuLoss, gpuNorm,
+          cpuNorm, gpuNorm - cpuNorm, g, u, wall,
+          replay ? "graph replay" : "eager");
+    } else {
+      llvm::outs() << llvm::format(
+          "timing step %lld: loss %.7f grad_norm %.7f | grad %.3f ms, update "
+          "%.3f ms, wall %.3f ms (%s)\n",
+          (long long)step, gpuLoss, gpuNorm, g, u, wall,
+          replay ? "graph replay" : "eager");
+    }
+    if (step + 1 == trainSteps) {
+      finalParams = (*grad)->params();
+      finalStates = (*update)->states();
+    }
+  }
+  if (!reference->empty())
+    llvm::outs() << llvm::format(
+        "per-step comparison over %d steps: max |loss diff| %.3g, max "
+        "grad_norm rel diff %.3g\n",
+        trainSteps.getValue(), maxLossDiff, maxNormRelDiff);
+  llvm::outs() << "timed steps (both programs replaying graphs): "
+               << gradMs.size() << "\n"
+               << "  grad step device time:   " << summary(gradMs) << "\n"
+               << "  update step device time: " << summary(updateMs) << "\n"
+               << "  grad + update device:    " << summary(deviceMs) << "\n"
+               << "  whole step wall (host: inputs in, both runs, each "
+                  "waited for): "
+               << summary(wallMs) << "\n";
+
+  // The final (after --train-steps) parameters and state against the
+  // reference's reduced tensors.
+  double maxParamDiff = 0, maxStateDiff = 0;
+  int64_t compared = 0;
+  for (auto &[name, tensor] : *reference) {
+    llvm::StringRef ref(name);
+    llvm::StringRef rest = ref.starts_with("sample.") ? ref.drop_front(7)
+                           : ref.starts_with("sum.")  ? ref.drop_front(4)
+                                                      : llvm::StringRef();
+    if (rest.empty())
+      continue;
+    bool isParam = rest.consume_front("param.");
+    if (!isParam && !rest.consume_front("state."))
+      continue;
+    TensorMap &finals = isParam ? finalParams : finalStates;
+    auto it = finals.find(rest.str());
+    if (it == finals.end()) {
+      llvm::outs() << "compare " << name << ": no such tensor\n";
+      continue;
+    }
+    double diff = compareReduced(name, it->second, tensor);
+    ++compared;
+    (isParam ? maxParamDiff : maxStateDiff) =
+        std::max(isParam ? maxParamDiff : maxStateDiff, diff);
+  }
+  if (compared)
+    llvm::outs() << llvm::format(
+        "final tensors after %d steps: %lld compared; max abs diff: "
+        "parameters %.3g, optimizer state %.3g\n",
+        trainSteps.getValue(), (long long)compared, maxParamDiff, maxStateDiff);
+  if (!outputPath.empty()) {
+    TensorMap outputs;
+    for (auto &[name, tensor] : finalParams)
+      outputs["param." + name] = std::move(tensor);
+    if (llvm::Error error = writeSafetensors(outputPath, outputs))
+      return fail(std::move(error));
+    llvm::outs() << "wrote " << outputPath << "\n";
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv,
                               "llmc-cuda-run: run an llmc artifact on a GPU\n");
@@ -109,26 +392,9 @@ int main(int argc, char **argv) {
       readArtifactContents(artifactPath);
   if (!contents)
     return fail(contents.takeError());
-  CudaExecutorOptions options;
-  options.useGraphs = !noGraphs;
-  options.allowTf32 = tf32;
-  if (contents->cuda) {
-    // `llmc compile --target=cuda`: the kernels come compiled.
-    const CudaSection &section = *contents->cuda;
-    cuda::CudaBinaries binaries;
-    for (const CudaSection::Cubin &cubin : section.cubins)
-      binaries.cubins.push_back({cubin.arch, cubin.image});
-    binaries.ptx = section.ptx;
-    binaries.ptxArch = section.ptxArch;
-    options.kernelBinaries = std::move(binaries);
-    for (const CudaSection::Launch &launch : section.launches) {
-      cuda::CudaLaunch l;
-      std::copy(launch.grid, launch.grid + 3, l.grid);
-      std::copy(launch.block, launch.block + 3, l.block);
-      l.sharedBytes = launch.sharedBytes;
-      options.kernelLaunches.push_back(l);
-    }
-  }
+  if (!updatePath.empty())
+    return runTraining(std::move(*contents));
+  CudaExecutorOptions options = executorOptions(*contents);
   auto startCreate = std::chrono::steady_clock::now();
   llvm::Expected<std::unique_ptr<CudaExecutor>> created =
       createCudaExecutorWithWeights(std::move(contents->program), weightsPath,
@@ -140,10 +406,10 @@ int main(int argc, char **argv) {
                              std::chrono::steady_clock::now() - startCreate)
                              .count();
   const CudaExecutorInfo &info = executor.info();
-  llvm::outs() << llvm::format(
-      "device: %s (sm_%d, %.1f GiB)\n", info.deviceName.c_str(),
-      info.computeCapability,
-      info.deviceMemoryBytes / double(int64_t(1) << 30));
+  llvm::outs() << llvm::format("device: %s (sm_%d, %.1f GiB)\n",
+                               info.deviceName.c_str(), info.computeCapability,
+                               info.deviceMemoryBytes /
+                                   double(int64_t(1) << 30));
   const kir::Program &prog = executor.program();
   int64_t gemms = 0, attention = 0;
   for (const kir::Step &step : prog.steps) {
@@ -196,21 +462,20 @@ int main(int argc, char **argv) {
     auto start = std::chrono::steady_clock::now();
     if (llvm::Error error = executor.run())
       return fail(std::move(error));
-    double wall = std::chrono::duration<double>(
-                      std::chrono::steady_clock::now() - start)
-                      .count();
+    double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     if (i < warmup) {
-      llvm::outs() << llvm::format("warmup %d: device %.3f ms, wall %.3f ms%s\n",
-                                   i, executor.lastRunMilliseconds(),
-                                   wall * 1e3,
-                                   replay ? " (graph replay)" : " (eager)");
+      llvm::outs() << llvm::format(
+          "warmup %d: device %.3f ms, wall %.3f ms%s\n", i,
+          executor.lastRunMilliseconds(), wall * 1e3,
+          replay ? " (graph replay)" : " (eager)");
       continue;
     }
     times.push_back(executor.lastRunMilliseconds());
     llvm::outs() << llvm::format("step %d: device %.3f ms, wall %.3f ms (%s)\n",
                                  i - warmup, executor.lastRunMilliseconds(),
-                                 wall * 1e3,
-                                 replay ? "graph replay" : "eager");
+                                 wall * 1e3, replay ? "graph replay" : "eager");
   }
   if (!times.empty()) {
     std::vector<double> sorted = times;
@@ -229,27 +494,27 @@ int main(int argc, char **argv) {
 
   // One profiled (eager, event per step) run for per-kernel times.
   if (!noProfile) {
-  executor.setProfiling(true);
-  if (llvm::Error error = executor.run())
-    return fail(std::move(error));
-  executor.setProfiling(false);
-  const CudaStepProfile &profile = executor.profile();
-  llvm::outs() << llvm::format(
-      "profiled run (eager, events around each step): total %.3f ms; "
-      "kernels %.3f ms, GEMMs %.3f ms, attention %.3f ms, attention grad "
-      "%.3f ms, embedding grad %.3f ms\n",
-      executor.lastRunMilliseconds(), profile.kernelSeconds * 1e3,
-      profile.gemmSeconds * 1e3, profile.attentionSeconds * 1e3,
-      profile.attentionGradSeconds * 1e3, profile.embeddingGradSeconds * 1e3);
-  std::vector<std::pair<std::string, CudaStepProfile::Entry>> entries(
-      profile.perKernel.begin(), profile.perKernel.end());
-  std::sort(entries.begin(), entries.end(), [](auto &a, auto &b) {
-    return a.second.seconds > b.second.seconds;
-  });
-  for (auto &[name, entry] : entries)
-    llvm::outs() << llvm::format("  %9.1f us  %3lld x  %s\n",
-                                 entry.seconds * 1e6, (long long)entry.launches,
-                                 name.c_str());
+    executor.setProfiling(true);
+    if (llvm::Error error = executor.run())
+      return fail(std::move(error));
+    executor.setProfiling(false);
+    const CudaStepProfile &profile = executor.profile();
+    llvm::outs() << llvm::format(
+        "profiled run (eager, events around each step): total %.3f ms; "
+        "kernels %.3f ms, GEMMs %.3f ms, attention %.3f ms, attention grad "
+        "%.3f ms, embedding grad %.3f ms\n",
+        executor.lastRunMilliseconds(), profile.kernelSeconds * 1e3,
+        profile.gemmSeconds * 1e3, profile.attentionSeconds * 1e3,
+        profile.attentionGradSeconds * 1e3, profile.embeddingGradSeconds * 1e3);
+    std::vector<std::pair<std::string, CudaStepProfile::Entry>> entries(
+        profile.perKernel.begin(), profile.perKernel.end());
+    std::sort(entries.begin(), entries.end(), [](auto &a, auto &b) {
+      return a.second.seconds > b.second.seconds;
+    });
+    for (auto &[name, entry] : entries)
+      llvm::outs() << llvm::format("  %9.1f us  %3lld x  %s\n",
+                                   entry.seconds * 1e6,
+                                   (long long)entry.launches, name.c_str());
   }
 
   TensorMap outputs;
