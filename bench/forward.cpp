@@ -5,6 +5,7 @@
 // Compile time is printed separately: cold (kernel cache off) and cached.
 //
 //   build/bin/bench-forward [--iterations N] [--num-threads N]
+#include "bench/SgemmPeak.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "frontend/GptBuilder.h"
@@ -20,8 +21,6 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
-
-#include <cblas.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -39,22 +38,6 @@ static cl::opt<int> threads("num-threads", cl::desc("CPU threads (default all)")
 
 static double seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-/// Best-of-5 GFLOP/s of a square sgemm with OpenBLAS using `n` threads.
-static double sgemmPeak(int n, int numThreads) {
-  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f),
-      c(size_t(n) * n);
-  openblas_set_num_threads(numThreads);
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    auto start = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f,
-                a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    best = std::min(best, seconds(start));
-  }
-  openblas_set_num_threads(1);
-  return 2.0 * n * n * n / best / 1e9;
 }
 
 struct Compiled {
@@ -146,7 +129,7 @@ int main(int argc, char **argv) {
                << openblas_get_corename() << " (OPENBLAS_CORETYPE="
                << (coretype ? coretype : "unset")
                << ", OPENBLAS_L2_SIZE=" << (l2 ? l2 : "unset") << ")\n";
-  double peak = sgemmPeak(2048, hw);
+  double peak = bench::sgemmPeak(2048, hw);
   llvm::outs() << llvm::format(
       "sgemm peak (2048^3, %d threads): %.1f GFLOP/s\n\n", hw, peak);
 

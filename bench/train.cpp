@@ -8,6 +8,7 @@
 //   optimizer  the update step (global norm, clipping, AdamW, zeroing).
 //
 //   build/bin/bench-train [--iterations N] [--num-threads N]
+#include "bench/SgemmPeak.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
@@ -21,8 +22,6 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
-
-#include <cblas.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -61,22 +60,6 @@ static void check(llvm::Error error) {
   }
 }
 
-/// Best-of-5 GFLOP/s of a square sgemm with OpenBLAS using `n` threads.
-static double sgemmPeak(int n, int numThreads) {
-  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f),
-      c(size_t(n) * n);
-  openblas_set_num_threads(numThreads);
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    auto start = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f,
-                a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    best = std::min(best, seconds(start));
-  }
-  openblas_set_num_threads(1);
-  return 2.0 * n * n * n / best / 1e9;
-}
-
 static std::unique_ptr<runtime::CpuExecutor>
 executorFor(const kir::Program &program,
             std::shared_ptr<runtime::PersistentStore> store) {
@@ -111,7 +94,7 @@ int main(int argc, char **argv) {
                << openblas_get_corename() << " (OPENBLAS_CORETYPE="
                << (coretype ? coretype : "unset")
                << ", OPENBLAS_L2_SIZE=" << (l2 ? l2 : "unset") << ")\n";
-  double peak = sgemmPeak(2048, hw);
+  double peak = bench::sgemmPeak(2048, hw);
   llvm::outs() << llvm::format(
       "sgemm peak (2048^3, %d threads): %.1f GFLOP/s\n", hw, peak);
   llvm::outs() << "step = gradient step (forward + backward) + update step "

@@ -439,3 +439,40 @@ void llmc::kir::printKernel(llvm::raw_ostream &os, const Kernel &kernel) {
   }
   os << "}\n";
 }
+
+bool llmc::kir::isReduction(Op op) {
+  return op == Op::ReduceSum || op == Op::ReduceMax;
+}
+
+std::vector<int> llmc::kir::computePhases(const Kernel &kernel,
+                                          int &numReductionPasses) {
+  std::vector<int> phases(kernel.body.size(), 0);
+  numReductionPasses = 0;
+  for (size_t i = 0; i < kernel.body.size(); ++i) {
+    const Instr &instr = kernel.body[i];
+    int phase = 0;
+    for (int32_t arg : instr.args)
+      if (arg >= 0)
+        phase = std::max(phase, phases[arg]);
+    if (isReduction(instr.op))
+      numReductionPasses = std::max(numReductionPasses, ++phase);
+    phases[i] = phase;
+  }
+  return phases;
+}
+
+llvm::BitVector llmc::kir::columnClosure(const Kernel &kernel,
+                                         llvm::ArrayRef<Level> levels,
+                                         llvm::ArrayRef<int32_t> roots) {
+  llvm::BitVector needed(kernel.body.size());
+  llvm::SmallVector<int32_t> stack(roots.begin(), roots.end());
+  while (!stack.empty()) {
+    int32_t value = stack.pop_back_val();
+    if (value < 0 || levels[value] != Level::Column || needed[value])
+      continue;
+    needed.set(value);
+    for (int32_t arg : kernel.body[value].args)
+      stack.push_back(arg);
+  }
+  return needed;
+}

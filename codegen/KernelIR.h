@@ -17,6 +17,7 @@
 #define LLMC_CODEGEN_KERNELIR_H
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/BitVector.h"
 
 #include <cstdint>
 #include <optional>
@@ -109,6 +110,22 @@ enum class Level : uint8_t { Row, Column };
 
 /// The level of each value (Store gets Column if it stores per element).
 std::vector<Level> computeLevels(const Kernel &kernel);
+
+/// Whether `op` reduces along the row (ReduceSum, ReduceMax).
+bool isReduction(Op op);
+
+/// How an emitter schedules the passes over a row: the phase of each value
+/// is how many reductions it waits for (0: computable at the start of a
+/// row; a reduction is one more than its argument), so pass p over the row
+/// evaluates the reductions of phase p + 1. `numReductionPasses` is set to
+/// the number of such passes.
+std::vector<int> computePhases(const Kernel &kernel, int &numReductionPasses);
+
+/// The column-level values that `roots` need, themselves included, as a
+/// mask over the body: what one pass over the row must evaluate.
+llvm::BitVector columnClosure(const Kernel &kernel,
+                              llvm::ArrayRef<Level> levels,
+                              llvm::ArrayRef<int32_t> roots);
 
 /// Checks SSA order, argument counts and types, operand indices, strides
 /// and the level rules above. Returns an empty string when the kernel is

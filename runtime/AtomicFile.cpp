@@ -105,3 +105,25 @@ Error llmc::runtime::writeFileAtomically(StringRef path,
     return Error::success();
   });
 }
+
+std::string llmc::runtime::defaultCacheDirectory() {
+  if (std::optional<std::string> dir =
+          llvm::sys::Process::GetEnv("LLMC_CACHE_DIR"))
+    if (!dir->empty())
+      return *dir;
+  llvm::SmallString<256> path;
+  if (std::optional<std::string> xdg =
+          llvm::sys::Process::GetEnv("XDG_CACHE_HOME");
+      xdg && !xdg->empty()) {
+    path = *xdg;
+  } else if (std::optional<std::string> home =
+                 llvm::sys::Process::GetEnv("HOME");
+             home && !home->empty()) {
+    path = *home;
+    llvm::sys::path::append(path, ".cache");
+  } else {
+    return "";
+  }
+  llvm::sys::path::append(path, "llmc");
+  return std::string(path);
+}

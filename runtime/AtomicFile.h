@@ -1,4 +1,5 @@
-// Writing a file atomically: readers see the old file or the whole new one.
+// Writing a file atomically: readers see the old file or the whole new one;
+// and where llmc keeps the files it caches.
 #ifndef LLMC_RUNTIME_ATOMICFILE_H
 #define LLMC_RUNTIME_ATOMICFILE_H
 
@@ -9,6 +10,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
+#include <string>
 
 namespace llmc::runtime {
 
@@ -30,6 +32,11 @@ writeFileAtomically(llvm::StringRef path,
 /// Writes `bytes` as the whole of `path`, as above.
 llvm::Error writeFileAtomically(llvm::StringRef path,
                                 llvm::ArrayRef<uint8_t> bytes);
+
+/// The directory of llmc's caches (compiled CPU kernels, NVRTC binaries):
+/// $LLMC_CACHE_DIR, else $XDG_CACHE_HOME/llmc, else ~/.cache/llmc (empty if
+/// there is no home either).
+std::string defaultCacheDirectory();
 
 } // namespace llmc::runtime
 

@@ -94,9 +94,7 @@ CpuTargetOptions llmc::cpu::resolveTarget(const CpuTargetOptions &options) {
 
 namespace {
 
-bool isReduction(kir::Op op) {
-  return op == kir::Op::ReduceSum || op == kir::Op::ReduceMax;
-}
+using kir::isReduction;
 
 /// Emits one kernel as a func.func. Values of the kernel body are built at a
 /// `width`: 1 gives scalars (row-level values, tail loops), W > 1 gives
@@ -108,19 +106,16 @@ public:
       : b(builder), loc(builder.getUnknownLoc()), kernel(kernel),
         rank(kernel.domain.size()), width(options.vectorWidth),
         unroll(options.reductionUnroll),
-        levels(kir::computeLevels(kernel)) {
-    computePhases();
-  }
+        levels(kir::computeLevels(kernel)),
+        phases(kir::computePhases(kernel, numReductionLoops)) {}
 
   void emitFunction();
 
 private:
-  // How many reductions each value waits for: 0 for values computable at
-  // the start of a row; a reduction is one more than its argument. Column
-  // loop p evaluates the reductions of phase p + 1.
-  void computePhases();
   // The column-level values the loop needs for `roots`, as a mask.
-  llvm::BitVector columnClosure(llvm::ArrayRef<int32_t> roots) const;
+  llvm::BitVector columnClosure(llvm::ArrayRef<int32_t> roots) const {
+    return kir::columnClosure(kernel, levels, roots);
+  }
 
   void emitRow(Value row);
   llvm::SmallVector<Value> emitColumnLoop(llvm::ArrayRef<int32_t> reductions,
@@ -185,8 +180,8 @@ private:
   size_t rank;
   int width, unroll;
   std::vector<kir::Level> levels;
+  int numReductionLoops = 0; // set by computePhases, so declared first
   std::vector<int> phases;
-  int numReductionLoops = 0;
 
   llvm::SmallVector<Value> bases;   // operand base pointers
   llvm::SmallVector<Value> outer;   // i64 indices of the row's outer dims
@@ -198,34 +193,6 @@ private:
 
 } // namespace
 
-void KernelEmitter::computePhases() {
-  phases.assign(kernel.body.size(), 0);
-  for (size_t i = 0; i < kernel.body.size(); ++i) {
-    const kir::Instr &instr = kernel.body[i];
-    int phase = 0;
-    for (int32_t arg : instr.args)
-      if (arg >= 0)
-        phase = std::max(phase, phases[arg]);
-    if (isReduction(instr.op))
-      numReductionLoops = std::max(numReductionLoops, ++phase);
-    phases[i] = phase;
-  }
-}
-
-llvm::BitVector
-KernelEmitter::columnClosure(llvm::ArrayRef<int32_t> roots) const {
-  llvm::BitVector needed(kernel.body.size());
-  llvm::SmallVector<int32_t> stack(roots.begin(), roots.end());
-  while (!stack.empty()) {
-    int32_t value = stack.pop_back_val();
-    if (value < 0 || levels[value] != kir::Level::Column || needed[value])
-      continue;
-    needed.set(value);
-    for (int32_t arg : kernel.body[value].args)
-      stack.push_back(arg);
-  }
-  return needed;
-}
 
 Type KernelEmitter::computeType(kir::DType type) const {
   switch (type) {

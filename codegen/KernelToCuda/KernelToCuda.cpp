@@ -43,6 +43,7 @@
 using namespace llmc;
 using namespace llmc::cuda;
 using kir::DType;
+using kir::isReduction;
 using kir::Level;
 using kir::Op;
 
@@ -206,7 +207,6 @@ const char *llmc::cuda::scheduleName(CudaSchedule schedule) {
 
 namespace {
 
-bool isReduction(Op op) { return op == Op::ReduceSum || op == Op::ReduceMax; }
 
 const char *storageTypeName(DType type) {
   switch (type) {
@@ -427,15 +427,15 @@ class KernelWriter {
 public:
   KernelWriter(const kir::Kernel &kernel, const KernelPlan &plan)
       : kernel(kernel), plan(plan), rank(kernel.domain.size()),
-        levels(kir::computeLevels(kernel)) {
-    computePhases();
-  }
+        levels(kir::computeLevels(kernel)),
+        phases(kir::computePhases(kernel, numReductionLoops)) {}
 
   std::string write();
 
 private:
-  void computePhases();
-  llvm::BitVector columnClosure(llvm::ArrayRef<int32_t> roots) const;
+  llvm::BitVector columnClosure(llvm::ArrayRef<int32_t> roots) const {
+    return kir::columnClosure(kernel, levels, roots);
+  }
 
   void writeSignature();
   void writeOuterIndices(llvm::StringRef row);
@@ -466,42 +466,14 @@ private:
   const KernelPlan &plan;
   size_t rank;
   std::vector<Level> levels;
+  int numReductionLoops = 0; // set by computePhases, so declared first
   std::vector<int> phases;
-  int numReductionLoops = 0;
   // Column values held in arrays of V lanes (vector loads); the rest are
   // scalars of the current lane.
   llvm::BitVector laneArray;
   Writer w;
 };
 
-void KernelWriter::computePhases() {
-  phases.assign(kernel.body.size(), 0);
-  for (size_t i = 0; i < kernel.body.size(); ++i) {
-    const kir::Instr &instr = kernel.body[i];
-    int phase = 0;
-    for (int32_t arg : instr.args)
-      if (arg >= 0)
-        phase = std::max(phase, phases[arg]);
-    if (isReduction(instr.op))
-      numReductionLoops = std::max(numReductionLoops, ++phase);
-    phases[i] = phase;
-  }
-}
-
-llvm::BitVector
-KernelWriter::columnClosure(llvm::ArrayRef<int32_t> roots) const {
-  llvm::BitVector needed(kernel.body.size());
-  llvm::SmallVector<int32_t> stack(roots.begin(), roots.end());
-  while (!stack.empty()) {
-    int32_t value = stack.pop_back_val();
-    if (value < 0 || levels[value] != Level::Column || needed[value])
-      continue;
-    needed.set(value);
-    for (int32_t arg : kernel.body[value].args)
-      stack.push_back(arg);
-  }
-  return needed;
-}
 
 std::string KernelWriter::ref(int32_t value, bool vectorLanes) const {
   if (vectorLanes && laneArray.test(value))

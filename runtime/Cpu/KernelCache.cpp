@@ -83,28 +83,6 @@ llvm::Error writeEntry(llvm::StringRef path, llvm::ArrayRef<char> payload) {
 
 } // namespace
 
-std::string llmc::cpu::defaultKernelCacheDirectory() {
-  if (std::optional<std::string> dir =
-          llvm::sys::Process::GetEnv("LLMC_CACHE_DIR"))
-    if (!dir->empty())
-      return *dir;
-  llvm::SmallString<256> path;
-  if (std::optional<std::string> xdg =
-          llvm::sys::Process::GetEnv("XDG_CACHE_HOME");
-      xdg && !xdg->empty()) {
-    path = *xdg;
-  } else if (std::optional<std::string> home =
-                 llvm::sys::Process::GetEnv("HOME");
-             home && !home->empty()) {
-    path = *home;
-    llvm::sys::path::append(path, ".cache");
-  } else {
-    return "";
-  }
-  llvm::sys::path::append(path, "llmc");
-  return std::string(path);
-}
-
 std::string llmc::cpu::cpuKernelCacheKey(llvm::ArrayRef<kir::Kernel> kernels,
                                          llvm::StringRef salt) {
   llvm::SHA256 hasher;
@@ -146,7 +124,7 @@ llmc::cpu::loadCpuKernels(llvm::ArrayRef<kir::Kernel> kernels,
   s = CacheStats();
 
   std::string directory = options.directory.empty()
-                              ? defaultKernelCacheDirectory()
+                              ? runtime::defaultCacheDirectory()
                               : options.directory;
   if (options.enabled && !directory.empty()) {
     llvm::SmallString<256> path(directory);

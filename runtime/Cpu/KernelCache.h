@@ -18,7 +18,7 @@ namespace llmc::cpu {
 constexpr int kCpuCodegenVersion = 1;
 
 struct KernelCacheOptions {
-  /// Where objects live; empty: defaultKernelCacheDirectory().
+  /// Where objects live; empty: runtime::defaultCacheDirectory().
   std::string directory;
   /// Anything else the object depends on, e.g. non-default compile options.
   std::string keySalt;
@@ -35,10 +35,6 @@ struct CacheStats {
   std::string path;          // the cache entry (empty when disabled)
   std::string warning;       // why the entry could not be written, if so
 };
-
-/// $LLMC_CACHE_DIR, else $XDG_CACHE_HOME/llmc, else ~/.cache/llmc (empty if
-/// there is no home either).
-std::string defaultKernelCacheDirectory();
 
 /// SHA-256 (hex) of the printed kernels, the host CPU name and features, the
 /// LLVM version, kCpuCodegenVersion and `salt`.

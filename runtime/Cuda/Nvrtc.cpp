@@ -258,28 +258,6 @@ llvm::Error compileOnce(const NvrtcApi &api, llvm::StringRef source,
 constexpr char kMagic[8] = {'L', 'L', 'M', 'C', 'C', 'U', 'B', '1'};
 constexpr size_t kHeaderBytes = 8 + 8 + 32;
 
-std::string defaultCacheDirectory() {
-  if (std::optional<std::string> dir =
-          llvm::sys::Process::GetEnv("LLMC_CACHE_DIR"))
-    if (!dir->empty())
-      return *dir;
-  llvm::SmallString<256> path;
-  if (std::optional<std::string> xdg =
-          llvm::sys::Process::GetEnv("XDG_CACHE_HOME");
-      xdg && !xdg->empty()) {
-    path = *xdg;
-  } else if (std::optional<std::string> home =
-                 llvm::sys::Process::GetEnv("HOME");
-             home && !home->empty()) {
-    path = *home;
-    llvm::sys::path::append(path, ".cache");
-  } else {
-    return "";
-  }
-  llvm::sys::path::append(path, "llmc");
-  return std::string(path);
-}
-
 std::string serializeBinaries(const CudaBinaries &binaries) {
   std::string payload;
   auto u32 = [&](uint32_t value) {
@@ -437,7 +415,7 @@ llvm::Expected<CudaBinaries> llmc::cuda::compileCuda(llvm::StringRef source,
 
   // The key covers everything the binaries depend on.
   std::string directory = options.cacheDirectory.empty()
-                              ? defaultCacheDirectory()
+                              ? runtime::defaultCacheDirectory()
                               : options.cacheDirectory;
   if (options.cacheEnabled && !directory.empty()) {
     llvm::SHA256 hasher;
