@@ -147,6 +147,10 @@ std::string ProgramVerifier::run() {
         os << what << ": C needs unit column stride";
         return message;
       }
+      if (g.accumulate && g.epilogue >= 0) {
+        os << what << ": an accumulating GEMM has no epilogue";
+        return message;
+      }
       if (g.epilogue >= 0) {
         if (!checkKernel(g.epilogue, what + " epilogue"))
           return message;
@@ -283,6 +287,8 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
       printView(os, "C", g.c);
       if (g.epilogue >= 0)
         os << " epilogue @" << program.kernels[g.epilogue].name;
+      if (g.accumulate)
+        os << " accumulate";
       break;
     }
     case StepKind::Attention: {
@@ -320,6 +326,8 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
       printView(os, "ids", e.ids);
       printView(os, "grad", e.grad);
       printView(os, "out", e.out);
+      if (e.accumulate)
+        os << " accumulate";
       break;
     }
     }

@@ -58,12 +58,15 @@ struct View {
 /// kernel index: a kernel without reductions that reads C, whose rows are
 /// C's batch * m rows in order (row length n; its domain is the product's
 /// shape, e.g. [B, T, N]); a backend runs it on each block of rows of C
-/// as soon as the block is computed.
+/// as soon as the block is computed. `accumulate`: C[b] += A[b] x B[b]
+/// (BLAS beta = 1) instead, for a gradient summed straight into its
+/// persistent buffer; such a step has no epilogue.
 struct GemmStep {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool transA = false, transB = false;
   View a, b, c; // strides: [batch, rows, cols] of each operand as stored
   int32_t epilogue = -1;
+  bool accumulate = false;
 };
 
 /// Scaled dot-product attention per (batch, head):
@@ -104,10 +107,12 @@ struct AttentionGradStep {
 /// grad: [positions, channels] f32; out: [rows, channels] f32, written
 /// whole, unit channel stride. A backend may parallelize over rows and
 /// channels but must sum each row's positions in increasing order (no
-/// atomics), so results are bit-identical from run to run.
+/// atomics), so results are bit-identical from run to run. `accumulate`:
+/// the sums start from out's values instead of 0 (out += the scatter).
 struct EmbeddingGradStep {
   int64_t positions = 0, rows = 0, channels = 0;
   View ids, grad, out;
+  bool accumulate = false;
 };
 
 enum class StepKind : uint8_t { Kernel, Gemm, Attention, AttentionGrad,

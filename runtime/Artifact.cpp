@@ -174,7 +174,8 @@ static Offset<fb::Kernel> encodeKernel(FlatBufferBuilder &b,
 
 static Offset<fb::GemmStep> encodeGemm(FlatBufferBuilder &b,
                                        const kir::GemmStep &gemm) {
-  const auto &[batch, m, n, k, transA, transB, a, bView, c, epilogue] = gemm;
+  const auto &[batch, m, n, k, transA, transB, a, bView, c, epilogue,
+               accumulate] = gemm;
   auto aOffset = encodeView(b, a), bOffset = encodeView(b, bView),
        cOffset = encodeView(b, c);
   fb::GemmStepBuilder out(b);
@@ -188,6 +189,7 @@ static Offset<fb::GemmStep> encodeGemm(FlatBufferBuilder &b,
   out.add_b(bOffset);
   out.add_c(cOffset);
   out.add_epilogue(epilogue);
+  out.add_accumulate(accumulate);
   return out.Finish();
 }
 
@@ -243,7 +245,8 @@ encodeAttentionGrad(FlatBufferBuilder &b, const kir::AttentionGradStep &grad) {
 
 static Offset<fb::EmbeddingGradStep>
 encodeEmbeddingGrad(FlatBufferBuilder &b, const kir::EmbeddingGradStep &grad) {
-  const auto &[positions, rows, channels, ids, gradView, outView] = grad;
+  const auto &[positions, rows, channels, ids, gradView, outView,
+               accumulate] = grad;
   auto idsOffset = encodeView(b, ids), gradOffset = encodeView(b, gradView),
        outOffset = encodeView(b, outView);
   fb::EmbeddingGradStepBuilder out(b);
@@ -253,6 +256,7 @@ encodeEmbeddingGrad(FlatBufferBuilder &b, const kir::EmbeddingGradStep &grad) {
   out.add_ids(idsOffset);
   out.add_grad(gradOffset);
   out.add_out(outOffset);
+  out.add_accumulate(accumulate);
   return out.Finish();
 }
 
@@ -586,6 +590,7 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     out.b = decodeView(g->b());
     out.c = decodeView(g->c());
     out.epilogue = g->epilogue();
+    out.accumulate = g->accumulate();
   } else if (const fb::AttentionStep *a = def.op_as_AttentionStep()) {
     step.kind = kir::StepKind::Attention;
     kir::AttentionStep &out = step.attention;
@@ -627,6 +632,7 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     out.ids = decodeView(e->ids());
     out.grad = decodeView(e->grad());
     out.out = decodeView(e->out());
+    out.accumulate = e->accumulate();
   }
   return step;
 }

@@ -25,7 +25,8 @@ namespace llmc::runtime {
 /// on any change to runtime/llmc_artifact.fbs or to what a field means.
 /// 2: Random op, State buffers, states/updates bindings, attention and
 /// embedding gradient steps; the optional CUDA section.
-constexpr uint32_t kArtifactFormatVersion = 2;
+/// 3: accumulating GEMM and embedding gradient steps.
+constexpr uint32_t kArtifactFormatVersion = 3;
 
 /// The FlatBuffers file identifier (bytes 8-11 of a file) and the usual
 /// file extension, without the dot.

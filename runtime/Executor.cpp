@@ -32,10 +32,10 @@ struct Matrix {
   int64_t rowStride, colStride;
 };
 
-/// cblas_sgemm on row-major storage: C[m x n] = A[m x k] * B[k x n] for
-/// matrices given by strides, one of which is 1 for each.
+/// cblas_sgemm on row-major storage: C[m x n] = alpha A[m x k] * B[k x n]
+/// + beta C for matrices given by strides, one of which is 1 for each.
 void sgemm(int64_t m, int64_t n, int64_t k, Matrix a, Matrix b, float *c,
-           int64_t ldc, float alpha = 1.0f) {
+           int64_t ldc, float alpha = 1.0f, float beta = 0.0f) {
   auto layout = [](const Matrix &x, int64_t cols) {
     // Row-major with unit column stride: no transpose; otherwise the
     // transpose of a row-major matrix.
@@ -49,16 +49,16 @@ void sgemm(int64_t m, int64_t n, int64_t k, Matrix a, Matrix b, float *c,
     // (bench/sgemm-peers, M = 1).
     if (b.colStride == 1) // B row-major [k, n]: c = B^T a
       cblas_sgemv(CblasRowMajor, CblasTrans, k, n, alpha, b.data,
-                  std::max(b.rowStride, n), a.data, a.colStride, 0.0f, c, 1);
+                  std::max(b.rowStride, n), a.data, a.colStride, beta, c, 1);
     else // B stored as [n, k] (a weight): c = W a
       cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, alpha, b.data,
-                  b.colStride, a.data, a.colStride, 0.0f, c, 1);
+                  b.colStride, a.data, a.colStride, beta, c, 1);
     return;
   }
   auto [transA, lda] = layout(a, k);
   auto [transB, ldb] = layout(b, n);
   cblas_sgemm(CblasRowMajor, transA, transB, m, n, k, alpha, a.data, lda,
-              b.data, ldb, 0.0f, c, ldc);
+              b.data, ldb, beta, c, ldc);
 }
 
 } // namespace
@@ -257,6 +257,8 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
   CpuKernelFn epilogue = g.epilogue >= 0 ? kernelFns[g.epilogue] : nullptr;
   void *const *epilogueOperands =
       epilogue ? kernelOperands[g.epilogue].data() : nullptr;
+  // Accumulating: each block of rows or columns adds into its own block of C.
+  float beta = g.accumulate ? 1.0f : 0.0f;
 
   int64_t rows = g.batch * g.m;
   // Rows of C (over all batches) per thread, the epilogue on each thread's
@@ -271,7 +273,7 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
             {a + batch * g.a.strides[0] + first * aM, aM, aK},
             {b + batch * g.b.strides[0], bK, bN},
             c + batch * g.c.strides[0] + first * g.c.strides[1],
-            g.c.strides[1]);
+            g.c.strides[1], 1.0f, beta);
     }
     if (epilogue)
       epilogue(epilogueOperands, begin, end);
@@ -285,7 +287,7 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
     for (int64_t batch = 0; batch < g.batch; ++batch)
       sgemm(g.m, end - begin, g.k, {a + batch * g.a.strides[0], aM, aK},
             {b + batch * g.b.strides[0] + begin * bN, bK, bN},
-            c + batch * g.c.strides[0] + begin, g.c.strides[1]);
+            c + batch * g.c.strides[0] + begin, g.c.strides[1], 1.0f, beta);
   });
   if (epilogue)
     pool.parallelFor(rows, [&](int64_t begin, int64_t end, int) {
@@ -428,7 +430,8 @@ void CpuExecutor::runEmbeddingGrad(const kir::EmbeddingGradStep &e) {
   pool.parallelFor(e.rows, [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r) {
       float *row = out + r * e.out.strides[0];
-      std::fill(row, row + C, 0.0f);
+      if (!e.accumulate)
+        std::fill(row, row + C, 0.0f);
       for (int64_t i = start[r]; i < start[r + 1]; ++i) {
         const float *g = grad + order[i] * e.grad.strides[0];
         int64_t cs = e.grad.strides[1];

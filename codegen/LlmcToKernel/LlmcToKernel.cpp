@@ -25,7 +25,10 @@
 // - `llmc.state` arguments as State buffers and `llmc.updates` results
 //   written into the named Param or State buffer: by the kernel that
 //   computes them when that is safe (it is the last reader of the buffer and
-//   reads it only at the element it writes), else by a copy at the end.
+//   reads it only at the element it writes), else by a copy at the end;
+// - an `llmc.updates` result X + p (a gradient accumulated into its
+//   persistent buffer X), p a GEMM without epilogue or an embedding
+//   gradient, as that step accumulating straight into X (planAccumulation).
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "codegen/MemoryPlan.h"
 #include "ir/LlmcOps.h"
@@ -332,6 +335,25 @@ private:
   /// Whether the kernel being built reads `buffer` only through `access`,
   /// without index overrides.
   static bool readsOnlyAt(const Kernel &kernel, const Access &access);
+  /// Plans `result` (an `llmc.updates` of `target`) as accumulated into
+  /// target's buffer by the steps that compute its terms, when it is
+  /// target + p1 (+ p2 ...) in one of these forms:
+  ///   llmc.add(X, p)  or a pointwise fusion of that one add,
+  ///     p a matmul, batch_matmul or embedding_grad used only there;
+  ///   a gemm fusion whose epilogue only adds X and such terms (grad.wte
+  ///     of tied embeddings: the logits' dW + the embedding gradient);
+  /// and nothing but that add reads X from the first of those steps on
+  /// (inPlaceTarget's rule). The product must have X's type: a weight
+  /// gradient summed over a batch by a reduction after the GEMM is not
+  /// matched (the lowering sees dW = dY^T X as one GEMM over B*T rows).
+  void planAccumulation(Value result, BlockArgument target);
+  /// The view of the argument `op` accumulates into, if planned.
+  std::optional<TensorView> accumulationTarget(Operation *op) {
+    auto it = accumulateInto.find(op);
+    if (it == accumulateInto.end())
+      return std::nullopt;
+    return views.lookup(it->second);
+  }
   LogicalResult lowerGroup(Operation *anchor, StringRef name,
                            ArrayRef<Operation *> ops, ValueRange inputs,
                            ValueRange outerInputs, ValueRange results,
@@ -380,6 +402,11 @@ private:
   // the values already stored there by their kernel.
   DenseMap<Value, BlockArgument> updateTargets;
   DenseSet<Value> storedInPlace;
+  // Planned accumulations (planAccumulation): the op whose step adds into
+  // an argument's buffer -> that argument, and the adds they replace ->
+  // the argument that holds their result.
+  DenseMap<Operation *, BlockArgument> accumulateInto;
+  DenseMap<Operation *, BlockArgument> accumulatedAdds;
   DenseMap<Operation *, unsigned> positions; // block order of top-level ops
   DenseMap<Value, TensorView> views;
   DenseMap<Value, double> splats; // constants and fills not in memory
@@ -579,6 +606,26 @@ LogicalResult Lowering::lowerGemm(Operation *matmul, Operation *fusion,
   gemm.a = *a;
   gemm.b = *b;
 
+  Step step;
+  step.kind = StepKind::Gemm;
+  step.origin = nameOf(fusion ? fusion->getResult(0) : matmul->getResult(0));
+  // A planned accumulation: C is the argument's buffer (contiguous, of the
+  // product's type) and the epilogue's adds are the GEMM's beta = 1.
+  if (std::optional<TensorView> target =
+          accumulationTarget(fusion ? fusion : matmul)) {
+    gemm.c.buffer = target->buffer;
+    gemm.c.offset = 0;
+    gemm.c.strides = {gemm.m * gemm.n, gemm.n, 1};
+    gemm.accumulate = true;
+    if (fusion) {
+      views[fusion->getResult(0)] = *target;
+      storedInPlace.insert(fusion->getResult(0));
+    }
+    step.gemm = std::move(gemm);
+    program.steps.push_back(std::move(step));
+    return success();
+  }
+
   // C: the product, contiguous; the epilogue (if any) runs on it in place
   // when its final value has C's type, else into a buffer of its own.
   FailureOr<TensorView> c = newTensor(
@@ -592,9 +639,6 @@ LogicalResult Lowering::lowerGemm(Operation *matmul, Operation *fusion,
   gemm.c.offset = 0;
   gemm.c.strides = {gemm.m * gemm.n, gemm.n, 1};
 
-  Step step;
-  step.kind = StepKind::Gemm;
-  step.origin = nameOf(fusion ? fusion->getResult(0) : matmul->getResult(0));
   if (!epilogue.empty()) {
     auto fusionOp = cast<FusionOp>(fusion);
     Value product = matmul->getResult(0);
@@ -1294,6 +1338,112 @@ bool Lowering::readsOnlyAt(const Kernel &kernel, const Access &access) {
   return true;
 }
 
+void Lowering::planAccumulation(Value result, BlockArgument target) {
+  auto resultOp = dyn_cast<OpResult>(result);
+  if (!resultOp || resultOp.getOwner()->getNumResults() != 1 ||
+      resultOp.getOwner()->getBlock() != &func.getBody().front())
+    return;
+  Operation *consumer = resultOp.getOwner();
+  Type type = result.getType();
+  FailureOr<DType> dtype = dtypeOf(type);
+  if (failed(dtype) || *dtype != DType::F32)
+    return;
+  // A term of the sum: an op whose step can accumulate, used only by the
+  // consumer, of X's type.
+  auto isTerm = [&](Value value) {
+    Operation *def = value.getDefiningOp();
+    return def && value.getType() == type && value.hasOneUse() &&
+           def->getBlock() == consumer->getBlock() &&
+           isa<MatmulOp, BatchMatmulOp, EmbeddingGradOp>(def);
+  };
+  SmallVector<Operation *> producers;
+  if (auto fusion = dyn_cast<FusionOp>(consumer)) {
+    Block &body = fusion.getBody().front();
+    auto yield = cast<YieldOp>(body.getTerminator());
+    bool gemm = fusion.getKind() == "gemm";
+    SmallVector<Operation *> ops;
+    for (Operation &op : body.without_terminator())
+      ops.push_back(&op);
+    ArrayRef<Operation *> adds = ArrayRef(ops).drop_front(gemm ? 1 : 0);
+    if (adds.empty() || (!gemm && adds.size() != 1) ||
+        (gemm && (!isa<MatmulOp, BatchMatmulOp>(ops.front()) ||
+                  ops.front()->getResult(0).getType() != type)) ||
+        yield.getValues().size() != 1 ||
+        yield.getValues()[0] != adds.back()->getResult(0))
+      return;
+    // A chain: each add takes the previous sum (first: the product, in a
+    // gemm fusion) and one block argument, X or a term.
+    Value sum = gemm ? ops.front()->getResult(0) : Value();
+    bool sawTarget = false;
+    for (Operation *op : adds) {
+      if (!isa<AddOp>(op) || op->getResult(0).getType() != type)
+        return;
+      Value lhs = op->getOperand(0), rhs = op->getOperand(1);
+      SmallVector<Value> args;
+      if (!sum)
+        args = {lhs, rhs};
+      else if (lhs == sum && rhs != sum)
+        args = {rhs};
+      else if (rhs == sum)
+        args = {lhs};
+      else
+        return;
+      for (Value arg : args) {
+        auto blockArg = dyn_cast<BlockArgument>(arg);
+        if (!blockArg || blockArg.getOwner() != &body || !arg.hasOneUse())
+          return;
+        Value outer = fusion.getInputs()[blockArg.getArgNumber()];
+        if (outer == target && !sawTarget) {
+          sawTarget = true;
+          continue;
+        }
+        if (!isTerm(outer))
+          return;
+        producers.push_back(outer.getDefiningOp());
+      }
+      sum = op->getResult(0);
+    }
+    // X is read once, by its add; the product's operands are not X.
+    if (!sawTarget || llvm::count(fusion.getInputs(), Value(target)) != 1)
+      return;
+    if (gemm)
+      producers.push_back(fusion);
+  } else if (isa<AddOp>(consumer)) {
+    Value lhs = consumer->getOperand(0), rhs = consumer->getOperand(1);
+    Value term = lhs == target ? rhs : rhs == target ? lhs : Value();
+    if (!term || term == target || !isTerm(term))
+      return;
+    producers.push_back(term.getDefiningOp());
+  } else {
+    return;
+  }
+  if (producers.empty())
+    return;
+
+  // From the first producer on, the consumer's add is the only reader of
+  // X (through views too; the return op counts).
+  unsigned first = positions.lookup(consumer);
+  for (Operation *op : producers)
+    first = std::min(first, positions.lookup(op));
+  SmallVector<Value> worklist = {target};
+  while (!worklist.empty()) {
+    Value value = worklist.pop_back_val();
+    for (Operation *user : value.getUsers()) {
+      if (user == consumer && value == target)
+        continue;
+      Operation *top = func.getBody().front().findAncestorOpInBlock(*user);
+      if (!top || positions.lookup(top) >= first)
+        return;
+      if (isa<ReshapeOp, TransposeOp, SliceOp, BroadcastOp>(user))
+        worklist.push_back(user->getResult(0));
+    }
+  }
+  for (Operation *op : producers)
+    accumulateInto[op] = target;
+  if (!isa<FusionOp>(consumer) || cast<FusionOp>(consumer).getKind() != "gemm")
+    accumulatedAdds[consumer] = target;
+}
+
 std::optional<TensorView> Lowering::inPlaceTarget(Value result,
                                                   Operation *anchor) {
   auto it = updateTargets.find(result);
@@ -1407,6 +1557,12 @@ LogicalResult Lowering::lowerOp(Operation *op) {
   }
   if (auto fill = dyn_cast<FillOp>(op)) {
     splats[fill.getResult()] = fill.getValue().convertToDouble();
+    return success();
+  }
+  if (auto it = accumulatedAdds.find(op); it != accumulatedAdds.end()) {
+    // The producers of its terms already added them into the argument.
+    views[op->getResult(0)] = views.lookup(it->second);
+    storedInPlace.insert(op->getResult(0));
     return success();
   }
   if (isa<ReshapeOp, TransposeOp, SliceOp, BroadcastOp>(op))
@@ -1757,7 +1913,10 @@ LogicalResult Lowering::lowerEmbeddingGrad(EmbeddingGradOp op) {
   TensorView grad2 =
       reshaped(*grad, {positions, channels}, nameOf(op.getGrad()));
   TensorView ids1 = reshaped(*ids, {positions}, nameOf(op.getIndices()));
-  FailureOr<TensorView> out = newTensor(op.getResult(), nameOf(op.getResult()));
+  std::optional<TensorView> target = accumulationTarget(op);
+  FailureOr<TensorView> out =
+      target ? FailureOr<TensorView>(*target)
+             : newTensor(op.getResult(), nameOf(op.getResult()));
   if (failed(out))
     return failure();
   auto toView = [](const TensorView &view) {
@@ -1774,7 +1933,9 @@ LogicalResult Lowering::lowerEmbeddingGrad(EmbeddingGradOp op) {
   step.ids = toView(ids1);
   step.grad = toView(grad2);
   step.out = toView(*out);
-  views[op.getResult()] = *out;
+  step.accumulate = target.has_value();
+  if (!target) // else its only use, the add, is the accumulation
+    views[op.getResult()] = *out;
   noteIdBound(op.getIndices(), rows);
   Step s;
   s.kind = StepKind::EmbeddingGrad;
@@ -1959,6 +2120,8 @@ FailureOr<Program> Lowering::run() {
   }
   for (auto [index, op] : llvm::enumerate(body))
     positions[&op] = index;
+  for (auto [result, target] : updateTargets)
+    planAccumulation(result, target);
 
   for (Operation &op : body) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {

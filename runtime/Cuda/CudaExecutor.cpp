@@ -1,5 +1,6 @@
 // The CUDA executor: device buffers, NVRTC-compiled kernels, cuBLASLt GEMMs
-// (bias epilogues fused where the epilogue kernel is exactly a bias add),
+// (epilogue kernels that are exactly a bias add, bias + GELU, GELU or the
+// GELU gradient run inside cuBLASLt: matchGemmEpilogue),
 // flash attention, embedding gradients, CUDA graph replay and per-step
 // event timing.
 #include "runtime/Cuda/CudaExecutor.h"
@@ -8,11 +9,14 @@
 #include "codegen/KernelToCuda/KernelToCuda.h"
 #include "runtime/Cuda/CudaApi.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 using namespace llmc;
@@ -257,7 +261,8 @@ struct GemmPlan {
                          layoutC = nullptr;
   cublasLtMatmulAlgo_t algo{};
   CUdeviceptr a = 0, b = 0, c = 0; // cuBLASLt's A (our B), B (our A), C
-  bool fusedBias = false;          // the epilogue kernel runs in cuBLASLt
+  // The epilogue kernel cuBLASLt runs (None: the kernel runs after it).
+  FusedEpilogueKind fused = FusedEpilogueKind::None;
   std::string name;
 };
 
@@ -371,75 +376,242 @@ llvm::Error CudaExecutor::Impl::launch(CUfunction function,
 
 namespace {
 
-/// Whether `kernel` is exactly `C[row, j] = C[row, j] + bias[j]` over the
-/// rows of `gemm`'s C (f32, in place): then cuBLASLt's BIAS epilogue
-/// computes the same f32 sum and the kernel need not run. Conservative:
-/// anything else (GELU, residual adds, casts) keeps the kernel.
-std::optional<kir::Access> matchBiasEpilogue(const kir::Kernel &kernel,
-                                             const kir::GemmStep &gemm,
-                                             const kir::Program &program) {
-  if (kernel.body.size() != 4 || kernel.rowLength() != gemm.n ||
-      kernel.numRows() != gemm.batch * gemm.m)
-    return std::nullopt;
-  const kir::Instr &store = kernel.body[3];
-  const kir::Instr &add = kernel.body[2];
-  if (store.op != kir::Op::Store || store.args.size() != 1 ||
-      store.args[0] != 2 || add.op != kir::Op::Add ||
-      add.type != kir::DType::F32)
-    return std::nullopt;
-  for (int i = 0; i < 2; ++i)
-    if (kernel.body[i].op != kir::Op::Load || !kernel.body[i].args.empty())
-      return std::nullopt;
-  if (!((add.args[0] == 0 && add.args[1] == 1) ||
-        (add.args[0] == 1 && add.args[1] == 0)))
-    return std::nullopt;
-  int64_t rank = kernel.domain.size();
-  // Does `access` address C's element (row, column) for every row?
-  auto isC = [&](const kir::Access &access) {
-    if (access.buffer != gemm.c.buffer || access.dtype != kir::DType::F32 ||
-        program.buffers[access.buffer].dtype != kir::DType::F32 ||
-        access.strides.back() != 1)
-      return false;
-    std::vector<int64_t> index(rank, 0);
-    for (int64_t row = 0; row < kernel.numRows(); ++row) {
-      int64_t rest = row, address = access.offset;
-      for (int64_t d = rank - 2; d >= 0; --d) {
-        address += (rest % kernel.domain[d]) * access.strides[d];
-        rest /= kernel.domain[d];
-      }
-      int64_t expected = gemm.c.offset + (row / gemm.m) * gemm.c.strides[0] +
-                         (row % gemm.m) * gemm.c.strides[1];
-      if (address != expected)
-        return false;
-    }
-    return true;
-  };
-  const kir::Access &out = kernel.operands[store.operand];
-  if (!isC(out))
-    return std::nullopt;
-  std::optional<kir::Access> bias;
-  bool sawC = false;
-  for (int i = 0; i < 2; ++i) {
-    const kir::Access &access = kernel.operands[kernel.body[i].operand];
-    if (isC(access)) {
-      sawC = true;
-      continue;
-    }
-    bool broadcastRow = access.buffer != gemm.c.buffer &&
-                        access.dtype == kir::DType::F32 &&
-                        program.buffers[access.buffer].dtype ==
-                            kir::DType::F32 &&
-                        access.strides.back() == 1;
-    for (int64_t d = 0; d + 1 < rank; ++d)
-      broadcastRow = broadcastRow && access.strides[d] == 0;
-    if (!broadcastRow)
-      return std::nullopt;
-    bias = access;
+// GEMM epilogues in cuBLASLt (matchGemmEpilogue below). What the GPT-2
+// programs give: forward, bias on c_attn and bias + tanh GELU on c_fc (in
+// place); the training step's forward, bias only (GELU there is a kernel
+// step of its own writing another buffer: the pre-activation is kept for
+// the backward); its backward, the GELU gradient on dY W_proj (DGELU, the
+// saved pre-activation as aux). Not fused, because the lowering does not
+// make them epilogues of one GEMM: the bias gradients are reduce_sum kernel
+// steps (the c_fc one right after the DGELU GEMM, which
+// EPILOGUE_DGELU_BGRAD could absorb; the others sum dY over rows, which
+// BGRADA/BGRADB would do inside the dW GEMM, many steps later and now
+// accumulating into its gradient buffer), and the training forward's GELU
+// (EPILOGUE_GELU_AUX_BIAS could write both buffers) is the next step. Each
+// needs the executor to absorb or move a kernel step, not just an epilogue.
+
+/// The element of `access` that row `row` of `kernel` starts at (column 0).
+int64_t rowStart(const kir::Access &access, const kir::Kernel &kernel,
+                 int64_t row) {
+  int64_t address = access.offset;
+  for (int64_t d = int64_t(kernel.domain.size()) - 2; d >= 0; --d) {
+    address += (row % kernel.domain[d]) * access.strides[d];
+    row /= kernel.domain[d];
   }
-  if (!sawC || !bias)
-    return std::nullopt;
-  return bias;
+  return address;
 }
+
+bool isF32(const kir::Access &access, const kir::Program &program) {
+  return access.dtype == kir::DType::F32 &&
+         program.buffers[access.buffer].dtype == kir::DType::F32 &&
+         access.strides.back() == 1;
+}
+
+/// Does `access` address C's element (row, column) for every row?
+bool addressesC(const kir::Access &access, const kir::Kernel &kernel,
+                const kir::GemmStep &gemm, const kir::Program &program) {
+  if (access.buffer != gemm.c.buffer || !isF32(access, program))
+    return false;
+  for (int64_t row = 0; row < kernel.numRows(); ++row)
+    if (rowStart(access, kernel, row) !=
+        gemm.c.offset + (row / gemm.m) * gemm.c.strides[0] +
+            (row % gemm.m) * gemm.c.strides[1])
+      return false;
+  return true;
+}
+
+/// Is `access` one f32 row of n elements read by every row (a bias)?
+bool isBiasRow(const kir::Access &access, const kir::GemmStep &gemm,
+               const kir::Program &program) {
+  if (access.buffer == gemm.c.buffer || !isF32(access, program))
+    return false;
+  for (size_t d = 0; d + 1 < access.strides.size(); ++d)
+    if (access.strides[d] != 0)
+      return false;
+  return true;
+}
+
+/// If `access` is another f32 matrix whose rows follow each other `ld`
+/// elements apart (ld >= n), row r of the kernel at row r: that ld.
+std::optional<int64_t> auxRowStride(const kir::Access &access,
+                                    const kir::Kernel &kernel,
+                                    const kir::GemmStep &gemm,
+                                    const kir::Program &program) {
+  if (access.buffer == gemm.c.buffer || gemm.batch != 1 ||
+      !isF32(access, program))
+    return std::nullopt;
+  int64_t first = rowStart(access, kernel, 0);
+  int64_t ld = kernel.numRows() > 1 ? rowStart(access, kernel, 1) - first
+                                    : gemm.n;
+  if (ld < gemm.n)
+    return std::nullopt;
+  for (int64_t row = 0; row < kernel.numRows(); ++row)
+    if (rowStart(access, kernel, row) != first + row * ld)
+      return std::nullopt;
+  return ld;
+}
+
+// Epilogue expressions as canonical strings: leaves "C", "bias", "aux",
+// constants by their f32 bits; the operands of sums and products sorted,
+// so `a + b` and `b + a` read the same.
+std::string exprConst(double value) {
+  float f = float(value);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  return "k" + llvm::utohexstr(bits);
+}
+std::string exprCommutative(const char *op, std::string a, std::string b) {
+  if (b < a)
+    std::swap(a, b);
+  return std::string(op) + "(" + a + "," + b + ")";
+}
+std::string exprAdd(const std::string &a, const std::string &b) {
+  return exprCommutative("add", a, b);
+}
+std::string exprMul(const std::string &a, const std::string &b) {
+  return exprCommutative("mul", a, b);
+}
+std::string exprSub(const std::string &a, const std::string &b) {
+  return "sub(" + a + "," + b + ")";
+}
+std::string exprTanh(const std::string &a) { return "tanh(" + a + ")"; }
+
+/// gelu(x) with the tanh approximation, as LlmcToKernel emits it:
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+std::string exprGeluTanh(const std::string &x) {
+  std::string x3 = exprMul(exprMul(x, x), x);
+  std::string poly = exprAdd(x, exprMul(exprConst(0.044715), x3));
+  std::string inner =
+      exprTanh(exprMul(exprConst(std::sqrt(2.0 / M_PI)), poly));
+  return exprMul(exprMul(exprConst(0.5), x),
+                 exprAdd(exprConst(1.0), inner));
+}
+
+/// gelu'(x) of the tanh approximation, as LlmcToKernel emits it:
+/// 0.5 (1 + t) + 0.5 x (1 - t^2) (k + 3 * 0.044715 k x^2), k = sqrt(2/pi).
+std::string exprGeluTanhGrad(const std::string &x) {
+  double k = std::sqrt(2.0 / M_PI);
+  std::string one = exprConst(1.0), half = exprConst(0.5);
+  std::string x2 = exprMul(x, x);
+  std::string poly =
+      exprAdd(x, exprMul(exprConst(0.044715), exprMul(x2, x)));
+  std::string t = exprTanh(exprMul(exprConst(k), poly));
+  std::string left = exprMul(half, exprAdd(one, t));
+  std::string sech2 = exprSub(one, exprMul(t, t));
+  std::string dpoly =
+      exprAdd(exprConst(k), exprMul(exprConst(k * 3.0 * 0.044715), x2));
+  std::string right = exprMul(exprMul(half, x), exprMul(sech2, dpoly));
+  return exprAdd(left, right);
+}
+
+} // namespace
+
+FusedEpilogue llmc::runtime::matchGemmEpilogue(const kir::Kernel &kernel,
+                                               const kir::GemmStep &gemm,
+                                               const kir::Program &program) {
+  FusedEpilogue none, fused;
+  if (kernel.rowLength() != gemm.n ||
+      kernel.numRows() != gemm.batch * gemm.m || kernel.hasReduction())
+    return none;
+  // What each operand is: C, the bias row or the aux matrix (one of each
+  // at most); "" for anything else, which the kernel may not use.
+  std::vector<std::string> leaf(kernel.operands.size());
+  bool haveBias = false, haveAux = false;
+  auto same = [](const kir::Access &x, const kir::Access &y) {
+    return x.buffer == y.buffer && x.offset == y.offset &&
+           x.strides == y.strides;
+  };
+  for (auto [i, access] : llvm::enumerate(kernel.operands)) {
+    if (addressesC(access, kernel, gemm, program)) {
+      leaf[i] = "C";
+    } else if (isBiasRow(access, gemm, program)) {
+      if (haveBias && !same(access, fused.bias))
+        return none;
+      haveBias = true;
+      fused.bias = access;
+      leaf[i] = "bias";
+    } else if (std::optional<int64_t> ld =
+                   auxRowStride(access, kernel, gemm, program)) {
+      if (haveAux && !same(access, fused.aux))
+        return none;
+      haveAux = true;
+      fused.aux = access;
+      fused.auxLd = *ld;
+      leaf[i] = "aux";
+    }
+  }
+  // Every value as an expression; the one store must write C.
+  constexpr size_t kMaxExpr = 4096; // a bigger kernel is no epilogue of ours
+  std::vector<std::string> value(kernel.body.size());
+  std::optional<std::string> stored;
+  for (auto [i, instr] : llvm::enumerate(kernel.body)) {
+    if (instr.op != kir::Op::Store && instr.type != kir::DType::F32)
+      return none;
+    auto arg = [&](int index) { return value[instr.args[index]]; };
+    switch (instr.op) {
+    case kir::Op::Load:
+      if (!instr.args.empty() || leaf[instr.operand].empty())
+        return none;
+      value[i] = leaf[instr.operand];
+      break;
+    case kir::Op::Const:
+      value[i] = exprConst(instr.imm);
+      break;
+    case kir::Op::Add:
+      value[i] = exprAdd(arg(0), arg(1));
+      break;
+    case kir::Op::Mul:
+      value[i] = exprMul(arg(0), arg(1));
+      break;
+    case kir::Op::Sub:
+      value[i] = exprSub(arg(0), arg(1));
+      break;
+    case kir::Op::Tanh:
+      value[i] = exprTanh(arg(0));
+      break;
+    case kir::Op::Store:
+      if (stored || leaf[instr.operand] != "C")
+        return none;
+      stored = arg(0);
+      break;
+    default:
+      return none;
+    }
+    if (value[i].size() > kMaxExpr)
+      return none;
+  }
+  if (!stored)
+    return none;
+  if (*stored == exprAdd("C", "bias"))
+    fused.kind = FusedEpilogueKind::Bias;
+  else if (*stored == exprGeluTanh(exprAdd("C", "bias")))
+    fused.kind = FusedEpilogueKind::GeluBias;
+  else if (*stored == exprGeluTanh("C"))
+    fused.kind = FusedEpilogueKind::Gelu;
+  else if (*stored == exprMul("C", exprGeluTanhGrad("aux")))
+    fused.kind = FusedEpilogueKind::DGelu;
+  else
+    return none;
+  return fused;
+}
+
+const char *llmc::runtime::fusedEpilogueName(FusedEpilogueKind kind) {
+  switch (kind) {
+  case FusedEpilogueKind::None:
+    return "none";
+  case FusedEpilogueKind::Bias:
+    return "bias";
+  case FusedEpilogueKind::GeluBias:
+    return "gelu_bias";
+  case FusedEpilogueKind::Gelu:
+    return "gelu";
+  case FusedEpilogueKind::DGelu:
+    return "dgelu";
+  }
+  return "none";
+}
+
+namespace {
 
 /// One operand of cuBLASLt: a column-major matrix `rows` x `cols` with
 /// leading dimension `ld`, used as-is or transposed.
@@ -680,7 +852,8 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
     args.dim = view.strides.size() > 3 ? view.strides[3] : 0;
     return args;
   };
-  std::map<std::string, cublasLtMatmulAlgo_t> algoCache;
+  // Per GEMM key: the algorithm, and whether it runs the epilogue.
+  std::map<std::string, std::pair<cublasLtMatmulAlgo_t, bool>> algoCache;
   for (const kir::Step &step : prog.steps) {
     switch (step.kind) {
     case kir::StepKind::Kernel:
@@ -734,26 +907,74 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
                                  &ltA->op, sizeof(ltA->op));
       api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
                                  &ltB->op, sizeof(ltB->op));
-      uint32_t biasAlignment = 0;
-      if (g.epilogue >= 0) {
-        std::optional<kir::Access> bias =
-            matchBiasEpilogue(prog.kernels[g.epilogue], g, prog);
-        if (bias) {
-          CUdeviceptr biasPointer =
-              executor->bases[bias->buffer] + bias->offset * 4;
-          biasAlignment = alignmentOf(biasPointer);
-          if (biasAlignment >= 16) {
-            cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-            api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                       &epilogue, sizeof(epilogue));
-            api.matmulDescSetAttribute(plan.desc,
-                                       CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                       &biasPointer, sizeof(biasPointer));
-            plan.fusedBias = true;
-            ++info.fusedBiasEpilogues;
-          }
+      // The epilogue kernel runs inside cuBLASLt when it is one cuBLASLt
+      // computes (matchGemmEpilogue) and its vectors are placed as
+      // cuBLASLt wants: 16-byte aligned, the aux leading dimension a
+      // multiple of 8 elements.
+      FusedEpilogue fused;
+      if (g.epilogue >= 0 && options.fuseEpilogues)
+        fused = matchGemmEpilogue(prog.kernels[g.epilogue], g, prog);
+      bool hasBias = fused.kind == FusedEpilogueKind::Bias ||
+                     fused.kind == FusedEpilogueKind::GeluBias;
+      CUdeviceptr biasPointer =
+          hasBias ? executor->bases[fused.bias.buffer] + fused.bias.offset * 4
+                  : 0;
+      CUdeviceptr auxPointer =
+          fused.kind == FusedEpilogueKind::DGelu
+              ? executor->bases[fused.aux.buffer] + fused.aux.offset * 4
+              : 0;
+      uint32_t biasAlignment = hasBias ? alignmentOf(biasPointer) : 0;
+      uint32_t auxAlignment = auxPointer ? alignmentOf(auxPointer) : 0;
+      if ((hasBias && biasAlignment < 16) ||
+          (auxPointer && (auxAlignment < 16 || fused.auxLd % 8 != 0)))
+        fused.kind = FusedEpilogueKind::None;
+      auto setEpilogue = [&](FusedEpilogueKind kind) {
+        cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+        switch (kind) {
+        case FusedEpilogueKind::None:
+          break;
+        case FusedEpilogueKind::Bias:
+          epilogue = CUBLASLT_EPILOGUE_BIAS;
+          break;
+        case FusedEpilogueKind::GeluBias:
+          epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
+          break;
+        case FusedEpilogueKind::Gelu:
+          epilogue = CUBLASLT_EPILOGUE_GELU;
+          break;
+        case FusedEpilogueKind::DGelu:
+          epilogue = CUBLASLT_EPILOGUE_DGELU;
+          break;
         }
-      }
+        api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                   &epilogue, sizeof(epilogue));
+        if (kind == FusedEpilogueKind::Bias ||
+            kind == FusedEpilogueKind::GeluBias)
+          api.matmulDescSetAttribute(plan.desc,
+                                     CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                     &biasPointer, sizeof(biasPointer));
+        if (kind == FusedEpilogueKind::DGelu) {
+          // The GELU input, in C's column-major layout (n x m, ld auxLd).
+          api.matmulDescSetAttribute(plan.desc,
+                                     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                     &auxPointer, sizeof(auxPointer));
+          api.matmulDescSetAttribute(plan.desc,
+                                     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                     &fused.auxLd, sizeof(fused.auxLd));
+        }
+        plan.fused = kind;
+      };
+      if (fused.kind != FusedEpilogueKind::None)
+        setEpilogue(fused.kind);
+      // Counted once the algorithm is known (cuBLASLt may have none).
+      auto countFused = [&] {
+        if (plan.fused == FusedEpilogueKind::Bias)
+          ++info.fusedBiasEpilogues;
+        else if (plan.fused == FusedEpilogueKind::DGelu)
+          ++info.fusedDGeluEpilogues;
+        else if (plan.fused != FusedEpilogueKind::None)
+          ++info.fusedGeluEpilogues;
+      };
       auto layout = [&](cublasLtMatrixLayout_t *out, kir::DType dtype,
                         const LtOperand &operand,
                         int64_t batchStride) -> llvm::Error {
@@ -789,11 +1010,15 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
           g.batch, g.m, g.n, g.k, int(ltA->op), int(ltB->op), int(compute),
           ltA->ld, ltB->ld, ltC.ld, g.a.strides[0], g.b.strides[0],
           g.c.strides[0], alignA, alignB, alignC,
-          shapeKey(bufA) + shapeKey(bufB) + shapeKey(bufC), plan.fusedBias,
+          shapeKey(bufA) + shapeKey(bufB) + shapeKey(bufC), int(plan.fused),
           biasAlignment);
+      key += llvm::formatv(" {0} {1}", auxAlignment, fused.auxLd).str();
       auto cached = algoCache.find(key);
       if (cached != algoCache.end()) {
-        plan.algo = cached->second;
+        plan.algo = cached->second.first;
+        if (!cached->second.second && plan.fused != FusedEpilogueKind::None)
+          setEpilogue(FusedEpilogueKind::None);
+        countFused();
         break;
       }
       cublasLtMatmulPreference_t preference = nullptr;
@@ -816,13 +1041,23 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
       cublasStatus_t status = api.matmulAlgoGetHeuristic(
           impl.ltHandle, plan.desc, plan.layoutA, plan.layoutB, plan.layoutC,
           plan.layoutC, preference, 1, &result, &found);
+      if ((status != CUBLAS_STATUS_SUCCESS || found == 0) &&
+          plan.fused != FusedEpilogueKind::None) {
+        // No algorithm runs this epilogue here (cuBLASLt supports some
+        // epilogues for some types and layouts only): the kernel does.
+        setEpilogue(FusedEpilogueKind::None);
+        status = api.matmulAlgoGetHeuristic(
+            impl.ltHandle, plan.desc, plan.layoutA, plan.layoutB,
+            plan.layoutC, plan.layoutC, preference, 1, &result, &found);
+      }
       api.matmulPreferenceDestroy(preference);
       if (status != CUBLAS_STATUS_SUCCESS || found == 0)
         return llvm::createStringError(llvm::formatv(
             "cuBLASLt has no algorithm for GEMM step '{0}' ({1}, {2}): {3}",
             step.origin, plan.name, key, api.getStatusString(status)));
       plan.algo = result.algo;
-      algoCache[key] = result.algo;
+      algoCache[key] = {result.algo, plan.fused != FusedEpilogueKind::None};
+      countFused();
       break;
     }
     case kir::StepKind::Attention:
@@ -1114,7 +1349,8 @@ llvm::Error CudaExecutor::enqueueSchedule(bool timed) {
     }
     case kir::StepKind::Gemm: {
       GemmPlan &gemm = im.gemms[plan];
-      float alpha = 1.0f, beta = 0.0f;
+      // Accumulating (a gradient summed into its buffer): D = A x B + C, C = D.
+      float alpha = 1.0f, beta = step.gemm.accumulate ? 1.0f : 0.0f;
       if (llvm::Error error = checkCublas(
               *im.lt,
               im.lt->matmul(im.ltHandle, gemm.desc, &alpha,
@@ -1129,7 +1365,7 @@ llvm::Error CudaExecutor::enqueueSchedule(bool timed) {
                             kGemmWorkspaceBytes, im.stream),
               "cublasLtMatmul"))
         return error;
-      if (step.gemm.epilogue >= 0 && !gemm.fusedBias) {
+      if (step.gemm.epilogue >= 0 && gemm.fused == FusedEpilogueKind::None) {
         KernelPlan &kernel = im.kernels[step.gemm.epilogue];
         if (llvm::Error error = im.launch(kernel.function, kernel.launch,
                                           kernel.params.data()))
@@ -1158,8 +1394,9 @@ llvm::Error CudaExecutor::enqueueSchedule(bool timed) {
       EmbeddingPlan &e = im.embeddings[plan];
       void *zero[] = {&e.out,          &e.outOffset, &e.outRowStride,
                       &e.outColStride, &e.rows,      &e.channels};
-      if (llvm::Error error = im.launch(e.zero, e.zeroLaunch, zero))
-        return error;
+      if (!step.embeddingGrad.accumulate)
+        if (llvm::Error error = im.launch(e.zero, e.zeroLaunch, zero))
+          return error;
       void *scatter[] = {&e.ids,          &e.idsOffset,     &e.idsStride,
                          &e.grad,         &e.gradOffset,    &e.gradPosStride,
                          &e.gradColStride, &e.out,          &e.outOffset,
@@ -1218,8 +1455,11 @@ llvm::Error CudaExecutor::run() {
         stepProfile.gemmSeconds += seconds;
         name = im.gemms[plan].name;
         if (step.gemm.epilogue >= 0)
-          name += im.gemms[plan].fusedBias ? " +bias(cuBLASLt)"
-                                           : " +" + prog.kernels[step.gemm.epilogue].name;
+          name += im.gemms[plan].fused != FusedEpilogueKind::None
+                      ? std::string(" +") +
+                            fusedEpilogueName(im.gemms[plan].fused) +
+                            "(cuBLASLt)"
+                      : " +" + prog.kernels[step.gemm.epilogue].name;
         break;
       case kir::StepKind::Attention:
         stepProfile.attentionSeconds += seconds;

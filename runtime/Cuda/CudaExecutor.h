@@ -74,6 +74,11 @@ struct CudaExecutorOptions {
   /// Let cuBLASLt use TF32 tensor cores for f32 GEMMs (faster, ~1e-3
   /// relative error; off by default so results match the CPU executor).
   bool allowTf32 = false;
+  /// Run GEMM epilogue kernels that cuBLASLt can compute itself (bias,
+  /// GELU + bias, GELU, the GELU gradient; see matchGemmEpilogue) inside
+  /// the cuBLASLt call; off: every epilogue runs as its own kernel (to
+  /// compare the two).
+  bool fuseEpilogues = true;
   /// Shared parameters and state; null: a store of the executor's own.
   std::shared_ptr<CudaPersistentStore> store;
   /// Binaries of emitCudaModule(program) compiled ahead of time (an
@@ -106,8 +111,41 @@ struct CudaExecutorInfo {
   bool kernelsPrecompiled = false;
   cuda::NvrtcStats kernelStats, libraryStats; // NVRTC: emitted, attention
   std::string kernelImage;                    // "sm_90 cubin" or "PTX ..."
-  int fusedBiasEpilogues = 0;                 // GEMM epilogues in cuBLASLt
+  // GEMM epilogue kernels cuBLASLt runs instead (FusedEpilogueKind).
+  int fusedBiasEpilogues = 0;  // Bias
+  int fusedGeluEpilogues = 0;  // GeluBias and Gelu
+  int fusedDGeluEpilogues = 0; // DGelu
 };
+
+/// What a GEMM's epilogue kernel computes, when it is one that cuBLASLt
+/// can run itself in f32 (C is the product, in place):
+///   Bias      C[r, j] = C[r, j] + bias[j]                 (EPILOGUE_BIAS)
+///   GeluBias  C[r, j] = gelu(C[r, j] + bias[j])           (EPILOGUE_GELU_BIAS)
+///   Gelu      C[r, j] = gelu(C[r, j])                     (EPILOGUE_GELU)
+///   DGelu     C[r, j] = C[r, j] * gelu'(aux[r, j])        (EPILOGUE_DGELU)
+/// gelu is the tanh approximation (`llmc.gelu approximate = tanh`) and
+/// gelu' its derivative, as LlmcToKernel lowers them.
+enum class FusedEpilogueKind : uint8_t { None, Bias, GeluBias, Gelu, DGelu };
+
+struct FusedEpilogue {
+  FusedEpilogueKind kind = FusedEpilogueKind::None;
+  kir::Access bias; // Bias, GeluBias: an f32 row of n elements
+  kir::Access aux;  // DGelu: the GELU input, rows like C's (batch 1)
+  int64_t auxLd = 0; // DGelu: elements from one aux row to the next
+};
+
+/// Matches the epilogue kernel of `gemm` against the kinds above, exactly:
+/// the kernel's one store writes C where the product is, and its value is
+/// the kind's expression over f32 loads of C, the bias row and aux (sums
+/// and products in either operand order, constants equal in f32).
+/// Anything else (casts, residual adds, the erf GELU, index overrides)
+/// gives None: the kernel runs after the GEMM.
+FusedEpilogue matchGemmEpilogue(const kir::Kernel &kernel,
+                                const kir::GemmStep &gemm,
+                                const kir::Program &program);
+
+/// "bias", "gelu_bias", "gelu", "dgelu" ("none" for None).
+const char *fusedEpilogueName(FusedEpilogueKind kind);
 
 class CudaExecutor : public Executor {
 public:

@@ -68,6 +68,9 @@ static cl::opt<std::string> referencePath(
 static cl::opt<bool> noGraphs("no-graphs",
                               cl::desc("Launch every run eagerly"));
 static cl::opt<bool> tf32("tf32", cl::desc("Allow TF32 in f32 GEMMs"));
+static cl::opt<bool> noEpilogueFusion(
+    "no-epilogue-fusion",
+    cl::desc("Run every GEMM epilogue as its own kernel (none in cuBLASLt)"));
 static cl::opt<bool> noProfile(
     "no-profile",
     cl::desc("Skip the profiled run (a training step accumulates into its "
@@ -135,6 +138,7 @@ static CudaExecutorOptions executorOptions(const ArtifactContents &contents) {
   CudaExecutorOptions options;
   options.useGraphs = !noGraphs;
   options.allowTf32 = tf32;
+  options.fuseEpilogues = !noEpilogueFusion;
   if (!contents.cuda)
     return options;
   const CudaSection &section = *contents.cuda;
@@ -425,14 +429,16 @@ int main(int argc, char **argv) {
       kir::countFlops(prog) / 1e9);
   llvm::outs() << llvm::format(
       "setup %.2f s: kernels %s (%s, NVRTC %s %.2f s), attention library "
-      "NVRTC %s %.2f s; %d GEMM bias epilogues fused into cuBLASLt\n",
+      "NVRTC %s %.2f s; GEMM epilogues in cuBLASLt: %d bias, %d gelu, "
+      "%d dgelu\n",
       createSeconds,
       info.kernelsPrecompiled ? "from the artifact" : "compiled now",
       info.kernelImage.c_str(),
       info.kernelStats.cacheHit ? "cache hit" : "compiled",
       info.kernelStats.compileSeconds,
       info.libraryStats.cacheHit ? "cache hit" : "compiled",
-      info.libraryStats.compileSeconds, info.fusedBiasEpilogues);
+      info.libraryStats.compileSeconds, info.fusedBiasEpilogues,
+      info.fusedGeluEpilogues, info.fusedDGeluEpilogues);
 
   if (!inputsPath.empty()) {
     llvm::Expected<TensorMap> inputs = readSafetensors(inputsPath);

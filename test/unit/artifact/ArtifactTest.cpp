@@ -301,6 +301,7 @@ kir::Program makeProgram() {
   eg.ids = view(kTokens, 0, {1});
   eg.grad = view(kX, 0, {8, 1});
   eg.out = view(kGradWte, 0, {8, 1});
+  eg.accumulate = true;
   embeddingGrad.origin = "llmc.embedding_grad";
 
   p.steps = {embedStep, gemm, attention, attentionGrad, embeddingGrad};
@@ -383,7 +384,8 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
   EXPECT_EQ(kernel, y.kernel);
   EXPECT_EQ(origin, y.origin);
   {
-    const auto &[batch, m, n, k, transA, transB, a, b, c, epilogue] = gemm;
+    const auto &[batch, m, n, k, transA, transB, a, b, c, epilogue,
+                 accumulate] = gemm;
     const kir::GemmStep &h = y.gemm;
     EXPECT_EQ(batch, h.batch);
     EXPECT_EQ(m, h.m);
@@ -395,6 +397,7 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
     expectSameView(b, h.b, "gemm B");
     expectSameView(c, h.c, "gemm C");
     EXPECT_EQ(epilogue, h.epilogue);
+    EXPECT_EQ(accumulate, h.accumulate);
   }
   {
     const auto &[batch, heads, seq, headDim, scale, causal, q, k, v, out, lse] =
@@ -433,7 +436,8 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
     expectSameView(dv, t.dv, "attention_grad dv");
   }
   {
-    const auto &[positions, rows, channels, ids, grad, out] = embeddingGrad;
+    const auto &[positions, rows, channels, ids, grad, out, accumulate] =
+        embeddingGrad;
     const kir::EmbeddingGradStep &t = y.embeddingGrad;
     EXPECT_EQ(positions, t.positions);
     EXPECT_EQ(rows, t.rows);
@@ -441,6 +445,7 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
     expectSameView(ids, t.ids, "embedding_grad ids");
     expectSameView(grad, t.grad, "embedding_grad grad");
     expectSameView(out, t.out, "embedding_grad out");
+    EXPECT_EQ(accumulate, t.accumulate);
   }
 }
 

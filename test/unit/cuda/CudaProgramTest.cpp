@@ -225,8 +225,9 @@ void runGemm(const kir::GemmStep &g, Memory &memory) {
                                  : k * g.b.strides[1] + j * g.b.strides[2]);
           sum += double(a[ai]) * b[bi];
         }
-        c[batch * g.c.strides[0] + i * g.c.strides[1] + j * g.c.strides[2]] =
-            float(sum);
+        float &out =
+            c[batch * g.c.strides[0] + i * g.c.strides[1] + j * g.c.strides[2]];
+        out = g.accumulate ? float(out + sum) : float(sum);
       }
 }
 
@@ -340,7 +341,7 @@ void runEmbeddingGrad(const kir::EmbeddingGradStep &e,
   bool wide = program.buffers[e.ids.buffer].dtype == DType::I64;
   const float *grad = memory.f32(e.grad);
   float *out = memory.f32(e.out);
-  for (int64_t r = 0; r < e.rows; ++r)
+  for (int64_t r = 0; r < e.rows && !e.accumulate; ++r)
     for (int64_t c = 0; c < e.channels; ++c)
       out[r * e.out.strides[0] + c * e.out.strides[1]] = 0.0f;
   for (int64_t p = 0; p < e.positions; ++p) {

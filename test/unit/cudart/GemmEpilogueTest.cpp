@@ -1,0 +1,220 @@
+// Which GEMM epilogue kernels the CUDA executor hands to cuBLASLt
+// (runtime::matchGemmEpilogue), on programs compiled from GPT-2 style
+// configs: the forward pass (bias on c_attn, bias + tanh GELU on c_fc), the
+// training step (bias in its forward, the GELU gradient in its backward),
+// a GELU MLP without biases, and what must not match (the erf GELU, ReLU,
+// a constant or an operation changed). No GPU needed: matching reads the
+// kernel IR only.
+#include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "codegen/Training.h"
+#include "frontend/GptBuilder.h"
+#include "frontend/ModelConfig.h"
+#include "ir/LlmcDialect.h"
+#include "passes/Pipelines.h"
+#include "runtime/Cuda/CudaExecutor.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+
+#include "gtest/gtest.h"
+
+#include <map>
+
+using namespace llmc;
+using runtime::FusedEpilogue;
+using runtime::FusedEpilogueKind;
+
+namespace {
+
+/// A GPT-2 style config (2 layers, width 64) with `extra` YAML lines.
+std::string config(const std::string &extra = "") {
+  return "name: g\nn_layer: 2\nn_head: 4\nn_embd: 64\nseq_len: 16\n"
+         "vocab_size: 128\n" +
+         extra;
+}
+
+/// The forward program of `yaml` at batch 2, sequence 8.
+kir::Program forwardProgram(const std::string &yaml) {
+  auto parsed = mlir::llmc::parseModelConfig(yaml, "test.yaml");
+  EXPECT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
+  auto module = mlir::llmc::buildForwardModule(context, *parsed, {2, 8});
+  EXPECT_TRUE(bool(module));
+  mlir::PassManager pm(&context);
+  mlir::llmc::buildCompilePipeline(pm);
+  EXPECT_TRUE(mlir::succeeded(pm.run(**module)));
+  auto forward = (*module)->lookupSymbol<mlir::func::FuncOp>("forward");
+  auto program = mlir::llmc::lowerToProgram(forward);
+  EXPECT_TRUE(mlir::succeeded(program));
+  return std::move(*program);
+}
+
+/// The grad_step program of `yaml` at batch 2, sequence 8 (AdamW).
+kir::Program gradProgram(const std::string &yaml) {
+  auto parsed = mlir::llmc::parseModelConfig(yaml, "test.yaml");
+  EXPECT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
+  auto module = mlir::llmc::buildForwardModule(context, *parsed, {2, 8});
+  EXPECT_TRUE(bool(module));
+  auto programs = compileTraining(**module, OptimizerConfig());
+  EXPECT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
+  return std::move(programs->gradStep);
+}
+
+/// Per GEMM step with an epilogue, in schedule order: the step's origin
+/// and the matched kind.
+std::vector<std::pair<std::string, FusedEpilogueKind>>
+matches(const kir::Program &program) {
+  std::vector<std::pair<std::string, FusedEpilogueKind>> result;
+  for (const kir::Step &step : program.steps)
+    if (step.kind == kir::StepKind::Gemm && step.gemm.epilogue >= 0)
+      result.push_back(
+          {step.origin,
+           runtime::matchGemmEpilogue(program.kernels[step.gemm.epilogue],
+                                      step.gemm, program)
+               .kind});
+  return result;
+}
+
+std::map<FusedEpilogueKind, int>
+countKinds(const std::vector<std::pair<std::string, FusedEpilogueKind>> &m) {
+  std::map<FusedEpilogueKind, int> counts;
+  for (const auto &[origin, kind] : m)
+    ++counts[kind];
+  return counts;
+}
+
+/// The first GEMM step whose epilogue matches `kind`.
+const kir::Step *findStep(const kir::Program &program,
+                          FusedEpilogueKind kind) {
+  for (const kir::Step &step : program.steps)
+    if (step.kind == kir::StepKind::Gemm && step.gemm.epilogue >= 0 &&
+        runtime::matchGemmEpilogue(program.kernels[step.gemm.epilogue],
+                                   step.gemm, program)
+                .kind == kind)
+      return &step;
+  return nullptr;
+}
+
+TEST(GemmEpilogueTest, Gpt2ForwardFusesBiasAndGeluBias) {
+  kir::Program program = forwardProgram(config());
+  auto m = matches(program);
+  // Per layer: c_attn (+ bias) and c_fc (+ bias + GELU); c_proj and the LM
+  // head have no epilogue (their bias goes into the next kernel).
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m[0].second, FusedEpilogueKind::Bias) << m[0].first;
+  EXPECT_EQ(m[1].second, FusedEpilogueKind::GeluBias) << m[1].first;
+  EXPECT_EQ(m[2].second, FusedEpilogueKind::Bias) << m[2].first;
+  EXPECT_EQ(m[3].second, FusedEpilogueKind::GeluBias) << m[3].first;
+
+  const kir::Step *step = findStep(program, FusedEpilogueKind::GeluBias);
+  ASSERT_NE(step, nullptr);
+  FusedEpilogue fused = runtime::matchGemmEpilogue(
+      program.kernels[step->gemm.epilogue], step->gemm, program);
+  const kir::Buffer &bias = program.buffers[fused.bias.buffer];
+  EXPECT_EQ(bias.kind, kir::BufferKind::Param);
+  EXPECT_NE(bias.name.find("c_fc"), std::string::npos) << bias.name;
+  EXPECT_EQ(bias.shape, std::vector<int64_t>{256});
+  EXPECT_STREQ(runtime::fusedEpilogueName(fused.kind), "gelu_bias");
+}
+
+TEST(GemmEpilogueTest, Gpt2GradStepFusesBiasAndGeluGradient) {
+  kir::Program program = gradProgram(config());
+  auto counts = countKinds(matches(program));
+  // Forward: c_attn and c_fc with their bias (GELU is its own kernel: the
+  // pre-activation is kept for the backward). Backward: the GELU gradient
+  // on the product dY W_proj of each layer's MLP.
+  EXPECT_EQ(counts[FusedEpilogueKind::Bias], 4);
+  EXPECT_EQ(counts[FusedEpilogueKind::DGelu], 2);
+  EXPECT_EQ(counts[FusedEpilogueKind::GeluBias], 0);
+  EXPECT_EQ(counts[FusedEpilogueKind::Gelu], 0);
+
+  const kir::Step *step = findStep(program, FusedEpilogueKind::DGelu);
+  ASSERT_NE(step, nullptr);
+  FusedEpilogue fused = runtime::matchGemmEpilogue(
+      program.kernels[step->gemm.epilogue], step->gemm, program);
+  // The GELU input is the forward's c_fc pre-activation: [B*T, 4C] rows.
+  EXPECT_EQ(step->gemm.n, 256);
+  EXPECT_EQ(fused.auxLd, 256);
+  EXPECT_NE(fused.aux.buffer, step->gemm.c.buffer);
+  EXPECT_EQ(program.buffers[fused.aux.buffer].numElements(), 2 * 8 * 256);
+}
+
+TEST(GemmEpilogueTest, GeluWithoutBias) {
+  kir::Program program = forwardProgram(config("bias: false\n"));
+  auto counts = countKinds(matches(program));
+  EXPECT_EQ(counts[FusedEpilogueKind::Gelu], 2);
+  EXPECT_EQ(counts[FusedEpilogueKind::GeluBias], 0);
+  EXPECT_EQ(counts[FusedEpilogueKind::Bias], 0);
+}
+
+TEST(GemmEpilogueTest, ErfGeluAndReluAreNotFused) {
+  // The erf GELU is not what cuBLASLt computes; ReLU + bias could be, but
+  // is not matched (OPT style): both keep their kernel, the bias-only
+  // epilogues still fuse.
+  for (const char *activation : {"gelu_exact", "relu"}) {
+    kir::Program program =
+        forwardProgram(config(std::string("activation: ") + activation + "\n"));
+    auto counts = countKinds(matches(program));
+    EXPECT_EQ(counts[FusedEpilogueKind::Bias], 2) << activation;
+    EXPECT_EQ(counts[FusedEpilogueKind::None], 2) << activation;
+    EXPECT_EQ(counts[FusedEpilogueKind::GeluBias], 0) << activation;
+  }
+  kir::Program grad = gradProgram(config("activation: gelu_exact\n"));
+  EXPECT_EQ(countKinds(matches(grad))[FusedEpilogueKind::DGelu], 0);
+}
+
+TEST(GemmEpilogueTest, ChangedKernelsAreNotFused) {
+  kir::Program program = forwardProgram(config());
+  const kir::Step *step = findStep(program, FusedEpilogueKind::GeluBias);
+  ASSERT_NE(step, nullptr);
+  const kir::Kernel &original = program.kernels[step->gemm.epilogue];
+  auto kindOf = [&](const kir::Kernel &kernel) {
+    return runtime::matchGemmEpilogue(kernel, step->gemm, program).kind;
+  };
+  ASSERT_EQ(kindOf(original), FusedEpilogueKind::GeluBias);
+
+  // Sums and products in the other operand order still match.
+  kir::Kernel swapped = original;
+  for (kir::Instr &instr : swapped.body)
+    if (instr.op == kir::Op::Add || instr.op == kir::Op::Mul)
+      std::swap(instr.args[0], instr.args[1]);
+  EXPECT_EQ(kindOf(swapped), FusedEpilogueKind::GeluBias);
+
+  // A constant off in f32, tanh turned into erf, an add into a sub.
+  int changes = 0;
+  for (size_t i = 0; i < original.body.size(); ++i) {
+    kir::Kernel changed = original;
+    kir::Instr &instr = changed.body[i];
+    if (instr.op == kir::Op::Const)
+      instr.imm = float(instr.imm) * (1.0f + 1e-6f) + 1e-7f;
+    else if (instr.op == kir::Op::Tanh)
+      instr.op = kir::Op::Erf;
+    else if (instr.op == kir::Op::Add)
+      instr.op = kir::Op::Sub;
+    else
+      continue;
+    ++changes;
+    EXPECT_EQ(kindOf(changed), FusedEpilogueKind::None) << "instruction " << i;
+  }
+  EXPECT_GE(changes, 7);
+
+  // Stored somewhere other than C, or a second store: not an epilogue
+  // cuBLASLt runs.
+  kir::Kernel elsewhere = original;
+  for (kir::Instr &instr : elsewhere.body)
+    if (instr.op == kir::Op::Store) {
+      elsewhere.operands.push_back(elsewhere.operands[instr.operand]);
+      elsewhere.operands.back().offset += 1;
+      instr.operand = elsewhere.operands.size() - 1;
+    }
+  EXPECT_EQ(kindOf(elsewhere), FusedEpilogueKind::None);
+  kir::Kernel twice = original;
+  twice.body.push_back(twice.body.back());
+  EXPECT_EQ(kindOf(twice), FusedEpilogueKind::None);
+}
+
+} // namespace
