@@ -122,6 +122,13 @@ const ProgramCase kPrograms[] = {
     {"gpt2_train", [] { return trainingPrograms(
          "name: t\nn_layer: 1\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
          "vocab_size: 80\ndropout: 0.1\n", 2, 8); }},
+    {"opt_train", [] { return trainingPrograms(
+         "name: ot\nn_layer: 1\nn_head: 3\nn_embd: 39\nseq_len: 16\n"
+         "vocab_size: 67\nactivation: relu\ndropout: 0.1\n", 2, 7); }},
+    {"llama_train", [] { return trainingPrograms(
+         "name: lt\nn_layer: 1\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
+         "vocab_size: 97\nactivation: swiglu\nnorm: rmsnorm\n"
+         "position: rope\nbias: false\ntie_embeddings: false\n", 2, 8); }},
 };
 
 //===----------------------------------------------------------------------===//
