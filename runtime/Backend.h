@@ -59,6 +59,16 @@ public:
   virtual llvm::Expected<HostTensor> output(llvm::StringRef name) const = 0;
 };
 
+/// The model's dimensions, read from the program's config (Program::modelJson).
+llvm::Expected<Gpt2Dims> modelDims(const kir::Program &program);
+
+/// Sets the executor's parameters, on any backend: from `path` (a
+/// safetensors file, an llm.c checkpoint or a checkpoint of `llmc run`, told
+/// apart by their first bytes) or, if `path` is empty, by the seeded GPT-2
+/// initialization. Errors name the file and tensor.
+llvm::Error loadWeights(Executor &executor, llvm::StringRef path,
+                        uint64_t seed);
+
 } // namespace llmc::runtime
 
 #endif // LLMC_RUNTIME_BACKEND_H

@@ -1,9 +1,7 @@
-// Weights for a compiled model, and sampling.
+// Sampling text from a compiled model.
 #include "runtime/Generate.h"
 
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/JSON.h"
-#include "llvm/Support/FileSystem.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,75 +9,6 @@
 
 using namespace llmc;
 using namespace llmc::runtime;
-
-llvm::Expected<Gpt2Dims> llmc::runtime::modelDims(const kir::Program &program) {
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse(program.modelJson);
-  if (!json)
-    return llvm::createStringError(
-        "the artifact records no model config (it was compiled from a "
-        "model.mlir without an llmc.model attribute)");
-  const llvm::json::Object *object = json->getAsObject();
-  Gpt2Dims dims;
-  for (auto [key, field] :
-       {std::pair<const char *, int64_t *>{"n_layer", &dims.nLayer},
-        {"n_head", &dims.nHead},
-        {"n_embd", &dims.nEmbd},
-        {"seq_len", &dims.seqLen},
-        {"vocab_size", &dims.vocabSize}}) {
-    std::optional<int64_t> value = object ? object->getInteger(key) : std::nullopt;
-    if (!value)
-      return llvm::createStringError(
-          llvm::Twine("the artifact's model config has no '") + key + "'");
-    *field = *value;
-  }
-  return dims;
-}
-
-llvm::Error llmc::runtime::loadWeights(Executor &executor,
-                                       llvm::StringRef path, uint64_t seed) {
-  const kir::Program &program = executor.program();
-  if (path.empty()) {
-    std::vector<ParamSpec> specs;
-    for (const kir::Binding &param : program.params)
-      specs.push_back({param.name, program.buffers[param.buffer].shape});
-    llvm::Expected<Gpt2Dims> dims = modelDims(program);
-    if (!dims)
-      return dims.takeError();
-    llvm::Expected<TensorMap> params = initGpt2(specs, dims->nLayer, seed);
-    if (!params)
-      return params.takeError();
-    return executor.setParams(*params, "initialization");
-  }
-  // llm.c checkpoints start with the int32 magic 20240326.
-  // llm.c checkpoints start with the int32 magic 20240326; only those four
-  // bytes are read here, the reader of the format reads the rest.
-  llvm::Expected<llvm::sys::fs::file_t> file =
-      llvm::sys::fs::openNativeFileForRead(path);
-  if (!file)
-    return llvm::createStringError("cannot read '" + path + "': " +
-                                   llvm::toString(file.takeError()));
-  int32_t magic = 0;
-  llvm::Expected<size_t> read = llvm::sys::fs::readNativeFile(
-      *file, llvm::MutableArrayRef<char>(reinterpret_cast<char *>(&magic),
-                                         sizeof(magic)));
-  llvm::sys::fs::closeFile(*file);
-  if (!read)
-    return llvm::createStringError("cannot read '" + path + "': " +
-                                   llvm::toString(read.takeError()));
-  bool llmc = *read == sizeof(magic) && magic == 20240326;
-  llvm::Expected<TensorMap> tensors = TensorMap();
-  if (llmc) {
-    llvm::Expected<Gpt2Dims> dims = modelDims(program);
-    if (!dims)
-      return dims.takeError();
-    tensors = readLlmcCheckpoint(path, *dims);
-  } else {
-    tensors = readSafetensors(path);
-  }
-  if (!tensors)
-    return tensors.takeError();
-  return executor.setParams(*tensors, path);
-}
 
 int64_t llmc::runtime::sampleToken(llvm::ArrayRef<float> logits,
                                    const SamplingOptions &options,

@@ -15,15 +15,6 @@
 
 namespace llmc::runtime {
 
-/// The model's dimensions, read from the program's config (Program::modelJson).
-llvm::Expected<Gpt2Dims> modelDims(const kir::Program &program);
-
-/// Sets the executor's parameters: from `path` (a safetensors file, or an
-/// llm.c checkpoint recognized by its magic number) or, if `path` is empty,
-/// by the seeded GPT-2 initialization. Errors name the file and tensor.
-llvm::Error loadWeights(Executor &executor, llvm::StringRef path,
-                        uint64_t seed);
-
 struct SamplingOptions {
   double temperature = 1.0; // 0: greedy (argmax)
   int64_t topK = 0;         // 0: the whole vocabulary

@@ -2,10 +2,13 @@
 #include "runtime/Weights.h"
 
 #include "runtime/AtomicFile.h"
+#include "runtime/Backend.h"
+#include "runtime/Checkpoint.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/bit.h"
 #include "llvm/Support/Endian.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -960,6 +963,95 @@ Error initGpt2(TensorMap &params, int64_t nLayer, uint64_t seed) {
   for (auto [entry, rule] : llvm::zip_equal(params, rules))
     fillTensor(entry.second, rule, tensorStreamKey(seed, entry.first));
   return Error::success();
+}
+
+llvm::Expected<Gpt2Dims> modelDims(const kir::Program &program) {
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(program.modelJson);
+  if (!json)
+    return llvm::createStringError(
+        "the artifact records no model config (it was compiled from a "
+        "model.mlir without an llmc.model attribute)");
+  const llvm::json::Object *object = json->getAsObject();
+  Gpt2Dims dims;
+  for (auto [key, field] :
+       {std::pair<const char *, int64_t *>{"n_layer", &dims.nLayer},
+        {"n_head", &dims.nHead},
+        {"n_embd", &dims.nEmbd},
+        {"seq_len", &dims.seqLen},
+        {"vocab_size", &dims.vocabSize}}) {
+    std::optional<int64_t> value = object ? object->getInteger(key) : std::nullopt;
+    if (!value)
+      return llvm::createStringError(
+          llvm::Twine("the artifact's model config has no '") + key + "'");
+    *field = *value;
+  }
+  return dims;
+}
+
+llvm::Error loadWeights(Executor &executor,
+                                       llvm::StringRef path, uint64_t seed) {
+  const kir::Program &program = executor.program();
+  if (path.empty()) {
+    std::vector<ParamSpec> specs;
+    for (const kir::Binding &param : program.params)
+      specs.push_back({param.name, program.buffers[param.buffer].shape});
+    llvm::Expected<Gpt2Dims> dims = modelDims(program);
+    if (!dims)
+      return dims.takeError();
+    llvm::Expected<TensorMap> params = initGpt2(specs, dims->nLayer, seed);
+    if (!params)
+      return params.takeError();
+    return executor.setParams(*params, "initialization");
+  }
+  // The format by its first bytes (only those are read here; the reader of
+  // the format reads the rest): llm.c checkpoints start with the int32
+  // magic 20240326, llmc training checkpoints with "LLMCCKPT", anything
+  // else is read as safetensors.
+  llvm::Expected<llvm::sys::fs::file_t> file =
+      llvm::sys::fs::openNativeFileForRead(path);
+  if (!file)
+    return llvm::createStringError("cannot read '" + path + "': " +
+                                   llvm::toString(file.takeError()));
+  char head[8] = {};
+  llvm::Expected<size_t> read =
+      llvm::sys::fs::readNativeFile(*file, llvm::MutableArrayRef<char>(head));
+  llvm::sys::fs::closeFile(*file);
+  if (!read)
+    return llvm::createStringError("cannot read '" + path + "': " +
+                                   llvm::toString(read.takeError()));
+  int32_t magic = 0;
+  std::memcpy(&magic, head, sizeof(magic));
+  bool llmcC = *read >= sizeof(magic) && magic == 20240326;
+  bool trainingCheckpoint =
+      *read == sizeof(head) && llvm::StringRef(head, sizeof(head)) == "LLMCCKPT";
+  llvm::Expected<TensorMap> tensors = TensorMap();
+  if (trainingCheckpoint) {
+    // The parameters of a checkpoint `llmc run` wrote; its optimizer state
+    // is for resuming, not for running the model.
+    llvm::Expected<Checkpoint> checkpoint = readCheckpoint(path);
+    if (!checkpoint)
+      return checkpoint.takeError();
+    TensorMap params;
+    for (const kir::Binding &param : program.params) {
+      auto it = checkpoint->tensors.find(param.name);
+      if (it == checkpoint->tensors.end())
+        return llvm::createStringError(
+            "'" + path + "' has no parameter '" + param.name +
+            "': it is a checkpoint of another model");
+      params[param.name] = std::move(it->second);
+    }
+    tensors = std::move(params);
+  } else if (llmcC) {
+    llvm::Expected<Gpt2Dims> dims = modelDims(program);
+    if (!dims)
+      return dims.takeError();
+    tensors = readLlmcCheckpoint(path, *dims);
+  } else {
+    tensors = readSafetensors(path);
+  }
+  if (!tensors)
+    return tensors.takeError();
+  return executor.setParams(*tensors, path);
 }
 
 } // namespace llmc::runtime

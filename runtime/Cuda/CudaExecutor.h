@@ -210,14 +210,6 @@ private:
 std::string cudaLibrarySource(
     llvm::ArrayRef<cuda::FlashAttentionVariant> variants);
 
-/// Creates a CUDA executor for `program` with parameters from `weights` (a
-/// safetensors file or llm.c checkpoint) or, if empty, the seeded GPT-2
-/// initialization: what `llmc generate --device=cuda` and
-/// `llmc inspect --run --device=cuda` use.
-llvm::Expected<std::unique_ptr<CudaExecutor>>
-createCudaExecutorWithWeights(kir::Program program, llvm::StringRef weights,
-                              uint64_t seed, CudaExecutorOptions options = {});
-
 } // namespace llmc::runtime
 
 #endif // LLMC_RUNTIME_CUDA_CUDAEXECUTOR_H

@@ -219,11 +219,12 @@ static int runTraining(ArtifactContents gradContents) {
     return fail(store.takeError());
   CudaExecutorOptions gradOptions = executorOptions(gradContents);
   gradOptions.store = *store;
-  llvm::Expected<std::unique_ptr<CudaExecutor>> grad =
-      createCudaExecutorWithWeights(std::move(gradContents.program),
-                                    weightsPath, seed, std::move(gradOptions));
+  llvm::Expected<std::unique_ptr<CudaExecutor>> grad = CudaExecutor::create(
+      std::move(gradContents.program), std::move(gradOptions));
   if (!grad)
     return fail(grad.takeError());
+  if (llvm::Error error = loadWeights(**grad, weightsPath, seed))
+    return fail(std::move(error));
   CudaExecutorOptions updateOptions = executorOptions(*updateContents);
   updateOptions.store = *store;
   llvm::Expected<std::unique_ptr<CudaExecutor>> update = CudaExecutor::create(
@@ -401,10 +402,11 @@ int main(int argc, char **argv) {
   CudaExecutorOptions options = executorOptions(*contents);
   auto startCreate = std::chrono::steady_clock::now();
   llvm::Expected<std::unique_ptr<CudaExecutor>> created =
-      createCudaExecutorWithWeights(std::move(contents->program), weightsPath,
-                                    seed, std::move(options));
+      CudaExecutor::create(std::move(contents->program), std::move(options));
   if (!created)
     return fail(created.takeError());
+  if (llvm::Error error = loadWeights(**created, weightsPath, seed))
+    return fail(std::move(error));
   CudaExecutor &executor = **created;
   double createSeconds = std::chrono::duration<double>(
                              std::chrono::steady_clock::now() - startCreate)

@@ -470,10 +470,12 @@ loadArtifact(llvm::StringRef path, llvm::StringRef weights) {
       ::llmc::runtime::readArtifact(path);
   if (!program)
     return program.takeError();
-  auto executor = ::llmc::runtime::createCudaExecutorWithWeights(
-      std::move(*program), weights, seed);
+  auto executor = ::llmc::runtime::CudaExecutor::create(std::move(*program));
   if (!executor)
     return executor.takeError();
+  if (llvm::Error error =
+          ::llmc::runtime::loadWeights(**executor, weights, seed))
+    return error;
   llvm::errs() << "llmc: running on the GPU\n";
   return std::unique_ptr<::llmc::runtime::Executor>(std::move(*executor));
 #else
