@@ -45,9 +45,9 @@ public:
   /// match the program's, else the error says which tensor differs and how.
   virtual llvm::Error setTensor(llvm::StringRef name,
                                 const HostTensor &tensor) = 0;
-  /// Sets every parameter from `tensors` (`source` names the file).
-  virtual llvm::Error setParams(const TensorMap &tensors,
-                                llvm::StringRef source) = 0;
+  /// Sets every parameter from `tensors` through setTensor; a parameter
+  /// missing from `tensors` is an error naming it (`source`: the file).
+  llvm::Error setParams(const TensorMap &tensors, llvm::StringRef source);
   /// The parameters and the State buffers as host tensors.
   virtual TensorMap params() const = 0;
   virtual TensorMap states() const = 0;

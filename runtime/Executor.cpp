@@ -153,20 +153,6 @@ llvm::Error CpuExecutor::setTensor(llvm::StringRef name,
       "the model has no parameter, state or input '" + name + "'");
 }
 
-llvm::Error CpuExecutor::setParams(const TensorMap &tensors,
-                                   llvm::StringRef source) {
-  for (const kir::Binding &param : prog.params) {
-    auto it = tensors.find(param.name);
-    if (it == tensors.end())
-      return llvm::createStringError(source + ": no tensor '" + param.name +
-                                     "', a parameter of the model");
-    if (llvm::Error error = setTensor(param.name, it->second))
-      return llvm::createStringError(source + ": " +
-                                     llvm::toString(std::move(error)));
-  }
-  return llvm::Error::success();
-}
-
 static TensorMap copyBindings(const kir::Program &program,
                               const std::vector<kir::Binding> &bindings,
                               const std::vector<char *> &bases) {

@@ -51,9 +51,6 @@ public:
   /// Copies a parameter, state or input in. The name, shape and dtype must
   /// match the program's; the error says which tensor differs and how.
   llvm::Error setTensor(llvm::StringRef name, const HostTensor &tensor) override;
-  /// Sets every parameter from `tensors`; a missing parameter or a tensor
-  /// the model does not have is an error naming it (`source` is the file).
-  llvm::Error setParams(const TensorMap &tensors, llvm::StringRef source) override;
   /// The parameters as host tensors (for saving).
   TensorMap params() const override;
   /// The program's State buffers (gradients, optimizer moments) as host

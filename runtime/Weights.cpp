@@ -1054,4 +1054,18 @@ llvm::Error loadWeights(Executor &executor,
   return executor.setParams(*tensors, path);
 }
 
+llvm::Error Executor::setParams(const TensorMap &tensors,
+                                llvm::StringRef source) {
+  for (const kir::Binding &param : program().params) {
+    auto it = tensors.find(param.name);
+    if (it == tensors.end())
+      return llvm::createStringError(source + ": no tensor '" + param.name +
+                                     "', a parameter of the model");
+    if (llvm::Error error = setTensor(param.name, it->second))
+      return llvm::createStringError(source + ": " +
+                                     llvm::toString(std::move(error)));
+  }
+  return llvm::Error::success();
+}
+
 } // namespace llmc::runtime

@@ -1227,20 +1227,6 @@ llvm::Error CudaExecutor::setTensor(llvm::StringRef name,
                                  "input '" + name + "'");
 }
 
-llvm::Error CudaExecutor::setParams(const TensorMap &tensors,
-                                    llvm::StringRef source) {
-  for (const kir::Binding &param : prog.params) {
-    auto it = tensors.find(param.name);
-    if (it == tensors.end())
-      return llvm::createStringError(source + ": no tensor '" + param.name +
-                                     "', a parameter of the model");
-    if (llvm::Error error = setTensor(param.name, it->second))
-      return llvm::createStringError(source + ": " +
-                                     llvm::toString(std::move(error)));
-  }
-  return llvm::Error::success();
-}
-
 void CudaExecutor::setRng(uint64_t seed, uint64_t step) {
   for (const kir::Binding &input : prog.inputs)
     if (input.name == kir::kRngInputName) {
