@@ -37,78 +37,81 @@
 #include <random>
 
 namespace cl = llvm::cl;
+
+/// The tool's own options: --help lists these, not the libraries'.
+static cl::OptionCategory toolOptions("llmc-cpu-reference options");
 using namespace llmc;
 using namespace llmc::runtime;
 
 static cl::opt<std::string> artifactPath(cl::Positional, cl::Required,
-                                         cl::desc("<model.llmc>"));
+                                         cl::cat(toolOptions), cl::desc("<model.llmc>"));
 static cl::opt<std::string>
     weightsPath("weights",
-                cl::desc("Parameters; default: seeded GPT-2 initialization"),
+                cl::cat(toolOptions), cl::desc("Parameters; default: seeded GPT-2 initialization"),
                 cl::value_desc("file"));
-static cl::opt<uint64_t> seed("seed", cl::desc("Initialization seed"),
+static cl::opt<uint64_t> seed("seed", cl::cat(toolOptions), cl::desc("Initialization seed"),
                               cl::init(1337));
 static cl::opt<std::string> inputsPath("inputs",
-                                       cl::desc("Program inputs (safetensors)"),
+                                       cl::cat(toolOptions), cl::desc("Program inputs (safetensors)"),
                                        cl::value_desc("file"));
 static cl::opt<std::string> makeInputs(
     "make-inputs",
-    cl::desc("Write seeded random inputs (ids below each input's bound) to "
+    cl::cat(toolOptions), cl::desc("Write seeded random inputs (ids below each input's bound) to "
              "this file and use them"),
     cl::value_desc("file"));
 static cl::opt<std::string> outputPath("o", cl::Required,
-                                       cl::desc("Reference outputs file"),
+                                       cl::cat(toolOptions), cl::desc("Reference outputs file"),
                                        cl::value_desc("file"));
 static cl::opt<int64_t> maxElements(
     "max-elements",
-    cl::desc("Keep only the first N elements of larger outputs (flattened)"),
+    cl::cat(toolOptions), cl::desc("Keep only the first N elements of larger outputs (flattened)"),
     cl::init(0));
-static cl::opt<int> threads("cpu-threads", cl::desc("CPU threads"),
+static cl::opt<int> threads("cpu-threads", cl::cat(toolOptions), cl::desc("CPU threads"),
                             cl::init(0));
 
 static cl::opt<std::string> compileConfig(
     "compile",
-    cl::desc("Compile this model config (YAML) or preset to <model.llmc> "
+    cl::cat(toolOptions), cl::desc("Compile this model config (YAML) or preset to <model.llmc> "
              "first"),
     cl::value_desc("config"));
 static cl::opt<std::string> functionName(
     "function",
-    cl::desc("Function to compile (--compile): forward, grad_step (the "
+    cl::cat(toolOptions), cl::desc("Function to compile (--compile): forward, grad_step (the "
              "training pipeline's gradient step), update_step, or train "
              "(compileTraining: the grad step to <model.llmc>, the update "
              "step to --update)"),
     cl::init("forward"));
-static cl::opt<int64_t> batch("batch", cl::desc("Batch size (--compile)"),
+static cl::opt<int64_t> batch("batch", cl::cat(toolOptions), cl::desc("Batch size (--compile)"),
                               cl::init(4));
 static cl::opt<int64_t>
-    seqLen("seq-len", cl::desc("Sequence length (--compile)"), cl::init(64));
+    seqLen("seq-len", cl::cat(toolOptions), cl::desc("Sequence length (--compile)"), cl::init(64));
 
 static cl::opt<std::string> updatePath(
     "update",
-    cl::desc("The update step's artifact: run --train-steps training steps "
+    cl::cat(toolOptions), cl::desc("The update step's artifact: run --train-steps training steps "
              "(<model.llmc> is the grad step)"),
     cl::value_desc("file"));
 static cl::opt<int> trainSteps("train-steps",
-                               cl::desc("Training steps (--update)"),
+                               cl::cat(toolOptions), cl::desc("Training steps (--update)"),
                                cl::init(1));
-static cl::opt<double> learningRate("lr", cl::desc("Learning rate (--update)"),
+static cl::opt<double> learningRate("lr", cl::cat(toolOptions), cl::desc("Learning rate (--update)"),
                                     cl::init(1e-3));
 static cl::opt<double> beta1("beta1",
-                             cl::desc("AdamW beta1 the update step was "
+                             cl::cat(toolOptions), cl::desc("AdamW beta1 the update step was "
                                       "compiled with (bias corrections)"),
                              cl::init(0.9));
 static cl::opt<double> beta2("beta2",
-                             cl::desc("AdamW beta2 the update step was "
+                             cl::cat(toolOptions), cl::desc("AdamW beta2 the update step was "
                                       "compiled with (bias corrections)"),
                              cl::init(0.95));
 static cl::opt<int64_t> tokenRange(
     "token-range",
-    cl::desc("Training batches draw ids from [0, min(N, bound)): a small "
+    cl::cat(toolOptions), cl::desc("Training batches draw ids from [0, min(N, bound)): a small "
              "alphabet the model can learn (--update --make-inputs)"),
     cl::init(16));
 static cl::opt<int64_t> sampleElements(
     "sample-elements",
-    cl::desc("Write final tensors as N evenly strided elements plus sums "
+    cl::cat(toolOptions), cl::desc("Write final tensors as N evenly strided elements plus sums "
              "(--update; 0: whole)"),
     cl::init(0));
 
@@ -305,6 +308,7 @@ static int runTraining() {
 }
 
 int main(int argc, char **argv) {
+  cl::HideUnrelatedOptions(toolOptions);
   cl::ParseCommandLineOptions(argc, argv, "CPU reference outputs\n");
   if (!compileConfig.empty())
     if (llvm::Error error = compileArtifact())

@@ -34,62 +34,65 @@
 #include <vector>
 
 namespace cl = llvm::cl;
+
+/// The tool's own options: --help lists these, not the libraries'.
+static cl::OptionCategory toolOptions("llmc-cuda-run options");
 using namespace llmc;
 using namespace llmc::runtime;
 
 static cl::opt<std::string> artifactPath(cl::Positional, cl::Required,
-                                         cl::desc("<model.llmc>"));
+                                         cl::cat(toolOptions), cl::desc("<model.llmc>"));
 static cl::opt<std::string>
     weightsPath("weights",
-                cl::desc("Parameters (safetensors); default: the seeded "
+                cl::cat(toolOptions), cl::desc("Parameters (safetensors); default: the seeded "
                          "GPT-2 initialization"),
                 cl::value_desc("file"));
-static cl::opt<uint64_t> seed("seed", cl::desc("Initialization seed"),
+static cl::opt<uint64_t> seed("seed", cl::cat(toolOptions), cl::desc("Initialization seed"),
                               cl::init(1337));
 static cl::opt<std::string>
     inputsPath("inputs",
-               cl::desc("Program inputs (tokens, targets, ...) as "
+               cl::cat(toolOptions), cl::desc("Program inputs (tokens, targets, ...) as "
                         "safetensors; default: zeros"),
                cl::value_desc("file"));
-static cl::opt<int> steps("steps", cl::desc("Timed runs"), cl::init(10));
-static cl::opt<int> warmup("warmup", cl::desc("Untimed runs first"),
+static cl::opt<int> steps("steps", cl::cat(toolOptions), cl::desc("Timed runs"), cl::init(10));
+static cl::opt<int> warmup("warmup", cl::cat(toolOptions), cl::desc("Untimed runs first"),
                            cl::init(2));
 static cl::opt<std::string>
     outputPath("o",
-               cl::desc("Write the outputs (and updated parameters) "
+               cl::cat(toolOptions), cl::desc("Write the outputs (and updated parameters) "
                         "of the last run as safetensors"),
                cl::value_desc("file"));
 static cl::opt<std::string> referencePath(
     "reference",
-    cl::desc("Compare outputs with these tensors (safetensors; a reference "
+    cl::cat(toolOptions), cl::desc("Compare outputs with these tensors (safetensors; a reference "
              "with fewer elements is compared with the output's first "
              "elements)"),
     cl::value_desc("file"));
 static cl::opt<bool> noGraphs("no-graphs",
-                              cl::desc("Launch every run eagerly"));
-static cl::opt<bool> tf32("tf32", cl::desc("Allow TF32 in f32 GEMMs"));
+                              cl::cat(toolOptions), cl::desc("Launch every run eagerly"));
+static cl::opt<bool> tf32("tf32", cl::cat(toolOptions), cl::desc("Allow TF32 in f32 GEMMs"));
 static cl::opt<bool> noEpilogueFusion(
     "no-epilogue-fusion",
-    cl::desc("Run every GEMM epilogue as its own kernel (none in cuBLASLt)"));
+    cl::cat(toolOptions), cl::desc("Run every GEMM epilogue as its own kernel (none in cuBLASLt)"));
 static cl::opt<bool> noProfile(
     "no-profile",
-    cl::desc("Skip the profiled run (a training step accumulates into its "
+    cl::cat(toolOptions), cl::desc("Skip the profiled run (a training step accumulates into its "
              "state on every run)"));
 static cl::opt<bool> saveParams("save-params",
-                                cl::desc("Also write the parameters"));
+                                cl::cat(toolOptions), cl::desc("Also write the parameters"));
 
 static cl::opt<std::string> updatePath(
     "update",
-    cl::desc("The update step's artifact: train --train-steps steps "
+    cl::cat(toolOptions), cl::desc("The update step's artifact: train --train-steps steps "
              "(<model.llmc> is the grad step, --inputs the training inputs "
              "of llmc-cpu-reference --update --make-inputs)"),
     cl::value_desc("file"));
 static cl::opt<int> trainSteps("train-steps",
-                               cl::desc("Compared training steps (--update)"),
+                               cl::cat(toolOptions), cl::desc("Compared training steps (--update)"),
                                cl::init(1));
 static cl::opt<int> timingSteps(
     "timing-steps",
-    cl::desc("Further training steps after the compared ones, timed only "
+    cl::cat(toolOptions), cl::desc("Further training steps after the compared ones, timed only "
              "(their batches repeat the compared steps')"),
     cl::init(0));
 
@@ -391,6 +394,7 @@ static int runTraining(ArtifactContents gradContents) {
 }
 
 int main(int argc, char **argv) {
+  cl::HideUnrelatedOptions(toolOptions);
   cl::ParseCommandLineOptions(argc, argv,
                               "llmc-cuda-run: run an llmc artifact on a GPU\n");
   llvm::Expected<ArtifactContents> contents =
