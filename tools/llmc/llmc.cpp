@@ -82,8 +82,9 @@ static cl::opt<bool> inspectRun(
     cl::sub(inspectCmd));
 static cl::opt<std::string>
     weightsPath("weights",
-                cl::desc("Parameters: a safetensors file or an llm.c "
-                         "checkpoint (default: GPT-2 initialization)"),
+                cl::desc("Parameters: a safetensors file, an llm.c "
+                         "checkpoint or a checkpoint of llmc run (default: "
+                         "GPT-2 initialization)"),
                 cl::value_desc("file"), cl::sub(generateCmd));
 static cl::opt<std::string> prompt("prompt", cl::desc("Text to continue"),
                                    cl::init(""), cl::sub(generateCmd));
