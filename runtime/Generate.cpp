@@ -42,19 +42,6 @@ int64_t llmc::runtime::sampleToken(llvm::ArrayRef<float> logits,
   return ids[k - 1];
 }
 
-std::vector<int32_t> llmc::runtime::encodeBytes(llvm::StringRef text) {
-  std::vector<int32_t> ids;
-  for (char c : text)
-    ids.push_back(static_cast<unsigned char>(c));
-  return ids;
-}
-
-std::string llmc::runtime::decodeToken(int64_t id) {
-  if (id >= 0 && id < 256)
-    return std::string(1, char(id));
-  return "<|" + std::to_string(id) + "|>";
-}
-
 llvm::Error llmc::runtime::generate(Executor &executor,
                                     std::vector<int32_t> &context,
                                     int64_t maxTokens,

@@ -25,11 +25,6 @@ struct SamplingOptions {
 int64_t sampleToken(llvm::ArrayRef<float> logits,
                     const SamplingOptions &options, uint64_t step);
 
-/// The byte-level tokenizer: one token per byte (ids 0..255).
-std::vector<int32_t> encodeBytes(llvm::StringRef text);
-/// A token as text: the byte for ids below 256, else "<|id|>".
-std::string decodeToken(int64_t id);
-
 /// Appends `maxTokens` sampled tokens to `context` (a sequence of ids; a
 /// window of the last T ids is fed at each step), calling `emit` with each
 /// new token as it is drawn. The program must return logits [B, T, V].

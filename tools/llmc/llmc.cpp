@@ -10,6 +10,7 @@
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "frontend/ModelInfo.h"
+#include "frontend/Tokenizer.h"
 #include "ir/LlmcDialect.h"
 #include "passes/Passes.h"
 #include "runtime/Artifact.h"
@@ -53,7 +54,7 @@ static cl::SubCommand inspectCmd(
     "inspect", "Print an artifact readably: buffers and their planned "
                "offsets, the schedule, every kernel in the kernel IR");
 static cl::SubCommand generateCmd(
-    "generate", "Sample text from a compiled model (byte-level tokenizer)");
+    "generate", "Sample text from a compiled model");
 static cl::SubCommand
     infoCmd("info",
             "Print the parameters (per tensor and total, counted from the "
@@ -88,6 +89,11 @@ static cl::opt<std::string>
                 cl::value_desc("file"), cl::sub(generateCmd));
 static cl::opt<std::string> prompt("prompt", cl::desc("Text to continue"),
                                    cl::init(""), cl::sub(generateCmd));
+static cl::opt<std::string> tokenizerSpec(
+    "tokenizer",
+    cl::desc("How text maps to ids: byte (the default) or a GPT-2 BPE "
+             "directory (vocab.json, merges.txt), as in the training config"),
+    cl::init("byte"), cl::value_desc("byte|dir"), cl::sub(generateCmd));
 static cl::opt<int64_t> maxTokens("max-tokens",
                                   cl::desc("Tokens to sample (default 256)"),
                                   cl::init(256), cl::sub(generateCmd));
@@ -551,10 +557,16 @@ static int runInspect() {
 }
 
 static int runGenerate() {
+  auto tokenizer = ::llmc::data::loadTokenizer(tokenizerSpec);
+  if (!tokenizer)
+    return fail(tokenizer.takeError());
   auto executor = loadArtifact(artifactInput, weightsPath);
   if (!executor)
     return fail(executor.takeError());
-  std::vector<int32_t> context = ::llmc::runtime::encodeBytes(prompt);
+  const ::llmc::data::Tokenizer &tok = **tokenizer;
+  std::vector<int32_t> context = tok.encode(prompt);
+  if (context.empty())
+    context = tok.encode("\n"); // the model needs one token to start from
   ::llmc::runtime::SamplingOptions options;
   options.temperature = temperature;
   options.topK = topK;
@@ -563,8 +575,8 @@ static int runGenerate() {
   llvm::outs().flush();
   auto start = std::chrono::steady_clock::now();
   llvm::Error error = ::llmc::runtime::generate(
-      **executor, context, maxTokens, options, [](int64_t id) {
-        llvm::outs() << ::llmc::runtime::decodeToken(id);
+      **executor, context, maxTokens, options, [&tok](int64_t id) {
+        llvm::outs() << tok.decodeToken(int32_t(id));
         llvm::outs().flush();
       });
   llvm::outs() << "\n";
