@@ -5,7 +5,7 @@
 // Compile time is printed separately: cold (kernel cache off) and cached.
 //
 //   build/bin/bench-forward [--iterations N] [--num-threads N]
-#include "bench/SgemmPeak.h"
+#include "bench/CpuBench.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "frontend/GptBuilder.h"
@@ -122,39 +122,17 @@ static Result run(const Compiled &compiled, int64_t tokens) {
 
 int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv, "llmc forward-pass benchmark\n");
-  const char *coretype = std::getenv("OPENBLAS_CORETYPE");
-  const char *l2 = std::getenv("OPENBLAS_L2_SIZE");
   int hw = threads > 0 ? int(threads) : int(std::thread::hardware_concurrency());
-  llvm::outs() << "BLAS: OpenBLAS " << openblas_get_config() << ", core "
-               << openblas_get_corename() << " (OPENBLAS_CORETYPE="
-               << (coretype ? coretype : "unset")
-               << ", OPENBLAS_L2_SIZE=" << (l2 ? l2 : "unset") << ")\n";
-  double peak = bench::sgemmPeak(2048, hw);
-  llvm::outs() << llvm::format(
-      "sgemm peak (2048^3, %d threads): %.1f GFLOP/s\n\n", hw, peak);
+  double peak = bench::printBlasAndPeak(hw);
+  llvm::outs() << "\n";
 
-  struct Case {
-    const char *name;
-    mlir::llmc::ModelConfig config;
-    int64_t batch, seq;
-  };
-  std::vector<Case> cases;
-  cases.push_back({"gpt2 (124M)", *mlir::llmc::getModelPreset("gpt2"), 4, 64});
-  mlir::llmc::ModelConfig small = *mlir::llmc::getModelPreset("gpt2");
-  small.name = "small";
-  small.nLayer = 4;
-  small.nHead = 4;
-  small.nEmbd = 256;
-  small.seqLen = 256;
-  small.vocabSize = 256;
-  small.ffnHidden = 1024;
-  cases.push_back({"small (4x256, 3.2M)", small, 4, 64});
+  std::vector<bench::BenchModel> cases = bench::benchModels();
 
   llvm::outs() << llvm::format("%-22s %-8s %12s %10s %8s %9s %9s %9s\n",
                                "model (B=4, T=64)", "variant", "tokens/s",
                                "GFLOP/s", "of peak", "gemm ms", "attn ms",
                                "kern ms");
-  for (const Case &c : cases) {
+  for (const bench::BenchModel &c : cases) {
     for (bool fuse : {true, false}) {
       Compiled compiled = compile(c.config, c.batch, c.seq, fuse);
       Result r = run(compiled, c.batch * c.seq);

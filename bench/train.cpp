@@ -8,7 +8,7 @@
 //   optimizer  the update step (global norm, clipping, AdamW, zeroing).
 //
 //   build/bin/bench-train [--iterations N] [--num-threads N]
-#include "bench/SgemmPeak.h"
+#include "bench/CpuBench.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
@@ -87,43 +87,20 @@ static runtime::HostTensor scalar(float value) {
 
 int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv, "llmc training-step benchmark\n");
-  const char *coretype = std::getenv("OPENBLAS_CORETYPE");
-  const char *l2 = std::getenv("OPENBLAS_L2_SIZE");
   int hw = threads > 0 ? int(threads) : int(std::thread::hardware_concurrency());
-  llvm::outs() << "BLAS: OpenBLAS " << openblas_get_config() << ", core "
-               << openblas_get_corename() << " (OPENBLAS_CORETYPE="
-               << (coretype ? coretype : "unset")
-               << ", OPENBLAS_L2_SIZE=" << (l2 ? l2 : "unset") << ")\n";
-  double peak = bench::sgemmPeak(2048, hw);
-  llvm::outs() << llvm::format(
-      "sgemm peak (2048^3, %d threads): %.1f GFLOP/s\n", hw, peak);
+  double peak = bench::printBlasAndPeak(hw);
   llvm::outs() << "step = gradient step (forward + backward) + update step "
                   "(AdamW, clip 1.0); best of "
                << iterations << "\n\n";
 
-  struct Case {
-    const char *name;
-    mlir::llmc::ModelConfig config;
-    int64_t batch, seq;
-  };
-  std::vector<Case> cases;
-  cases.push_back({"gpt2 (124M)", *mlir::llmc::getModelPreset("gpt2"), 4, 64});
-  mlir::llmc::ModelConfig small = *mlir::llmc::getModelPreset("gpt2");
-  small.name = "small";
-  small.nLayer = 4;
-  small.nHead = 4;
-  small.nEmbd = 256;
-  small.seqLen = 256;
-  small.vocabSize = 256;
-  small.ffnHidden = 1024;
-  cases.push_back({"small (4x256, 3.2M)", small, 4, 64});
+  std::vector<bench::BenchModel> cases = bench::benchModels();
 
   llvm::outs() << llvm::format("%-20s %9s %9s %8s | %9s %9s %9s %9s | %8s %8s "
                                "%8s\n",
                                "model (B=4, T=64)", "tokens/s", "GFLOP/s",
                                "of peak", "step ms", "fwd ms", "bwd ms",
                                "optim ms", "gemm ms", "attn ms", "kern ms");
-  for (const Case &c : cases) {
+  for (const bench::BenchModel &c : cases) {
     mlir::MLIRContext context;
     context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
     auto start = Clock::now();

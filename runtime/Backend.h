@@ -48,9 +48,10 @@ public:
   /// Sets every parameter from `tensors` through setTensor; a parameter
   /// missing from `tensors` is an error naming it (`source`: the file).
   llvm::Error setParams(const TensorMap &tensors, llvm::StringRef source);
-  /// The parameters and the State buffers as host tensors.
-  virtual TensorMap params() const = 0;
-  virtual TensorMap states() const = 0;
+  /// The parameters and the State buffers as host tensors, read through
+  /// output().
+  TensorMap params() const;
+  TensorMap states() const;
   /// The (seed, step) of the program's random ops; none: nothing to do.
   virtual void setRng(uint64_t seed, uint64_t step) = 0;
   /// Runs the schedule once.

@@ -153,27 +153,6 @@ llvm::Error CpuExecutor::setTensor(llvm::StringRef name,
       "the model has no parameter, state or input '" + name + "'");
 }
 
-static TensorMap copyBindings(const kir::Program &program,
-                              const std::vector<kir::Binding> &bindings,
-                              const std::vector<char *> &bases) {
-  TensorMap result;
-  for (const kir::Binding &binding : bindings) {
-    const kir::Buffer &buffer = program.buffers[binding.buffer];
-    HostTensor tensor = HostTensor::zeros(buffer.dtype, buffer.shape);
-    std::memcpy(tensor.bytes.data(), bases[binding.buffer], buffer.bytes());
-    result[binding.name] = std::move(tensor);
-  }
-  return result;
-}
-
-TensorMap CpuExecutor::params() const {
-  return copyBindings(prog, prog.params, bases);
-}
-
-TensorMap CpuExecutor::states() const {
-  return copyBindings(prog, prog.states, bases);
-}
-
 void CpuExecutor::setRng(uint64_t seed, uint64_t step) {
   for (const kir::Binding &input : prog.inputs)
     if (input.name == kir::kRngInputName) {

@@ -51,11 +51,6 @@ public:
   /// Copies a parameter, state or input in. The name, shape and dtype must
   /// match the program's; the error says which tensor differs and how.
   llvm::Error setTensor(llvm::StringRef name, const HostTensor &tensor) override;
-  /// The parameters as host tensors (for saving).
-  TensorMap params() const override;
-  /// The program's State buffers (gradients, optimizer moments) as host
-  /// tensors, by name.
-  TensorMap states() const override;
   /// Sets the `rng` input (seed, step) of a program with random ops; does
   /// nothing for a program without.
   void setRng(uint64_t seed, uint64_t step) override;

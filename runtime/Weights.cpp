@@ -1068,4 +1068,28 @@ llvm::Error Executor::setParams(const TensorMap &tensors,
   return llvm::Error::success();
 }
 
+/// The named tensors of `bindings`, read through `executor.output`; a
+/// tensor that cannot be read is left out.
+static TensorMap readBindings(const Executor &executor,
+                              const std::vector<kir::Binding> &bindings) {
+  TensorMap result;
+  for (const kir::Binding &binding : bindings) {
+    llvm::Expected<HostTensor> tensor = executor.output(binding.name);
+    if (!tensor) {
+      llvm::consumeError(tensor.takeError());
+      continue;
+    }
+    result[binding.name] = std::move(*tensor);
+  }
+  return result;
+}
+
+TensorMap Executor::params() const {
+  return readBindings(*this, program().params);
+}
+
+TensorMap Executor::states() const {
+  return readBindings(*this, program().states);
+}
+
 } // namespace llmc::runtime

@@ -1261,32 +1261,6 @@ llvm::Expected<HostTensor> CudaExecutor::output(llvm::StringRef name) const {
   return llvm::createStringError("the program has no output '" + name + "'");
 }
 
-TensorMap CudaExecutor::params() const {
-  TensorMap result;
-  for (const kir::Binding &param : prog.params) {
-    llvm::Expected<HostTensor> tensor = output(param.name);
-    if (!tensor) {
-      llvm::consumeError(tensor.takeError());
-      continue;
-    }
-    result[param.name] = std::move(*tensor);
-  }
-  return result;
-}
-
-TensorMap CudaExecutor::states() const {
-  TensorMap result;
-  for (const kir::Binding &state : prog.states) {
-    llvm::Expected<HostTensor> tensor = output(state.name);
-    if (!tensor) {
-      llvm::consumeError(tensor.takeError());
-      continue;
-    }
-    result[state.name] = std::move(*tensor);
-  }
-  return result;
-}
-
 llvm::Error CudaExecutor::checkIds() const {
   for (const kir::Binding &input : prog.inputs) {
     const kir::Buffer &buffer = prog.buffers[input.buffer];

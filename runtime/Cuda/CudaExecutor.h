@@ -164,8 +164,6 @@ public:
   /// Copies a parameter, state or input in (inputs into their fixed device
   /// buffer, which graph replays read). Name, shape and dtype must match.
   llvm::Error setTensor(llvm::StringRef name, const HostTensor &tensor) override;
-  TensorMap params() const override;
-  TensorMap states() const override;
   void setRng(uint64_t seed, uint64_t step) override;
 
   /// Runs the schedule once and waits for it. Fails (before running
