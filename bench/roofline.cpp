@@ -278,7 +278,7 @@ int main(int argc, char **argv) {
         mlir::llmc::buildForwardModule(*context, *config, {batchSize, seqLen});
     if (!module)
       die(llvm::toString(module.takeError()));
-    auto training = compileTraining(**module, OptimizerConfig());
+    auto training = compileTraining(**module, TrainingOptions());
     if (!training)
       die(llvm::toString(training.takeError()));
 

@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
     auto module = check(
         mlir::llmc::buildForwardModule(context, c.config, {c.batch, c.seq}));
     TrainingPrograms programs =
-        check(compileTraining(*module, OptimizerConfig()));
+        check(compileTraining(*module, TrainingOptions()));
     double compileSeconds = seconds(start);
 
     auto store = std::make_shared<runtime::PersistentStore>();

@@ -9,8 +9,10 @@
 
 llvm::Expected<llmc::TrainingPrograms>
 llmc::compileTraining(mlir::ModuleOp module,
-                      const OptimizerConfig &optimizer) {
-  mlir::llmc::OptimizerPassOptions options;
+                      const TrainingOptions &training) {
+  const OptimizerConfig &optimizer = training.optimizer;
+  mlir::llmc::TrainingPipelineOptions pipeline;
+  mlir::llmc::OptimizerPassOptions &options = pipeline.optimizer;
   options.optimizer =
       optimizer.kind == OptimizerConfig::Kind::AdamW ? "adamw" : "sgd";
   options.beta1 = optimizer.beta1;
@@ -23,7 +25,7 @@ llmc::compileTraining(mlir::ModuleOp module,
   options.decayNormsAndBiases = optimizer.decayNormsAndBiases;
 
   mlir::PassManager pm(module.getContext());
-  mlir::llmc::buildTrainingPipeline(pm, options);
+  mlir::llmc::buildTrainingPipeline(pm, pipeline);
   if (mlir::failed(pm.run(module)))
     return llvm::createStringError("the training pipeline failed (see the "
                                    "diagnostics above)");

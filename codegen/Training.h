@@ -44,6 +44,11 @@ struct OptimizerConfig {
   bool decayNormsAndBiases = false;
 };
 
+/// Everything that shapes the compiled training step besides the model.
+struct TrainingOptions {
+  OptimizerConfig optimizer;
+};
+
 struct TrainingPrograms {
   kir::Program forward, gradStep, updateStep;
 };
@@ -53,7 +58,7 @@ struct TrainingPrograms {
 /// lowers @forward, @grad_step and @update_step. Diagnostics go to the
 /// context's handler; the error says which phase failed.
 llvm::Expected<TrainingPrograms>
-compileTraining(mlir::ModuleOp module, const OptimizerConfig &optimizer);
+compileTraining(mlir::ModuleOp module, const TrainingOptions &options);
 
 } // namespace llmc
 

@@ -945,6 +945,12 @@ Expected<TrainingConfig> Parser::apply() {
 
 } // namespace
 
+::llmc::TrainingOptions TrainingConfig::training() const {
+  ::llmc::TrainingOptions options;
+  options.optimizer = optimizer;
+  return options;
+}
+
 ::llmc::runtime::BatchSchedule TrainingConfig::batchSchedule() const {
   ::llmc::runtime::BatchSchedule s;
   s.globalBatch = globalBatchSize ? globalBatchSize : microBatchSize;

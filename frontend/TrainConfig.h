@@ -81,6 +81,9 @@ struct TrainingConfig {
   std::string out;               // default: runs/<config file stem>
   std::string initFrom; // llm.c checkpoint or safetensors to start from
 
+  /// What the compiled training step is built with (compileTraining).
+  ::llmc::TrainingOptions training() const;
+
   /// The batch schedule this config describes (after resolution).
   ::llmc::runtime::BatchSchedule batchSchedule() const;
 };

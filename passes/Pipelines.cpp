@@ -18,14 +18,14 @@ void mlir::llmc::buildCompilePipeline(OpPassManager &pm) {
 }
 
 void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
-                                       const OptimizerPassOptions &optimizer) {
+                                       const TrainingPipelineOptions &options) {
   pm.addPass(createVerifyLegalityPass());
   // Autodiff differentiates the forward ops as the user wrote them, before
   // any pass rewrites them (mixed precision and rematerialization, when
   // they come, work on the differentiated step).
   pm.addPass(createAutodiffPass());
   // The optimizer consumes @grad_step's gradients and adds @update_step.
-  pm.addPass(createOptimizerPass(optimizer));
+  pm.addPass(createOptimizerPass(options.optimizer));
   // Fusion last, over all three functions, as in the compile pipeline.
   pm.addPass(createFusionPass());
 }

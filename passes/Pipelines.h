@@ -12,11 +12,16 @@ namespace mlir::llmc {
 /// `llmc-compile-pipeline` so that lit tests run exactly the same passes.
 void buildCompilePipeline(OpPassManager &pm);
 
+/// The options of the training passes, one field per pass.
+struct TrainingPipelineOptions {
+  OptimizerPassOptions optimizer;
+};
+
 /// What `llmc run` compiles: the compile pipeline with the training passes
-/// in between. Registered as `llmc-training-pipeline` (default optimizer
-/// options) for lit tests.
+/// in between. Registered as `llmc-training-pipeline` (default options) for
+/// lit tests.
 void buildTrainingPipeline(OpPassManager &pm,
-                           const OptimizerPassOptions &optimizer);
+                           const TrainingPipelineOptions &options);
 
 /// Registers the pipelines above with the pass registry (for llmc-opt).
 void registerLlmcPipelines();

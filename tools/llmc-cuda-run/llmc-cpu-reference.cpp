@@ -142,7 +142,7 @@ static llvm::Error compileArtifact() {
     if (updatePath.empty())
       return llvm::createStringError("--function train needs --update");
     llvm::Expected<TrainingPrograms> programs =
-        compileTraining(**module, OptimizerConfig());
+        compileTraining(**module, TrainingOptions());
     if (!programs)
       return programs.takeError();
     if (llvm::Error error = writeArtifact(artifactPath, programs->gradStep))
@@ -153,7 +153,7 @@ static llvm::Error compileArtifact() {
   if (functionName == "forward")
     mlir::llmc::buildCompilePipeline(pm);
   else
-    mlir::llmc::buildTrainingPipeline(pm, mlir::llmc::OptimizerPassOptions());
+    mlir::llmc::buildTrainingPipeline(pm, mlir::llmc::TrainingPipelineOptions());
   if (mlir::failed(pm.run(**module)))
     return llvm::createStringError("the compile pipeline failed");
   auto function = (*module)->lookupSymbol<mlir::func::FuncOp>(functionName);

@@ -391,7 +391,7 @@ int runTrainCommand(int argc, char **argv) {
     return fail(module.takeError());
   ModelInfo info = getModelInfo(**module);
   llvm::Expected<::llmc::TrainingPrograms> programs =
-      ::llmc::compileTraining(**module, config.optimizer);
+      ::llmc::compileTraining(**module, config.training());
   if (!programs)
     return fail(programs.takeError());
   std::string modelName = info.name.empty() ? "model" : info.name;
@@ -540,7 +540,7 @@ int runTrainCommand(int argc, char **argv) {
     if (!shorter)
       return shorter.takeError();
     llvm::Expected<::llmc::TrainingPrograms> compiled =
-        ::llmc::compileTraining(**shorter, config.optimizer);
+        ::llmc::compileTraining(**shorter, config.training());
     if (!compiled)
       return compiled.takeError();
     return makeExecutor(std::move(compiled->gradStep), *device,

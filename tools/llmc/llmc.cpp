@@ -355,7 +355,7 @@ static int runCompile(MLIRContext &context) {
   {
     PassManager pm(&context);
     if (training)
-      buildTrainingPipeline(pm, OptimizerPassOptions());
+      buildTrainingPipeline(pm, TrainingPipelineOptions());
     else
       buildCompilePipeline(pm);
     if (failed(pm.run(*module)))

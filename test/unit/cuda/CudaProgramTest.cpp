@@ -91,7 +91,7 @@ llvm::Expected<NamedPrograms> trainingPrograms(const char *yaml, int64_t batch,
   auto module = mlir::llmc::buildForwardModule(context, *config, {batch, seq});
   if (!module)
     return module.takeError();
-  auto programs = compileTraining(**module, OptimizerConfig());
+  auto programs = compileTraining(**module, TrainingOptions());
   if (!programs)
     return programs.takeError();
   return NamedPrograms{{"forward", std::move(programs->forward)},

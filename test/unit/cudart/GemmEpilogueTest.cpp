@@ -59,7 +59,7 @@ kir::Program gradProgram(const std::string &yaml) {
   context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
   auto module = mlir::llmc::buildForwardModule(context, *parsed, {2, 8});
   EXPECT_TRUE(bool(module));
-  auto programs = compileTraining(**module, OptimizerConfig());
+  auto programs = compileTraining(**module, TrainingOptions());
   EXPECT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
   return std::move(programs->gradStep);
 }
