@@ -27,6 +27,7 @@
 #include "llvm/Support/Error.h"
 
 #include <string>
+#include <vector>
 
 namespace llmc {
 
@@ -44,9 +45,40 @@ struct OptimizerConfig {
   bool decayNormsAndBiases = false;
 };
 
+/// Mixed precision (llmc-amp): the type allow-listed ops run in, and op
+/// names (e.g. "llmc.softmax") moved onto the allow or deny list.
+struct PrecisionConfig {
+  enum class Kind { FP32, FP16, BF16 };
+  Kind kind = Kind::FP32;
+  std::vector<std::string> allow, deny;
+};
+
+/// Dynamic loss scaling (llmc-loss-scaling, fp16 only). DeepSpeed's names:
+/// the scale starts at 2^initialScalePower, is divided by `factor` after
+/// `hysteresis` overflows (never below `minScale`) and multiplied by it
+/// after `window` clean steps in a row.
+struct LossScaleConfig {
+  double initialScalePower = 16;
+  int64_t window = 1000;
+  int64_t hysteresis = 2;
+  double minScale = 1;
+  double factor = 2;
+  bool consecutiveHysteresis = false;
+};
+
+/// Activation checkpointing (llmc-remat).
+struct RematConfig {
+  enum class Policy { None, Full, Selective, Budget };
+  Policy policy = Policy::None;
+  int64_t budgetBytes = 0; // Budget: the planned peak must fit in this
+};
+
 /// Everything that shapes the compiled training step besides the model.
 struct TrainingOptions {
   OptimizerConfig optimizer;
+  PrecisionConfig precision;
+  LossScaleConfig lossScale;
+  RematConfig remat;
 };
 
 struct TrainingPrograms {
