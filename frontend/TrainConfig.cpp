@@ -21,7 +21,10 @@
 
 using namespace llvm;
 using namespace mlir::llmc;
+using ::llmc::LossScaleConfig;
 using ::llmc::OptimizerConfig;
+using ::llmc::PrecisionConfig;
+using ::llmc::RematConfig;
 using ::llmc::runtime::LrSchedule;
 
 namespace {
@@ -67,6 +70,15 @@ enum class Key {
   KeepCheckpoints,
   Seed,
   Precision,
+  AmpAllow,
+  AmpDeny,
+  LossScaleInitialPower,
+  LossScaleWindow,
+  LossScaleHysteresis,
+  LossScaleMin,
+  LossScaleConsecutiveHysteresis,
+  Remat,
+  RematBudget,
   Dropout,
   Threads,
   Device,
@@ -84,6 +96,8 @@ enum class Kind {
   Path,  // a string; relative paths in the file resolve against its dir
   Paths, // a list of paths (YAML sequence, or comma separated in a flag)
   Numbers, // a list of numbers
+  Names,   // a list of names (YAML sequence, or comma separated in a flag)
+  Bytes,   // a size: an integer with an optional KiB/MiB/GiB suffix
   Model,   // scalar (preset or path) or an inline mapping
 };
 
@@ -174,8 +188,32 @@ const KeyInfo kKeys[] = {
      "keep the last K checkpoints; 0 keeps all (3)"},
     {Key::Seed, "seed", Kind::NonNegative, "N",
      "initialization, data order, dropout and sampling (1337)"},
-    {Key::Precision, "precision", Kind::String, "fp32",
-     "training precision (fp32)"},
+    {Key::Precision, "precision", Kind::String, "fp32|fp16|bf16",
+     "fp32, or mixed precision (llmc-amp): allow-listed ops (matmuls, "
+     "attention) in fp16 or bf16, fp32 master weights and optimizer state "
+     "(fp32)"},
+    {Key::AmpAllow, "amp.allow", Kind::Names, "OP,...",
+     "ops moved onto the low-precision list, e.g. llmc.softmax"},
+    {Key::AmpDeny, "amp.deny", Kind::Names, "OP,...",
+     "ops moved onto the fp32 list, e.g. llmc.matmul"},
+    {Key::LossScaleInitialPower, "loss_scale.initial_scale_power",
+     Kind::Number, "X", "fp16: the loss scale starts at 2^X (16)"},
+    {Key::LossScaleWindow, "loss_scale.window", Kind::Positive, "N",
+     "fp16: clean steps in a row before the scale doubles (1000)"},
+    {Key::LossScaleHysteresis, "loss_scale.hysteresis", Kind::Positive, "N",
+     "fp16: overflows it takes to halve the scale (2)"},
+    {Key::LossScaleMin, "loss_scale.min_scale", Kind::Number, "X",
+     "fp16: the smallest scale; overflowing there stops the run (1)"},
+    {Key::LossScaleConsecutiveHysteresis, "loss_scale.consecutive_hysteresis",
+     Kind::Bool, "BOOL",
+     "fp16: a clean step restores the hysteresis (false)"},
+    {Key::Remat, "remat", Kind::String, "none|full|selective|budget",
+     "activation checkpointing (llmc-remat): none; full (keep each "
+     "transformer block's input, recompute the block); selective (keep "
+     "matmul and attention outputs, recompute the cheap ops); budget (fit "
+     "remat_budget) (none)"},
+    {Key::RematBudget, "remat_budget", Kind::Bytes, "SIZE",
+     "remat budget: the planned activation peak must fit, e.g. 512MiB"},
     {Key::Dropout, "dropout", Kind::Number, "X",
      "overrides the model's dropout rate"},
     {Key::Threads, "threads", Kind::NonNegative, "N",
@@ -366,7 +404,8 @@ Error Parser::collectValue(const KeyInfo &k, yaml::Node *node,
     values[k.key] = std::move(value);
     return Error::success();
   }
-  if (k.kind == Kind::Paths || k.kind == Kind::Numbers) {
+  if (k.kind == Kind::Paths || k.kind == Kind::Numbers ||
+      k.kind == Kind::Names) {
     if (auto *sequence = dyn_cast<yaml::SequenceNode>(node)) {
       value.isList = true;
       for (yaml::Node &item : *sequence) {
@@ -385,7 +424,8 @@ Error Parser::collectValue(const KeyInfo &k, yaml::Node *node,
   if (!scalar)
     return errorAt(value, k.path,
                    Twine("expected ") +
-                       (k.kind == Kind::Paths || k.kind == Kind::Numbers
+                       (k.kind == Kind::Paths || k.kind == Kind::Numbers ||
+                                k.kind == Kind::Names
                             ? "a list or a scalar"
                             : "a scalar") +
                        ", got " + describeNode(node));
@@ -575,7 +615,8 @@ Error Parser::collectFlags(ArrayRef<std::string> flags) {
     }
     Value value;
     value.flag = name.str();
-    if (k->kind == Kind::Paths || k->kind == Kind::Numbers) {
+    if (k->kind == Kind::Paths || k->kind == Kind::Numbers ||
+        k->kind == Kind::Names) {
       value.isList = true;
       SmallVector<StringRef> parts;
       text.split(parts, ',', -1, /*KeepEmpty=*/false);
@@ -806,13 +847,75 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
   }
   case Key::Precision:
     if (text == "fp32")
-      return Error::success();
-    if (text == "fp16" || text == "bf16" || text == "fp8" || text == "tf32" ||
-        text == "amp")
-      return fail("'" + text +
-                  "' is not supported yet: llmc trains in fp32 for now; "
-                  "mixed precision comes with the AMP pass");
-    return fail("unknown precision '" + text + "'; expected fp32");
+      c.precision.kind = PrecisionConfig::Kind::FP32;
+    else if (text == "fp16")
+      c.precision.kind = PrecisionConfig::Kind::FP16;
+    else if (text == "bf16")
+      c.precision.kind = PrecisionConfig::Kind::BF16;
+    else
+      return fail("unknown precision '" + text +
+                  "'; expected fp32, fp16 or bf16");
+    return Error::success();
+  case Key::AmpAllow:
+  case Key::AmpDeny: {
+    std::vector<std::string> &names = k.key == Key::AmpAllow
+                                          ? c.precision.allow
+                                          : c.precision.deny;
+    names.clear();
+    for (const std::string &item : value.items) {
+      StringRef name = StringRef(item).trim();
+      if (!name.starts_with("llmc.") || name.size() == 5)
+        return fail("'" + name + "' is not an llmc op name (e.g. llmc.softmax)");
+      names.push_back(name.str());
+    }
+    return Error::success();
+  }
+  case Key::LossScaleInitialPower:
+    return getNumber(text, c.lossScale.initialScalePower, 0, 127, false,
+                     "a value in [0, 127]");
+  case Key::LossScaleWindow:
+    return getInt(c.lossScale.window, 1);
+  case Key::LossScaleHysteresis:
+    return getInt(c.lossScale.hysteresis, 1);
+  case Key::LossScaleMin:
+    return getNumber(text, c.lossScale.minScale, 0x1p-126, 0x1p127, false,
+                     "a value in [2^-126, 2^127]");
+  case Key::LossScaleConsecutiveHysteresis:
+    return getBool(c.lossScale.consecutiveHysteresis);
+  case Key::Remat:
+    if (text == "none")
+      c.remat.policy = RematConfig::Policy::None;
+    else if (text == "full")
+      c.remat.policy = RematConfig::Policy::Full;
+    else if (text == "selective")
+      c.remat.policy = RematConfig::Policy::Selective;
+    else if (text == "budget")
+      c.remat.policy = RematConfig::Policy::Budget;
+    else
+      return fail("unknown remat policy '" + text +
+                  "'; expected none, full, selective or budget");
+    return Error::success();
+  case Key::RematBudget: {
+    StringRef number = text.trim();
+    int64_t unit = 1;
+    for (auto [suffix, bytes] :
+         {std::pair<StringRef, int64_t>{"KiB", 1ll << 10},
+          {"MiB", 1ll << 20},
+          {"GiB", 1ll << 30},
+          {"B", 1}})
+      if (number.consume_back(suffix)) {
+        unit = bytes;
+        break;
+      }
+    uint64_t parsed = 0;
+    number = number.trim();
+    if (!isInteger(number) || number.getAsInteger(10, parsed) || parsed == 0 ||
+        parsed > uint64_t(INT64_MAX) / uint64_t(unit))
+      return fail("expected a positive size such as 512MiB, 2GiB or 1000000, "
+                  "got '" + text + "'");
+    c.remat.budgetBytes = int64_t(parsed) * unit;
+    return Error::success();
+  }
   case Key::Dropout: {
     double rate = 0;
     if (Error err = getNumber(text, rate, 0, 1, true, "a value in [0, 1)"))
@@ -921,6 +1024,22 @@ Error Parser::validate(TrainingConfig &c) {
   if (!c.data.val.empty() && c.data.valFraction > 0)
     return errorAtKey(Key::DataValFraction,
                       "give val files or val_fraction, not both");
+  bool mixed = c.precision.kind != PrecisionConfig::Kind::FP32;
+  for (Key key : {Key::AmpAllow, Key::AmpDeny})
+    if (values.count(key) && !mixed)
+      return errorAtKey(key, "the AMP lists need precision fp16 or bf16");
+  for (Key key : {Key::LossScaleInitialPower, Key::LossScaleWindow,
+                  Key::LossScaleHysteresis, Key::LossScaleMin,
+                  Key::LossScaleConsecutiveHysteresis})
+    if (values.count(key) && c.precision.kind != PrecisionConfig::Kind::FP16)
+      return errorAtKey(key, "loss scaling is for precision fp16 only (fp32 "
+                             "and bf16 have fp32's exponent range and get "
+                             "none)");
+  if (c.remat.policy == RematConfig::Policy::Budget && !c.remat.budgetBytes)
+    return errorAtKey(Key::Remat, "the budget policy needs remat_budget");
+  if (values.count(Key::RematBudget) &&
+      c.remat.policy != RematConfig::Policy::Budget)
+    return errorAtKey(Key::RematBudget, "needs remat: budget");
   if (c.out.empty()) {
     StringRef stem = sys::path::stem(bufferName);
     c.out = ("runs/" + (stem.empty() ? StringRef("run") : stem)).str();
@@ -948,6 +1067,9 @@ Expected<TrainingConfig> Parser::apply() {
 ::llmc::TrainingOptions TrainingConfig::training() const {
   ::llmc::TrainingOptions options;
   options.optimizer = optimizer;
+  options.precision = precision;
+  options.lossScale = lossScale;
+  options.remat = remat;
   return options;
 }
 
@@ -1015,6 +1137,32 @@ void mlir::llmc::printTrainingConfigHelp(raw_ostream &os) {
 }
 
 namespace {
+const char *precisionName(PrecisionConfig::Kind kind) {
+  switch (kind) {
+  case PrecisionConfig::Kind::FP32:
+    return "fp32";
+  case PrecisionConfig::Kind::FP16:
+    return "fp16";
+  case PrecisionConfig::Kind::BF16:
+    return "bf16";
+  }
+  llvm_unreachable("unknown precision");
+}
+
+const char *rematName(RematConfig::Policy policy) {
+  switch (policy) {
+  case RematConfig::Policy::None:
+    return "none";
+  case RematConfig::Policy::Full:
+    return "full";
+  case RematConfig::Policy::Selective:
+    return "selective";
+  case RematConfig::Policy::Budget:
+    return "budget";
+  }
+  llvm_unreachable("unknown remat policy");
+}
+
 void printList(raw_ostream &os, StringRef key,
                const std::vector<std::string> &items) {
   os << key << ": [";
@@ -1078,7 +1226,25 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
      << "checkpoint_interval: " << c.checkpointInterval << "\n"
      << "keep_checkpoints: " << c.keepCheckpoints << "\n"
      << "seed: " << c.seed << "\n"
-     << "precision: " << c.precision << "\n"
+     << "precision: " << precisionName(c.precision.kind) << "\n";
+  if (!c.precision.allow.empty() || !c.precision.deny.empty()) {
+    os << "amp:\n";
+    printList(os << "  ", "allow", c.precision.allow);
+    printList(os << "  ", "deny", c.precision.deny);
+  }
+  if (c.precision.kind == PrecisionConfig::Kind::FP16) {
+    const LossScaleConfig &l = c.lossScale;
+    os << "loss_scale:\n"
+       << "  initial_scale_power: " << formatDouble(l.initialScalePower)
+       << "\n  window: " << l.window << "\n  hysteresis: " << l.hysteresis
+       << "\n  min_scale: " << formatDouble(l.minScale)
+       << "\n  consecutive_hysteresis: "
+       << (l.consecutiveHysteresis ? "true" : "false") << "\n";
+  }
+  os << "remat: " << rematName(c.remat.policy) << "\n";
+  if (c.remat.policy == RematConfig::Policy::Budget)
+    os << "remat_budget: " << c.remat.budgetBytes << "\n";
+  os
      << "threads: " << c.threads << "\n"
      << "device: " << c.device << "\n"
      << "out: \"" << yaml::escape(c.out) << "\"\n";
@@ -1140,6 +1306,23 @@ mlir::llmc::resumeSections(const TrainingConfig &c) {
        << c.seqLenWarmup.steps << "\n"
        << "seed: " << c.seed << "\n";
     sections["data"] = text;
+  }
+  {
+    // Activation checkpointing is not here: it changes no number, so a run
+    // may be resumed under another policy.
+    std::string text;
+    raw_string_ostream os(text);
+    os << "precision: " << precisionName(c.precision.kind) << "\n";
+    printList(os, "allow", c.precision.allow);
+    printList(os, "deny", c.precision.deny);
+    if (c.precision.kind == PrecisionConfig::Kind::FP16) {
+      const LossScaleConfig &l = c.lossScale;
+      os << "loss_scale: " << formatDouble(l.initialScalePower) << " "
+         << l.window << " " << l.hysteresis << " "
+         << formatDouble(l.minScale) << " " << l.consecutiveHysteresis
+         << "\n";
+    }
+    sections["precision"] = text;
   }
   return sections;
 }

@@ -74,7 +74,9 @@ struct TrainingConfig {
   int64_t checkpointInterval = 0; // 0: only at the end
   int64_t keepCheckpoints = 3;    // 0: keep every checkpoint
   uint64_t seed = 1337;
-  std::string precision = "fp32";
+  ::llmc::PrecisionConfig precision;
+  ::llmc::LossScaleConfig lossScale; // fp16 only
+  ::llmc::RematConfig remat;
   std::optional<double> dropout; // overrides the model's dropout
   int64_t threads = 0;           // 0: every hardware thread
   std::string device = "cpu";    // cpu or cuda
@@ -113,7 +115,8 @@ void printTrainingConfigHelp(llvm::raw_ostream &os);
 void printTrainingConfig(const TrainingConfig &config, llvm::raw_ostream &os);
 
 /// The parts of a config a checkpoint must agree with to be resumed:
-/// "model", "optimizer" and "data" (files, tokenizer, batch shape and seed),
+/// "model", "optimizer", "data" (files, tokenizer, batch shape and seed) and
+/// "precision" (with the AMP lists and the loss scaling),
 /// each as canonical `key: value` lines. Step counts, intervals and the
 /// output directory are not among them, so a run can be extended.
 std::map<std::string, std::string>

@@ -160,6 +160,46 @@ TEST(TrainConfigTest, PrintedConfigReadsBack) {
   EXPECT_EQ(back->evalInterval, c->evalInterval);
 }
 
+TEST(TrainConfigTest, MixedPrecisionAndRematReadBack) {
+  llvm::Expected<TrainingConfig> c =
+      parse(kConfig, {"--precision", "fp16", "--amp-deny", "llmc.matmul",
+                      "--amp-allow", "llmc.softmax,llmc.layer_norm",
+                      "--loss-scale-initial-scale-power", "12",
+                      "--loss-scale-window", "50", "--loss-scale-hysteresis",
+                      "1", "--loss-scale-min-scale", "0.25", "--remat",
+                      "budget", "--remat-budget", "3MiB"});
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  ::llmc::TrainingOptions options = c->training();
+  EXPECT_EQ(options.precision.kind, ::llmc::PrecisionConfig::Kind::FP16);
+  EXPECT_EQ(options.precision.deny, std::vector<std::string>{"llmc.matmul"});
+  EXPECT_EQ(options.precision.allow,
+            (std::vector<std::string>{"llmc.softmax", "llmc.layer_norm"}));
+  EXPECT_EQ(options.lossScale.initialScalePower, 12);
+  EXPECT_EQ(options.lossScale.window, 50);
+  EXPECT_EQ(options.lossScale.hysteresis, 1);
+  EXPECT_EQ(options.lossScale.minScale, 0.25);
+  EXPECT_EQ(options.remat.policy, ::llmc::RematConfig::Policy::Budget);
+  EXPECT_EQ(options.remat.budgetBytes, 3 << 20);
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  printTrainingConfig(*c, os);
+  llvm::Expected<TrainingConfig> back = parse(text);
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError()) << "\n" << text;
+  EXPECT_EQ(resumeSections(*c), resumeSections(*back));
+  EXPECT_EQ(back->remat.budgetBytes, c->remat.budgetBytes);
+  EXPECT_EQ(back->lossScale.window, 50);
+
+  // Another precision is another run; another remat policy is not.
+  llvm::Expected<TrainingConfig> bf16 = parse(kConfig, {"--precision", "bf16"});
+  llvm::Expected<TrainingConfig> full = parse(kConfig, {"--remat", "full"});
+  llvm::Expected<TrainingConfig> fp32 = parse(kConfig);
+  ASSERT_TRUE(bf16 && full && fp32);
+  EXPECT_NE(resumeSections(*bf16)["precision"],
+            resumeSections(*fp32)["precision"]);
+  EXPECT_EQ(resumeSections(*full), resumeSections(*fp32));
+}
+
 TEST(TrainConfigTest, ResumeSectionsIgnoreStepsAndOutput) {
   llvm::Expected<TrainingConfig> a = parse(kConfig);
   llvm::Expected<TrainingConfig> b =
@@ -184,7 +224,9 @@ TEST(TrainConfigTest, HelpListsEveryKeyAndItsFlag) {
         "--max-steps N", "--max-tokens N", "--train FILE", "--val FILE",
         "--val-fraction X", "--tokenizer", "--eval-interval N",
         "--eval-steps N", "--sample-tokens N", "--checkpoint-interval N",
-        "--keep-checkpoints K", "--seed N", "--precision fp32", "--dropout X",
+        "--keep-checkpoints K", "--seed N", "--precision fp32|fp16|bf16",
+        "--amp-allow OP,...", "--loss-scale-window N", "--remat none|full",
+        "--remat-budget SIZE", "--dropout X",
         "--threads N", "--out DIR", "--init-from FILE", "optimizer.lr",
         "schedule.min_lr", "data.train", "batch_size_rampup.samples"})
     EXPECT_THAT(help, HasSubstr(expected));
@@ -209,13 +251,25 @@ TEST(TrainConfigTest, Errors) {
        "'max_steps'?)"},
       {with("lr: 1e-3", "lr: fast"), {},
        "t.yaml:9:7: error: optimizer.lr: expected a number, got 'fast'"},
-      {kConfig + std::string("precision: fp16\n"), {},
-       "precision: 'fp16' is not supported yet: llmc trains in fp32 for now; "
-       "mixed precision comes with the AMP pass"},
-      {kConfig, {"--precision", "bf16"},
-       "--precision: 'bf16' is not supported yet"},
       {kConfig + std::string("precision: fp64\n"), {},
-       "unknown precision 'fp64'; expected fp32"},
+       "unknown precision 'fp64'; expected fp32, fp16 or bf16"},
+      {kConfig, {"--amp-allow", "llmc.softmax"},
+       "--amp-allow: the AMP lists need precision fp16 or bf16"},
+      {kConfig, {"--precision", "bf16", "--amp-deny", "softmax"},
+       "--amp-deny: 'softmax' is not an llmc op name (e.g. llmc.softmax)"},
+      {kConfig, {"--precision", "bf16", "--loss-scale-window", "100"},
+       "--loss-scale-window: loss scaling is for precision fp16 only"},
+      {kConfig, {"--precision", "fp16", "--loss-scale-min-scale", "0"},
+       "--loss-scale-min-scale: 0 is out of range"},
+      {kConfig, {"--remat", "some"},
+       "--remat: unknown remat policy 'some'; expected none, full, selective "
+       "or budget"},
+      {kConfig, {"--remat", "budget"},
+       "--remat: the budget policy needs remat_budget"},
+      {kConfig, {"--remat", "full", "--remat-budget", "1GiB"},
+       "--remat-budget: needs remat: budget"},
+      {kConfig, {"--remat", "budget", "--remat-budget", "12 parsecs"},
+       "--remat-budget: expected a positive size such as 512MiB"},
       {kConfig, {"--lrr", "1"}, "unknown option '--lrr' (did you mean '--lr'?)"},
       {kConfig, {"--max-steps"}, "--max-steps: missing value (N)"},
       {kConfig, {"--max-steps", "-3"},
