@@ -87,6 +87,8 @@ const char *llmc::kir::opName(Op op) {
   case Op::ReduceMax: return "reduce_max";
   case Op::Store: return "store";
   case Op::Random: return "random";
+  case Op::RoundF16: return "round_f16";
+  case Op::RoundBF16: return "round_bf16";
   }
   return "?";
 }
@@ -101,6 +103,7 @@ int llmc::kir::numArgs(Op op) {
   case Op::Neg: case Op::Exp: case Op::Log: case Op::Tanh: case Op::Erf:
   case Op::Sqrt: case Op::Rsqrt: case Op::Sin: case Op::Cos: case Op::Abs:
   case Op::IToF: case Op::ReduceSum: case Op::ReduceMax: case Op::Store:
+  case Op::RoundF16: case Op::RoundBF16:
     return 1;
   case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Max:
   case Op::Min: case Op::Rem: case Op::CmpLt: case Op::CmpLe: case Op::CmpEq:
@@ -116,6 +119,7 @@ static bool isUnaryFloat(Op op) {
   switch (op) {
   case Op::Neg: case Op::Exp: case Op::Log: case Op::Tanh: case Op::Erf:
   case Op::Sqrt: case Op::Rsqrt: case Op::Sin: case Op::Cos: case Op::Abs:
+  case Op::RoundF16: case Op::RoundBF16:
     return true;
   default:
     return false;
@@ -363,7 +367,9 @@ int64_t llmc::kir::countFlops(const Kernel &kernel) {
   int64_t perRow = 0;
   for (size_t i = 0; i < kernel.body.size(); ++i) {
     const Instr &instr = kernel.body[i];
-    bool arithmetic = instr.type == DType::F32 &&
+    // Roundings are conversions, not arithmetic.
+    bool rounding = instr.op == Op::RoundF16 || instr.op == Op::RoundBF16;
+    bool arithmetic = instr.type == DType::F32 && !rounding &&
                       (isUnaryFloat(instr.op) || isBinary(instr.op) ||
                        instr.op == Op::ReduceSum ||
                        instr.op == Op::ReduceMax || instr.op == Op::Random);

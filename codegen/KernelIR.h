@@ -80,6 +80,14 @@ enum class Op : uint8_t {
   // exact in f32. Every emitter gives the same bits (dropout masks must
   // agree between targets and between forward and backward).
   Random,
+  // F32 -> F32: the nearest f16 (RoundF16) or bf16 (RoundBF16) value, ties
+  // to even, as an f32: what a store to that type and a load back give,
+  // for a value narrowed by a cast and used again in the same kernel.
+  // Overflow gives infinity; f16 subnormals and the sign of zero are kept;
+  // a NaN gives the quiet NaN 0x7FC00000 (the targets' conversion
+  // instructions keep different payloads). Every emitter gives the same
+  // bits.
+  RoundF16, RoundBF16,
 };
 
 const char *opName(Op op);
@@ -134,7 +142,8 @@ std::string verifyKernel(const Kernel &kernel);
 
 /// Floating-point operations per execution (for benchmarks and rooflines):
 /// one per arithmetic instruction and reduction step, weighted by level.
-/// Random counts one (its integer rounds are not floating-point work).
+/// Random counts one (its integer rounds are not floating-point work);
+/// RoundF16 and RoundBF16 count none (conversions).
 int64_t countFlops(const Kernel &kernel);
 
 /// A shape or stride list as people read it: "[4, 64, 768]".

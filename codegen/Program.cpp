@@ -5,6 +5,8 @@
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <initializer_list>
+
 using namespace llmc::kir;
 
 int64_t Buffer::numElements() const {
@@ -60,6 +62,22 @@ private:
     return checkExtent(view.buffer, view.offset, view.strides, shape, what);
   }
   bool checkKernel(int32_t index, const llvm::Twine &what);
+  /// Attention tensors share one float type (f32, f16 or bf16; computed
+  /// in f32); lse is f32.
+  bool checkAttentionTypes(std::initializer_list<const View *> tensors,
+                           const View &lse, const llvm::Twine &what) {
+    DType type = program.buffers[(*tensors.begin())->buffer].dtype;
+    for (const View *view : tensors)
+      if (program.buffers[view->buffer].dtype != type || !isFloat(type)) {
+        os << what << ": the attention tensors must share one float type";
+        return false;
+      }
+    if (program.buffers[lse.buffer].dtype != DType::F32) {
+      os << what << ": lse must be f32";
+      return false;
+    }
+    return true;
+  }
 
   const Program &program;
   std::string message;
@@ -101,6 +119,12 @@ std::string ProgramVerifier::run() {
       os << "buffer '" << buffer.name << "' at offset " << buffer.offset
          << " is misaligned or outside the arena of " << program.arenaBytes
          << " bytes";
+      return message;
+    }
+  for (const Buffer &buffer : program.buffers)
+    if (buffer.initialValue != 0.0 && buffer.kind != BufferKind::State) {
+      os << "buffer '" << buffer.name << "' has an initial value but is not "
+         << "a state buffer";
       return message;
     }
   for (const std::vector<Binding> *list :
@@ -147,6 +171,15 @@ std::string ProgramVerifier::run() {
         os << what << ": C needs unit column stride";
         return message;
       }
+      DType aType = program.buffers[g.a.buffer].dtype;
+      DType bType = program.buffers[g.b.buffer].dtype;
+      DType cType = program.buffers[g.c.buffer].dtype;
+      if (!isFloat(aType) || aType != bType || !isFloat(cType)) {
+        os << what << ": A and B must share one float type and C be a float "
+           << "(A " << dtypeName(aType) << ", B " << dtypeName(bType)
+           << ", C " << dtypeName(cType) << ")";
+        return message;
+      }
       if (g.accumulate && g.epilogue >= 0) {
         os << what << ": an accumulating GEMM has no epilogue";
         return message;
@@ -173,6 +206,8 @@ std::string ProgramVerifier::run() {
           !checkView(a.out, shape, what + " out") ||
           !checkView(a.lse, {a.batch, a.heads, a.seq}, what + " lse"))
         return message;
+      if (!checkAttentionTypes({&a.q, &a.k, &a.v, &a.out}, a.lse, what))
+        return message;
       break;
     }
     case StepKind::AttentionGrad: {
@@ -191,6 +226,10 @@ std::string ProgramVerifier::run() {
         }
       }
       if (!checkView(a.lse, {a.batch, a.heads, a.seq}, what + " lse"))
+        return message;
+      if (!checkAttentionTypes({&a.dout, &a.q, &a.k, &a.v, &a.out, &a.dq,
+                                &a.dk, &a.dv},
+                               a.lse, what))
         return message;
       break;
     }
@@ -269,6 +308,8 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
     if (buffer.kind == BufferKind::Arena)
       os << " @" << buffer.offset << " live steps " << buffer.firstStep << ".."
          << buffer.lastStep;
+    if (buffer.initialValue != 0.0)
+      os << " init " << buffer.initialValue;
     os << "  " << buffer.name << "\n";
   }
   os << "\nschedule:\n";

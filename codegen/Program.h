@@ -18,7 +18,8 @@ namespace llmc::kir {
 /// planned byte offset in the one arena. State buffers are persistent
 /// tensors that are not parameters (accumulated gradients, optimizer
 /// moments): like parameters they outlive a run, are bound by name to the
-/// runtime's persistent store (shared between programs) and start as zeros.
+/// runtime's persistent store (shared between programs) and start as zeros,
+/// or as Buffer::initialValue (the loss scale of dynamic loss scaling).
 enum class BufferKind : uint8_t { Param, Input, Arena, State };
 
 /// Whether a buffer of this kind persists across runs (Param, State).
@@ -34,6 +35,9 @@ struct Buffer {
   int64_t offset = 0; // Arena: byte offset, a multiple of kArenaAlignment
   int32_t firstStep = 0, lastStep = 0; // Arena: live range over steps
   int64_t idBound = 0; // Input ids: every id must lie in [0, idBound); 0: any
+  // State: the value every element has when the store first creates the
+  // buffer (`llmc.state_init`); a run resumed from a checkpoint overwrites it.
+  double initialValue = 0.0;
 
   int64_t numElements() const;
   int64_t bytes() const { return numElements() * dtypeBytes(dtype); }
@@ -50,7 +54,11 @@ struct View {
   std::vector<int64_t> strides;
 };
 
-/// C[b] = A[b] x B[b] for b < batch, all f32 row-major views:
+/// C[b] = A[b] x B[b] for b < batch, row-major views. A and B share one
+/// float type (f32, f16 or bf16), C has any float type: the products
+/// accumulate in f32 and a narrow C gets the result rounded to nearest
+/// even (an accumulating C adds in f32 and rounds once). The buffers'
+/// dtypes say which (no field here); the views:
 ///   A: [batch, m, k] (or [batch, k, m] if transA), B: [batch, k, n] (or
 ///   [batch, n, k] if transB), C: [batch, m, n] with unit column stride.
 /// Each 2-D slice has one unit stride (a leading dimension for BLAS); the
@@ -72,8 +80,9 @@ struct GemmStep {
 /// Scaled dot-product attention per (batch, head):
 ///   out[t] = sum_s softmax_s(scale * q[t].k[s] (+ causal mask)) v[s]
 ///   lse[t] = log sum_s exp(scale * q[t].k[s])  (over unmasked s)
-/// q, k, v, out: [batch, heads, seq, headDim] views (strides per dim);
-/// lse: [batch, heads, seq].
+/// q, k, v, out: [batch, heads, seq, headDim] views (strides per dim) of
+/// one float type (f32, f16 or bf16: computed in f32, out rounded to
+/// nearest even); lse: [batch, heads, seq], f32.
 struct AttentionStep {
   int64_t batch = 0, heads = 0, seq = 0, headDim = 0;
   float scale = 1.0f;
@@ -89,8 +98,9 @@ struct AttentionStep {
 ///   dp[t][s] = dout[t].v[s],  delta[t] = dout[t].out[t]
 ///   ds[t][s] = p[t][s] (dp[t][s] - delta[t])
 ///   dq[t]   = scale * sum_s ds[t][s] k[s],  dk[s] = scale * sum_t ds[t][s] q[t]
-/// dout, q, k, v, out, dq, dk, dv: [batch, heads, seq, headDim] f32 views
-/// with unit headDim stride; lse: [batch, heads, seq]. dq, dk and dv are
+/// dout, q, k, v, out, dq, dk, dv: [batch, heads, seq, headDim] views of one
+/// float type (computed in f32, dq, dk, dv rounded to nearest even) with
+/// unit headDim stride; lse: [batch, heads, seq], f32. dq, dk and dv are
 /// written whole (not accumulated) and overlap no input.
 struct AttentionGradStep {
   int64_t batch = 0, heads = 0, seq = 0, headDim = 0;

@@ -7,6 +7,36 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassManager.h"
 
+namespace {
+/// llmc-amp's options for `precision`; none for fp32.
+std::optional<mlir::llmc::AmpPassOptions>
+ampOptions(const llmc::PrecisionConfig &precision) {
+  if (precision.kind == llmc::PrecisionConfig::Kind::FP32)
+    return std::nullopt;
+  mlir::llmc::AmpPassOptions amp;
+  amp.precision =
+      precision.kind == llmc::PrecisionConfig::Kind::FP16 ? "fp16" : "bf16";
+  amp.allow.assign(precision.allow.begin(), precision.allow.end());
+  amp.deny.assign(precision.deny.begin(), precision.deny.end());
+  return amp;
+}
+} // namespace
+
+llvm::Expected<llmc::kir::Program>
+llmc::compileForward(mlir::ModuleOp module, const PrecisionConfig &precision) {
+  mlir::PassManager pm(module.getContext());
+  mlir::llmc::buildCompilePipeline(pm, ampOptions(precision));
+  if (mlir::failed(pm.run(module)))
+    return llvm::createStringError("the compile pipeline failed (see the "
+                                   "diagnostics above)");
+  auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  mlir::FailureOr<kir::Program> program = mlir::llmc::lowerToProgram(forward);
+  if (mlir::failed(program))
+    return llvm::createStringError("lowering @forward to kernels failed (see "
+                                   "the diagnostics above)");
+  return std::move(*program);
+}
+
 llvm::Expected<llmc::TrainingPrograms>
 llmc::compileTraining(mlir::ModuleOp module,
                       const TrainingOptions &training) {
@@ -23,6 +53,28 @@ llmc::compileTraining(mlir::ModuleOp module,
   options.nesterov = optimizer.nesterov;
   options.maxGradNorm = optimizer.maxGradNorm;
   options.decayNormsAndBiases = optimizer.decayNormsAndBiases;
+
+  const PrecisionConfig &precision = training.precision;
+  pipeline.amp = ampOptions(precision);
+  // fp16 needs dynamic loss scaling; bf16 has f32's exponent range.
+  if (precision.kind == PrecisionConfig::Kind::FP16) {
+    const LossScaleConfig &lossScale = training.lossScale;
+    mlir::llmc::LossScalingPassOptions &scaling =
+        pipeline.lossScaling.emplace();
+    scaling.initialScalePower = lossScale.initialScalePower;
+    scaling.window = lossScale.window;
+    scaling.hysteresis = lossScale.hysteresis;
+    scaling.minScale = lossScale.minScale;
+    scaling.factor = lossScale.factor;
+    scaling.consecutiveHysteresis = lossScale.consecutiveHysteresis;
+  }
+
+  const RematConfig &remat = training.remat;
+  if (remat.policy != RematConfig::Policy::None) {
+    mlir::llmc::RematPassOptions &rematOptions = pipeline.remat.emplace();
+    rematOptions.policy = stringifyRematPolicy(remat.policy).str();
+    rematOptions.budgetBytes = remat.budgetBytes;
+  }
 
   mlir::PassManager pm(module.getContext());
   mlir::llmc::buildTrainingPipeline(pm, pipeline);
@@ -47,4 +99,57 @@ llmc::compileTraining(mlir::ModuleOp module,
     *program = std::move(*lowered);
   }
   return programs;
+}
+
+std::optional<int64_t> llmc::parseByteSize(llvm::StringRef text) {
+  text = text.trim();
+  double scale = 1;
+  for (auto [suffix, factor] : {std::pair{"KiB", 1024.0},
+                                {"MiB", 1024.0 * 1024},
+                                {"GiB", 1024.0 * 1024 * 1024}})
+    if (text.consume_back(suffix)) {
+      scale = factor;
+      break;
+    }
+  double value;
+  if (text.trim().getAsDouble(value) || !(value * scale >= 1) ||
+      value * scale > 9e18)
+    return std::nullopt;
+  return int64_t(value * scale);
+}
+
+llvm::StringRef llmc::stringifyPrecision(PrecisionConfig::Kind kind) {
+  switch (kind) {
+  case PrecisionConfig::Kind::FP32:
+    return "fp32";
+  case PrecisionConfig::Kind::FP16:
+    return "fp16";
+  case PrecisionConfig::Kind::BF16:
+    return "bf16";
+  }
+  llvm_unreachable("unknown precision");
+}
+
+llvm::StringRef llmc::stringifyRematPolicy(RematConfig::Policy policy) {
+  switch (policy) {
+  case RematConfig::Policy::None:
+    return "none";
+  case RematConfig::Policy::Full:
+    return "full";
+  case RematConfig::Policy::Selective:
+    return "selective";
+  case RematConfig::Policy::Budget:
+    return "budget";
+  }
+  llvm_unreachable("unknown remat policy");
+}
+
+std::optional<llmc::RematConfig::Policy>
+llmc::parseRematPolicy(llvm::StringRef name) {
+  for (auto policy :
+       {RematConfig::Policy::None, RematConfig::Policy::Full,
+        RematConfig::Policy::Selective, RematConfig::Policy::Budget})
+    if (stringifyRematPolicy(policy) == name)
+      return policy;
+  return std::nullopt;
 }

@@ -16,7 +16,12 @@
 //                                 beta2^t)), f32 scalars
 //                                 outputs grad_norm (before clipping);
 //                                 updates params and state in place and
-//                                 zeroes grad.<p>
+//                                 zeroes grad.<p>; fp16 (loss scaling):
+//                                 also outputs overflow (1: the update was
+//                                 skipped, params and state kept) and
+//                                 used_loss_scale, and updates the
+//                                 loss_scale* states (see
+//                                 passes/LossScaling.cpp)
 //   evaluation:       forward    inputs tokens, targets; outputs loss, logits
 #ifndef LLMC_CODEGEN_TRAINING_H
 #define LLMC_CODEGEN_TRAINING_H
@@ -26,6 +31,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +79,15 @@ struct RematConfig {
   int64_t budgetBytes = 0; // Budget: the planned peak must fit in this
 };
 
+/// A size in bytes: "123", "64KiB", "1.5 MiB", "2GiB" (remat budgets);
+/// none for anything else or a size that is not positive.
+std::optional<int64_t> parseByteSize(llvm::StringRef text);
+
+llvm::StringRef stringifyPrecision(PrecisionConfig::Kind kind);
+/// "none", "full", "selective", "budget" (llmc-remat's policy option).
+llvm::StringRef stringifyRematPolicy(RematConfig::Policy policy);
+std::optional<RematConfig::Policy> parseRematPolicy(llvm::StringRef name);
+
 /// Everything that shapes the compiled training step besides the model.
 struct TrainingOptions {
   OptimizerConfig optimizer;
@@ -91,6 +106,12 @@ struct TrainingPrograms {
 /// context's handler; the error says which phase failed.
 llvm::Expected<TrainingPrograms>
 compileTraining(mlir::ModuleOp module, const TrainingOptions &options);
+
+/// @forward alone, in the run's precision (the compile pipeline with
+/// llmc-amp for fp16/bf16): what a training run evaluates and samples with
+/// when it needs a forward of another shape or without dropout.
+llvm::Expected<kir::Program> compileForward(mlir::ModuleOp module,
+                                            const PrecisionConfig &precision);
 
 } // namespace llmc
 

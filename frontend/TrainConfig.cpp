@@ -896,24 +896,11 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
                   "'; expected none, full, selective or budget");
     return Error::success();
   case Key::RematBudget: {
-    StringRef number = text.trim();
-    int64_t unit = 1;
-    for (auto [suffix, bytes] :
-         {std::pair<StringRef, int64_t>{"KiB", 1ll << 10},
-          {"MiB", 1ll << 20},
-          {"GiB", 1ll << 30},
-          {"B", 1}})
-      if (number.consume_back(suffix)) {
-        unit = bytes;
-        break;
-      }
-    uint64_t parsed = 0;
-    number = number.trim();
-    if (!isInteger(number) || number.getAsInteger(10, parsed) || parsed == 0 ||
-        parsed > uint64_t(INT64_MAX) / uint64_t(unit))
+    std::optional<int64_t> bytes = ::llmc::parseByteSize(text);
+    if (!bytes)
       return fail("expected a positive size such as 512MiB, 2GiB or 1000000, "
                   "got '" + text + "'");
-    c.remat.budgetBytes = int64_t(parsed) * unit;
+    c.remat.budgetBytes = *bytes;
     return Error::success();
   }
   case Key::Dropout: {
@@ -1035,6 +1022,11 @@ Error Parser::validate(TrainingConfig &c) {
       return errorAtKey(key, "loss scaling is for precision fp16 only (fp32 "
                              "and bf16 have fp32's exponent range and get "
                              "none)");
+  if (c.lossScale.minScale > std::exp2(c.lossScale.initialScalePower))
+    return errorAtKey(Key::LossScaleMin,
+                      formatv("{0} is above the initial scale 2^{1}",
+                              formatDouble(c.lossScale.minScale),
+                              formatDouble(c.lossScale.initialScalePower)));
   if (c.remat.policy == RematConfig::Policy::Budget && !c.remat.budgetBytes)
     return errorAtKey(Key::Remat, "the budget policy needs remat_budget");
   if (values.count(Key::RematBudget) &&
@@ -1137,32 +1129,6 @@ void mlir::llmc::printTrainingConfigHelp(raw_ostream &os) {
 }
 
 namespace {
-const char *precisionName(PrecisionConfig::Kind kind) {
-  switch (kind) {
-  case PrecisionConfig::Kind::FP32:
-    return "fp32";
-  case PrecisionConfig::Kind::FP16:
-    return "fp16";
-  case PrecisionConfig::Kind::BF16:
-    return "bf16";
-  }
-  llvm_unreachable("unknown precision");
-}
-
-const char *rematName(RematConfig::Policy policy) {
-  switch (policy) {
-  case RematConfig::Policy::None:
-    return "none";
-  case RematConfig::Policy::Full:
-    return "full";
-  case RematConfig::Policy::Selective:
-    return "selective";
-  case RematConfig::Policy::Budget:
-    return "budget";
-  }
-  llvm_unreachable("unknown remat policy");
-}
-
 void printList(raw_ostream &os, StringRef key,
                const std::vector<std::string> &items) {
   os << key << ": [";
@@ -1226,7 +1192,7 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
      << "checkpoint_interval: " << c.checkpointInterval << "\n"
      << "keep_checkpoints: " << c.keepCheckpoints << "\n"
      << "seed: " << c.seed << "\n"
-     << "precision: " << precisionName(c.precision.kind) << "\n";
+     << "precision: " << ::llmc::stringifyPrecision(c.precision.kind) << "\n";
   if (!c.precision.allow.empty() || !c.precision.deny.empty()) {
     os << "amp:\n";
     printList(os << "  ", "allow", c.precision.allow);
@@ -1241,7 +1207,7 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
        << "\n  consecutive_hysteresis: "
        << (l.consecutiveHysteresis ? "true" : "false") << "\n";
   }
-  os << "remat: " << rematName(c.remat.policy) << "\n";
+  os << "remat: " << ::llmc::stringifyRematPolicy(c.remat.policy) << "\n";
   if (c.remat.policy == RematConfig::Policy::Budget)
     os << "remat_budget: " << c.remat.budgetBytes << "\n";
   os
@@ -1312,7 +1278,7 @@ mlir::llmc::resumeSections(const TrainingConfig &c) {
     // may be resumed under another policy.
     std::string text;
     raw_string_ostream os(text);
-    os << "precision: " << precisionName(c.precision.kind) << "\n";
+    os << "precision: " << ::llmc::stringifyPrecision(c.precision.kind) << "\n";
     printList(os, "allow", c.precision.allow);
     printList(os, "deny", c.precision.deny);
     if (c.precision.kind == PrecisionConfig::Kind::FP16) {

@@ -434,9 +434,29 @@ LogicalResult CastOp::verify() {
   return success();
 }
 
+// Whether every value of element type `from` is exactly a value of `to`:
+// f16 and bf16 both widen to f32 without rounding.
+static bool widensExactly(Type from, Type to) {
+  return from == to || to.isF32();
+}
+
 OpFoldResult CastOp::fold(FoldAdaptor) {
   if (getInput().getType() == getType())
     return getInput();
+  // cast(cast(x)) whose inner cast loses nothing rounds x's exact value
+  // once, as one cast of x does: f16 -> f32 -> f16 is x itself and
+  // f16 -> f32 -> bf16 is f16 -> bf16. A narrowing inner cast
+  // (f32 -> f16 -> f32) rounds and stays.
+  if (auto inner = getInput().getDefiningOp<CastOp>()) {
+    Value source = inner.getInput();
+    if (widensExactly(getElementTypeOrSelf(source.getType()),
+                      getElementTypeOrSelf(inner.getType()))) {
+      if (source.getType() == getType())
+        return source;
+      getInputMutable().assign(source);
+      return getResult();
+    }
+  }
   return {};
 }
 
@@ -448,6 +468,61 @@ LogicalResult DropoutOp::verify() {
   int64_t stream = getStreamAttr().getInt();
   if (stream < 0)
     return emitOpError("stream must be non-negative, got ") << stream;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Predicates and selection
+//===----------------------------------------------------------------------===//
+
+static RankedTensorType flagsLike(ArrayRef<int64_t> shape, MLIRContext *ctx) {
+  return RankedTensorType::get(shape, IntegerType::get(ctx, 1));
+}
+
+LogicalResult IsFiniteOp::inferReturnTypes(MLIRContext *ctx,
+                                           std::optional<Location> loc,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &results) {
+  auto input =
+      inference<IsFiniteOp>(loc).floatTensor(adaptor.getInput(), "input");
+  if (failed(input))
+    return failure();
+  results.push_back(flagsLike(input->getShape(), ctx));
+  return success();
+}
+
+LogicalResult CompareOp::inferReturnTypes(MLIRContext *ctx,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &results) {
+  Inference inf = inference<CompareOp>(loc, adaptor.getAttributes());
+  if (failed(inf.required<ComparePredicateAttr>("predicate",
+                                                "lt, le or eq")))
+    return failure();
+  auto lhs = inf.floatTensor(adaptor.getLhs(), "lhs");
+  auto rhs = inf.floatTensor(adaptor.getRhs(), "rhs");
+  if (failed(lhs) || failed(rhs) ||
+      failed(inf.sameElementType(*lhs, "lhs", *rhs, "rhs")))
+    return failure();
+  std::optional<SmallVector<int64_t>> shape =
+      broadcastShapes(lhs->getShape(), rhs->getShape());
+  if (!shape)
+    return inf.fail("shapes ", shapeString(lhs->getShape()), " and ",
+                    shapeString(rhs->getShape()), " do not broadcast");
+  results.push_back(flagsLike(*shape, ctx));
+  return success();
+}
+
+LogicalResult SelectOp::verify() {
+  ArrayRef<int64_t> condition = getCondition().getType().getShape();
+  ArrayRef<int64_t> result = getType().getShape();
+  std::optional<SmallVector<int64_t>> shape =
+      broadcastShapes(condition, result);
+  if (!shape || ArrayRef<int64_t>(*shape) != result)
+    return emitOpError("condition of shape ")
+           << shapeString(condition)
+           << " does not broadcast to the result shape "
+           << shapeString(result);
   return success();
 }
 

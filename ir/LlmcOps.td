@@ -255,6 +255,90 @@ def Llmc_DropoutOp : Llmc_Op<"dropout",
 }
 
 //===----------------------------------------------------------------------===//
+// Predicates and selection
+//===----------------------------------------------------------------------===//
+
+// Flags: the conditions of llmc.select. Kernels compute them in registers and
+// never store them (llmc-fusion puts each one in the kernel that uses it).
+def Llmc_BoolTensor : StaticShapeTensorOf<[I1]>;
+
+def Llmc_IsFiniteOp : Llmc_Op<"is_finite", [Pure, InferTypeOpAdaptor]> {
+  let summary = "Elementwise test for a finite value (neither inf nor NaN)";
+  let description = [{
+    The result has the input's shape and element type i1. Dynamic loss
+    scaling (llmc-loss-scaling) tests the global gradient norm with it to
+    detect an overflow. Not differentiable. Example:
+    ```mlir
+    %finite = llmc.is_finite %norm : tensor<f32>
+    // %finite : tensor<i1>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input);
+  let results = (outs Llmc_BoolTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Llmc_ComparePredicate : I32EnumAttr<"ComparePredicate",
+    "an ordered comparison (false when either side is NaN)", [
+      I32EnumAttrCase<"LT", 0, "lt">,
+      I32EnumAttrCase<"LE", 1, "le">,
+      I32EnumAttrCase<"EQ", 2, "eq">
+    ]> {
+  let cppNamespace = "::mlir::llmc";
+  let genSpecializedAttr = 0;
+}
+def Llmc_ComparePredicateAttr : EnumAttr<Llmc_Dialect, Llmc_ComparePredicate,
+                                         "compare_predicate"> {
+  let assemblyFormat = "$value";
+}
+
+def Llmc_CompareOp : Llmc_Op<"compare", [Pure, InferTypeOpAdaptor]> {
+  let summary = "Elementwise ordered comparison with broadcasting";
+  let description = [{
+    `lhs < rhs` (`lt`), `lhs <= rhs` (`le`) or `lhs == rhs` (`eq`),
+    elementwise, false where either side is NaN. Operands have one element
+    type and broadcast as in `llmc.add`; the result is an i1 tensor of the
+    broadcast shape. Not differentiable. Example:
+    ```mlir
+    %full = llmc.compare le, %window, %clean : tensor<f32>, tensor<f32>
+    // %full : tensor<i1>
+    ```
+  }];
+  let arguments = (ins Llmc_ComparePredicateAttr:$predicate,
+                       Llmc_FloatTensor:$lhs, Llmc_FloatTensor:$rhs);
+  let results = (outs Llmc_BoolTensor:$result);
+  let assemblyFormat = [{
+    `` $predicate `,` $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)
+  }];
+}
+
+def Llmc_SelectOp : Llmc_Op<"select",
+    [Pure, AllTypesMatch<["true_value", "false_value", "result"]>]> {
+  let summary = "Elementwise choice between two tensors by an i1 condition";
+  let description = [{
+    `result = condition ? true_value : false_value`, elementwise. The two
+    values have one type, which is the result's; the condition broadcasts to
+    it (NumPy rule, as in `llmc.add`), so a scalar flag chooses between two
+    whole tensors. The unchosen value does not leak through: a NaN in it
+    leaves the result alone. Not differentiable. Example (keep the old
+    parameter when the gradients overflowed):
+    ```mlir
+    %p = llmc.select %finite, %updated, %old
+        : tensor<i1>, tensor<768x768xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_BoolTensor:$condition,
+                       Llmc_FloatTensor:$true_value,
+                       Llmc_FloatTensor:$false_value);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $condition `,` $true_value `,` $false_value attr-dict `:`
+    type($condition) `,` type($true_value)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Normalization and softmax
 //===----------------------------------------------------------------------===//
 

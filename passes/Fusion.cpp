@@ -24,6 +24,11 @@
 // do the operands of a norm gradient (its weight and bias gradients are
 // column sums that code generation computes in a second kernel, from memory).
 // Results used outside their group become extra outputs of the fusion.
+// Flags (the i1 results of is_finite and compare) are never stored: each
+// use gets its own copy of the flag's op, which joins the user's group,
+// even a group of a larger shape when the flag is a scalar (a scalar
+// condition broadcast over a whole tensor, as dynamic loss scaling selects
+// every parameter by one overflow flag).
 #include "ir/LlmcOps.h"
 #include "passes/Passes.h"
 
@@ -47,7 +52,29 @@ namespace {
 bool isPointwise(Operation *op) {
   return isa<AddOp, SubOp, MulOp, DivOp, MaxOp, NegOp, ExpOp, LogOp, TanhOp,
              SqrtOp, RsqrtOp, ReluOp, SiluOp, GeluOp, CastOp, DropoutOp,
-             RotaryOp, EmbeddingOp, ReluGradOp, SiluGradOp, GeluGradOp>(op);
+             RotaryOp, EmbeddingOp, ReluGradOp, SiluGradOp, GeluGradOp,
+             IsFiniteOp, CompareOp, SelectOp>(op);
+}
+
+/// Ops whose result is an i1 flag, which kernels compute but never store.
+bool producesFlag(Operation *op) { return isa<IsFiniteOp, CompareOp>(op); }
+
+/// Gives every use of a flag its own copy of the flag's op, so that each
+/// copy can join the group of its one user.
+void copyFlagsPerUse(Block &block) {
+  SmallVector<Operation *> flags;
+  for (Operation &op : block)
+    if (producesFlag(&op))
+      flags.push_back(&op);
+  OpBuilder builder(block.getParentOp()->getContext());
+  for (Operation *flag : flags) {
+    SmallVector<OpOperand *> uses = llvm::to_vector(llvm::map_range(
+        flag->getUses(), [](OpOperand &use) { return &use; }));
+    for (OpOperand *use : llvm::drop_begin(uses)) {
+      builder.setInsertionPoint(use->getOwner());
+      use->set(builder.clone(*flag)->getResult(0));
+    }
+  }
 }
 
 /// Backward ops that work on whole rows; their domain is their result.
@@ -122,6 +149,13 @@ private:
   void add(int group, Operation *op) {
     groups[group].ops.insert(op);
     groupOf[op] = group;
+    // A flag cannot be a kernel input: its op (one per use) comes along.
+    for (Value operand : op->getOperands())
+      if (Operation *def = operand.getDefiningOp();
+          def && producesFlag(def) && canJoin(group, def)) {
+        add(group, def);
+        pullProducers(group, def);
+      }
   }
   int newGroup(StringRef kind, Operation *root) {
     groups.push_back({kind.str(), domainOf(root), {}});
@@ -182,7 +216,11 @@ bool GroupBuilder::createsCycle(int group, Operation *candidate) {
 bool GroupBuilder::canJoin(int group, Operation *op) {
   if (grouped(op) || !isPointwise(op) || op->getBlock() != &block)
     return false;
-  if (shapeOf(op->getResult(0)) != ArrayRef<int64_t>(groups[group].domain))
+  // A scalar flag is computed once and broadcast; any other op (or flag)
+  // joins only at the group's shape.
+  bool scalarFlag = producesFlag(op) && shapeOf(op->getResult(0)).empty();
+  if (!scalarFlag &&
+      shapeOf(op->getResult(0)) != ArrayRef<int64_t>(groups[group].domain))
     return false;
   // An op that reads an operand at another index needs that operand from
   // memory: it cannot be fed by a value the group computes, whether the
@@ -292,11 +330,32 @@ LogicalResult GroupBuilder::materialize() {
       for (Value result : op->getResults())
         if (llvm::any_of(result.getUsers(), [&](Operation *user) {
               return !group.ops.contains(user);
-            }))
+            })) {
+          if (producesFlag(op))
+            return op->emitOpError("computes a flag (i1) that its user '")
+                   << (*result.getUsers().begin())->getName()
+                   << "' cannot compute in the same kernel; kernels never "
+                      "store flags";
           outputs.push_back(result);
+        }
     }
 
-    builder.setInsertionPoint(members.back());
+    // A fusion sits at its last member, except that a GEMM group sits as
+    // early as its inputs allow: at its matmul, or right after the latest
+    // producer of an epilogue operand. Its only output is the last member's
+    // result, so any point up to that member is valid, and the earliest
+    // ends its operands' lives soonest: a weight gradient accumulated by an
+    // add at the end of @grad_step would otherwise hold the activation and
+    // the output gradient it is made from alive to the end of the step.
+    Operation *anchor = members.back();
+    if (group.kind == "gemm") {
+      anchor = members.front();
+      for (Value input : inputs)
+        if (Operation *def = input.getDefiningOp())
+          if (def->getBlock() == &block && !def->isBeforeInBlock(anchor))
+            anchor = def->getNextNode();
+    }
+    builder.setInsertionPoint(anchor);
     Location loc = builder.getFusedLoc(llvm::to_vector(
         llvm::map_range(members, [](Operation *op) { return op->getLoc(); })));
     auto fusion = FusionOp::create(
@@ -331,14 +390,19 @@ LogicalResult GroupBuilder::materialize() {
 struct FusionPass : llmc::impl::FusionPassBase<FusionPass> {
   void runOnOperation() override {
     getOperation()->walk([&](func::FuncOp func) {
-      if (func.getBody().hasOneBlock()) {
-        GroupBuilder builder(func.getBody().front());
-        builder.formGroups();
-        if (failed(builder.materialize()))
-          signalPassFailure();
-      }
+      if (failed(fuseFunction(func)))
+        signalPassFailure();
     });
   }
 };
 
 } // namespace
+
+LogicalResult mlir::llmc::fuseFunction(func::FuncOp func) {
+  if (!func.getBody().hasOneBlock())
+    return success();
+  copyFlagsPerUse(func.getBody().front());
+  GroupBuilder builder(func.getBody().front());
+  builder.formGroups();
+  return builder.materialize();
+}

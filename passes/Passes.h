@@ -2,6 +2,7 @@
 #ifndef LLMC_PASSES_PASSES_H
 #define LLMC_PASSES_PASSES_H
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
 
 namespace mlir::llmc {
@@ -11,6 +12,11 @@ namespace mlir::llmc {
 
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
+
+/// The grouping llmc-fusion does, on one function: for passes that must see
+/// the kernels their rewrite leads to (llmc-remat plans the memory of a
+/// fused copy of @grad_step).
+LogicalResult fuseFunction(func::FuncOp func);
 
 } // namespace mlir::llmc
 

@@ -20,6 +20,41 @@ def VerifyLegalityPass : Pass<"llmc-verify-legality", "mlir::ModuleOp"> {
   }];
 }
 
+def AmpPass : Pass<"llmc-amp", "mlir::ModuleOp"> {
+  let summary = "Mixed precision by op lists (torch.autocast, Apex AMP)";
+  let description = [{
+    Runs on `@forward` before `llmc-autodiff`, so that the gradient step
+    differentiates the casts too. Each op is classified by name:
+    allow-listed ops (the matrix products) run in `precision`, fp16 or
+    bf16; deny-listed ops (softmax, the loss, norms, exp/log, reductions)
+    run in f32; every other op runs in the widest float type among its
+    operands that are neither parameters nor constants (f16 and bf16
+    together widen to f32), or in f32 when it has none. Operands of another
+    type are cast with `llmc.cast`. The default lists are one table in
+    passes/Amp.cpp, shown by `llmc-opt --help`; `allow=` and `deny=` move
+    ops between them by name (`allow=llmc.softmax`).
+
+    Parameters stay f32 arguments (the master weights); each one gets a
+    single cast per low-precision type at the top of the function that all
+    its uses share, the copy made once per step. Statistics results (norm
+    mean/rstd, attention and cross-entropy log-sum-exp) stay f32, and the
+    function's result types are kept by casting back before the return.
+    Last, redundant casts are folded: a cast to the same type disappears,
+    `cast(cast(x))` whose inner cast loses nothing (f16 -> f32 -> f16, or
+    f16 -> f32 -> bf16) becomes one cast of `x` or none, and identical
+    casts of one value are merged.
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", /*default=*/"\"fp16\"",
+           "fp16 or bf16: the type allow-listed ops run in">,
+    ListOption<"allow", "allow", "std::string",
+               "Op names moved onto the allow list (e.g. llmc.softmax)">,
+    ListOption<"deny", "deny", "std::string",
+               "Op names moved onto the deny list (e.g. llmc.gelu)">
+  ];
+  let dependentDialects = ["mlir::llmc::LlmcDialect"];
+}
+
 def AutodiffPass : Pass<"llmc-autodiff", "mlir::ModuleOp"> {
   let summary = "Adds @grad_step, the reverse-mode gradient of @forward";
   let description = [{
@@ -105,6 +140,95 @@ def OptimizerPass : Pass<"llmc-optimizer", "mlir::ModuleOp"> {
     Option<"decayNormsAndBiases", "decay-norms-and-biases", "bool",
            /*default=*/"false",
            "Also apply weight decay to rank-1 parameters (biases, norms)">
+  ];
+  let dependentDialects = ["mlir::llmc::LlmcDialect"];
+}
+
+def LossScalingPass : Pass<"llmc-loss-scaling", "mlir::ModuleOp"> {
+  let summary = "Dynamic loss scaling inside the compiled training step";
+  let description = [{
+    Runs after `llmc-optimizer`, for fp16 training (bf16 has f32's range
+    and needs none). The scale is persistent state, shared by name like the
+    gradients: `loss_scale` (starting at 2^initial-scale-power),
+    `loss_scale.clean_steps`, `loss_scale.hysteresis` (starting at
+    `hysteresis`) and `loss_scale.skipped_steps`, f32 scalar `llmc.state`
+    arguments whose first values `llmc.state_init` gives.
+
+    `@grad_step` seeds the backward sweep with `dloss * loss_scale` instead
+    of `dloss`, so the accumulated gradients are scaled. `@update_step`
+    multiplies every gradient it reads by `1 / loss_scale` before the
+    norm, the clipping and the update; a gradient norm that is not finite
+    is an overflow, and then every parameter and optimizer state keeps its
+    old value (`llmc.select`) while the gradients are zeroed as always. The
+    scale follows DeepSpeed's DynamicLossScaler: an overflow with at most
+    one hysteresis left divides it by `factor` (not below `min-scale`),
+    one with more consumes a hysteresis; `window` clean steps in a row
+    multiply it by `factor` and refill the hysteresis (every clean step
+    refills it with `consecutive-hysteresis`). `@update_step` returns two
+    more results, `overflow` (1 for a skipped update, else 0) and
+    `used_loss_scale` (the scale this step's gradients carry), and the new
+    values of the four states (named as outputs by the state names).
+  }];
+  let options = [
+    Option<"initialScalePower", "initial-scale-power", "double",
+           /*default=*/"16", "The scale starts at 2^this">,
+    Option<"window", "window", "int64_t", /*default=*/"1000",
+           "Clean steps in a row after which the scale grows">,
+    Option<"hysteresis", "hysteresis", "int64_t", /*default=*/"2",
+           "Overflows it takes to lower the scale">,
+    Option<"minScale", "min-scale", "double", /*default=*/"1",
+           "The scale never goes below this">,
+    Option<"factor", "factor", "double", /*default=*/"2",
+           "The scale grows and shrinks by this factor">,
+    Option<"consecutiveHysteresis", "consecutive-hysteresis", "bool",
+           /*default=*/"false",
+           "Refill the hysteresis after every clean step, not only when the "
+           "scale grows">
+  ];
+  let dependentDialects = ["mlir::llmc::LlmcDialect"];
+}
+
+def RematPass : Pass<"llmc-remat", "mlir::ModuleOp"> {
+  let summary = "Activation checkpointing: recomputes saved activations in @grad_step";
+  let description = [{
+    Runs on `@grad_step` after `llmc-optimizer` (and loss scaling), before
+    `llmc-fusion`. The forward ops of the step are those the `loss` result
+    depends on; every forward value a backward op reads is a saved
+    activation. A policy chooses the set of forward values that stay
+    stored; every backward use of any other forward value is replaced by a
+    recomputation: its producers are cloned, back to stored values and
+    function arguments, right before the first backward op that needs it,
+    and later uses share those clones. Dropout recomputes the same mask
+    (it is a function of seed, step, stream and index), so gradients are
+    bitwise those of the step without remat.
+
+    A transformer block is the ops that use parameters named with an
+    all-digit component N (`h.3.mlp.c_fc.weight`: block 3), plus the ops
+    without parameters whose operands come from that block or from before
+    it (the residual adds); ops using other parameters (`wte`, `ln_f`)
+    belong to no block, and their results are always stored.
+    - `none`: everything is stored (the pass changes nothing);
+    - `full` (Chen et al. 2016, Megatron-LM): per block only its input is
+      stored; the block is recomputed before its backward;
+    - `selective` (Korthikanti et al. 2022): block inputs and the outputs
+      of matmul, batch_matmul and attention (with its log-sum-exp) are
+      stored; norms, activations, bias and residual adds, dropout and casts
+      are recomputed;
+    - `budget`: the fewest recomputations, chosen greedily by bytes freed
+      per recomputed FLOP, for which the planned peak (the arena of the
+      fused and lowered step, planned as code generation plans it) fits in
+      `budget-bytes`; an error names the smallest peak the policies reach
+      when the budget is below it.
+
+    `@grad_step` gets a `llmc.remat` dictionary: the policy, the values
+    recomputed, the ops cloned, their FLOPs (`extra_flops`), the bytes of
+    activations kept (`stored_bytes`) and, for `budget`, the planned peak.
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", /*default=*/"\"full\"",
+           "none, full, selective or budget">,
+    Option<"budgetBytes", "budget-bytes", "int64_t", /*default=*/"0",
+           "budget: the largest planned peak (arena bytes) allowed">
   ];
   let dependentDialects = ["mlir::llmc::LlmcDialect"];
 }

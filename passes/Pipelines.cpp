@@ -7,11 +7,15 @@
 
 using namespace mlir;
 
-void mlir::llmc::buildCompilePipeline(OpPassManager &pm) {
+void mlir::llmc::buildCompilePipeline(
+    OpPassManager &pm, const std::optional<AmpPassOptions> &amp) {
   // First: every later pass assumes @forward(params..., tokens, targets)
   // -> loss made of llmc ops, so a module that is not one stops here with
   // a diagnostic instead of failing somewhere deep in the pipeline.
   pm.addPass(createVerifyLegalityPass());
+  // Mixed precision types the ops, so it comes before fusion groups them.
+  if (amp)
+    pm.addPass(createAmpPass(*amp));
   // Last: fusion decides the kernels, so every graph pass that rewrites ops
   // runs before it; code generation lowers each llmc.fusion to a kernel.
   pm.addPass(createFusionPass());
@@ -20,12 +24,27 @@ void mlir::llmc::buildCompilePipeline(OpPassManager &pm) {
 void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
                                        const TrainingPipelineOptions &options) {
   pm.addPass(createVerifyLegalityPass());
-  // Autodiff differentiates the forward ops as the user wrote them, before
-  // any pass rewrites them (mixed precision and rematerialization, when
-  // they come, work on the differentiated step).
+  // Mixed precision rewrites @forward before autodiff, so that the gradient
+  // step differentiates the casts: each f32 master weight's gradient comes
+  // back through its cast as f32.
+  if (options.amp)
+    pm.addPass(createAmpPass(*options.amp));
+  // Autodiff differentiates the forward ops as the user wrote them (or as
+  // llmc-amp typed them), before any pass rewrites the step
+  // (rematerialization works on the differentiated step).
   pm.addPass(createAutodiffPass());
   // The optimizer consumes @grad_step's gradients and adds @update_step.
   pm.addPass(createOptimizerPass(options.optimizer));
+  // Loss scaling rewrites both steps the optimizer leaves: the scaled seed
+  // of @grad_step, and the unscaling, overflow test and skipped update of
+  // @update_step (which must exist first).
+  if (options.lossScaling)
+    pm.addPass(createLossScalingPass(*options.lossScaling));
+  // Remat rewrites the finished step (after the passes that add forward
+  // or backward ops), and before fusion, so that recomputed ops fuse like
+  // the others and its budget sees the kernels fusion will make.
+  if (options.remat)
+    pm.addPass(createRematPass(*options.remat));
   // Fusion last, over all three functions, as in the compile pipeline.
   pm.addPass(createFusionPass());
 }

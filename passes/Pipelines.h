@@ -6,15 +6,26 @@
 
 #include "mlir/Pass/PassManager.h"
 
+#include <optional>
+
 namespace mlir::llmc {
 
 /// What `llmc compile` runs on a model module. Registered as
 /// `llmc-compile-pipeline` so that lit tests run exactly the same passes.
-void buildCompilePipeline(OpPassManager &pm);
+/// With `amp`, the forward runs in mixed precision as a training run of that
+/// precision evaluates it.
+void buildCompilePipeline(OpPassManager &pm,
+                          const std::optional<AmpPassOptions> &amp = {});
 
 /// The options of the training passes, one field per pass.
 struct TrainingPipelineOptions {
+  /// Mixed precision; unset trains in f32 and llmc-amp does not run.
+  std::optional<AmpPassOptions> amp;
   OptimizerPassOptions optimizer;
+  /// Dynamic loss scaling (fp16); unset: llmc-loss-scaling does not run.
+  std::optional<LossScalingPassOptions> lossScaling;
+  /// Activation checkpointing; unset (policy none): llmc-remat does not run.
+  std::optional<RematPassOptions> remat;
 };
 
 /// What `llmc run` compiles: the compile pipeline with the training passes

@@ -58,7 +58,9 @@ static_assert(
     same(fb::Op::ReduceMax, kir::Op::ReduceMax) &&
     same(fb::Op::Store, kir::Op::Store) &&
     same(fb::Op::Random, kir::Op::Random) &&
-    same(fb::Op::MAX, kir::Op::Random));
+    same(fb::Op::RoundF16, kir::Op::RoundF16) &&
+    same(fb::Op::RoundBF16, kir::Op::RoundBF16) &&
+    same(fb::Op::MAX, kir::Op::RoundBF16));
 static_assert(same(fb::BufferKind::Param, kir::BufferKind::Param) &&
               same(fb::BufferKind::Input, kir::BufferKind::Input) &&
               same(fb::BufferKind::Arena, kir::BufferKind::Arena) &&
@@ -107,8 +109,8 @@ static Offset<fb::Binding> encodeBinding(FlatBufferBuilder &b,
 
 static Offset<fb::Buffer> encodeBuffer(FlatBufferBuilder &b,
                                        const kir::Buffer &buffer) {
-  const auto &[name, kind, dtype, shape, offset, firstStep, lastStep, idBound] =
-      buffer;
+  const auto &[name, kind, dtype, shape, offset, firstStep, lastStep, idBound,
+                initialValue] = buffer;
   auto nameString = b.CreateString(name);
   auto shapeVector = b.CreateVector(shape);
   fb::BufferBuilder out(b);
@@ -120,6 +122,7 @@ static Offset<fb::Buffer> encodeBuffer(FlatBufferBuilder &b,
   out.add_first_step(firstStep);
   out.add_last_step(lastStep);
   out.add_id_bound(idBound);
+  out.add_initial_value(initialValue);
   return out.Finish();
 }
 
@@ -506,6 +509,7 @@ llvm::Expected<kir::Buffer> Decoder::decodeBuffer(size_t index,
   buffer.firstStep = def.first_step();
   buffer.lastStep = def.last_step();
   buffer.idBound = def.id_bound();
+  buffer.initialValue = def.initial_value();
   return buffer;
 }
 

@@ -26,7 +26,9 @@ namespace llmc::runtime {
 /// 2: Random op, State buffers, states/updates bindings, attention and
 /// embedding gradient steps; the optional CUDA section.
 /// 3: accumulating GEMM and embedding gradient steps.
-constexpr uint32_t kArtifactFormatVersion = 3;
+/// 4: the RoundF16 and RoundBF16 ops (casts to f16/bf16 inside kernels).
+/// 5: initial values of State buffers (the loss scale).
+constexpr uint32_t kArtifactFormatVersion = 5;
 
 /// The FlatBuffers file identifier (bytes 8-11 of a file) and the usual
 /// file extension, without the dot.

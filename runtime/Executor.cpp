@@ -1,6 +1,16 @@
 // The CPU executor: buffers, kernel launches over the thread pool, BLAS
 // GEMMs with their epilogues, attention.
+//
+// f16/bf16 library steps compute in f32, as the CUDA backend does on
+// tensor cores: narrow GEMM operands and attention heads are widened into
+// per-thread staging buffers, multiplied by sgemm, and narrow results
+// rounded back to nearest even (runtime/Cpu/LowPrecision.h). The staging
+// buffers are the executor's scratch (`scratch`, like attention's scores),
+// not tensors of the program: they live outside the arena, so the arena's
+// measured high-water mark still equals the planned peak, and they are
+// small (tiles of a GEMM, one head of attention per thread).
 #include "runtime/Executor.h"
+#include "runtime/Cpu/LowPrecision.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -61,6 +71,61 @@ void sgemm(int64_t m, int64_t n, int64_t k, Matrix a, Matrix b, float *c,
               b.data, ldb, beta, c, ldc);
 }
 
+/// Block [r0, r0 + rows) x [c0, c0 + cols) of the matrix whose element
+/// (r, c) is element r * rowStride + c * colStride of `data` (of `type`;
+/// one stride is 1), as an f32 Matrix: in place for f32, else widened
+/// into `staging` (rows * cols floats) in the layout it is stored in.
+Matrix stageBlock(kir::DType type, char *data, int64_t rowStride,
+                  int64_t colStride, int64_t r0, int64_t c0, int64_t rows,
+                  int64_t cols, float *staging) {
+  int64_t first = r0 * rowStride + c0 * colStride;
+  if (type == kir::DType::F32)
+    return {reinterpret_cast<float *>(data) + first, rowStride, colStride};
+  int64_t bytes = kir::dtypeBytes(type);
+  if (colStride == 1) {
+    for (int64_t r = 0; r < rows; ++r)
+      cpu::widenToFloat(type, data + (first + r * rowStride) * bytes, cols,
+                        staging + r * cols);
+    return {staging, cols, 1};
+  }
+  for (int64_t c = 0; c < cols; ++c)
+    cpu::widenToFloat(type, data + (first + c * colStride) * bytes, rows,
+                      staging + c * rows);
+  return {staging, 1, rows};
+}
+
+/// Head (b, h) of an attention view [batch, heads, seq, headDim] with a
+/// unit headDim stride, `rows` x `cols`, as an f32 matrix (data, row
+/// stride): in place for f32; else `staging` (rows x cols, contiguous),
+/// filled with the widened head when `load`.
+std::pair<float *, int64_t> headMatrix(char *data, kir::DType type,
+                                       const kir::View &view, int64_t b,
+                                       int64_t h, int64_t rows, int64_t cols,
+                                       float *staging, bool load) {
+  int64_t first = view.offset + b * view.strides[0] + h * view.strides[1];
+  if (type == kir::DType::F32)
+    return {reinterpret_cast<float *>(data) + first, view.strides[2]};
+  if (load)
+    for (int64_t t = 0; t < rows; ++t)
+      cpu::widenToFloat(type,
+                        data + (first + t * view.strides[2]) *
+                                   kir::dtypeBytes(type),
+                        cols, staging + t * cols);
+  return {staging, cols};
+}
+
+/// Rounds a staged head (headMatrix of a narrow view) back into the view.
+void storeHead(char *data, kir::DType type, const kir::View &view, int64_t b,
+               int64_t h, int64_t rows, int64_t cols, const float *staging) {
+  if (type == kir::DType::F32)
+    return;
+  int64_t first = view.offset + b * view.strides[0] + h * view.strides[1];
+  for (int64_t t = 0; t < rows; ++t)
+    cpu::narrowFromFloat(type, staging + t * cols, cols,
+                         data + (first + t * view.strides[2]) *
+                                    kir::dtypeBytes(type));
+}
+
 } // namespace
 
 CpuExecutor::CpuExecutor(kir::Program program,
@@ -83,7 +148,8 @@ llvm::Error CpuExecutor::bindBuffers() {
       bases[index] = arena + buffer.offset;
     } else if (kir::isPersistent(buffer.kind)) {
       llvm::Expected<char *> memory =
-          persistent->bind(buffer.name, buffer.dtype, buffer.shape);
+          persistent->bind(buffer.name, buffer.dtype, buffer.shape,
+                           buffer.initialValue);
       if (!memory)
         return memory.takeError();
       bases[index] = *memory;
@@ -210,6 +276,10 @@ void CpuExecutor::runKernel(int32_t index) {
 }
 
 void CpuExecutor::runGemm(const kir::GemmStep &g) {
+  if (prog.buffers[g.a.buffer].dtype != kir::DType::F32 ||
+      prog.buffers[g.b.buffer].dtype != kir::DType::F32 ||
+      prog.buffers[g.c.buffer].dtype != kir::DType::F32)
+    return runNarrowGemm(g);
   auto at = [&](const kir::View &view) {
     return reinterpret_cast<float *>(base(view.buffer)) + view.offset;
   };
@@ -260,26 +330,106 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
     });
 }
 
+void CpuExecutor::runNarrowGemm(const kir::GemmStep &g) {
+  // OpenBLAS has no f16 or bf16 GEMM here (Debian's build lacks sbgemm):
+  // tiles of C, kTileM x kTileN, each summed over k in steps of kTileK
+  // from f32 copies of A's and B's blocks (f32 operands are read in
+  // place), in f32 (C itself when f32, else a staged tile rounded into C
+  // at the end: one rounding). Threads take whole tiles. Staging per
+  // thread: about 2 MB; each A element is widened n / kTileN times and each
+  // B element m / kTileM times, a few per mille of the multiply-adds. On
+  // [2048, 768] x [768, 3072] this runs at about 93% of the f32 path's
+  // GFLOP/s (2-core x86 with F16C; larger tiles measured no better).
+  constexpr int64_t kTileM = 256, kTileN = 512, kTileK = 512;
+  kir::DType aType = prog.buffers[g.a.buffer].dtype;
+  kir::DType bType = prog.buffers[g.b.buffer].dtype;
+  kir::DType cType = prog.buffers[g.c.buffer].dtype;
+  int64_t aBytes = kir::dtypeBytes(aType), bBytes = kir::dtypeBytes(bType),
+          cBytes = kir::dtypeBytes(cType);
+  // Strides of op(A) [m x k] and op(B) [k x n] from the stored layouts.
+  int64_t aM = g.transA ? g.a.strides[2] : g.a.strides[1];
+  int64_t aK = g.transA ? g.a.strides[1] : g.a.strides[2];
+  int64_t bK = g.transB ? g.b.strides[2] : g.b.strides[1];
+  int64_t bN = g.transB ? g.b.strides[1] : g.b.strides[2];
+  int64_t ldc = g.c.strides[1];
+  int64_t tilesM = (g.m + kTileM - 1) / kTileM;
+  int64_t tilesN = (g.n + kTileN - 1) / kTileN;
+  pool.parallelFor(g.batch * tilesM * tilesN, [&](int64_t begin, int64_t end,
+                                                   int thread) {
+    std::vector<float> &staging = scratch[thread];
+    staging.resize(std::max<size_t>(
+        staging.size(), kTileM * kTileK + kTileK * kTileN + kTileM * kTileN));
+    float *aStage = staging.data(), *bStage = aStage + kTileM * kTileK;
+    float *cStage = bStage + kTileK * kTileN;
+    for (int64_t tile = begin; tile < end; ++tile) {
+      int64_t batch = tile / (tilesM * tilesN);
+      int64_t i0 = tile / tilesN % tilesM * kTileM, j0 = tile % tilesN * kTileN;
+      int64_t mc = std::min(kTileM, g.m - i0), nc = std::min(kTileN, g.n - j0);
+      auto at = [&](const kir::View &view, int64_t bytes) {
+        return base(view.buffer) +
+               (view.offset + batch * view.strides[0]) * bytes;
+      };
+      char *a = at(g.a, aBytes), *b = at(g.b, bBytes), *c = at(g.c, cBytes);
+      auto cRow = [&](int64_t r) { return c + ((i0 + r) * ldc + j0) * cBytes; };
+      float *cTile = reinterpret_cast<float *>(cRow(0));
+      int64_t cLd = ldc;
+      if (cType != kir::DType::F32) {
+        cTile = cStage;
+        cLd = nc;
+        if (g.accumulate)
+          for (int64_t r = 0; r < mc; ++r)
+            cpu::widenToFloat(cType, cRow(r), nc, cStage + r * nc);
+      }
+      if (g.k == 0 && !g.accumulate)
+        for (int64_t r = 0; r < mc; ++r)
+          std::fill(cTile + r * cLd, cTile + r * cLd + nc, 0.0f);
+      for (int64_t k0 = 0; k0 < g.k; k0 += kTileK) {
+        int64_t kc = std::min(kTileK, g.k - k0);
+        Matrix aBlock = stageBlock(aType, a, aM, aK, i0, k0, mc, kc, aStage);
+        Matrix bBlock = stageBlock(bType, b, bK, bN, k0, j0, kc, nc, bStage);
+        float beta = k0 > 0 || g.accumulate ? 1.0f : 0.0f;
+        sgemm(mc, nc, kc, aBlock, bBlock, cTile, cLd, 1.0f, beta);
+      }
+      if (cType != kir::DType::F32)
+        for (int64_t r = 0; r < mc; ++r)
+          cpu::narrowFromFloat(cType, cStage + r * nc, nc, cRow(r));
+    }
+  });
+  if (g.epilogue >= 0) {
+    CpuKernelFn epilogue = kernelFns[g.epilogue];
+    void *const *operands = kernelOperands[g.epilogue].data();
+    pool.parallelFor(g.batch * g.m, [&](int64_t begin, int64_t end, int) {
+      epilogue(operands, begin, end);
+    });
+  }
+}
+
 void CpuExecutor::runAttention(const kir::AttentionStep &att) {
   int64_t T = att.seq, D = att.headDim;
-  auto at = [&](const kir::View &view, int64_t b, int64_t h) {
-    return reinterpret_cast<float *>(base(view.buffer)) + view.offset +
-           b * view.strides[0] + h * view.strides[1];
-  };
+  // One type for q, k, v and out (kir::verifyProgram); f16/bf16 heads are
+  // staged in f32 after the scores.
+  kir::DType type = prog.buffers[att.q.buffer].dtype;
+  int64_t staged = type == kir::DType::F32 ? 0 : 4 * T * D;
   pool.parallelFor(att.batch * att.heads, [&](int64_t begin, int64_t end,
                                               int thread) {
     std::vector<float> &scores = scratch[thread];
-    scores.resize(T * T);
+    scores.resize(std::max<size_t>(scores.size(), T * T + staged));
+    float *staging = scores.data() + T * T;
     for (int64_t pair = begin; pair < end; ++pair) {
       int64_t b = pair / att.heads, h = pair % att.heads;
-      float *q = at(att.q, b, h), *k = at(att.k, b, h), *v = at(att.v, b, h);
-      float *out = at(att.out, b, h);
+      auto head = [&](const kir::View &view, int64_t slot, bool load) {
+        return headMatrix(base(view.buffer), type, view, b, h, T, D,
+                          staging + slot * T * D, load);
+      };
+      auto [q, qs] = head(att.q, 0, true);
+      auto [k, ks] = head(att.k, 1, true);
+      auto [v, vs] = head(att.v, 2, true);
+      auto [out, os] = head(att.out, 3, false);
       float *lse = reinterpret_cast<float *>(base(att.lse.buffer)) +
                    att.lse.offset + b * att.lse.strides[0] +
                    h * att.lse.strides[1];
       // S = scale * Q K^T; K^T as a matrix: (row d, column s) at s*ks + d.
-      sgemm(T, T, D, {q, att.q.strides[2], 1}, {k, 1, att.k.strides[2]},
-            scores.data(), T, att.scale);
+      sgemm(T, T, D, {q, qs, 1}, {k, 1, ks}, scores.data(), T, att.scale);
       for (int64_t t = 0; t < T; ++t) {
         float *row = scores.data() + t * T;
         int64_t visible = att.causal ? t + 1 : T;
@@ -299,36 +449,42 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
         lse[t * att.lse.strides[2]] = max + float(std::log(sum));
       }
       // Out = P V.
-      sgemm(T, D, T, {scores.data(), T, 1}, {v, att.v.strides[2], 1}, out,
-            att.out.strides[2]);
+      sgemm(T, D, T, {scores.data(), T, 1}, {v, vs, 1}, out, os);
+      storeHead(base(att.out.buffer), type, att.out, b, h, T, D, out);
     }
   });
 }
 
 void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
   int64_t T = att.seq, D = att.headDim;
-  auto at = [&](const kir::View &view, int64_t b, int64_t h) {
-    return reinterpret_cast<float *>(base(view.buffer)) + view.offset +
-           b * view.strides[0] + h * view.strides[1];
-  };
+  // One type for all eight tensors (kir::verifyProgram); f16/bf16 heads
+  // are staged in f32 after P, dP and delta.
+  kir::DType type = prog.buffers[att.q.buffer].dtype;
+  int64_t staged = type == kir::DType::F32 ? 0 : 8 * T * D;
   pool.parallelFor(att.batch * att.heads, [&](int64_t begin, int64_t end,
                                               int thread) {
     // P (then dS) and dP, T x T each, and delta, per thread.
     std::vector<float> &buffer = scratch[thread];
-    buffer.resize(2 * T * T + T);
+    buffer.resize(std::max<size_t>(buffer.size(), 2 * T * T + T + staged));
     float *p = buffer.data(), *dp = p + T * T, *delta = dp + T * T;
+    float *staging = delta + T;
     for (int64_t pair = begin; pair < end; ++pair) {
       int64_t b = pair / att.heads, h = pair % att.heads;
-      float *q = at(att.q, b, h), *k = at(att.k, b, h), *v = at(att.v, b, h);
-      float *out = at(att.out, b, h), *dout = at(att.dout, b, h);
-      float *dq = at(att.dq, b, h), *dk = at(att.dk, b, h),
-            *dv = at(att.dv, b, h);
+      auto head = [&](const kir::View &view, int64_t slot, bool load) {
+        return headMatrix(base(view.buffer), type, view, b, h, T, D,
+                          staging + slot * T * D, load);
+      };
+      auto [q, qs] = head(att.q, 0, true);
+      auto [k, ks] = head(att.k, 1, true);
+      auto [v, vs] = head(att.v, 2, true);
+      auto [out, os] = head(att.out, 3, true);
+      auto [dout, dos] = head(att.dout, 4, true);
+      auto [dq, dqs] = head(att.dq, 5, false);
+      auto [dk, dks] = head(att.dk, 6, false);
+      auto [dv, dvs] = head(att.dv, 7, false);
       const float *lse = reinterpret_cast<float *>(base(att.lse.buffer)) +
                          att.lse.offset + b * att.lse.strides[0] +
                          h * att.lse.strides[1];
-      int64_t qs = att.q.strides[2], ks = att.k.strides[2],
-              vs = att.v.strides[2], os = att.out.strides[2],
-              dos = att.dout.strides[2];
       // P = exp(scale Q K^T - lse), zero where masked: the forward's
       // probabilities, recomputed.
       sgemm(T, T, D, {q, qs, 1}, {k, 1, ks}, p, T, att.scale);
@@ -346,7 +502,7 @@ void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
         delta[t] = sum;
       }
       // dV = P^T dO.
-      sgemm(T, D, T, {p, 1, T}, {dout, dos, 1}, dv, att.dv.strides[2]);
+      sgemm(T, D, T, {p, 1, T}, {dout, dos, 1}, dv, dvs);
       // dP = dO V^T, then dS = P (dP - delta) in place of P.
       sgemm(T, T, D, {dout, dos, 1}, {v, 1, vs}, dp, T);
       for (int64_t t = 0; t < T; ++t) {
@@ -356,8 +512,11 @@ void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
           row[s] *= dpRow[s] - delta[t];
       }
       // dQ = scale dS K, dK = scale dS^T Q.
-      sgemm(T, D, T, {p, T, 1}, {k, ks, 1}, dq, att.dq.strides[2], att.scale);
-      sgemm(T, D, T, {p, 1, T}, {q, qs, 1}, dk, att.dk.strides[2], att.scale);
+      sgemm(T, D, T, {p, T, 1}, {k, ks, 1}, dq, dqs, att.scale);
+      sgemm(T, D, T, {p, 1, T}, {q, qs, 1}, dk, dks, att.scale);
+      storeHead(base(att.dq.buffer), type, att.dq, b, h, T, D, dq);
+      storeHead(base(att.dk.buffer), type, att.dk, b, h, T, D, dk);
+      storeHead(base(att.dv.buffer), type, att.dv, b, h, T, D, dv);
     }
   });
 }

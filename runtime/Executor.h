@@ -4,7 +4,9 @@
 // pool; GEMMs through BLAS (one BLAS thread per pool thread, each on its own
 // block of rows, its epilogue run on that block while it is in cache);
 // attention and its gradient through BLAS products and a masked softmax;
-// embedding gradients by a deterministic per-row scatter-add.
+// embedding gradients by a deterministic per-row scatter-add. f16/bf16
+// GEMM operands and attention heads are computed in f32 from per-thread
+// staging copies, outside the arena (Executor.cpp).
 #ifndef LLMC_RUNTIME_EXECUTOR_H
 #define LLMC_RUNTIME_EXECUTOR_H
 
@@ -78,6 +80,8 @@ private:
   char *base(int32_t buffer) const { return bases[buffer]; }
   void runKernel(int32_t kernel);
   void runGemm(const kir::GemmStep &gemm);
+  /// A GEMM with an f16/bf16 operand or result: tiles through f32 staging.
+  void runNarrowGemm(const kir::GemmStep &gemm);
   void runAttention(const kir::AttentionStep &attention);
   void runAttentionGrad(const kir::AttentionGradStep &grad);
   void runEmbeddingGrad(const kir::EmbeddingGradStep &grad);
@@ -97,7 +101,8 @@ private:
   std::vector<char *> owned;  // input allocations
   std::vector<char *> bases;  // per buffer: where element 0 lives
   std::vector<std::vector<void *>> kernelOperands; // per kernel: its bases
-  std::vector<std::vector<float>> scratch; // per thread: attention scores
+  // Per thread: attention scores, f32 staging of f16/bf16 operands.
+  std::vector<std::vector<float>> scratch;
   bool profiling = false;
   StepProfile stepProfile;
 };

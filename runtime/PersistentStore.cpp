@@ -1,4 +1,5 @@
-// The persistent store: named, aligned, zero-initialized host tensors.
+// The persistent store: named, aligned host tensors, zero-initialized or
+// filled with their initial value.
 #include "runtime/PersistentStore.h"
 
 #include "codegen/Program.h"
@@ -16,7 +17,8 @@ PersistentStore::~PersistentStore() {
 
 llvm::Expected<char *> PersistentStore::bind(llvm::StringRef name,
                                              kir::DType dtype,
-                                             llvm::ArrayRef<int64_t> shape) {
+                                             llvm::ArrayRef<int64_t> shape,
+                                             double initialValue) {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = entries.find(name);
   if (it != entries.end()) {
@@ -44,6 +46,11 @@ llvm::Expected<char *> PersistentStore::bind(llvm::StringRef name,
                                    " bytes for persistent tensor '" + name +
                                    "'");
   std::memset(entry.data, 0, size);
+  if (initialValue != 0.0) {
+    std::vector<char> elements = filledElements(
+        dtype, entry.bytes / kir::dtypeBytes(dtype), initialValue);
+    std::memcpy(entry.data, elements.data(), elements.size());
+  }
   char *data = entry.data;
   entries.emplace(name.str(), std::move(entry));
   return data;

@@ -12,6 +12,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -20,7 +21,8 @@
 namespace llmc::runtime {
 
 /// Named host tensors, each one 64-byte-aligned allocation (kArenaAlignment)
-/// created zero-filled by its first bind and kept until the store goes.
+/// created by its first bind, zero-filled or filled with the buffer's
+/// initial value (kir::Buffer::initialValue), and kept until the store goes.
 /// Addresses never change, so executors keep raw pointers into it; the
 /// store must outlive them (they hold it by shared_ptr).
 class PersistentStore : public TensorStore {
@@ -30,11 +32,13 @@ public:
   PersistentStore(const PersistentStore &) = delete;
   PersistentStore &operator=(const PersistentStore &) = delete;
 
-  /// The memory of tensor `name`, created as zeros of `dtype` and `shape` if
-  /// the store has no such tensor. A tensor that exists with another dtype
-  /// or shape is an error naming both.
+  /// The memory of tensor `name`, created as a tensor of `dtype` and `shape`
+  /// whose every element is `initialValue` if the store has no such tensor
+  /// (a later bind's initial value does not matter: the tensor exists). A
+  /// tensor that exists with another dtype or shape is an error naming both.
   llvm::Expected<char *> bind(llvm::StringRef name, kir::DType dtype,
-                              llvm::ArrayRef<int64_t> shape);
+                              llvm::ArrayRef<int64_t> shape,
+                              double initialValue = 0.0);
 
   bool contains(llvm::StringRef name) const override;
   /// The names, sorted.
@@ -55,6 +59,42 @@ private:
   mutable std::mutex mutex;
   std::map<std::string, Entry, std::less<>> entries;
 };
+
+/// `count` elements of `dtype`, each
+/// `value` as that type stores it (round to nearest even for F16 and BF16):
+/// how every store fills a persistent tensor with an initial value.
+inline std::vector<char> filledElements(kir::DType dtype, int64_t count,
+                                        double value) {
+  std::vector<char> element(kir::dtypeBytes(dtype));
+  auto put = [&](auto typed) {
+    std::memcpy(element.data(), &typed, sizeof(typed));
+  };
+  switch (dtype) {
+  case kir::DType::F32:
+    put(float(value));
+    break;
+  case kir::DType::F16:
+    put(floatToHalf(float(value)));
+    break;
+  case kir::DType::BF16:
+    put(floatToBFloat16(float(value)));
+    break;
+  case kir::DType::I32:
+    put(int32_t(value));
+    break;
+  case kir::DType::I64:
+    put(int64_t(value));
+    break;
+  case kir::DType::I1:
+    put(uint8_t(value != 0.0));
+    break;
+  }
+  std::vector<char> bytes;
+  bytes.reserve(count * element.size());
+  for (int64_t i = 0; i < count; ++i)
+    bytes.insert(bytes.end(), element.begin(), element.end());
+  return bytes;
+}
 
 } // namespace llmc::runtime
 

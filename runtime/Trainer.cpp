@@ -66,6 +66,36 @@ llvm::Expected<double> scalarOutput(const Executor &executor,
   return double(out->toF32()[0]);
 }
 
+bool hasOutput(const Executor &executor, llvm::StringRef name) {
+  for (const kir::Binding &b : executor.program().outputs)
+    if (b.name == name)
+      return true;
+  return false;
+}
+
+/// The value of an f32 scalar in the store.
+llvm::Expected<double> storedScalar(const TensorStore &store,
+                                    llvm::StringRef name) {
+  llvm::Expected<HostTensor> tensor = store.get(name);
+  if (!tensor)
+    return tensor.takeError();
+  return double(tensor->toF32()[0]);
+}
+
+/// A loss scale as people read it: 65536, 0.25 (powers of two, mostly).
+std::string formatScale(double scale) {
+  char text[32];
+  if (scale >= 1 && scale < 1e15 && scale == std::floor(scale))
+    std::snprintf(text, sizeof(text), "%.0f", scale);
+  else
+    std::snprintf(text, sizeof(text), "%g", scale);
+  return text;
+}
+
+// The persistent state of dynamic loss scaling (passes/LossScaling.cpp).
+constexpr const char *kLossScaleHysteresis = "loss_scale.hysteresis";
+constexpr const char *kLossScaleSkippedSteps = "loss_scale.skipped_steps";
+
 std::string formatDuration(double seconds) {
   long long s = (long long)(seconds + 0.5);
   char text[32];
@@ -325,6 +355,18 @@ llvm::Error Trainer::run() {
 
   const int64_t maxMicroBatches =
       options.batches.globalBatch / options.batches.microBatch;
+  // Dynamic loss scaling (fp16): the update step reports an overflow and
+  // then skips the update, which Adam's step count t must not count.
+  Executor &update = *programs.updateStep;
+  const bool lossScaling = hasOutput(update, "overflow");
+  int64_t skippedSteps = 0; // updates skipped before currentStep
+  if (lossScaling) {
+    llvm::Expected<double> skipped =
+        storedScalar(*store, kLossScaleSkippedSteps);
+    if (!skipped)
+      return skipped.takeError();
+    skippedSteps = int64_t(*skipped);
+  }
   std::map<const Executor *, int64_t> flopsOf;
   auto flops = [&](const Executor &e) {
     auto it = flopsOf.find(&e);
@@ -422,9 +464,8 @@ llvm::Error Trainer::run() {
     }
     double loss = lossSum / double(shape.microBatches);
 
-    Executor &update = *programs.updateStep;
     double lr = options.schedule.at(currentStep);
-    double t = double(currentStep + 1);
+    double t = double(currentStep - skippedSteps + 1);
     double bc1 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta1, t)) : 1;
     double bc2 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta2, t)) : 1;
     for (auto [name, value] : {std::pair<const char *, double>{"lr", lr},
@@ -432,6 +473,16 @@ llvm::Error Trainer::run() {
                                {"bias_correction2", bc2}})
       if (llvm::Error err = setScalar(update, name, value))
         return err;
+    // Whether an overflow may still lower the scale: DeepSpeed's rule, the
+    // hysteresis left before this update.
+    double hysteresisBefore = 0;
+    if (lossScaling) {
+      llvm::Expected<double> hysteresis =
+          storedScalar(*store, kLossScaleHysteresis);
+      if (!hysteresis)
+        return hysteresis.takeError();
+      hysteresisBefore = *hysteresis;
+    }
     if (llvm::Error err = update.run())
       return err;
     llvm::Expected<double> gradNorm = scalarOutput(update, "grad_norm");
@@ -444,6 +495,47 @@ llvm::Error Trainer::run() {
           "from an earlier checkpoint",
           loss, currentStep));
 
+    bool skipped = false;
+    double usedScale = 0;
+    if (lossScaling) {
+      double overflow = 0, used = 0, next = 0, hysteresis = 0;
+      for (auto [name, value] :
+           {std::pair<const char *, double *>{"overflow", &overflow},
+            {"used_loss_scale", &used},
+            {"loss_scale", &next},
+            {kLossScaleHysteresis, &hysteresis}}) {
+        llvm::Expected<double> output = scalarOutput(update, name);
+        if (!output)
+          return output.takeError();
+        *value = *output;
+      }
+      usedScale = used;
+      skipped = overflow != 0;
+      // An overflow that should lower the scale but cannot: the scale is at
+      // its minimum. Training on would only skip every step.
+      if (skipped && hysteresisBefore <= 1 && next == used)
+        return llvm::createStringError(llvm::formatv(
+            "fp16 training diverged: gradients overflow at the minimum loss "
+            "scale {0} (step {1}); the update was skipped and no checkpoint "
+            "is written for this step. Lower the learning rate or "
+            "loss_scale.min_scale, or resume from an earlier checkpoint",
+            formatScale(used), currentStep));
+      if (skipped) {
+        ++skippedSteps;
+        if (log) {
+          *log << "step " << currentStep
+               << ": gradient overflow, update skipped, loss scale "
+               << formatScale(used);
+          if (next != used)
+            *log << " -> " << formatScale(next) << "\n";
+          else
+            *log << " kept (hysteresis " << int64_t(hysteresisBefore)
+                 << " -> " << int64_t(hysteresis) << ")\n";
+          log->flush();
+        }
+      }
+    }
+
     lastLr = lr;
     consumedSamples += shape.globalBatch;
     consumedTokens += shape.tokens();
@@ -453,7 +545,8 @@ llvm::Error Trainer::run() {
     int64_t step = currentStep++;
     checkpointWritten = false;
 
-    if (step % options.logInterval == 0 || currentStep == options.maxSteps) {
+    if (skipped || step % options.logInterval == 0 ||
+        currentStep == options.maxSteps) {
       double seconds =
           std::max(secondsSince(intervalStart) - intervalEvalSeconds, 1e-9);
       double trainSeconds = secondsSince(runStart) - evalSeconds;
@@ -469,7 +562,15 @@ llvm::Error Trainer::run() {
         j.attribute("step", step);
         j.attribute("loss", loss);
         j.attribute("lr", lr);
-        j.attribute("grad_norm", *gradNorm);
+        // JSON has no inf or NaN: an overflowed step's norm is null.
+        if (std::isfinite(*gradNorm))
+          j.attribute("grad_norm", *gradNorm);
+        else
+          j.attribute("grad_norm", nullptr);
+        if (lossScaling) {
+          j.attribute("loss_scale", usedScale);
+          j.attribute("skipped", skippedSteps);
+        }
         j.attribute("batch_size", shape.globalBatch);
         j.attribute("seq_len", shape.seqLen);
         j.attribute("tokens", consumedTokens);
@@ -481,10 +582,13 @@ llvm::Error Trainer::run() {
       if (llvm::Error err = appendMetrics(line))
         return err;
       if (log) {
+        std::string scale =
+            lossScaling ? " | loss scale " + formatScale(usedScale) : "";
         *log << llvm::format("step %6lld/%lld | loss %.4f | lr %.2e | grad "
-                             "norm %.4f | %s tok/s | %.2f GFLOP/s | ETA %s\n",
+                             "norm %.4f%s | %s tok/s | %.2f GFLOP/s | ETA "
+                             "%s\n",
                              (long long)step, (long long)options.maxSteps,
-                             loss, lr, *gradNorm,
+                             loss, lr, *gradNorm, scale.c_str(),
                              formatRate(tokensPerSecond).c_str(), gflops,
                              formatDuration(eta).c_str());
         log->flush();

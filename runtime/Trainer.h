@@ -3,7 +3,9 @@
 // schedule and the update-step program; progress lines, metrics
 // (OUT/metrics.jsonl), evaluation with a text sample, the loss plot
 // (OUT/loss.svg) and checkpoints (OUT/checkpoints/). No MLIR: the programs
-// come compiled, the data through callbacks.
+// come compiled, the data through callbacks. With dynamic loss scaling
+// (fp16) a step whose gradients overflow is skipped: Adam's step count t
+// does not advance, and an overflow at the minimum scale stops the run.
 #ifndef LLMC_RUNTIME_TRAINER_H
 #define LLMC_RUNTIME_TRAINER_H
 

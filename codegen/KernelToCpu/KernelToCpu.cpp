@@ -465,7 +465,7 @@ Value KernelEmitter::emitInstr(int32_t index, int w, Value col) {
   case kir::Op::Neg: case kir::Op::Exp: case kir::Op::Log:
   case kir::Op::Tanh: case kir::Op::Erf: case kir::Op::Sqrt:
   case kir::Op::Rsqrt: case kir::Op::Sin: case kir::Op::Cos:
-  case kir::Op::Abs:
+  case kir::Op::Abs: case kir::Op::RoundF16: case kir::Op::RoundBF16:
     return emitUnary(instr.op, arg(0));
   case kir::Op::Add: case kir::Op::Sub: case kir::Op::Mul:
   case kir::Op::Div: case kir::Op::Max: case kir::Op::Min:
@@ -568,6 +568,26 @@ Value KernelEmitter::emitUnary(kir::Op op, Value x) {
     return emitSinCos(x, /*cosine=*/true);
   case kir::Op::Abs:
     return math::AbsFOp::create(b, loc, x);
+  case kir::Op::RoundF16:
+  case kir::Op::RoundBF16: {
+    // Narrow and widen again: arith.truncf rounds to nearest even (f16 by
+    // F16C or the C runtime, bf16 by integer ops after lowerToLlvmDialect),
+    // extf is exact. NaNs become the one quiet NaN every target gives.
+    Type narrowElement =
+        op == kir::Op::RoundF16 ? b.getF16Type() : b.getBF16Type();
+    Type narrow = narrowElement;
+    if (auto vector = dyn_cast<VectorType>(x.getType()))
+      narrow = vector.clone(narrowElement);
+    Value narrowed = arith::TruncFOp::create(b, loc, narrow, x);
+    Value rounded = arith::ExtFOp::create(b, loc, x.getType(), narrowed);
+    Value isNan =
+        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, x, x);
+    Value nan = splat(x.getType(),
+                      FloatAttr::get(b.getF32Type(),
+                                     APFloat(APFloat::IEEEsingle(),
+                                             APInt(32, 0x7fc00000u))));
+    return arith::SelectOp::create(b, loc, isNan, nan, rounded);
+  }
   default:
     llvm_unreachable("not a unary op");
   }

@@ -15,8 +15,9 @@
 //
 // Numerics. Values are computed in f32 (i64 for integers), loads widen and
 // stores narrow with round to nearest even (__float2half_rn,
-// __float2bfloat16_rn). Math uses CUDA's accurate library functions and no
-// fast-math flags: expf (2 ulp), logf (1 ulp), tanhf (2 ulp), erff (2 ulp),
+// __float2bfloat16_rn), as do RoundF16 / RoundBF16 (narrowed and widened).
+// Math uses CUDA's accurate library functions and no fast-math flags:
+// expf (2 ulp), logf (1 ulp), tanhf (2 ulp), erff (2 ulp),
 // sqrtf (correctly rounded), rsqrtf (2 ulp), sinf/cosf (2 ulp, with the slow
 // path for large arguments, where the CPU emitter gives NaN past 2^22), and
 // IEEE division. NVRTC contracts a*b+c into FMAs (its default, --fmad=true),
@@ -85,6 +86,18 @@ LLMC_DEVICE void llmc_store(__half *p, float x) { *p = __float2half_rn(x); }
 LLMC_DEVICE void llmc_store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 LLMC_DEVICE void llmc_store(int *p, long long x) { *p = (int)x; }
 LLMC_DEVICE void llmc_store(long long *p, long long x) { *p = x; }
+
+// kir RoundF16 / RoundBF16: the nearest f16 / bf16 value as a float, what a
+// store and a load give; NaN becomes 0x7fc00000, as in the CPU kernels
+// (cvt gives a canonical NaN of its own).
+LLMC_DEVICE float llmc_round_f16(float x) {
+  return x != x ? __int_as_float(0x7fc00000)
+                : __half2float(__float2half_rn(x));
+}
+LLMC_DEVICE float llmc_round_bf16(float x) {
+  return x != x ? __int_as_float(0x7fc00000)
+                : __bfloat162float(__float2bfloat16_rn(x));
+}
 
 // N consecutive elements in one access of N * sizeof(T) bytes (16 for
 // float4 or 8 halves): the emitter uses them only where the address is a
@@ -570,6 +583,10 @@ std::string KernelWriter::instrExpr(int32_t index, bool vectorLanes) {
     return "(float)" + arg(0);
   case Op::Random:
     return "llmc_random(" + arg(0) + ", " + arg(1) + ", " + arg(2) + ")";
+  case Op::RoundF16:
+    return "llmc_round_f16(" + arg(0) + ")";
+  case Op::RoundBF16:
+    return "llmc_round_bf16(" + arg(0) + ")";
   case Op::ReduceSum:
   case Op::ReduceMax:
   case Op::Store:

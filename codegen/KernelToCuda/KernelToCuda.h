@@ -55,7 +55,7 @@ struct Program;
 namespace llmc::cuda {
 
 /// The version of the code this emitter writes; part of cache keys.
-constexpr int kCudaCodegenVersion = 1;
+constexpr int kCudaCodegenVersion = 2; // 2: RoundF16, RoundBF16
 
 /// How a kernel is launched: cuLaunchKernel's grid, block and dynamic
 /// shared memory size.

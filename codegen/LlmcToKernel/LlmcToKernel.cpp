@@ -29,6 +29,23 @@
 // - an `llmc.updates` result X + p (a gradient accumulated into its
 //   persistent buffer X), p a GEMM without epilogue or an embedding
 //   gradient, as that step accumulating straight into X (planAccumulation).
+//
+// f16 and bf16 tensors (after llmc-amp) are stored narrow and computed in
+// f32: kernels load them widened and store them rounded to nearest even,
+// GEMMs take f16/bf16 A and B and accumulate in f32, attention and its
+// gradient compute in f32 on narrow q, k, v (lse stays f32). Inside a
+// kernel, values compute in f32, but every f16/bf16 value that another op
+// of the kernel reads is rounded to its type where it is computed (kir
+// RoundF16/RoundBF16), as if stored and loaded again: a fused kernel
+// computes the same bits as its ops unfused, so results do not depend on
+// how fusion groups ops (remat regroups them). A narrow GEMM product is rounded to its type too: C
+// has the product's type, or is f32 when a one-result epilogue casts it
+// back up (C then holds the epilogue's result in place and the epilogue
+// rounds the product as it loads it). A weight gradient X + cast(dW), dW a
+// GEMM of f16/bf16 operands, accumulates dW's f32 sums straight into X
+// (Megatron-LM's gradient_accumulation_fusion): the one place the lowering
+// skips a rounding that the IR's types imply. Embedding gradients of narrow
+// gradients widen them first (the scatter-add sums in f32).
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "codegen/MemoryPlan.h"
 #include "ir/LlmcOps.h"
@@ -297,10 +314,14 @@ private:
   /// The view of a value, materializing splat constants and fills (which
   /// kernels otherwise read as constants) on first use.
   FailureOr<TensorView> viewOf(Value value);
-  /// A contiguous copy of `view` (a copy kernel), for consumers that need one.
-  TensorView copyContiguous(const TensorView &view, StringRef name);
+  /// A contiguous copy of `view` (a copy kernel), for consumers that need
+  /// one; converted to `dtype` when given (widened exactly, or rounded to
+  /// nearest even).
+  TensorView copyContiguous(const TensorView &view, StringRef name,
+                            std::optional<DType> dtype = std::nullopt);
 
   LogicalResult lowerView(Operation *op);
+  void roundNarrowResults(KernelBuilder &kb, Operation *op);
   LogicalResult lowerGemm(Operation *matmul, Operation *fusion,
                           ArrayRef<Operation *> epilogue);
   LogicalResult lowerAttention(AttentionOp op);
@@ -313,12 +334,14 @@ private:
   LogicalResult lowerNormParamGrads(Operation *op,
                                     ArrayRef<std::pair<unsigned, Value>> wanted);
   /// Reduces `dims` of `input` (sum, max, or mean), returning a contiguous
-  /// view with those dims as size 1: one kernel when the dims can be walked
-  /// as one strided run and that leaves enough rows to split across
-  /// threads, else in stages (innermost reduced dim first).
+  /// view with those dims as size 1, of type `resultType` (stages between
+  /// are f32): one kernel when the dims can be walked as one strided run
+  /// and that leaves enough rows to split across threads, else in stages
+  /// (innermost reduced dim first).
   FailureOr<TensorView> reduceDims(const TensorView &input,
                                    ArrayRef<int64_t> dims, KOp reduce,
-                                   bool mean, StringRef name);
+                                   bool mean, StringRef name,
+                                   DType resultType = DType::F32);
   /// `view` restrided to `shape` (a reshape), copied first if strides
   /// cannot express it.
   TensorView reshaped(TensorView view, ArrayRef<int64_t> shape,
@@ -339,7 +362,10 @@ private:
   /// target's buffer by the steps that compute its terms, when it is
   /// target + p1 (+ p2 ...) in one of these forms:
   ///   llmc.add(X, p)  or a pointwise fusion of that one add,
-  ///     p a matmul, batch_matmul or embedding_grad used only there;
+  ///     p a matmul, batch_matmul or embedding_grad used only there, or
+  ///     p = llmc.cast(q) to X's type, q a matmul or batch_matmul of
+  ///     f16/bf16 operands used only by the cast (q's f32 sums go into X
+  ///     unrounded);
   ///   a gemm fusion whose epilogue only adds X and such terms (grad.wte
   ///     of tied embeddings: the logits' dW + the embedding gradient);
   /// and nothing but that add reads X from the first of those steps on
@@ -407,6 +433,8 @@ private:
   // the argument that holds their result.
   DenseMap<Operation *, BlockArgument> accumulateInto;
   DenseMap<Operation *, BlockArgument> accumulatedAdds;
+  // Casts of narrow GEMM products that an accumulating GEMM replaces.
+  DenseSet<Operation *> accumulatedCasts;
   DenseMap<Operation *, unsigned> positions; // block order of top-level ops
   DenseMap<Value, TensorView> views;
   DenseMap<Value, double> splats; // constants and fills not in memory
@@ -465,19 +493,24 @@ FailureOr<TensorView> Lowering::viewOf(Value value) {
   return *view;
 }
 
-TensorView Lowering::copyContiguous(const TensorView &view, StringRef name) {
+TensorView Lowering::copyContiguous(const TensorView &view, StringRef name,
+                                   std::optional<DType> dtype) {
   TensorView copy;
-  copy.buffer = newBuffer(name, BufferKind::Arena, view.dtype, view.shape);
+  copy.dtype = dtype.value_or(view.dtype);
+  copy.buffer = newBuffer(name, BufferKind::Arena, copy.dtype, view.shape);
   copy.shape = view.shape;
   copy.strides = contiguousStrides(copy.shape);
-  copy.dtype = view.dtype;
   SmallVector<int64_t> domain = view.shape;
   if (domain.empty())
     domain.push_back(1);
-  KernelBuilder kb(kernelName("copy"), "copy " + name.str(), domain);
+  std::string what = copy.dtype == view.dtype
+                         ? "copy"
+                         : std::string("convert_") +
+                               ::llmc::kir::dtypeName(copy.dtype);
+  KernelBuilder kb(kernelName(what), what + " " + name.str(), domain);
   SmallVector<int> map = identityMap(view.shape.size());
   kb.store(copy, map, kb.load(view, map));
-  addKernelStep(std::move(kb.kernel), ("copy " + name).str());
+  addKernelStep(std::move(kb.kernel), what + " " + name.str());
   return copy;
 }
 
@@ -573,9 +606,11 @@ LogicalResult Lowering::lowerGemm(Operation *matmul, Operation *fusion,
   if (failed(lhs) || failed(rhs))
     return failure();
   auto resultType = cast<RankedTensorType>(matmul->getResult(0).getType());
-  if (lhs->dtype != DType::F32 || rhs->dtype != DType::F32)
-    return matmul->emitOpError(
-        "GEMMs on f16/bf16 operands are not supported by code generation yet");
+  FailureOr<DType> productType = dtypeOf(resultType);
+  if (failed(productType) || lhs->dtype != rhs->dtype ||
+      !::llmc::kir::isFloat(lhs->dtype))
+    return matmul->emitOpError("internal error: GEMM operands must share one "
+                               "float type");
 
   GemmStep gemm;
   gemm.transA = transA;
@@ -626,15 +661,30 @@ LogicalResult Lowering::lowerGemm(Operation *matmul, Operation *fusion,
     return success();
   }
 
-  // C: the product, contiguous; the epilogue (if any) runs on it in place
-  // when its final value has C's type, else into a buffer of its own.
+  // C: the product, contiguous, of the product's type (a GEMM rounds a
+  // narrow product itself); the epilogue (if any) runs on it in place when
+  // its one final value has C's type, else into buffers of its own. A
+  // narrow product that a one-result epilogue casts back up to f32 gets an
+  // f32 C instead, which the epilogue rounds as it loads it and overwrites
+  // in place: no narrow buffer, the same values.
+  DType cType = *productType;
+  bool roundOnLoad = false;
+  if (!epilogue.empty() && fusion->getNumResults() == 1 &&
+      cType != DType::F32) {
+    FailureOr<DType> finalType = dtypeOf(fusion->getResult(0).getType());
+    if (failed(finalType))
+      return failure();
+    roundOnLoad = *finalType == DType::F32;
+    if (roundOnLoad)
+      cType = DType::F32;
+  }
   FailureOr<TensorView> c = newTensor(
       fusion ? fusion->getResult(0) : matmul->getResult(0),
       nameOf(fusion ? fusion->getResult(0) : matmul->getResult(0)));
   if (failed(c))
     return failure();
-  c->dtype = DType::F32;
-  program.buffers[c->buffer].dtype = DType::F32;
+  c->dtype = cType;
+  program.buffers[c->buffer].dtype = cType;
   gemm.c.buffer = c->buffer;
   gemm.c.offset = 0;
   gemm.c.strides = {gemm.m * gemm.n, gemm.n, 1};
@@ -649,10 +699,16 @@ LogicalResult Lowering::lowerGemm(Operation *matmul, Operation *fusion,
     scalars.clear();
     dimMaps.clear();
     scalars[product] = kb.load(*c, map);
+    if (roundOnLoad)
+      scalars[product] = kb.unary(*productType == DType::F16 ? KOp::RoundF16
+                                                             : KOp::RoundBF16,
+                                  scalars[product]);
     dimMaps[product] = map;
-    for (Operation *op : epilogue)
+    for (Operation *op : epilogue) {
       if (failed(expand(kb, op)))
         return failure();
+      roundNarrowResults(kb, op);
+    }
     auto yield = cast<YieldOp>(fusionOp.getBody().front().getTerminator());
     for (auto [inner, result] :
          llvm::zip(yield.getValues(), fusionOp.getResults())) {
@@ -660,7 +716,7 @@ LogicalResult Lowering::lowerGemm(Operation *matmul, Operation *fusion,
       if (failed(dtype))
         return failure();
       TensorView out = *c;
-      if (*dtype != DType::F32 || fusionOp.getNumResults() > 1) {
+      if (*dtype != c->dtype || fusionOp.getNumResults() > 1) {
         FailureOr<TensorView> own = newTensor(result, nameOf(result));
         if (failed(own))
           return failure();
@@ -685,9 +741,6 @@ LogicalResult Lowering::lowerAttention(AttentionOp op) {
     FailureOr<TensorView> view = viewOf(operand);
     if (failed(view))
       return failure();
-    if (view->dtype != DType::F32)
-      return op.emitOpError("attention on f16/bf16 is not supported by code "
-                            "generation yet");
     if (view->strides.back() != 1)
       *view = copyContiguous(*view, nameOf(operand));
     qkv.push_back(*view);
@@ -702,6 +755,11 @@ LogicalResult Lowering::lowerAttention(AttentionOp op) {
   FailureOr<TensorView> lse = newTensor(op.getLse(), nameOf(op.getLse()));
   if (failed(out) || failed(lse))
     return failure();
+  // f32, f16 or bf16 alike (computed in f32); one type for all four.
+  for (const TensorView &view : {qkv[1], qkv[2], *out})
+    if (view.dtype != qkv[0].dtype)
+      return op.emitOpError("code generation needs q, k, v and the output "
+                            "of one element type");
   orderLikeTransposeUser(op.getResult(), *out);
   auto toView = [&](const TensorView &view) {
     View result;
@@ -795,6 +853,36 @@ FailureOr<int32_t> Lowering::scalarOf(KernelBuilder &kb, Value value,
   return it->second;
 }
 
+/// Rounds the f16/bf16 results of `op`, an op of a fusion expanded into `kb`,
+/// that other ops of the same kernel read: a kernel computes in f32, and
+/// without this a value kept in a register would be more precise than the
+/// same value stored and loaded again, so results would depend on where
+/// fusion draws kernel boundaries (activation checkpointing regroups ops).
+/// Rounded here, every narrow value is what its IR type says, and a kernel
+/// computes the same bits as its ops unfused. A result that only the yield
+/// reads is left to the store, which rounds it anyway; an unfused op's
+/// results are only stored.
+void Lowering::roundNarrowResults(KernelBuilder &kb, Operation *op) {
+  if (!isa<FusionOp>(op->getParentOp()))
+    return;
+  for (Value result : op->getResults()) {
+    auto type = dyn_cast<RankedTensorType>(result.getType());
+    if (!type)
+      continue;
+    Type elem = type.getElementType();
+    if (!elem.isF16() && !elem.isBF16())
+      continue;
+    bool usedInside = llvm::any_of(result.getUsers(), [](Operation *user) {
+      return !isa<YieldOp>(user);
+    });
+    auto it = scalars.find(result);
+    if (!usedInside || it == scalars.end())
+      continue;
+    it->second = kb.unary(elem.isF16() ? KOp::RoundF16 : KOp::RoundBF16,
+                          it->second);
+  }
+}
+
 LogicalResult Lowering::expand(KernelBuilder &kb, Operation *op) {
   int rank = kb.kernel.domain.size();
   SmallVector<int> full = identityMap(rank);
@@ -846,6 +934,31 @@ LogicalResult Lowering::expand(KernelBuilder &kb, Operation *op) {
     return binaryOp(KOp::Div);
   if (isa<MaxOp>(op))
     return binaryOp(KOp::Max);
+  // Flags (i1) and selection. x - x is 0 for every finite x and NaN for
+  // inf and NaN; no emitter uses fast-math flags that would fold it.
+  if (isa<IsFiniteOp>(op))
+    return unaryOp([&](int32_t x) {
+      return kb.emit(KOp::CmpEq, DType::I1,
+                     {kb.binary(KOp::Sub, x, x), kb.constant(0.0)});
+    });
+  if (auto compare = dyn_cast<CompareOp>(op)) {
+    KOp kop = compare.getPredicate() == ComparePredicate::LT   ? KOp::CmpLt
+              : compare.getPredicate() == ComparePredicate::LE ? KOp::CmpLe
+                                                               : KOp::CmpEq;
+    FailureOr<int32_t> a = arg(0), b = arg(1);
+    if (failed(a) || failed(b))
+      return failure();
+    define(op->getResult(0), kb.emit(kop, DType::I1, {*a, *b}), resultMap);
+    return success();
+  }
+  if (isa<SelectOp>(op)) {
+    FailureOr<int32_t> c = arg(0), a = arg(1), b = arg(2);
+    if (failed(c) || failed(a) || failed(b))
+      return failure();
+    define(op->getResult(0), kb.emit(KOp::Select, DType::F32, {*c, *a, *b}),
+           resultMap);
+    return success();
+  }
   static const std::pair<StringRef, KOp> unaries[] = {
       {"llmc.neg", KOp::Neg},   {"llmc.exp", KOp::Exp},
       {"llmc.log", KOp::Log},   {"llmc.tanh", KOp::Tanh},
@@ -883,16 +996,9 @@ LogicalResult Lowering::expand(KernelBuilder &kb, Operation *op) {
       return kb.binary(KOp::Mul, half,
                        kb.binary(KOp::Add, kb.constant(1.0), inner));
     });
-  if (auto cast = dyn_cast<CastOp>(op)) {
-    // Values compute in f32 and narrow when stored; a narrowed value reused
-    // in the same kernel would skip the rounding.
-    bool narrows = !cast.getResult().getType().getElementType().isF32();
-    bool usedInside = llvm::any_of(cast->getUsers(), [](Operation *user) {
-      return !isa<YieldOp>(user);
-    });
-    if (narrows && usedInside)
-      return op->emitOpError("a cast to f16/bf16 used inside the same kernel "
-                             "is not supported by code generation yet");
+  if (isa<CastOp>(op)) {
+    // Values compute in f32: widening is exact, and a narrowing cast is
+    // rounded like any narrow result (roundNarrowResults, or the store).
     return unaryOp([](int32_t x) { return x; });
   }
   if (auto dropout = dyn_cast<DropoutOp>(op)) {
@@ -1246,9 +1352,11 @@ LogicalResult Lowering::lowerGroup(Operation *anchor, StringRef name,
   for (auto [inner, out] : llvm::zip(inputs, outerInputs))
     outer[inner] = out;
   KernelBuilder kb(kernelName(name), name.str(), domain);
-  for (Operation *op : ops)
+  for (Operation *op : ops) {
     if (failed(expand(kb, op)))
       return failure();
+    roundNarrowResults(kb, op);
+  }
 
   // Results: stored by this kernel (into an updated parameter or state when
   // safe), or finished by a second kernel: the rest of a multi-dim
@@ -1309,9 +1417,12 @@ LogicalResult Lowering::lowerGroup(Operation *anchor, StringRef name,
     ArrayRef<int64_t> dims =
         reduce->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
     SmallVector<int64_t> rest(dims.drop_back());
+    FailureOr<DType> resultType = dtypeOf(result.getType());
+    if (failed(resultType))
+      return failure();
     FailureOr<TensorView> reduced = reduceDims(
         rows, rest, isa<ReduceMaxOp>(reduce) ? KOp::ReduceMax : KOp::ReduceSum,
-        isa<ReduceMeanOp>(reduce), nameOf(result));
+        isa<ReduceMeanOp>(reduce), nameOf(result), *resultType);
     if (failed(reduced))
       return failure();
     auto resultShape = cast<RankedTensorType>(result.getType()).getShape();
@@ -1356,7 +1467,24 @@ void Lowering::planAccumulation(Value result, BlockArgument target) {
            def->getBlock() == consumer->getBlock() &&
            isa<MatmulOp, BatchMatmulOp, EmbeddingGradOp>(def);
   };
+  // A GEMM of f16/bf16 operands whose product only a cast to X's type
+  // reads (the weight gradient of a low-precision copy): its step sums its
+  // f32 products into X without rounding them to the narrow type first.
+  auto narrowProduct = [&](Value value) -> Operation * {
+    Operation *def = value.getDefiningOp();
+    FailureOr<DType> narrow = dtypeOf(value.getType());
+    if (!def || !value.hasOneUse() || def->getBlock() != consumer->getBlock() ||
+        !isa<MatmulOp, BatchMatmulOp>(def) || failed(narrow) ||
+        *narrow == DType::F32)
+      return nullptr;
+    return def;
+  };
+  auto castToType = [&](Operation *op) {
+    return isa_and_nonnull<CastOp>(op) && op->getResult(0).getType() == type &&
+           op->getResult(0).hasOneUse();
+  };
   SmallVector<Operation *> producers;
+  SmallVector<Operation *> casts; // top-level casts of narrow products
   if (auto fusion = dyn_cast<FusionOp>(consumer)) {
     Block &body = fusion.getBody().front();
     auto yield = cast<YieldOp>(body.getTerminator());
@@ -1364,20 +1492,58 @@ void Lowering::planAccumulation(Value result, BlockArgument target) {
     SmallVector<Operation *> ops;
     for (Operation &op : body.without_terminator())
       ops.push_back(&op);
-    ArrayRef<Operation *> adds = ArrayRef(ops).drop_front(gemm ? 1 : 0);
-    if (adds.empty() || (!gemm && adds.size() != 1) ||
-        (gemm && (!isa<MatmulOp, BatchMatmulOp>(ops.front()) ||
-                  ops.front()->getResult(0).getType() != type)) ||
-        yield.getValues().size() != 1 ||
-        yield.getValues()[0] != adds.back()->getResult(0))
+    if (ops.empty() || yield.getValues().size() != 1 ||
+        yield.getValues()[0] != ops.back()->getResult(0) ||
+        (gemm && !isa<MatmulOp, BatchMatmulOp>(ops.front())))
       return;
-    // A chain: each add takes the previous sum (first: the product, in a
-    // gemm fusion) and one block argument, X or a term.
+    // The chain starts from the product in a gemm fusion: cast up to X's
+    // type first if it is narrow.
     Value sum = gemm ? ops.front()->getResult(0) : Value();
+    size_t next = gemm ? 1 : 0;
+    if (gemm && sum.getType() != type) {
+      FailureOr<DType> narrow = dtypeOf(sum.getType());
+      if (failed(narrow) || *narrow == DType::F32 || !sum.hasOneUse() ||
+          next >= ops.size() || !castToType(ops[next]) ||
+          ops[next]->getOperand(0) != sum)
+        return;
+      sum = ops[next++]->getResult(0);
+    }
+    // Each add takes the previous sum (first: the product, in a gemm
+    // fusion) and one chain operand: a block argument that is X or a term,
+    // or a cast to X's type of a block argument that is a narrow product.
     bool sawTarget = false;
-    for (Operation *op : adds) {
+    int numAdds = 0;
+    auto takeOperand = [&](Value arg) {
+      Value inner = arg;
+      Operation *def = arg.getDefiningOp();
+      bool widened = castToType(def) && def->getBlock() == &body;
+      if (widened)
+        inner = def->getOperand(0);
+      auto blockArg = dyn_cast<BlockArgument>(inner);
+      if (!blockArg || blockArg.getOwner() != &body || !inner.hasOneUse())
+        return false;
+      Value outer = fusion.getInputs()[blockArg.getArgNumber()];
+      if (widened) {
+        Operation *gemmOp = narrowProduct(outer);
+        if (gemmOp)
+          producers.push_back(gemmOp);
+        return gemmOp != nullptr;
+      }
+      if (outer == target && !sawTarget) {
+        sawTarget = true;
+        return true;
+      }
+      if (!isTerm(outer))
+        return false;
+      producers.push_back(outer.getDefiningOp());
+      return true;
+    };
+    for (Operation *op : ArrayRef(ops).drop_front(next)) {
+      if (castToType(op))
+        continue; // taken by the add that reads it
       if (!isa<AddOp>(op) || op->getResult(0).getType() != type)
         return;
+      ++numAdds;
       Value lhs = op->getOperand(0), rhs = op->getOperand(1);
       SmallVector<Value> args;
       if (!sum)
@@ -1388,32 +1554,35 @@ void Lowering::planAccumulation(Value result, BlockArgument target) {
         args = {lhs};
       else
         return;
-      for (Value arg : args) {
-        auto blockArg = dyn_cast<BlockArgument>(arg);
-        if (!blockArg || blockArg.getOwner() != &body || !arg.hasOneUse())
+      for (Value arg : args)
+        if (!takeOperand(arg))
           return;
-        Value outer = fusion.getInputs()[blockArg.getArgNumber()];
-        if (outer == target && !sawTarget) {
-          sawTarget = true;
-          continue;
-        }
-        if (!isTerm(outer))
-          return;
-        producers.push_back(outer.getDefiningOp());
-      }
       sum = op->getResult(0);
     }
-    // X is read once, by its add; the product's operands are not X.
-    if (!sawTarget || llvm::count(fusion.getInputs(), Value(target)) != 1)
+    // X is read once, by its add; the product's operands are not X; a
+    // pointwise fusion is the one add.
+    if (!sawTarget || llvm::count(fusion.getInputs(), Value(target)) != 1 ||
+        numAdds == 0 || (!gemm && numAdds != 1))
       return;
     if (gemm)
       producers.push_back(fusion);
   } else if (isa<AddOp>(consumer)) {
     Value lhs = consumer->getOperand(0), rhs = consumer->getOperand(1);
     Value term = lhs == target ? rhs : rhs == target ? lhs : Value();
-    if (!term || term == target || !isTerm(term))
+    if (!term || term == target)
       return;
-    producers.push_back(term.getDefiningOp());
+    Operation *def = term.getDefiningOp();
+    if (isTerm(term)) {
+      producers.push_back(def);
+    } else if (castToType(def) && def->getBlock() == consumer->getBlock()) {
+      Operation *gemmOp = narrowProduct(def->getOperand(0));
+      if (!gemmOp)
+        return;
+      producers.push_back(gemmOp);
+      casts.push_back(def);
+    } else {
+      return;
+    }
   } else {
     return;
   }
@@ -1440,6 +1609,8 @@ void Lowering::planAccumulation(Value result, BlockArgument target) {
   }
   for (Operation *op : producers)
     accumulateInto[op] = target;
+  for (Operation *op : casts)
+    accumulatedCasts.insert(op);
   if (!isa<FusionOp>(consumer) || cast<FusionOp>(consumer).getKind() != "gemm")
     accumulatedAdds[consumer] = target;
 }
@@ -1559,6 +1730,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
     splats[fill.getResult()] = fill.getValue().convertToDouble();
     return success();
   }
+  if (accumulatedCasts.contains(op))
+    return success(); // its GEMM sums its products in f32 into the target
   if (auto it = accumulatedAdds.find(op); it != accumulatedAdds.end()) {
     // The producers of its terms already added them into the argument.
     views[op->getResult(0)] = views.lookup(it->second);
@@ -1635,12 +1808,14 @@ LogicalResult Lowering::lowerReduce(Operation *op) {
                       op->getOperands(), op->getOperands(), op->getResults(),
                       op->getResults());
   FailureOr<TensorView> input = viewOf(op->getOperand(0));
-  if (failed(input))
+  FailureOr<DType> resultType = dtypeOf(op->getResult(0).getType());
+  if (failed(input) || failed(resultType))
     return failure();
   FailureOr<TensorView> reduced =
       reduceDims(*input, dims,
                  isa<ReduceMaxOp>(op) ? KOp::ReduceMax : KOp::ReduceSum,
-                 isa<ReduceMeanOp>(op), nameOf(op->getResult(0)));
+                 isa<ReduceMeanOp>(op), nameOf(op->getResult(0)),
+                 *resultType);
   if (failed(reduced))
     return failure();
   auto resultShape = cast<RankedTensorType>(op->getResult(0).getType()).getShape();
@@ -1663,7 +1838,8 @@ TensorView Lowering::reshaped(TensorView view, ArrayRef<int64_t> shape,
 
 FailureOr<TensorView> Lowering::reduceDims(const TensorView &input,
                                            ArrayRef<int64_t> dims, KOp reduce,
-                                           bool mean, StringRef name) {
+                                           bool mean, StringRef name,
+                                           DType resultType) {
   // Size-1 dims need no work.
   SmallVector<int64_t> todo;
   for (int64_t d : dims)
@@ -1698,7 +1874,7 @@ FailureOr<TensorView> Lowering::reduceDims(const TensorView &input,
     for (int64_t d : todo)
       if (d != innermost)
         rest.push_back(d);
-    return reduceDims(*first, rest, reduce, mean, name);
+    return reduceDims(*first, rest, reduce, mean, name, resultType);
   }
   if (fewRows) {
     // One long dim: split it into [blocks, length / blocks] when it
@@ -1717,7 +1893,7 @@ FailureOr<TensorView> Lowering::reduceDims(const TensorView &input,
       if (failed(partial))
         return failure();
       FailureOr<TensorView> total = reduceDims(*partial, {d}, reduce, mean,
-                                               name);
+                                               name, resultType);
       if (failed(total))
         return failure();
       // Drop the block dim (size 1 now) to give the input's rank back.
@@ -1758,9 +1934,10 @@ FailureOr<TensorView> Lowering::reduceDims(const TensorView &input,
   if (mean)
     r = kb.binary(KOp::Mul, r, kb.constant(1.0 / double(length)));
   TensorView out;
-  out.buffer = newBuffer(name, BufferKind::Arena, DType::F32, outShape);
+  out.buffer = newBuffer(name, BufferKind::Arena, resultType, outShape);
   out.shape = outShape;
   out.strides = contiguous;
+  out.dtype = resultType;
   TensorView store = out;
   store.shape = domain;
   store.strides = outStrides;
@@ -1841,9 +2018,6 @@ LogicalResult Lowering::lowerAttentionGrad(AttentionGradOp op) {
     FailureOr<TensorView> view = viewOf(operand);
     if (failed(view))
       return failure();
-    if (view->dtype != DType::F32)
-      return op.emitOpError("attention gradients on f16/bf16 are not "
-                            "supported by code generation yet");
     if (view->strides.back() != 1)
       *view = copyContiguous(*view, nameOf(operand));
     in.push_back(*view);
@@ -1866,6 +2040,11 @@ LogicalResult Lowering::lowerAttentionGrad(AttentionGradOp op) {
     views[result] = *view;
     grads.push_back(*view);
   }
+  // f32, f16 or bf16 alike (computed in f32); one type for all eight.
+  for (const TensorView &view : llvm::concat<TensorView>(in, grads))
+    if (view.dtype != in[0].dtype)
+      return op.emitOpError("code generation needs the gradient, q, k, v, "
+                            "the output and the results of one element type");
   auto toView = [&](const TensorView &view) {
     View result;
     result.buffer = view.buffer;
@@ -1905,13 +2084,14 @@ LogicalResult Lowering::lowerEmbeddingGrad(EmbeddingGradOp op) {
   if (failed(grad) || failed(ids))
     return failure();
   auto resultType = op.getResult().getType();
-  if (grad->dtype != DType::F32 || !resultType.getElementType().isF32())
-    return op.emitOpError("embedding gradients on f16/bf16 are not "
-                          "supported by code generation yet");
   int64_t rows = resultType.getDimSize(0), channels = resultType.getDimSize(1);
   int64_t positions = product(ids->shape);
   TensorView grad2 =
       reshaped(*grad, {positions, channels}, nameOf(op.getGrad()));
+  // The scatter-add sums f32 rows into an f32 table: a narrow gradient is
+  // widened first, a narrow result rounded after.
+  if (grad2.dtype != DType::F32)
+    grad2 = copyContiguous(grad2, nameOf(op.getGrad()), DType::F32);
   TensorView ids1 = reshaped(*ids, {positions}, nameOf(op.getIndices()));
   std::optional<TensorView> target = accumulationTarget(op);
   FailureOr<TensorView> out =
@@ -1919,6 +2099,11 @@ LogicalResult Lowering::lowerEmbeddingGrad(EmbeddingGradOp op) {
              : newTensor(op.getResult(), nameOf(op.getResult()));
   if (failed(out))
     return failure();
+  DType resultDtype = out->dtype;
+  if (resultDtype != DType::F32) {
+    out->dtype = DType::F32;
+    program.buffers[out->buffer].dtype = DType::F32;
+  }
   auto toView = [](const TensorView &view) {
     View result;
     result.buffer = view.buffer;
@@ -1942,6 +2127,9 @@ LogicalResult Lowering::lowerEmbeddingGrad(EmbeddingGradOp op) {
   s.embeddingGrad = std::move(step);
   s.origin = nameOf(op.getResult());
   program.steps.push_back(std::move(s));
+  if (resultDtype != DType::F32)
+    views[op.getResult()] =
+        copyContiguous(*out, nameOf(op.getResult()), resultDtype);
   return success();
 }
 
@@ -2084,6 +2272,14 @@ FailureOr<Program> Lowering::run() {
                                 : BufferKind::Input;
     std::string name = nameOf(arg);
     int32_t buffer = newBuffer(name, kind, *dtype, type.getShape());
+    if (auto init = func.getArgAttrOfType<FloatAttr>(arg.getArgNumber(),
+                                                     "llmc.state_init")) {
+      if (!isState)
+        return func.emitError("argument #")
+               << arg.getArgNumber()
+               << " has llmc.state_init but is not an llmc.state";
+      program.buffers[buffer].initialValue = init.getValueAsDouble();
+    }
     (isParam   ? program.params
      : isState ? program.states
                : program.inputs)

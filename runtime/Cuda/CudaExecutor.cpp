@@ -8,6 +8,7 @@
 #include "codegen/KernelToCuda/FlashAttention.h"
 #include "codegen/KernelToCuda/KernelToCuda.h"
 #include "runtime/Cuda/CudaApi.h"
+#include "runtime/PersistentStore.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -160,7 +161,8 @@ CudaPersistentStore::~CudaPersistentStore() {
 
 llvm::Expected<uint64_t>
 CudaPersistentStore::bind(llvm::StringRef name, kir::DType dtype,
-                          llvm::ArrayRef<int64_t> shape) {
+                          llvm::ArrayRef<int64_t> shape,
+                          double initialValue) {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = entries.find(name);
   if (it != entries.end()) {
@@ -189,6 +191,18 @@ CudaPersistentStore::bind(llvm::StringRef name, kir::DType dtype,
           **cu, (*cu)->memsetD8Async(address, 0, entry.bytes, nullptr),
           "cuMemsetD8Async"))
     return error;
+  // Synchronized below, before `elements` goes.
+  std::vector<char> elements;
+  if (initialValue != 0.0) {
+    elements = filledElements(dtype, entry.bytes / kir::dtypeBytes(dtype),
+                              initialValue);
+    if (llvm::Error error = checkDriver(
+            **cu,
+            (*cu)->memcpyHtoDAsync(address, elements.data(), elements.size(),
+                                   nullptr),
+            "cuMemcpyHtoD (initial value)"))
+      return error;
+  }
   if (llvm::Error error =
           checkDriver(**cu, (*cu)->ctxSynchronize(), "cuCtxSynchronize"))
     return error;
@@ -727,7 +741,8 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
       executor->bases[index] = impl.arena + buffer.offset;
     } else if (kir::isPersistent(buffer.kind)) {
       llvm::Expected<uint64_t> address =
-          executor->persistent->bind(buffer.name, buffer.dtype, buffer.shape);
+          executor->persistent->bind(buffer.name, buffer.dtype, buffer.shape,
+                                     buffer.initialValue);
       if (!address)
         return address.takeError();
       executor->bases[index] = *address;

@@ -9,7 +9,10 @@
 // machine without them create() fails with an error that says so.
 //
 // Semantics match runtime/Executor.h (CpuExecutor) step by step; GEMMs run
-// in exact f32 (CUBLAS_COMPUTE_32F, no TF32) unless the options allow TF32.
+// in exact f32 (CUBLAS_COMPUTE_32F, no TF32) unless the options allow TF32,
+// on f32 or f16/bf16 operands (CUDA_R_16F / CUDA_R_16BF A and B, C of the
+// buffer's type: a narrow C is rounded by cuBLASLt, an f32 C accumulates);
+// attention runs the flash kernels of the tensors' type (f32 accumulation).
 #ifndef LLMC_RUNTIME_CUDA_CUDAEXECUTOR_H
 #define LLMC_RUNTIME_CUDA_CUDAEXECUTOR_H
 
@@ -45,10 +48,12 @@ public:
   CudaPersistentStore(const CudaPersistentStore &) = delete;
   CudaPersistentStore &operator=(const CudaPersistentStore &) = delete;
 
-  /// The device address of tensor `name`, created as zeros if new; an
-  /// existing tensor with another dtype or shape is an error naming both.
+  /// The device address of tensor `name`, created if new with every
+  /// element `initialValue` (zeros by default); an existing tensor with
+  /// another dtype or shape is an error naming both.
   llvm::Expected<uint64_t> bind(llvm::StringRef name, kir::DType dtype,
-                                llvm::ArrayRef<int64_t> shape);
+                                llvm::ArrayRef<int64_t> shape,
+                                double initialValue = 0.0);
   bool contains(llvm::StringRef name) const override;
   std::vector<std::string> names() const override;
   llvm::Expected<HostTensor> get(llvm::StringRef name) const override;

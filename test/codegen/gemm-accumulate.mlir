@@ -15,11 +15,15 @@
 // CHECK: state grad.h.1.mlp.c_proj.weight: buffer [[$PROJ:[0-9]+]]
 // CHECK-NOT: arena {{.*}} embedding_grad
 
+// Each dW GEMM runs where its product is in the backward sweep (block 1's
+// before block 0's), not with the accumulating adds at the end of the
+// step, so that its operands die early; grad.wte's waits for the
+// embedding gradient it is summed with.
 // CHECK-LABEL: schedule:
+// CHECK: gemm batch 1 m 64 n 256 k 32 transA {{.*}} C=buffer [[$PROJ]]+0 [16384, 256, 1] accumulate // matmul_add
+// CHECK: gemm batch 1 m 192 n 64 k 32 transA {{.*}} C=buffer [[$QKV]]+0 [12288, 64, 1] accumulate // matmul_add
 // CHECK: embedding_grad positions 32 rows 256 channels 64 {{.*}} out=buffer [[$WTE]]+0 [64, 1] accumulate
 // CHECK: gemm batch 1 m 256 n 64 k 32 transA {{.*}} C=buffer [[$WTE]]+0 [16384, 64, 1] accumulate // matmul_add_add
-// CHECK: gemm batch 1 m 192 n 64 k 32 transA {{.*}} C=buffer [[$QKV]]+0 [12288, 64, 1] accumulate // matmul_add
-// CHECK: gemm batch 1 m 64 n 256 k 32 transA {{.*}} C=buffer [[$PROJ]]+0 [16384, 256, 1] accumulate // matmul_add
 // CHECK-NOT: epilogue
 // CHECK-NOT: update grad
 // CHECK-LABEL: kernels:

@@ -208,6 +208,82 @@ func.func @dropout_rate(%x: tensor<4x8xf32>) {
 // -----
 
 //===----------------------------------------------------------------------===//
+// Predicates and selection
+//===----------------------------------------------------------------------===//
+
+// Tests that is_finite tests float tensors only.
+func.func @is_finite_integer(%x: tensor<4xi32>) {
+  // expected-error @+1 {{'llmc.is_finite' op input must have element type f32, f16 or bf16, got 'i32'}}
+  %0 = llmc.is_finite %x : tensor<4xi32>
+  return
+}
+
+// -----
+
+// Tests that compared operands have one element type.
+func.func @compare_mixed(%a: tensor<4xf32>, %b: tensor<4xf16>) {
+  // expected-error @+1 {{'llmc.compare' op lhs and rhs must have one element type, got 'f32' and 'f16'}}
+  %0 = llmc.compare lt, %a, %b : tensor<4xf32>, tensor<4xf16>
+  return
+}
+
+// -----
+
+// Tests that compared shapes must broadcast.
+func.func @compare_shapes(%a: tensor<4xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{'llmc.compare' op shapes [4] and [3] do not broadcast}}
+  %0 = llmc.compare le, %a, %b : tensor<4xf32>, tensor<3xf32>
+  return
+}
+
+// -----
+
+// Tests that the predicate is required (generic form).
+func.func @compare_no_predicate(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'llmc.compare' op requires attribute 'predicate'}}
+  %0 = "llmc.compare"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xi1>
+  return
+}
+
+// -----
+
+// Tests that the predicate is one of lt, le and eq (the ODS constraint).
+func.func @compare_predicate(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'llmc.compare' op attribute 'predicate' failed to satisfy constraint: an ordered comparison (false when either side is NaN)}}
+  %0 = "llmc.compare"(%a, %a) {predicate = "gt"} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xi1>
+  return
+}
+
+// -----
+
+// Tests that the condition broadcasts to the result without growing it.
+func.func @select_condition_shape(%c: tensor<2x4xi1>, %a: tensor<4xf32>) {
+  // expected-error @+1 {{'llmc.select' op condition of shape [2, 4] does not broadcast to the result shape [4]}}
+  %0 = llmc.select %c, %a, %a : tensor<2x4xi1>, tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that both values have the result's type (generic form).
+func.func @select_types(%c: tensor<i1>, %a: tensor<4xf32>, %b: tensor<4xf16>) {
+  // expected-error @+1 {{'llmc.select' op failed to verify that all of {true_value, false_value, result} have same type}}
+  %0 = "llmc.select"(%c, %a, %b) : (tensor<i1>, tensor<4xf32>, tensor<4xf16>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that the condition is an i1 tensor.
+func.func @select_float_condition(%c: tensor<f32>, %a: tensor<4xf32>) {
+  // expected-error @+1 {{'llmc.select' op operand #0 must be statically shaped tensor of 1-bit signless integer values, but got 'tensor<f32>'}}
+  %0 = llmc.select %c, %a, %a : tensor<f32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
 // Normalization and softmax
 //===----------------------------------------------------------------------===//
 

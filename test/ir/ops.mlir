@@ -129,6 +129,29 @@ func.func @gelu_cast_dropout(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x
   return %1, %3, %4 : tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>
 }
 
+// Tests is_finite, the three comparisons (one broadcasting a scalar) and
+// select with a scalar and with a full-shape condition.
+// CHECK-LABEL: func.func @predicates(
+// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<4x8xf16>, %[[N:[a-z0-9]+]]: tensor<f32>, %[[A:[a-z0-9]+]]: tensor<4x8xf32>, %[[B:[a-z0-9]+]]: tensor<4x8xf32>
+// CHECK-NEXT: %[[F:.*]] = llmc.is_finite %[[X]] : tensor<4x8xf16>
+// CHECK-NEXT: %[[FN:.*]] = llmc.is_finite %[[N]] : tensor<f32>
+// CHECK-NEXT: %[[LT:.*]] = llmc.compare lt, %[[A]], %[[B]] : tensor<4x8xf32>, tensor<4x8xf32>
+// CHECK-NEXT: %[[LE:.*]] = llmc.compare le, %[[N]], %[[A]] : tensor<f32>, tensor<4x8xf32>
+// CHECK-NEXT: %[[EQ:.*]] = llmc.compare eq, %[[N]], %[[N]] : tensor<f32>, tensor<f32>
+// CHECK-NEXT: %[[S0:.*]] = llmc.select %[[FN]], %[[A]], %[[B]] : tensor<i1>, tensor<4x8xf32>
+// CHECK-NEXT: %[[S1:.*]] = llmc.select %[[LT]], %[[A]], %[[B]] : tensor<4x8xi1>, tensor<4x8xf32>
+// CHECK-NEXT: return %[[F]], %[[LE]], %[[EQ]], %[[S0]], %[[S1]] : tensor<4x8xi1>, tensor<4x8xi1>, tensor<i1>, tensor<4x8xf32>, tensor<4x8xf32>
+func.func @predicates(%x: tensor<4x8xf16>, %n: tensor<f32>, %a: tensor<4x8xf32>, %b: tensor<4x8xf32>) -> (tensor<4x8xi1>, tensor<4x8xi1>, tensor<i1>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %0 = llmc.is_finite %x : tensor<4x8xf16>
+  %1 = llmc.is_finite %n : tensor<f32>
+  %2 = llmc.compare lt, %a, %b : tensor<4x8xf32>, tensor<4x8xf32>
+  %3 = llmc.compare le, %n, %a : tensor<f32>, tensor<4x8xf32>
+  %4 = llmc.compare eq, %n, %n : tensor<f32>, tensor<f32>
+  %5 = llmc.select %1, %a, %b : tensor<i1>, tensor<4x8xf32>
+  %6 = llmc.select %2, %a, %b : tensor<4x8xi1>, tensor<4x8xf32>
+  return %0, %3, %4, %5, %6 : tensor<4x8xi1>, tensor<4x8xi1>, tensor<i1>, tensor<4x8xf32>, tensor<4x8xf32>
+}
+
 // Tests layer_norm with and without bias (bf16 data, f32 statistics),
 // rms_norm and softmax.
 // CHECK-LABEL: func.func @norms(

@@ -631,3 +631,24 @@ func.func @grad_epilogue_and_reductions(%dy: tensor<2x4x8xf32>,
   %db = llmc.reduce_sum %dh dims [0, 1] : tensor<2x4x32xf32>
   return %dh, %n, %db : tensor<2x4x32xf32>, tensor<f32>, tensor<32xf32>
 }
+
+// -----
+
+// Tests that flags (i1) are never kernel outputs: a scalar is_finite used
+// by selects of two shapes is copied into each select's group, and a
+// compare joins the group of its select.
+// CHECK-LABEL: func.func @flags(
+// CHECK: llmc.fusion "is_finite_select" "pointwise"(%{{.*}}) : (tensor<f32>, tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+// CHECK: llmc.fusion "is_finite_compare_select_select" "pointwise"(%{{.*}}) : (tensor<f32>, tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+// CHECK-NOT: -> tensor<i1>
+// CHECK: return
+func.func @flags(%norm: tensor<f32>, %a: tensor<4x3xf32>, %b: tensor<4x3xf32>,
+                 %c: tensor<3xf32>, %d: tensor<3xf32>)
+    -> (tensor<4x3xf32>, tensor<3xf32>) {
+  %finite = llmc.is_finite %norm : tensor<f32>
+  %x = llmc.select %finite, %a, %b : tensor<i1>, tensor<4x3xf32>
+  %less = llmc.compare lt, %c, %d : tensor<3xf32>, tensor<3xf32>
+  %min = llmc.select %less, %c, %d : tensor<3xi1>, tensor<3xf32>
+  %y = llmc.select %finite, %min, %d : tensor<i1>, tensor<3xf32>
+  return %x, %y : tensor<4x3xf32>, tensor<3xf32>
+}

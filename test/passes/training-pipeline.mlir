@@ -15,7 +15,9 @@
 // (cross_entropy_grad, layer_norm_grad with the residual gradient added),
 // the GELU gradient as the epilogue of the GEMM before it, attention and
 // embedding gradients as library ops, and each gradient accumulated into
-// its buffer (a weight gradient's GEMM with the add as its epilogue).
+// its buffer (a weight gradient's GEMM with the add as its epilogue, run
+// where the GEMM was, not at the end with the add, so that its operands
+// need not live to the end of the step).
 // CHECK-LABEL: func.func @grad_step(
 // CHECK-SAME: {llmc.state = "grad.wte"}
 // CHECK-SAME: {llmc.input = "dloss"}
@@ -26,11 +28,12 @@
 // CHECK: llmc.fusion "cross_entropy_grad" "row"
 // CHECK: llmc.fusion "layer_norm_grad" "row"
 // CHECK: llmc.fusion "matmul_gelu_grad" "gemm"
+// CHECK: llmc.fusion "matmul_add" "gemm"
 // CHECK: llmc.attention_grad
 // CHECK: llmc.fusion "layer_norm_grad_add" "row"
 // CHECK: llmc.embedding_grad
 // CHECK: llmc.fusion "matmul_add_add" "gemm"
-// CHECK: llmc.fusion "matmul_add" "gemm"
+// CHECK-NOT: llmc.fusion "matmul_add" "gemm"
 //
 // @update_step: one sum-of-squares kernel per gradient, one scalar kernel
 // for the norm and the clip coefficient, then one fused update kernel per

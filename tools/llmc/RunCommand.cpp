@@ -215,20 +215,6 @@ makeExecutor(::llmc::kir::Program program, const Device &device,
   return std::unique_ptr<rt::Executor>(std::move(*executor));
 }
 
-/// Lowers @forward of `module` after the compile pipeline (evaluation
-/// without dropout needs it on its own).
-llvm::Expected<::llmc::kir::Program> compileForward(ModuleOp module) {
-  PassManager pm(module.getContext());
-  buildCompilePipeline(pm);
-  if (failed(pm.run(module)))
-    return llvm::createStringError("the compile pipeline failed");
-  auto forward = module.lookupSymbol<func::FuncOp>("forward");
-  FailureOr<::llmc::kir::Program> program = lowerToProgram(forward);
-  if (failed(program))
-    return llvm::createStringError("lowering @forward failed");
-  return std::move(*program);
-}
-
 std::string jsonText(const llvm::json::Value &value) {
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -397,11 +383,13 @@ int runTrainCommand(int argc, char **argv) {
   std::string modelName = info.name.empty() ? "model" : info.name;
   llvm::outs() << llvm::formatv(
       "llmc run: model {0}: {1} parameters in {2} tensors; training step "
-      "built and lowered in {3:f2} s\n",
+      "({4}, remat {5}) built and lowered in {3:f2} s\n",
       modelName, info.numParameters, info.parameters.size(),
       std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                     compileStart)
-          .count());
+          .count(),
+      ::llmc::stringifyPrecision(config.precision.kind),
+      ::llmc::stringifyRematPolicy(config.remat.policy));
 
   auto grad = makeExecutor(std::move(programs->gradStep), *device,
                            llvm::formatv("grad step (T={0})", config.seqLen).str());
@@ -419,7 +407,8 @@ int runTrainCommand(int argc, char **argv) {
         source.build(config.seqLen, /*withDropout=*/false);
     if (!evalModule)
       return fail(evalModule.takeError());
-    llvm::Expected<::llmc::kir::Program> lowered = compileForward(**evalModule);
+    llvm::Expected<::llmc::kir::Program> lowered =
+        ::llmc::compileForward(**evalModule, config.precision);
     if (!lowered)
       return fail(lowered.takeError());
     evalProgram = std::move(*lowered);
@@ -438,7 +427,7 @@ int runTrainCommand(int argc, char **argv) {
     if (!samplerModule)
       return fail(samplerModule.takeError());
     llvm::Expected<::llmc::kir::Program> lowered =
-        compileForward(**samplerModule);
+        ::llmc::compileForward(**samplerModule, config.precision);
     if (!lowered)
       return fail(lowered.takeError());
     auto created = makeExecutor(std::move(*lowered), *device,

@@ -7,6 +7,7 @@
 #endif
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "codegen/MemoryPlan.h"
+#include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "frontend/ModelInfo.h"
@@ -21,6 +22,7 @@
 #endif
 #include "tools/llmc/Plan.h"
 #include "passes/Pipelines.h"
+#include "passes/Remat.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -166,6 +168,26 @@ static cl::opt<std::string> compileFunction(
              "llmc-autodiff and llmc-optimizer with default AdamW options, "
              "then fusion)"),
     cl::init("forward"), cl::value_desc("name"), cl::sub(compileCmd));
+static cl::opt<std::string> compileRemat(
+    "remat",
+    cl::desc("Activation checkpointing of grad_step (llmc-remat): none (the "
+             "default), full (each block keeps its input only and is "
+             "recomputed), selective (matmul and attention outputs kept, the "
+             "cheap ops recomputed) or budget (the fewest recomputations "
+             "whose planned peak fits --remat-budget); prints the planned "
+             "peak and the extra FLOPs"),
+    cl::init("none"), cl::value_desc("policy"), cl::sub(compileCmd));
+static cl::opt<std::string> rematBudget(
+    "remat-budget",
+    cl::desc("The planned peak (arena) --remat=budget must fit: bytes, or a "
+             "number with KiB, MiB or GiB"),
+    cl::value_desc("size"), cl::sub(compileCmd));
+static cl::opt<bool> rematReport(
+    "remat-report",
+    cl::desc("Compile grad_step with each remat policy (budget too, given "
+             "--remat-budget) and print planned peaks and extra FLOPs side "
+             "by side instead of writing an artifact"),
+    cl::sub(compileCmd));
 static cl::opt<bool> summaryOnly("summary",
                                  cl::desc("Omit the per-tensor table"),
                                  cl::sub(infoCmd));
@@ -318,6 +340,61 @@ static void printPlanSummary(const ::llmc::kir::Program &program,
                      stats.totalBytes / 1048576.0);
 }
 
+/// One line on stderr: what llmc-remat recomputed and what it costs.
+static void printRematSummary(const RematSummary &remat,
+                              const ::llmc::kir::Program &program) {
+  int64_t stepFlops = ::llmc::kir::countFlops(program);
+  llvm::errs() << llvm::format(
+      "llmc: remat %s: %lld saved activations recomputed by %lld ops, "
+      "+%.3f GFLOP (+%.1f%% of the step without), %.2f MiB of activations "
+      "kept; planned peak %.2f MiB\n",
+      remat.policy.c_str(), (long long)remat.recomputedValues,
+      (long long)remat.clonedOps, remat.extraFlops / 1e9,
+      100.0 * remat.extraFlops /
+          std::max<double>(stepFlops - remat.extraFlops, 1),
+      remat.storedBytes / 1048576.0, program.arenaBytes / 1048576.0);
+}
+
+/// --remat-report: every policy's @grad_step, side by side.
+static int runRematReport(ModuleOp module, int64_t budgetBytes) {
+  SmallVector<RematPassOptions> policies;
+  for (const char *name : {"none", "full", "selective", "budget"}) {
+    RematPassOptions options;
+    options.policy = name;
+    options.budgetBytes = budgetBytes;
+    if (options.policy != "budget" || budgetBytes > 0)
+      policies.push_back(options);
+  }
+  SmallVector<RematPolicyFigures> rows =
+      compareRematPolicies(module, TrainingPipelineOptions(), policies);
+  llvm::outs() << "grad_step by remat policy (planned peak: the arena of the "
+                  "lowered step; extra: FLOPs of the recomputed ops)\n";
+  llvm::outs() << llvm::format("%-10s %14s %8s %14s %11s %8s %12s %8s\n",
+                               "policy", "planned peak", "vs none",
+                               "activations", "recomputed", "ops",
+                               "extra GFLOP", "extra");
+  const RematPolicyFigures &none = rows.front();
+  bool ok = true;
+  for (const RematPolicyFigures &row : rows) {
+    if (!row.compiled) {
+      llvm::outs() << llvm::format("%-10s failed (see the error above)\n",
+                                   row.policy.c_str());
+      ok = false;
+      continue;
+    }
+    int64_t base = std::max<int64_t>(none.stepFlops, 1);
+    llvm::outs() << llvm::format(
+        "%-10s %10.2f MiB %7.2fx %10.2f MiB %11lld %8lld %12.3f %7.1f%%\n",
+        row.policy.c_str(), row.plannedPeak / 1048576.0,
+        double(none.plannedPeak) / std::max<int64_t>(row.plannedPeak, 1),
+        row.summary.storedBytes / 1048576.0,
+        (long long)row.summary.recomputedValues,
+        (long long)row.summary.clonedOps, row.summary.extraFlops / 1e9,
+        100.0 * row.summary.extraFlops / base);
+  }
+  return ok ? 0 : 1;
+}
+
 static int runCompile(MLIRContext &context) {
   bool fromMlir = llvm::StringRef(compileInput).ends_with(".mlir");
   OwningOpRef<ModuleOp> module;
@@ -351,11 +428,36 @@ static int runCompile(MLIRContext &context) {
       compileFunction != "update_step")
     return fail("unknown function '" + compileFunction +
                 "' for --function (forward, grad_step, update_step)");
+  int64_t budgetBytes = 0;
+  if (!rematBudget.empty()) {
+    std::optional<int64_t> bytes = ::llmc::parseByteSize(rematBudget);
+    if (!bytes)
+      return fail("--remat-budget: '" + rematBudget +
+                  "' is not a size (bytes, or a number with KiB, MiB or GiB)");
+    budgetBytes = *bytes;
+  }
+  if (!llvm::is_contained({"none", "full", "selective", "budget"},
+                          compileRemat))
+    return fail("unknown policy '" + compileRemat +
+                "' for --remat (none, full, selective, budget)");
+  if (compileRemat == "budget" && !budgetBytes)
+    return fail("--remat=budget needs --remat-budget");
+  if (rematReport)
+    return runRematReport(*module, budgetBytes);
+  if (compileRemat != "none" && compileFunction != "grad_step")
+    return fail("--remat rewrites the training step: use it with "
+                "--function grad_step");
   ModelInfo info = getModelInfo(*module);
   {
     PassManager pm(&context);
+    TrainingPipelineOptions trainingOptions;
+    if (compileRemat != "none") {
+      RematPassOptions &remat = trainingOptions.remat.emplace();
+      remat.policy = compileRemat;
+      remat.budgetBytes = budgetBytes;
+    }
     if (training)
-      buildTrainingPipeline(pm, TrainingPipelineOptions());
+      buildTrainingPipeline(pm, trainingOptions);
     else
       buildCompilePipeline(pm);
     if (failed(pm.run(*module)))
@@ -370,6 +472,8 @@ static int runCompile(MLIRContext &context) {
   FailureOr<::llmc::kir::Program> program = lowerToProgram(function);
   if (failed(program))
     return 1;
+  if (std::optional<RematSummary> remat = getRematSummary(function))
+    printRematSummary(*remat, *program);
   if (compileTo == "kernels") {
     ::llmc::kir::printProgram(llvm::outs(), *program);
     return 0;

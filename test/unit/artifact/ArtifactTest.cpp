@@ -147,6 +147,7 @@ kir::Program makeProgram() {
       buffer("dqkv", BufferKind::Arena, DType::F32, {2, 4, 24}, 2048, 3, 3),
   };
   p.buffers[kTokens].idBound = 16;
+  p.buffers[kGradWte].initialValue = 65536.0;
   p.arenaBytes = 2816;
   p.params = {{"wte", kWte}, {"ln_w", kLnW}};
   p.inputs = {{"tokens", kTokens}, {"mask", kMask}, {"flags", kFlags}};
@@ -336,8 +337,8 @@ void expectSameBindings(const std::vector<kir::Binding> &x,
 }
 
 void expectSameBuffer(const kir::Buffer &x, const kir::Buffer &y) {
-  const auto &[name, kind, dtype, shape, offset, firstStep, lastStep, idBound] =
-      x;
+  const auto &[name, kind, dtype, shape, offset, firstStep, lastStep, idBound,
+                initialValue] = x;
   EXPECT_EQ(name, y.name);
   EXPECT_EQ(kind, y.kind);
   EXPECT_EQ(dtype, y.dtype);
@@ -346,6 +347,7 @@ void expectSameBuffer(const kir::Buffer &x, const kir::Buffer &y) {
   EXPECT_EQ(firstStep, y.firstStep);
   EXPECT_EQ(lastStep, y.lastStep);
   EXPECT_EQ(idBound, y.idBound);
+  EXPECT_EQ(initialValue, y.initialValue);
 }
 
 void expectSameKernel(const kir::Kernel &x, const kir::Kernel &y) {

@@ -261,6 +261,9 @@ TEST(TrainConfigTest, Errors) {
        "--loss-scale-window: loss scaling is for precision fp16 only"},
       {kConfig, {"--precision", "fp16", "--loss-scale-min-scale", "0"},
        "--loss-scale-min-scale: 0 is out of range"},
+      {kConfig, {"--precision", "fp16", "--loss-scale-min-scale", "1024",
+                 "--loss-scale-initial-scale-power", "8"},
+       "--loss-scale-min-scale: 1024 is above the initial scale 2^8"},
       {kConfig, {"--remat", "some"},
        "--remat: unknown remat policy 'some'; expected none, full, selective "
        "or budget"},

@@ -1,0 +1,37 @@
+// Bulk conversions between f32 and the 16-bit float storage types (f16,
+// bf16) for the CPU executor's library steps (GEMMs, attention), which run
+// in f32 on widened copies of narrow operands and round their results back.
+//
+// Every conversion gives the bits of runtime::floatToHalf / floatToBFloat16
+// / halfToFloat / bfloat16ToFloat (runtime/Weights.h): round to nearest
+// even, overflow to infinity, subnormals kept, NaN quieted with its sign and
+// top payload bits (one exception: F16C widens a signaling f16 NaN to a
+// quiet one, where halfToFloat keeps it signaling). Where the CPU has them,
+// F16C (f16, both directions) and AVX-512 BF16 (f32 -> bf16) do the work;
+// the code checks the CPU at run time, so one binary runs everywhere.
+#ifndef LLMC_RUNTIME_CPU_LOWPRECISION_H
+#define LLMC_RUNTIME_CPU_LOWPRECISION_H
+
+#include "codegen/KernelIR.h"
+
+#include <cstdint>
+
+namespace llmc::cpu {
+
+/// `count` contiguous elements of `type` (F32, F16 or BF16) at `src`,
+/// widened to f32 at `dst` (exact; F32 is a copy).
+void widenToFloat(kir::DType type, const void *src, int64_t count,
+                  float *dst);
+
+/// `count` contiguous f32 values rounded to `type` (F32, F16 or BF16) at
+/// `dst` (F32 is a copy).
+void narrowFromFloat(kir::DType type, const float *src, int64_t count,
+                     void *dst);
+
+/// Which instructions the conversions use on this CPU, for people and
+/// tests: "f16c", "avx512bf16", both ("f16c+avx512bf16") or "scalar".
+const char *lowPrecisionPath();
+
+} // namespace llmc::cpu
+
+#endif // LLMC_RUNTIME_CPU_LOWPRECISION_H
