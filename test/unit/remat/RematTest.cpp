@@ -1,10 +1,11 @@
 // llmc-remat end to end on the CPU: for each policy (full, selective, budget
 // at two budgets) the compiled gradient step of a tiny GPT-2, the same with
-// dropout and a Llama-style model (and, once fused kernels round narrow
-// values, the tiny GPT-2 in bf16 and fp16) gives bitwise the gradients and
-// loss of the step without remat, and the arena high-water mark the
-// executor measures is the peak the memory plan promised
-// (Program::arenaBytes).
+// dropout, a Llama-style model and the tiny GPT-2 in bf16 and in fp16 with
+// dropout (bitwise because fused kernels round every narrow value to its
+// type where it is computed, however fusion groups the recomputed ops)
+// gives bitwise the gradients and loss of the step without remat, and the
+// arena high-water mark the executor measures is the peak the memory plan
+// promised (Program::arenaBytes).
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
