@@ -101,6 +101,12 @@ enum class Kind {
   Model,   // scalar (preset or path) or an inline mapping
 };
 
+/// Whether a key of this kind takes a list (a YAML sequence, or comma
+/// separated in a flag).
+bool isListKind(Kind kind) {
+  return kind == Kind::Paths || kind == Kind::Numbers || kind == Kind::Names;
+}
+
 struct KeyInfo {
   Key key;
   StringRef path;   // YAML path, sections joined by '.'
@@ -404,8 +410,7 @@ Error Parser::collectValue(const KeyInfo &k, yaml::Node *node,
     values[k.key] = std::move(value);
     return Error::success();
   }
-  if (k.kind == Kind::Paths || k.kind == Kind::Numbers ||
-      k.kind == Kind::Names) {
+  if (isListKind(k.kind)) {
     if (auto *sequence = dyn_cast<yaml::SequenceNode>(node)) {
       value.isList = true;
       for (yaml::Node &item : *sequence) {
@@ -424,10 +429,7 @@ Error Parser::collectValue(const KeyInfo &k, yaml::Node *node,
   if (!scalar)
     return errorAt(value, k.path,
                    Twine("expected ") +
-                       (k.kind == Kind::Paths || k.kind == Kind::Numbers ||
-                                k.kind == Kind::Names
-                            ? "a list or a scalar"
-                            : "a scalar") +
+                       (isListKind(k.kind) ? "a list or a scalar" : "a scalar") +
                        ", got " + describeNode(node));
   value.items.push_back(*scalar);
   values[k.key] = std::move(value);
@@ -615,8 +617,7 @@ Error Parser::collectFlags(ArrayRef<std::string> flags) {
     }
     Value value;
     value.flag = name.str();
-    if (k->kind == Kind::Paths || k->kind == Kind::Numbers ||
-        k->kind == Kind::Names) {
+    if (isListKind(k->kind)) {
       value.isList = true;
       SmallVector<StringRef> parts;
       text.split(parts, ',', -1, /*KeepEmpty=*/false);
