@@ -21,7 +21,7 @@
 //
 //   build/bin/bench-roofline [--batch 8] [--seq 1024] [--verbose]
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "codegen/Program.h"
+#include "ir/kernel/Program.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"

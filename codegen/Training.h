@@ -26,7 +26,7 @@
 #ifndef LLMC_CODEGEN_TRAINING_H
 #define LLMC_CODEGEN_TRAINING_H
 
-#include "codegen/Program.h"
+#include "ir/kernel/Program.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/Error.h"

@@ -1,7 +1,7 @@
 // Training data: llm.c token shards, text files, the split, the batch loader.
 #include "frontend/Dataset.h"
 
-#include "runtime/AtomicFile.h"
+#include "ir/kernel/AtomicFile.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/Endian.h"

@@ -1,7 +1,7 @@
 // Tokenizers: byte-level, GPT-2 byte-level BPE (loading, encoding, training).
 #include "frontend/Tokenizer.h"
 
-#include "runtime/AtomicFile.h"
+#include "ir/kernel/AtomicFile.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"

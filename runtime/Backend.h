@@ -7,7 +7,7 @@
 #ifndef LLMC_RUNTIME_BACKEND_H
 #define LLMC_RUNTIME_BACKEND_H
 
-#include "codegen/Program.h"
+#include "ir/kernel/Program.h"
 #include "runtime/Weights.h"
 
 #include "llvm/ADT/StringRef.h"

@@ -2,7 +2,7 @@
 // last K of a run.
 #include "runtime/Checkpoint.h"
 
-#include "runtime/AtomicFile.h"
+#include "ir/kernel/AtomicFile.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"

@@ -10,7 +10,7 @@
 #ifndef LLMC_RUNTIME_EXECUTOR_H
 #define LLMC_RUNTIME_EXECUTOR_H
 
-#include "codegen/Program.h"
+#include "ir/kernel/Program.h"
 #include "runtime/Backend.h"
 #include "runtime/Cpu/KernelCache.h"
 #include "runtime/PersistentStore.h"

@@ -2,7 +2,7 @@
 // filled with their initial value.
 #include "runtime/PersistentStore.h"
 
-#include "codegen/Program.h"
+#include "ir/kernel/Program.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -1,7 +1,7 @@
 // The training loop: steps, evaluation, metrics, the loss plot, checkpoints.
 #include "runtime/Trainer.h"
 
-#include "runtime/AtomicFile.h"
+#include "ir/kernel/AtomicFile.h"
 #include "runtime/Generate.h"
 
 #include "llvm/ADT/SmallString.h"

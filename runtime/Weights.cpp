@@ -1,7 +1,7 @@
 // Host tensors, safetensors and llm.c checkpoint I/O, GPT-2 initialization.
 #include "runtime/Weights.h"
 
-#include "runtime/AtomicFile.h"
+#include "ir/kernel/AtomicFile.h"
 #include "runtime/Backend.h"
 #include "runtime/Checkpoint.h"
 

@@ -3,7 +3,7 @@
 #ifndef LLMC_RUNTIME_WEIGHTS_H
 #define LLMC_RUNTIME_WEIGHTS_H
 
-#include "codegen/KernelIR.h"
+#include "ir/kernel/KernelIR.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"

@@ -1,5 +1,6 @@
 # lit configuration of the llmc regression tests (FileCheck over llmc-opt and llmc).
 import os
+import sys
 
 import lit.formats
 
@@ -16,3 +17,4 @@ config.environment["PATH"] = os.pathsep.join(
 config.substitutions.append(("%llmc_src", config.llmc_src_root))
 if config.cuda_toolkit:
     config.available_features.add("cuda-toolkit")
+config.substitutions.append(("%python", sys.executable))

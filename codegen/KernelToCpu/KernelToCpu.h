@@ -9,7 +9,7 @@
 #ifndef LLMC_CODEGEN_KERNELTOCPU_KERNELTOCPU_H
 #define LLMC_CODEGEN_KERNELTOCPU_KERNELTOCPU_H
 
-#include "codegen/KernelIR.h"
+#include "ir/kernel/KernelIR.h"
 
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/ArrayRef.h"

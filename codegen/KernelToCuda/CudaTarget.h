@@ -4,9 +4,9 @@
 #ifndef LLMC_CODEGEN_KERNELTOCUDA_CUDATARGET_H
 #define LLMC_CODEGEN_KERNELTOCUDA_CUDATARGET_H
 
-#include "codegen/Program.h"
-#include "runtime/Artifact.h"
-#include "runtime/Cuda/Nvrtc.h"
+#include "ir/kernel/Program.h"
+#include "ir/kernel/Artifact.h"
+#include "codegen/KernelToCuda/Nvrtc.h"
 
 #include "llvm/Support/Error.h"
 

@@ -3,7 +3,7 @@
 // (kir::AttentionGradStep), from one template parameterized by head size
 // and storage dtype (f32, f16, bf16; f32 accumulation), plus their launch
 // shapes and argument blocks. Like KernelToCuda.h it needs neither MLIR nor
-// the CUDA toolkit; NVRTC compiles the source (runtime/Cuda/Nvrtc.h).
+// the CUDA toolkit; NVRTC compiles the source (codegen/KernelToCuda/Nvrtc.h).
 //
 // Kernel ABI: each kernel takes ONE argument, an argument block passed by
 // value (AttentionForwardArgs / AttentionBackwardArgs below, declared with
@@ -19,7 +19,7 @@
 #ifndef LLMC_CODEGEN_KERNELTOCUDA_FLASHATTENTION_H
 #define LLMC_CODEGEN_KERNELTOCUDA_FLASHATTENTION_H
 
-#include "codegen/KernelIR.h"
+#include "ir/kernel/KernelIR.h"
 #include "codegen/KernelToCuda/KernelToCuda.h"
 
 #include "llvm/ADT/ArrayRef.h"

@@ -28,7 +28,7 @@
 // value (x + shfl_xor(x) commutes).
 #include "codegen/KernelToCuda/KernelToCuda.h"
 
-#include "codegen/Program.h"
+#include "ir/kernel/Program.h"
 
 #include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/STLExtras.h"

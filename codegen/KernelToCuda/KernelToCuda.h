@@ -1,6 +1,6 @@
 // The CUDA emitter: kernel IR -> CUDA C++ source (one `extern "C"
 // __global__` function per kernel) plus the launch configuration it was
-// written for. NVRTC compiles the source (runtime/Cuda/Nvrtc.h); this file
+// written for. NVRTC compiles the source (codegen/KernelToCuda/Nvrtc.h); this file
 // needs neither MLIR nor the CUDA toolkit.
 //
 // The ABI of an emitted kernel NAME (kir::Kernel::name):
@@ -40,7 +40,7 @@
 #ifndef LLMC_CODEGEN_KERNELTOCUDA_KERNELTOCUDA_H
 #define LLMC_CODEGEN_KERNELTOCUDA_KERNELTOCUDA_H
 
-#include "codegen/KernelIR.h"
+#include "ir/kernel/KernelIR.h"
 
 #include "llvm/ADT/ArrayRef.h"
 

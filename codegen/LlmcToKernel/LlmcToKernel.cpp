@@ -47,7 +47,7 @@
 // skips a rounding that the IR's types imply. Embedding gradients of narrow
 // gradients widen them first (the scatter-add sums in f32).
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "codegen/MemoryPlan.h"
+#include "ir/kernel/MemoryPlan.h"
 #include "ir/LlmcOps.h"
 
 #include "mlir/IR/BuiltinAttributes.h"

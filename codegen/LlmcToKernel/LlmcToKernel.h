@@ -4,7 +4,7 @@
 #ifndef LLMC_CODEGEN_LLMCTOKERNEL_LLMCTOKERNEL_H
 #define LLMC_CODEGEN_LLMCTOKERNEL_LLMCTOKERNEL_H
 
-#include "codegen/Program.h"
+#include "ir/kernel/Program.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Support/LLVM.h"

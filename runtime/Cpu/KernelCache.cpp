@@ -10,7 +10,7 @@
 // recompiled.
 #include "runtime/Cpu/KernelCache.h"
 
-#include "runtime/AtomicFile.h"
+#include "ir/kernel/AtomicFile.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"

@@ -3,7 +3,7 @@
 #ifndef LLMC_RUNTIME_CPU_KERNELCACHE_H
 #define LLMC_RUNTIME_CPU_KERNELCACHE_H
 
-#include "codegen/KernelIR.h"
+#include "ir/kernel/KernelIR.h"
 #include "runtime/Cpu/CpuKernels.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"

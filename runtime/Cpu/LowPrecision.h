@@ -12,7 +12,7 @@
 #ifndef LLMC_RUNTIME_CPU_LOWPRECISION_H
 #define LLMC_RUNTIME_CPU_LOWPRECISION_H
 
-#include "codegen/KernelIR.h"
+#include "ir/kernel/KernelIR.h"
 
 #include <cstdint>
 

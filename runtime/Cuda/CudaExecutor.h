@@ -17,9 +17,9 @@
 #define LLMC_RUNTIME_CUDA_CUDAEXECUTOR_H
 
 #include "codegen/KernelToCuda/FlashAttention.h"
-#include "codegen/Program.h"
+#include "ir/kernel/Program.h"
 #include "runtime/Backend.h"
-#include "runtime/Cuda/Nvrtc.h"
+#include "codegen/KernelToCuda/Nvrtc.h"
 #include "runtime/Weights.h"
 
 #include "llvm/ADT/StringRef.h"

@@ -19,7 +19,7 @@
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
 #include "passes/Pipelines.h"
-#include "runtime/Artifact.h"
+#include "ir/kernel/Artifact.h"
 #include "runtime/Executor.h"
 #include "runtime/Generate.h"
 #include "runtime/Weights.h"

@@ -18,7 +18,7 @@
 // that has nothing but the NVIDIA driver and CUDA's libraries.
 #include "TrainingCheck.h"
 
-#include "runtime/Artifact.h"
+#include "ir/kernel/Artifact.h"
 #include "runtime/Cuda/CudaApi.h"
 #include "runtime/Cuda/CudaExecutor.h"
 #include "runtime/Weights.h"

@@ -13,7 +13,7 @@
 #include "ir/LlmcDialect.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
-#include "runtime/AtomicFile.h"
+#include "ir/kernel/AtomicFile.h"
 #include "runtime/Checkpoint.h"
 #include "runtime/Generate.h"
 #include "runtime/Trainer.h"

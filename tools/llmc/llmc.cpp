@@ -6,7 +6,7 @@
 #include "codegen/KernelToCuda/CudaTarget.h"
 #endif
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "codegen/MemoryPlan.h"
+#include "ir/kernel/MemoryPlan.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
@@ -14,8 +14,8 @@
 #include "frontend/Tokenizer.h"
 #include "ir/LlmcDialect.h"
 #include "passes/Passes.h"
-#include "runtime/Artifact.h"
-#include "runtime/AtomicFile.h"
+#include "ir/kernel/Artifact.h"
+#include "ir/kernel/AtomicFile.h"
 #include "runtime/Generate.h"
 #ifdef LLMC_HAVE_NVRTC
 #include "runtime/Cuda/CudaExecutor.h"

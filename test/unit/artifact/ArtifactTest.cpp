@@ -1,9 +1,9 @@
 // Tests of the artifact format: a program using every field round trips
 // through a file unchanged, and damaged, foreign, mismatched or invalid files
 // are refused with a message naming the file and the problem.
-#include "runtime/Artifact.h"
+#include "ir/kernel/Artifact.h"
 
-#include "runtime/llmc_artifact_generated.h"
+#include "ir/kernel/llmc_artifact_generated.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"

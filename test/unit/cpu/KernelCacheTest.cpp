@@ -1,6 +1,6 @@
 // The on-disk kernel cache: hits skip compiling, keys follow the kernels,
 // damaged entries are recompiled, and cache trouble never fails a load.
-#include "runtime/AtomicFile.h"
+#include "ir/kernel/AtomicFile.h"
 #include "runtime/Cpu/KernelCache.h"
 #include "test/unit/cpu/KernelTestUtil.h"
 

@@ -2,7 +2,7 @@
 #ifndef LLMC_TEST_UNIT_CPU_KERNELTESTUTIL_H
 #define LLMC_TEST_UNIT_CPU_KERNELTESTUTIL_H
 
-#include "codegen/KernelIR.h"
+#include "ir/kernel/KernelIR.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "runtime/Cpu/CpuKernels.h"
 

@@ -16,8 +16,8 @@
 
 #include "codegen/KernelToCuda/KernelToCuda.h"
 #include "codegen/KernelToCuda/CudaTarget.h"
-#include "runtime/Artifact.h"
-#include "runtime/Cuda/Nvrtc.h"
+#include "ir/kernel/Artifact.h"
+#include "codegen/KernelToCuda/Nvrtc.h"
 
 #include "llvm/ADT/bit.h"
 #include "llvm/Support/FileSystem.h"

@@ -32,7 +32,7 @@
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
 #include "passes/Pipelines.h"
-#include "runtime/Cuda/Nvrtc.h"
+#include "codegen/KernelToCuda/Nvrtc.h"
 #include "runtime/Executor.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

@@ -3,7 +3,7 @@
 #ifndef LLMC_TEST_UNIT_CUDA_CUDATESTUTIL_H
 #define LLMC_TEST_UNIT_CUDA_CUDATESTUTIL_H
 
-#include "codegen/KernelIR.h"
+#include "ir/kernel/KernelIR.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // small odd shapes, with q, k, v strided views into one fused qkv buffer.
 #include "codegen/KernelToCuda/FlashAttention.h"
 #include "runtime/Cuda/CudaExecutor.h"
-#include "runtime/Cuda/Nvrtc.h"
+#include "codegen/KernelToCuda/Nvrtc.h"
 #include "runtime/Weights.h"
 
 #include "llvm/ADT/SmallString.h"

@@ -12,7 +12,7 @@
 #ifdef LLMC_LOSSSCALE_CUDA
 #include "EmulationRunner.h"
 #include "codegen/KernelToCuda/KernelToCuda.h"
-#include "runtime/Cuda/Nvrtc.h"
+#include "codegen/KernelToCuda/Nvrtc.h"
 #endif
 
 #include "frontend/ModelConfig.h"

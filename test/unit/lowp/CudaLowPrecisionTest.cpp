@@ -22,7 +22,7 @@
 #include "codegen/KernelToCuda/FlashAttention.h"
 #include "codegen/KernelToCuda/KernelToCuda.h"
 #include "runtime/Cuda/CudaExecutor.h"
-#include "runtime/Cuda/Nvrtc.h"
+#include "codegen/KernelToCuda/Nvrtc.h"
 
 #include "llvm/ADT/bit.h"
 

@@ -3,7 +3,7 @@
 #ifndef LLMC_TEST_UNIT_LOWP_LOWPRECISIONTESTUTIL_H
 #define LLMC_TEST_UNIT_LOWP_LOWPRECISIONTESTUTIL_H
 
-#include "codegen/Program.h"
+#include "ir/kernel/Program.h"
 #include "runtime/Weights.h"
 
 #include "llvm/ADT/STLExtras.h"

@@ -1,5 +1,5 @@
-// Tests of runtime/AtomicFile: the one atomic file writer of the code base.
-#include "runtime/AtomicFile.h"
+// Tests of ir/kernel/AtomicFile: the one atomic file writer of the code base.
+#include "ir/kernel/AtomicFile.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"

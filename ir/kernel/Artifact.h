@@ -1,5 +1,5 @@
 // Reading and writing llmc artifacts: a compiled kir::Program stored as a
-// FlatBuffer (schema and layout in runtime/llmc_artifact.fbs).
+// FlatBuffer (schema and layout in ir/kernel/llmc_artifact.fbs).
 //
 // A reader trusts nothing in the file: it checks the identifier, the size,
 // the FlatBuffers structure, the format version, the checksum, every enum
@@ -8,7 +8,7 @@
 #ifndef LLMC_RUNTIME_ARTIFACT_H
 #define LLMC_RUNTIME_ARTIFACT_H
 
-#include "codegen/Program.h"
+#include "ir/kernel/Program.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
@@ -22,7 +22,7 @@
 namespace llmc::runtime {
 
 /// The format version this llmc writes and the only one it reads. Bump it
-/// on any change to runtime/llmc_artifact.fbs or to what a field means.
+/// on any change to ir/kernel/llmc_artifact.fbs or to what a field means.
 /// 2: Random op, State buffers, states/updates bindings, attention and
 /// embedding gradient steps; the optional CUDA section.
 /// 3: accumulating GEMM and embedding gradient steps.
@@ -37,7 +37,7 @@ constexpr llvm::StringLiteral kArtifactExtension = "llmc";
 
 /// The CUDA section of an artifact (`llmc compile --target=cuda`): the
 /// emitted CUDA module, its NVRTC binaries and each kernel's launch, as
-/// codegen/KernelToCuda and runtime/Cuda/Nvrtc produce them.
+/// codegen/KernelToCuda and codegen/KernelToCuda/Nvrtc produce them.
 struct CudaSection {
   struct Launch {
     std::string kernel; // the program kernel's name

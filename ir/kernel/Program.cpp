@@ -1,5 +1,5 @@
 // Program utilities: the verifier, the printer and FLOP counts.
-#include "codegen/Program.h"
+#include "ir/kernel/Program.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/Twine.h"

@@ -1,5 +1,5 @@
 // Kernel IR utilities: type tables, levels, the verifier and the printer.
-#include "codegen/KernelIR.h"
+#include "ir/kernel/KernelIR.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"

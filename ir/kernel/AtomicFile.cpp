@@ -1,5 +1,5 @@
 // Writing a file atomically: a temporary file, fsync, rename, directory fsync.
-#include "runtime/AtomicFile.h"
+#include "ir/kernel/AtomicFile.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/Twine.h"

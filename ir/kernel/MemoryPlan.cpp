@@ -1,5 +1,5 @@
 // Greedy-by-size static memory planning over buffer live ranges.
-#include "codegen/MemoryPlan.h"
+#include "ir/kernel/MemoryPlan.h"
 
 #include <algorithm>
 #include <numeric>

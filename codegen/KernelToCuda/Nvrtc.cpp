@@ -7,11 +7,11 @@
 //   32 bytes  SHA-256 of the payload
 //   payload   u32 cubin count, then per cubin u32 arch, u64 size, bytes;
 //             u32 PTX arch, u64 PTX size, PTX text
-// written atomically (runtime/AtomicFile.h); one that fails a check is
+// written atomically (ir/kernel/AtomicFile.h); one that fails a check is
 // recompiled and replaced.
-#include "runtime/Cuda/Nvrtc.h"
+#include "codegen/KernelToCuda/Nvrtc.h"
 
-#include "runtime/AtomicFile.h"
+#include "ir/kernel/AtomicFile.h"
 
 #include <nvrtc.h> // types only: the functions are looked up with dlsym
 

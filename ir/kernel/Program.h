@@ -5,7 +5,7 @@
 #ifndef LLMC_CODEGEN_PROGRAM_H
 #define LLMC_CODEGEN_PROGRAM_H
 
-#include "codegen/KernelIR.h"
+#include "ir/kernel/KernelIR.h"
 
 #include <cstdint>
 #include <string>

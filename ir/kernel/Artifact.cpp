@@ -1,8 +1,8 @@
 // The artifact reader and writer: kir::Program <-> llmc_artifact.fbs.
-#include "runtime/Artifact.h"
+#include "ir/kernel/Artifact.h"
 
-#include "runtime/AtomicFile.h"
-#include "runtime/llmc_artifact_generated.h"
+#include "ir/kernel/AtomicFile.h"
+#include "ir/kernel/llmc_artifact_generated.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/Twine.h"

@@ -4,7 +4,7 @@
 #ifndef LLMC_CODEGEN_MEMORYPLAN_H
 #define LLMC_CODEGEN_MEMORYPLAN_H
 
-#include "codegen/Program.h"
+#include "ir/kernel/Program.h"
 
 namespace llmc::kir {
 

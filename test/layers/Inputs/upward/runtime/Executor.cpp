@@ -1,0 +1,3 @@
+// Upward: the runtime reaches into codegen.
+#include "codegen/KernelToCuda/KernelToCuda.h"
+#include "ir/kernel/Program.h"
