@@ -721,6 +721,12 @@ int main(int argc, char **argv) {
     return runTokenizerCommand(argc - 1, argv + 1);
   if (argc > 1 && llvm::StringRef(argv[1]) == "run")
     return runTrainCommand(argc - 1, argv + 1);
+  // The top level has no options of its own: hide the ones libLLVM and
+  // libMLIR register there (hundreds of backend flags), so `llmc --help`
+  // lists the subcommands and --help/--version only. Subcommands list only
+  // their own options already.
+  static cl::OptionCategory noCategory("llmc");
+  cl::HideUnrelatedOptions(noCategory, cl::SubCommand::getTopLevel());
   cl::ParseCommandLineOptions(
       argc, argv,
       "llmc: a compiler from transformer models to fused kernels\n\n"
