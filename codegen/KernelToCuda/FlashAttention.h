@@ -6,7 +6,8 @@
 // the CUDA toolkit; NVRTC compiles the source (codegen/KernelToCuda/Nvrtc.h).
 //
 // Kernel ABI: each kernel takes ONE argument, an argument block passed by
-// value (AttentionForwardArgs / AttentionBackwardArgs below, declared with
+// value (AttentionForwardArgs / AttentionBackwardArgs in the contract,
+// ir/kernel/CudaModule.h, declared with
 // the same layout in the source as llmc_attn_fwd_args / llmc_attn_bwd_args):
 //   extern "C" __global__ void llmc_flash_fwd_d64_f32(llmc_attn_fwd_args);
 //   extern "C" __global__ void llmc_flash_bwd_dkdv_d64_f32(llmc_attn_bwd_args);
@@ -19,6 +20,7 @@
 #ifndef LLMC_CODEGEN_KERNELTOCUDA_FLASHATTENTION_H
 #define LLMC_CODEGEN_KERNELTOCUDA_FLASHATTENTION_H
 
+#include "ir/kernel/CudaModule.h"
 #include "ir/kernel/KernelIR.h"
 #include "codegen/KernelToCuda/KernelToCuda.h"
 
@@ -63,34 +65,8 @@ std::string flashBackwardDqName(const FlashAttentionVariant &variant);
 std::string emitFlashAttentionModule(
     llvm::ArrayRef<FlashAttentionVariant> variants);
 
-/// Where one operand lives: element (b, h, t, d) at
-/// offset + b*batch + h*head + t*seq + d*dim (lse: dim unused).
-struct AttentionViewArgs {
-  int64_t offset = 0, batch = 0, head = 0, seq = 0, dim = 0;
-};
-
-/// The forward kernel's argument block (layout = llmc_attn_fwd_args).
-struct AttentionForwardArgs {
-  const void *q = nullptr, *k = nullptr, *v = nullptr;
-  void *out = nullptr;
-  float *lse = nullptr;
-  AttentionViewArgs vq, vk, vv, vout, vlse;
-  int32_t batch = 0, heads = 0, seq = 0, causal = 1;
-  float scale = 1.0f;
-  int32_t pad = 0;
-};
-
-/// The backward kernels' argument block (layout = llmc_attn_bwd_args).
-struct AttentionBackwardArgs {
-  const void *dout = nullptr, *q = nullptr, *k = nullptr, *v = nullptr,
-             *out = nullptr;
-  const float *lse = nullptr;
-  void *dq = nullptr, *dk = nullptr, *dv = nullptr;
-  AttentionViewArgs vdout, vq, vk, vv, vout, vlse, vdq, vdk, vdv;
-  int32_t batch = 0, heads = 0, seq = 0, causal = 1;
-  float scale = 1.0f;
-  int32_t pad = 0;
-};
+// The argument blocks (AttentionViewArgs, AttentionForwardArgs,
+// AttentionBackwardArgs) are contract types: ir/kernel/CudaModule.h.
 
 /// Launch shapes (grid over query or key tiles x batch*heads; 128 threads,
 /// static shared memory only).

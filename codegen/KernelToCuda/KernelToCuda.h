@@ -40,6 +40,7 @@
 #ifndef LLMC_CODEGEN_KERNELTOCUDA_KERNELTOCUDA_H
 #define LLMC_CODEGEN_KERNELTOCUDA_KERNELTOCUDA_H
 
+#include "ir/kernel/CudaModule.h"
 #include "ir/kernel/KernelIR.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -57,16 +58,8 @@ namespace llmc::cuda {
 /// The version of the code this emitter writes; part of cache keys.
 constexpr int kCudaCodegenVersion = 2; // 2: RoundF16, RoundBF16
 
-/// How a kernel is launched: cuLaunchKernel's grid, block and dynamic
-/// shared memory size.
-struct CudaLaunch {
-  int64_t grid[3] = {1, 1, 1};
-  int block[3] = {1, 1, 1};
-  int sharedBytes = 0;       // dynamic shared memory, for cuLaunchKernel
-  int staticSharedBytes = 0; // __shared__ arrays in the source (for people)
-
-  int threadsPerBlock() const { return block[0] * block[1] * block[2]; }
-};
+// CudaLaunch, how a kernel is launched, is a contract type
+// (ir/kernel/CudaModule.h).
 
 /// How a kernel's work is mapped to threads (for people and tests).
 enum class CudaSchedule : uint8_t {

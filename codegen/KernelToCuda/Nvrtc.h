@@ -13,8 +13,10 @@
 //   llvm::Expected<llmc::cuda::CudaImage> image =
 //       binaries->imageFor(/*computeCapability=*/90);
 //   cuModuleLoadData(&module, image->data);       // cubin or PTX text
-#ifndef LLMC_RUNTIME_CUDA_NVRTC_H
-#define LLMC_RUNTIME_CUDA_NVRTC_H
+#ifndef LLMC_CODEGEN_KERNELTOCUDA_NVRTC_H
+#define LLMC_CODEGEN_KERNELTOCUDA_NVRTC_H
+
+#include "ir/kernel/CudaModule.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -25,33 +27,8 @@
 
 namespace llmc::cuda {
 
-/// A cubin compiled for one architecture.
-struct Cubin {
-  int arch = 0; // compute capability as major*10+minor: 80 -> sm_80
-  std::vector<uint8_t> bytes;
-};
-
-/// What cuModuleLoadData takes: a cubin, or PTX text (NUL-terminated).
-struct CudaImage {
-  const void *data = nullptr;
-  size_t size = 0;
-  bool isPtx = false;
-  int arch = 0; // the cubin's sm, or the PTX's compute_ version
-};
-
-/// The result of compiling one source.
-struct CudaBinaries {
-  std::vector<Cubin> cubins; // one per NvrtcOptions::archs, in that order
-  std::string ptx;           // compute_<ptxArch> PTX; empty if not asked
-  int ptxArch = 0;
-  std::string log;           // NVRTC's warnings, if any
-
-  /// The best image for a GPU of compute capability `cc` (major*10+minor):
-  /// the cubin of the highest arch with the same major and a minor <= cc's
-  /// (a cubin runs on later minors of its major), else the PTX if its
-  /// arch <= cc, else an error naming what the binaries hold.
-  llvm::Expected<CudaImage> imageFor(int cc) const;
-};
+// Cubin, CudaImage, CudaBinaries and NvrtcStats are contract types
+// (ir/kernel/CudaModule.h): the CUDA executor loads what this compiles.
 
 struct NvrtcOptions {
   std::vector<int> archs = {80, 90}; // cubins: sm_80, sm_90
@@ -63,15 +40,6 @@ struct NvrtcOptions {
   /// Cache directory; empty: $LLMC_CACHE_DIR, else ~/.cache/llmc.
   std::string cacheDirectory;
   bool cacheEnabled = true;
-};
-
-struct NvrtcStats {
-  bool cacheHit = false;
-  bool corruptEntry = false; // an entry failed its checks and was replaced
-  int compilations = 0;      // NVRTC programs compiled (one per arch + PTX)
-  double compileSeconds = 0;
-  std::string cachePath;
-  std::string warning; // why the cache entry could not be written, if so
 };
 
 /// Whether libnvrtc can be loaded; if not, `why` says what was tried.
@@ -91,4 +59,4 @@ llvm::Expected<CudaBinaries> compileCuda(llvm::StringRef source,
 
 } // namespace llmc::cuda
 
-#endif // LLMC_RUNTIME_CUDA_NVRTC_H
+#endif // LLMC_CODEGEN_KERNELTOCUDA_NVRTC_H

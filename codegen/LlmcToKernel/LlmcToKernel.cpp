@@ -47,6 +47,7 @@
 // skips a rounding that the IR's types imply. Embedding gradients of narrow
 // gradients widen them first (the scatter-add sums in f32).
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "codegen/LlmcToKernel/GemmEpilogue.h"
 #include "ir/kernel/MemoryPlan.h"
 #include "ir/LlmcOps.h"
 
@@ -2334,6 +2335,7 @@ FailureOr<Program> Lowering::run() {
   for (auto [buffer, bound] : idBounds)
     program.buffers[buffer].idBound = bound;
   ::llmc::kir::planMemory(program);
+  ::llmc::classifyGemmEpilogues(program);
   std::string error = ::llmc::kir::verifyProgram(program);
   if (!error.empty())
     return func.emitError("internal error: the lowered program is invalid: ")

@@ -66,6 +66,12 @@ static_assert(same(fb::BufferKind::Param, kir::BufferKind::Param) &&
               same(fb::BufferKind::Arena, kir::BufferKind::Arena) &&
               same(fb::BufferKind::State, kir::BufferKind::State) &&
               same(fb::BufferKind::MAX, kir::BufferKind::State));
+static_assert(same(fb::EpilogueKind::None, kir::EpilogueKind::None) &&
+              same(fb::EpilogueKind::Bias, kir::EpilogueKind::Bias) &&
+              same(fb::EpilogueKind::GeluBias, kir::EpilogueKind::GeluBias) &&
+              same(fb::EpilogueKind::Gelu, kir::EpilogueKind::Gelu) &&
+              same(fb::EpilogueKind::DGelu, kir::EpilogueKind::DGelu) &&
+              same(fb::EpilogueKind::MAX, kir::EpilogueKind::DGelu));
 // The step union: NONE, then kir::StepKind's values shifted by one.
 static_assert(same(fb::StepOp::KernelStep, 1 + int(kir::StepKind::Kernel)) &&
               same(fb::StepOp::GemmStep, 1 + int(kir::StepKind::Gemm)) &&
@@ -178,9 +184,11 @@ static Offset<fb::Kernel> encodeKernel(FlatBufferBuilder &b,
 static Offset<fb::GemmStep> encodeGemm(FlatBufferBuilder &b,
                                        const kir::GemmStep &gemm) {
   const auto &[batch, m, n, k, transA, transB, a, bView, c, epilogue,
-               accumulate] = gemm;
+               accumulate, epilogueKind, epilogueBias, epilogueAux] = gemm;
   auto aOffset = encodeView(b, a), bOffset = encodeView(b, bView),
        cOffset = encodeView(b, c);
+  auto biasOffset = encodeView(b, epilogueBias),
+       auxOffset = encodeView(b, epilogueAux);
   fb::GemmStepBuilder out(b);
   out.add_batch(batch);
   out.add_m(m);
@@ -193,6 +201,9 @@ static Offset<fb::GemmStep> encodeGemm(FlatBufferBuilder &b,
   out.add_c(cOffset);
   out.add_epilogue(epilogue);
   out.add_accumulate(accumulate);
+  out.add_epilogue_kind(fb::EpilogueKind(epilogueKind));
+  out.add_epilogue_bias(biasOffset);
+  out.add_epilogue_aux(auxOffset);
   return out.Finish();
 }
 
@@ -595,6 +606,13 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     out.c = decodeView(g->c());
     out.epilogue = g->epilogue();
     out.accumulate = g->accumulate();
+    if (!inRange(g->epilogue_kind()))
+      return fail(what + " has epilogue kind " +
+                  llvm::Twine(unsigned(g->epilogue_kind())) +
+                  ", which this llmc does not know");
+    out.epilogueKind = kir::EpilogueKind(g->epilogue_kind());
+    out.epilogueBias = decodeView(g->epilogue_bias());
+    out.epilogueAux = decodeView(g->epilogue_aux());
   } else if (const fb::AttentionStep *a = def.op_as_AttentionStep()) {
     step.kind = kir::StepKind::Attention;
     kir::AttentionStep &out = step.attention;
@@ -752,6 +770,12 @@ static std::string checkBeforeVerifying(const kir::Program &program) {
       views = {{&g.a, {g.batch, g.transA ? g.k : g.m, g.transA ? g.m : g.k}},
                {&g.b, {g.batch, g.transB ? g.n : g.k, g.transB ? g.k : g.n}},
                {&g.c, {g.batch, g.m, g.n}}};
+      if (g.epilogueKind != kir::EpilogueKind::None)
+        views.push_back(g.epilogueKind == kir::EpilogueKind::DGelu
+                            ? std::pair{&g.epilogueAux,
+                                        std::vector<int64_t>{g.m, g.n}}
+                            : std::pair{&g.epilogueBias,
+                                        std::vector<int64_t>{g.n}});
     } else if (step.kind == kir::StepKind::Attention) {
       const kir::AttentionStep &a = step.attention;
       std::vector<int64_t> shape = {a.batch, a.heads, a.seq, a.headDim};

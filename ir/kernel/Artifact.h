@@ -28,7 +28,8 @@ namespace llmc::runtime {
 /// 3: accumulating GEMM and embedding gradient steps.
 /// 4: the RoundF16 and RoundBF16 ops (casts to f16/bf16 inside kernels).
 /// 5: initial values of State buffers (the loss scale).
-constexpr uint32_t kArtifactFormatVersion = 5;
+/// 6: GEMM epilogue kinds and their bias and aux views.
+constexpr uint32_t kArtifactFormatVersion = 6;
 
 /// The FlatBuffers file identifier (bytes 8-11 of a file) and the usual
 /// file extension, without the dot.

@@ -195,6 +195,22 @@ std::string ProgramVerifier::run() {
           return message;
         }
       }
+      if (g.epilogueKind != EpilogueKind::None) {
+        bool hasBias = g.epilogueKind == EpilogueKind::Bias ||
+                       g.epilogueKind == EpilogueKind::GeluBias;
+        bool hasAux = g.epilogueKind == EpilogueKind::DGelu;
+        if (g.epilogue < 0 || (hasAux && g.batch != 1)) {
+          os << what << ": epilogue kind "
+             << epilogueKindName(g.epilogueKind)
+             << " needs an epilogue kernel (and batch 1 with aux)";
+          return message;
+        }
+        if ((hasBias &&
+             !checkView(g.epilogueBias, {g.n}, what + " epilogue bias")) ||
+            (hasAux && !checkView(g.epilogueAux, {g.m, g.n},
+                                  what + " epilogue aux")))
+          return message;
+      }
       break;
     }
     case StepKind::Attention: {
@@ -256,6 +272,22 @@ std::string ProgramVerifier::run() {
     }
   }
   return message;
+}
+
+const char *llmc::kir::epilogueKindName(EpilogueKind kind) {
+  switch (kind) {
+  case EpilogueKind::None:
+    return "none";
+  case EpilogueKind::Bias:
+    return "bias";
+  case EpilogueKind::GeluBias:
+    return "gelu_bias";
+  case EpilogueKind::Gelu:
+    return "gelu";
+  case EpilogueKind::DGelu:
+    return "dgelu";
+  }
+  return "none";
 }
 
 std::string llmc::kir::verifyProgram(const Program &program) {
@@ -328,6 +360,13 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
       printView(os, "C", g.c);
       if (g.epilogue >= 0)
         os << " epilogue @" << program.kernels[g.epilogue].name;
+      if (g.epilogueKind != EpilogueKind::None) {
+        os << " " << epilogueKindName(g.epilogueKind);
+        if (g.epilogueKind == EpilogueKind::DGelu)
+          printView(os, "aux", g.epilogueAux);
+        else if (g.epilogueKind != EpilogueKind::Gelu)
+          printView(os, "bias", g.epilogueBias);
+      }
       if (g.accumulate)
         os << " accumulate";
       break;

@@ -54,6 +54,19 @@ struct View {
   std::vector<int64_t> strides;
 };
 
+/// What a GEMM's epilogue kernel computes, when it is one a GEMM library
+/// (cuBLASLt) can run itself in f32, C the product, in place:
+///   Bias      C[r, j] = C[r, j] + bias[j]                 (EPILOGUE_BIAS)
+///   GeluBias  C[r, j] = gelu(C[r, j] + bias[j])           (EPILOGUE_GELU_BIAS)
+///   Gelu      C[r, j] = gelu(C[r, j])                     (EPILOGUE_GELU)
+///   DGelu     C[r, j] = C[r, j] * gelu'(aux[r, j])        (EPILOGUE_DGELU)
+/// gelu is the tanh approximation and gelu' its derivative. None: no
+/// epilogue, or one of no such kind (the kernel runs).
+enum class EpilogueKind : uint8_t { None, Bias, GeluBias, Gelu, DGelu };
+
+/// "none", "bias", "gelu_bias", "gelu", "dgelu".
+const char *epilogueKindName(EpilogueKind kind);
+
 /// C[b] = A[b] x B[b] for b < batch, row-major views. A and B share one
 /// float type (f32, f16 or bf16), C has any float type: the products
 /// accumulate in f32 and a narrow C gets the result rounded to nearest
@@ -69,12 +82,19 @@ struct View {
 /// as soon as the block is computed. `accumulate`: C[b] += A[b] x B[b]
 /// (BLAS beta = 1) instead, for a gradient summed straight into its
 /// persistent buffer; such a step has no epilogue.
+///
+/// `epilogueKind` says what the epilogue kernel computes when it is one a
+/// GEMM library can run itself (codegen classifies it once, at lowering);
+/// a backend may then run that instead of the kernel, or the kernel.
 struct GemmStep {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool transA = false, transB = false;
   View a, b, c; // strides: [batch, rows, cols] of each operand as stored
   int32_t epilogue = -1;
   bool accumulate = false;
+  EpilogueKind epilogueKind = EpilogueKind::None;
+  View epilogueBias; // Bias, GeluBias: f32 [n], strides {1}
+  View epilogueAux;  // DGelu: f32 [m, n], strides {ld, 1} (batch 1)
 };
 
 /// Scaled dot-product attention per (batch, head):

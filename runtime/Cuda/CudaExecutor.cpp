@@ -1,12 +1,10 @@
-// The CUDA executor: device buffers, NVRTC-compiled kernels, cuBLASLt GEMMs
-// (epilogue kernels that are exactly a bias add, bias + GELU, GELU or the
-// GELU gradient run inside cuBLASLt: matchGemmEpilogue),
+// The CUDA executor: device buffers, kernels compiled by codegen (the
+// compile callback), cuBLASLt GEMMs (epilogue kernels codegen classified as
+// a bias add, bias + GELU, GELU or the GELU gradient run inside cuBLASLt),
 // flash attention, embedding gradients, CUDA graph replay and per-step
 // event timing.
 #include "runtime/Cuda/CudaExecutor.h"
 
-#include "codegen/KernelToCuda/FlashAttention.h"
-#include "codegen/KernelToCuda/KernelToCuda.h"
 #include "runtime/Cuda/CudaApi.h"
 #include "runtime/PersistentStore.h"
 
@@ -30,50 +28,6 @@ namespace {
 
 // cuBLASLt's scratch space; 32 MiB is what NVIDIA recommends for Hopper.
 constexpr size_t kGemmWorkspaceBytes = 32 << 20;
-
-// The deterministic embedding gradient (kir::EmbeddingGradStep): one thread
-// per channel walks the positions in increasing order, so every out element
-// sums its positions in the CPU executor's order, without atomics. Reads
-// of grad and writes of out are coalesced across a warp's channels.
-const char *kEmbeddingGradSource = R"cuda(
-extern "C" __global__ void llmc_embedding_zero(float *out, long long offset,
-    long long rowStride, long long colStride, long long rows,
-    long long channels) {
-  long long total = rows * channels;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-       i < total; i += (long long)gridDim.x * blockDim.x)
-    out[offset + (i / channels) * rowStride + (i % channels) * colStride] = 0.0f;
-}
-template <typename Id>
-__device__ void llmc_embedding_grad(const Id *ids, long long idsOffset,
-    long long idsStride, const float *grad, long long gradOffset,
-    long long gradPosStride, long long gradColStride, float *out,
-    long long outOffset, long long outRowStride, long long outColStride,
-    long long positions, long long channels) {
-  long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (c >= channels)
-    return;
-  for (long long p = 0; p < positions; ++p) {
-    long long row = (long long)ids[idsOffset + p * idsStride];
-    out[outOffset + row * outRowStride + c * outColStride] +=
-        grad[gradOffset + p * gradPosStride + c * gradColStride];
-  }
-}
-extern "C" __global__ void llmc_embedding_grad_i32(const int *ids,
-    long long a, long long b, const float *grad, long long c, long long d,
-    long long e, float *out, long long f, long long g, long long h,
-    long long positions, long long channels) {
-  llmc_embedding_grad<int>(ids, a, b, grad, c, d, e, out, f, g, h, positions,
-                           channels);
-}
-extern "C" __global__ void llmc_embedding_grad_i64(const long long *ids,
-    long long a, long long b, const float *grad, long long c, long long d,
-    long long e, float *out, long long f, long long g, long long h,
-    long long positions, long long channels) {
-  llmc_embedding_grad<long long>(ids, a, b, grad, c, d, e, out, f, g, h,
-                                 positions, channels);
-}
-)cuda";
 
 /// Retains the device's primary context and makes it current.
 llvm::Expected<CUcontext> enterContext(const cuda::DriverApi &cu, int index,
@@ -128,11 +82,6 @@ std::string shapeKey(const kir::Buffer &buffer) {
 }
 
 } // namespace
-
-std::string llmc::runtime::cudaLibrarySource(
-    llvm::ArrayRef<cuda::FlashAttentionVariant> variants) {
-  return cuda::emitFlashAttentionModule(variants) + kEmbeddingGradSource;
-}
 
 //===----------------------------------------------------------------------===//
 // CudaPersistentStore
@@ -276,7 +225,7 @@ struct GemmPlan {
   cublasLtMatmulAlgo_t algo{};
   CUdeviceptr a = 0, b = 0, c = 0; // cuBLASLt's A (our B), B (our A), C
   // The epilogue kernel cuBLASLt runs (None: the kernel runs after it).
-  FusedEpilogueKind fused = FusedEpilogueKind::None;
+  kir::EpilogueKind fused = kir::EpilogueKind::None;
   std::string name;
 };
 
@@ -390,243 +339,6 @@ llvm::Error CudaExecutor::Impl::launch(CUfunction function,
 
 namespace {
 
-// GEMM epilogues in cuBLASLt (matchGemmEpilogue below). What the GPT-2
-// programs give: forward, bias on c_attn and bias + tanh GELU on c_fc (in
-// place); the training step's forward, bias only (GELU there is a kernel
-// step of its own writing another buffer: the pre-activation is kept for
-// the backward); its backward, the GELU gradient on dY W_proj (DGELU, the
-// saved pre-activation as aux). Not fused, because the lowering does not
-// make them epilogues of one GEMM: the bias gradients are reduce_sum kernel
-// steps (the c_fc one right after the DGELU GEMM, which
-// EPILOGUE_DGELU_BGRAD could absorb; the others sum dY over rows, which
-// BGRADA/BGRADB would do inside the dW GEMM, many steps later and now
-// accumulating into its gradient buffer), and the training forward's GELU
-// (EPILOGUE_GELU_AUX_BIAS could write both buffers) is the next step. Each
-// needs the executor to absorb or move a kernel step, not just an epilogue.
-
-/// The element of `access` that row `row` of `kernel` starts at (column 0).
-int64_t rowStart(const kir::Access &access, const kir::Kernel &kernel,
-                 int64_t row) {
-  int64_t address = access.offset;
-  for (int64_t d = int64_t(kernel.domain.size()) - 2; d >= 0; --d) {
-    address += (row % kernel.domain[d]) * access.strides[d];
-    row /= kernel.domain[d];
-  }
-  return address;
-}
-
-bool isF32(const kir::Access &access, const kir::Program &program) {
-  return access.dtype == kir::DType::F32 &&
-         program.buffers[access.buffer].dtype == kir::DType::F32 &&
-         access.strides.back() == 1;
-}
-
-/// Does `access` address C's element (row, column) for every row?
-bool addressesC(const kir::Access &access, const kir::Kernel &kernel,
-                const kir::GemmStep &gemm, const kir::Program &program) {
-  if (access.buffer != gemm.c.buffer || !isF32(access, program))
-    return false;
-  for (int64_t row = 0; row < kernel.numRows(); ++row)
-    if (rowStart(access, kernel, row) !=
-        gemm.c.offset + (row / gemm.m) * gemm.c.strides[0] +
-            (row % gemm.m) * gemm.c.strides[1])
-      return false;
-  return true;
-}
-
-/// Is `access` one f32 row of n elements read by every row (a bias)?
-bool isBiasRow(const kir::Access &access, const kir::GemmStep &gemm,
-               const kir::Program &program) {
-  if (access.buffer == gemm.c.buffer || !isF32(access, program))
-    return false;
-  for (size_t d = 0; d + 1 < access.strides.size(); ++d)
-    if (access.strides[d] != 0)
-      return false;
-  return true;
-}
-
-/// If `access` is another f32 matrix whose rows follow each other `ld`
-/// elements apart (ld >= n), row r of the kernel at row r: that ld.
-std::optional<int64_t> auxRowStride(const kir::Access &access,
-                                    const kir::Kernel &kernel,
-                                    const kir::GemmStep &gemm,
-                                    const kir::Program &program) {
-  if (access.buffer == gemm.c.buffer || gemm.batch != 1 ||
-      !isF32(access, program))
-    return std::nullopt;
-  int64_t first = rowStart(access, kernel, 0);
-  int64_t ld = kernel.numRows() > 1 ? rowStart(access, kernel, 1) - first
-                                    : gemm.n;
-  if (ld < gemm.n)
-    return std::nullopt;
-  for (int64_t row = 0; row < kernel.numRows(); ++row)
-    if (rowStart(access, kernel, row) != first + row * ld)
-      return std::nullopt;
-  return ld;
-}
-
-// Epilogue expressions as canonical strings: leaves "C", "bias", "aux",
-// constants by their f32 bits; the operands of sums and products sorted,
-// so `a + b` and `b + a` read the same.
-std::string exprConst(double value) {
-  float f = float(value);
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  return "k" + llvm::utohexstr(bits);
-}
-std::string exprCommutative(const char *op, std::string a, std::string b) {
-  if (b < a)
-    std::swap(a, b);
-  return std::string(op) + "(" + a + "," + b + ")";
-}
-std::string exprAdd(const std::string &a, const std::string &b) {
-  return exprCommutative("add", a, b);
-}
-std::string exprMul(const std::string &a, const std::string &b) {
-  return exprCommutative("mul", a, b);
-}
-std::string exprSub(const std::string &a, const std::string &b) {
-  return "sub(" + a + "," + b + ")";
-}
-std::string exprTanh(const std::string &a) { return "tanh(" + a + ")"; }
-
-/// gelu(x) with the tanh approximation, as LlmcToKernel emits it:
-/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-std::string exprGeluTanh(const std::string &x) {
-  std::string x3 = exprMul(exprMul(x, x), x);
-  std::string poly = exprAdd(x, exprMul(exprConst(0.044715), x3));
-  std::string inner =
-      exprTanh(exprMul(exprConst(std::sqrt(2.0 / M_PI)), poly));
-  return exprMul(exprMul(exprConst(0.5), x),
-                 exprAdd(exprConst(1.0), inner));
-}
-
-/// gelu'(x) of the tanh approximation, as LlmcToKernel emits it:
-/// 0.5 (1 + t) + 0.5 x (1 - t^2) (k + 3 * 0.044715 k x^2), k = sqrt(2/pi).
-std::string exprGeluTanhGrad(const std::string &x) {
-  double k = std::sqrt(2.0 / M_PI);
-  std::string one = exprConst(1.0), half = exprConst(0.5);
-  std::string x2 = exprMul(x, x);
-  std::string poly =
-      exprAdd(x, exprMul(exprConst(0.044715), exprMul(x2, x)));
-  std::string t = exprTanh(exprMul(exprConst(k), poly));
-  std::string left = exprMul(half, exprAdd(one, t));
-  std::string sech2 = exprSub(one, exprMul(t, t));
-  std::string dpoly =
-      exprAdd(exprConst(k), exprMul(exprConst(k * 3.0 * 0.044715), x2));
-  std::string right = exprMul(exprMul(half, x), exprMul(sech2, dpoly));
-  return exprAdd(left, right);
-}
-
-} // namespace
-
-FusedEpilogue llmc::runtime::matchGemmEpilogue(const kir::Kernel &kernel,
-                                               const kir::GemmStep &gemm,
-                                               const kir::Program &program) {
-  FusedEpilogue none, fused;
-  if (kernel.rowLength() != gemm.n ||
-      kernel.numRows() != gemm.batch * gemm.m || kernel.hasReduction())
-    return none;
-  // What each operand is: C, the bias row or the aux matrix (one of each
-  // at most); "" for anything else, which the kernel may not use.
-  std::vector<std::string> leaf(kernel.operands.size());
-  bool haveBias = false, haveAux = false;
-  auto same = [](const kir::Access &x, const kir::Access &y) {
-    return x.buffer == y.buffer && x.offset == y.offset &&
-           x.strides == y.strides;
-  };
-  for (auto [i, access] : llvm::enumerate(kernel.operands)) {
-    if (addressesC(access, kernel, gemm, program)) {
-      leaf[i] = "C";
-    } else if (isBiasRow(access, gemm, program)) {
-      if (haveBias && !same(access, fused.bias))
-        return none;
-      haveBias = true;
-      fused.bias = access;
-      leaf[i] = "bias";
-    } else if (std::optional<int64_t> ld =
-                   auxRowStride(access, kernel, gemm, program)) {
-      if (haveAux && !same(access, fused.aux))
-        return none;
-      haveAux = true;
-      fused.aux = access;
-      fused.auxLd = *ld;
-      leaf[i] = "aux";
-    }
-  }
-  // Every value as an expression; the one store must write C.
-  constexpr size_t kMaxExpr = 4096; // a bigger kernel is no epilogue of ours
-  std::vector<std::string> value(kernel.body.size());
-  std::optional<std::string> stored;
-  for (auto [i, instr] : llvm::enumerate(kernel.body)) {
-    if (instr.op != kir::Op::Store && instr.type != kir::DType::F32)
-      return none;
-    auto arg = [&](int index) { return value[instr.args[index]]; };
-    switch (instr.op) {
-    case kir::Op::Load:
-      if (!instr.args.empty() || leaf[instr.operand].empty())
-        return none;
-      value[i] = leaf[instr.operand];
-      break;
-    case kir::Op::Const:
-      value[i] = exprConst(instr.imm);
-      break;
-    case kir::Op::Add:
-      value[i] = exprAdd(arg(0), arg(1));
-      break;
-    case kir::Op::Mul:
-      value[i] = exprMul(arg(0), arg(1));
-      break;
-    case kir::Op::Sub:
-      value[i] = exprSub(arg(0), arg(1));
-      break;
-    case kir::Op::Tanh:
-      value[i] = exprTanh(arg(0));
-      break;
-    case kir::Op::Store:
-      if (stored || leaf[instr.operand] != "C")
-        return none;
-      stored = arg(0);
-      break;
-    default:
-      return none;
-    }
-    if (value[i].size() > kMaxExpr)
-      return none;
-  }
-  if (!stored)
-    return none;
-  if (*stored == exprAdd("C", "bias"))
-    fused.kind = FusedEpilogueKind::Bias;
-  else if (*stored == exprGeluTanh(exprAdd("C", "bias")))
-    fused.kind = FusedEpilogueKind::GeluBias;
-  else if (*stored == exprGeluTanh("C"))
-    fused.kind = FusedEpilogueKind::Gelu;
-  else if (*stored == exprMul("C", exprGeluTanhGrad("aux")))
-    fused.kind = FusedEpilogueKind::DGelu;
-  else
-    return none;
-  return fused;
-}
-
-const char *llmc::runtime::fusedEpilogueName(FusedEpilogueKind kind) {
-  switch (kind) {
-  case FusedEpilogueKind::None:
-    return "none";
-  case FusedEpilogueKind::Bias:
-    return "bias";
-  case FusedEpilogueKind::GeluBias:
-    return "gelu_bias";
-  case FusedEpilogueKind::Gelu:
-    return "gelu";
-  case FusedEpilogueKind::DGelu:
-    return "dgelu";
-  }
-  return "none";
-}
-
-namespace {
-
 /// One operand of cuBLASLt: a column-major matrix `rows` x `cols` with
 /// leading dimension `ld`, used as-is or transposed.
 struct LtOperand {
@@ -661,7 +373,8 @@ CudaExecutor::~CudaExecutor() {
 }
 
 llvm::Expected<std::unique_ptr<CudaExecutor>>
-CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
+CudaExecutor::create(kir::Program program, const cuda::CudaCompileFn &compile,
+                     CudaExecutorOptions options) {
   // The driver first: without it nothing else matters, and the error must
   // say so plainly.
   llvm::Expected<const cuda::DriverApi *> driver = cuda::loadDriver();
@@ -767,7 +480,20 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
                                 "cuMemAlloc (cuBLASLt workspace)"))
     return error;
 
-  // Kernels of the program: the artifact's binaries or NVRTC now.
+  // What codegen compiled for this program: its kernels, the library
+  // module and the library kernels each step launches.
+  llvm::Expected<cuda::CudaModules> compiled = compile(prog);
+  if (!compiled)
+    return compiled.takeError();
+  const cuda::CudaModules &modules = *compiled;
+  info.kernelsPrecompiled = modules.kernelsPrecompiled;
+  info.kernelStats = modules.kernelStats;
+  info.libraryStats = modules.libraryStats;
+  if (modules.stepKernels.size() != prog.steps.size() ||
+      (!prog.kernels.empty() &&
+       modules.kernelLaunches.size() != prog.kernels.size()))
+    return llvm::createStringError(
+        "the CUDA compiler returned modules of another program");
   auto loadModule = [&](const cuda::CudaBinaries &binaries,
                         CUmodule *module) -> llvm::Error {
     llvm::Expected<cuda::CudaImage> image =
@@ -781,21 +507,9 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
     return check(cu.moduleLoadData(module, image->data), "cuModuleLoadData");
   };
   if (!prog.kernels.empty()) {
-    cuda::CudaBinaries binaries;
-    if (options.kernelBinaries) {
-      binaries = *options.kernelBinaries;
-      info.kernelsPrecompiled = true;
-    } else {
-      std::string source = cuda::emitCudaModule(prog);
-      llvm::Expected<cuda::CudaBinaries> compiled = cuda::compileCuda(
-          source, prog.function + ".cu", options.nvrtc, &info.kernelStats);
-      if (!compiled)
-        return compiled.takeError();
-      binaries = std::move(*compiled);
-    }
-    if (llvm::Error error = loadModule(binaries, &impl.kernelModule))
+    if (llvm::Error error = loadModule(modules.kernels, &impl.kernelModule))
       return error;
-    for (const kir::Kernel &kernel : prog.kernels) {
+    for (auto [index, kernel] : llvm::enumerate(prog.kernels)) {
       KernelPlan &plan = impl.kernels.emplace_back();
       if (llvm::Error error =
               check(cu.moduleGetFunction(&plan.function, impl.kernelModule,
@@ -803,9 +517,7 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
                     "cuModuleGetFunction"))
         return llvm::createStringError("kernel '" + kernel.name + "': " +
                                        llvm::toString(std::move(error)));
-      plan.launch = options.kernelLaunches.size() == prog.kernels.size()
-                        ? options.kernelLaunches[impl.kernels.size() - 1]
-                        : cuda::chooseLaunch(kernel);
+      plan.launch = modules.kernelLaunches[index];
       for (const kir::Access &access : kernel.operands)
         plan.operands.push_back(executor->bases[access.buffer]);
     }
@@ -814,44 +526,33 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
       for (CUdeviceptr &operand : plan.operands)
         plan.params.push_back(&operand);
   }
-
-  // Attention and embedding kernels: one library module for what the
-  // schedule needs.
-  std::vector<cuda::FlashAttentionVariant> variants;
-  bool needEmbedding = false;
-  for (const kir::Step &step : prog.steps) {
-    if (step.kind == kir::StepKind::Attention) {
-      variants.push_back({step.attention.headDim,
-                          prog.buffers[step.attention.q.buffer].dtype});
-    } else if (step.kind == kir::StepKind::AttentionGrad) {
-      variants.push_back({step.attentionGrad.headDim,
-                          prog.buffers[step.attentionGrad.q.buffer].dtype});
-    } else if (step.kind == kir::StepKind::EmbeddingGrad) {
-      needEmbedding = true;
-    }
-  }
-  for (const cuda::FlashAttentionVariant &variant : variants) {
-    std::string why;
-    if (!cuda::isSupported(variant, &why))
-      return llvm::createStringError(why);
-  }
-  if (!variants.empty() || needEmbedding) {
-    std::string source = cudaLibrarySource(variants);
-    llvm::Expected<cuda::CudaBinaries> compiled = cuda::compileCuda(
-        source, "llmc_library.cu", options.nvrtc, &info.libraryStats);
-    if (!compiled)
-      return compiled.takeError();
-    if (llvm::Error error = loadModule(*compiled, &impl.libraryModule))
+  if (modules.hasLibrary)
+    if (llvm::Error error = loadModule(modules.library, &impl.libraryModule))
       return error;
-  }
   auto libraryFunction = [&](const std::string &fn,
                              CUfunction *out) -> llvm::Error {
+    if (!impl.libraryModule)
+      return llvm::createStringError("kernel '" + fn +
+                                     "': the CUDA compiler made no library "
+                                     "module");
     if (llvm::Error error = check(
             cu.moduleGetFunction(out, impl.libraryModule, fn.c_str()),
             "cuModuleGetFunction"))
       return llvm::createStringError("kernel '" + fn + "': " +
                                      llvm::toString(std::move(error)));
     return llvm::Error::success();
+  };
+  // The library kernels of step `index` (as many as its kind launches).
+  auto stepKernels = [&](size_t index, size_t count)
+      -> llvm::Expected<const std::vector<cuda::LibraryKernel> *> {
+    const std::vector<cuda::LibraryKernel> &kernels =
+        modules.stepKernels[index];
+    if (kernels.size() != count)
+      return llvm::createStringError(llvm::formatv(
+          "step {0} ('{1}'): the CUDA compiler gave {2} library kernels, "
+          "not {3}",
+          index, prog.steps[index].origin, kernels.size(), count));
+    return &kernels;
   };
 
   // Per step: its plan.
@@ -869,7 +570,7 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
   };
   // Per GEMM key: the algorithm, and whether it runs the epilogue.
   std::map<std::string, std::pair<cublasLtMatmulAlgo_t, bool>> algoCache;
-  for (const kir::Step &step : prog.steps) {
+  for (auto [stepIndex, step] : llvm::enumerate(prog.steps)) {
     switch (step.kind) {
     case kir::StepKind::Kernel:
       impl.stepPlan.push_back(step.kernel);
@@ -922,72 +623,75 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
                                  &ltA->op, sizeof(ltA->op));
       api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
                                  &ltB->op, sizeof(ltB->op));
-      // The epilogue kernel runs inside cuBLASLt when it is one cuBLASLt
-      // computes (matchGemmEpilogue) and its vectors are placed as
-      // cuBLASLt wants: 16-byte aligned, the aux leading dimension a
-      // multiple of 8 elements.
-      FusedEpilogue fused;
-      if (g.epilogue >= 0 && options.fuseEpilogues)
-        fused = matchGemmEpilogue(prog.kernels[g.epilogue], g, prog);
-      bool hasBias = fused.kind == FusedEpilogueKind::Bias ||
-                     fused.kind == FusedEpilogueKind::GeluBias;
+      // The epilogue kernel runs inside cuBLASLt when codegen classified
+      // it as one cuBLASLt computes (kir::GemmStep::epilogueKind) and its
+      // vectors are placed as cuBLASLt wants: 16-byte aligned, the aux
+      // leading dimension a multiple of 8 elements.
+      kir::EpilogueKind fusedKind =
+          g.epilogue >= 0 && options.fuseEpilogues ? g.epilogueKind
+                                                   : kir::EpilogueKind::None;
+      bool hasBias = fusedKind == kir::EpilogueKind::Bias ||
+                     fusedKind == kir::EpilogueKind::GeluBias;
+      bool hasAux = fusedKind == kir::EpilogueKind::DGelu;
+      int64_t auxLd = hasAux ? g.epilogueAux.strides[0] : 0;
       CUdeviceptr biasPointer =
-          hasBias ? executor->bases[fused.bias.buffer] + fused.bias.offset * 4
+          hasBias ? executor->bases[g.epilogueBias.buffer] +
+                        g.epilogueBias.offset * 4
                   : 0;
       CUdeviceptr auxPointer =
-          fused.kind == FusedEpilogueKind::DGelu
-              ? executor->bases[fused.aux.buffer] + fused.aux.offset * 4
-              : 0;
+          hasAux ? executor->bases[g.epilogueAux.buffer] +
+                       g.epilogueAux.offset * 4
+                 : 0;
       uint32_t biasAlignment = hasBias ? alignmentOf(biasPointer) : 0;
       uint32_t auxAlignment = auxPointer ? alignmentOf(auxPointer) : 0;
       if ((hasBias && biasAlignment < 16) ||
-          (auxPointer && (auxAlignment < 16 || fused.auxLd % 8 != 0)))
-        fused.kind = FusedEpilogueKind::None;
-      auto setEpilogue = [&](FusedEpilogueKind kind) {
+          (auxPointer && (auxAlignment < 16 || auxLd % 8 != 0)))
+        fusedKind = kir::EpilogueKind::None;
+      auto setEpilogue = [&](kir::EpilogueKind kind) {
         cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
         switch (kind) {
-        case FusedEpilogueKind::None:
+        case kir::EpilogueKind::None:
           break;
-        case FusedEpilogueKind::Bias:
+        case kir::EpilogueKind::Bias:
           epilogue = CUBLASLT_EPILOGUE_BIAS;
           break;
-        case FusedEpilogueKind::GeluBias:
+        case kir::EpilogueKind::GeluBias:
           epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
           break;
-        case FusedEpilogueKind::Gelu:
+        case kir::EpilogueKind::Gelu:
           epilogue = CUBLASLT_EPILOGUE_GELU;
           break;
-        case FusedEpilogueKind::DGelu:
+        case kir::EpilogueKind::DGelu:
           epilogue = CUBLASLT_EPILOGUE_DGELU;
           break;
         }
         api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                    &epilogue, sizeof(epilogue));
-        if (kind == FusedEpilogueKind::Bias ||
-            kind == FusedEpilogueKind::GeluBias)
+        if (kind == kir::EpilogueKind::Bias ||
+            kind == kir::EpilogueKind::GeluBias)
           api.matmulDescSetAttribute(plan.desc,
                                      CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                      &biasPointer, sizeof(biasPointer));
-        if (kind == FusedEpilogueKind::DGelu) {
+        if (kind == kir::EpilogueKind::DGelu) {
           // The GELU input, in C's column-major layout (n x m, ld auxLd).
           api.matmulDescSetAttribute(plan.desc,
                                      CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                      &auxPointer, sizeof(auxPointer));
           api.matmulDescSetAttribute(plan.desc,
                                      CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
-                                     &fused.auxLd, sizeof(fused.auxLd));
+                                     &auxLd, sizeof(auxLd));
         }
         plan.fused = kind;
       };
-      if (fused.kind != FusedEpilogueKind::None)
-        setEpilogue(fused.kind);
+      if (fusedKind != kir::EpilogueKind::None)
+        setEpilogue(fusedKind);
       // Counted once the algorithm is known (cuBLASLt may have none).
       auto countFused = [&] {
-        if (plan.fused == FusedEpilogueKind::Bias)
+        if (plan.fused == kir::EpilogueKind::Bias)
           ++info.fusedBiasEpilogues;
-        else if (plan.fused == FusedEpilogueKind::DGelu)
+        else if (plan.fused == kir::EpilogueKind::DGelu)
           ++info.fusedDGeluEpilogues;
-        else if (plan.fused != FusedEpilogueKind::None)
+        else if (plan.fused != kir::EpilogueKind::None)
           ++info.fusedGeluEpilogues;
       };
       auto layout = [&](cublasLtMatrixLayout_t *out, kir::DType dtype,
@@ -1027,12 +731,12 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
           g.c.strides[0], alignA, alignB, alignC,
           shapeKey(bufA) + shapeKey(bufB) + shapeKey(bufC), int(plan.fused),
           biasAlignment);
-      key += llvm::formatv(" {0} {1}", auxAlignment, fused.auxLd).str();
+      key += llvm::formatv(" {0} {1}", auxAlignment, auxLd).str();
       auto cached = algoCache.find(key);
       if (cached != algoCache.end()) {
         plan.algo = cached->second.first;
-        if (!cached->second.second && plan.fused != FusedEpilogueKind::None)
-          setEpilogue(FusedEpilogueKind::None);
+        if (!cached->second.second && plan.fused != kir::EpilogueKind::None)
+          setEpilogue(kir::EpilogueKind::None);
         countFused();
         break;
       }
@@ -1057,10 +761,10 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
           impl.ltHandle, plan.desc, plan.layoutA, plan.layoutB, plan.layoutC,
           plan.layoutC, preference, 1, &result, &found);
       if ((status != CUBLAS_STATUS_SUCCESS || found == 0) &&
-          plan.fused != FusedEpilogueKind::None) {
+          plan.fused != kir::EpilogueKind::None) {
         // No algorithm runs this epilogue here (cuBLASLt supports some
         // epilogues for some types and layouts only): the kernel does.
-        setEpilogue(FusedEpilogueKind::None);
+        setEpilogue(kir::EpilogueKind::None);
         status = api.matmulAlgoGetHeuristic(
             impl.ltHandle, plan.desc, plan.layoutA, plan.layoutB,
             plan.layoutC, plan.layoutC, preference, 1, &result, &found);
@@ -1071,7 +775,7 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
             "cuBLASLt has no algorithm for GEMM step '{0}' ({1}, {2}): {3}",
             step.origin, plan.name, key, api.getStatusString(status)));
       plan.algo = result.algo;
-      algoCache[key] = {result.algo, plan.fused != FusedEpilogueKind::None};
+      algoCache[key] = {result.algo, plan.fused != kir::EpilogueKind::None};
       countFused();
       break;
     }
@@ -1081,25 +785,26 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
       AttentionPlan &plan = impl.attentions.emplace_back();
       bool forward = step.kind == kir::StepKind::Attention;
       const kir::View &q = forward ? step.attention.q : step.attentionGrad.q;
-      cuda::FlashAttentionVariant variant{
-          forward ? step.attention.headDim : step.attentionGrad.headDim,
-          prog.buffers[q.buffer].dtype};
+      kir::DType dtype = prog.buffers[q.buffer].dtype;
+      llvm::Expected<const std::vector<cuda::LibraryKernel> *> kernels =
+          stepKernels(stepIndex, forward ? 1 : 2);
+      if (!kernels)
+        return kernels.takeError();
       if (forward) {
         const kir::AttentionStep &att = step.attention;
         for (const kir::View *view : {&att.k, &att.v, &att.out})
-          if (prog.buffers[view->buffer].dtype != variant.dtype)
+          if (prog.buffers[view->buffer].dtype != dtype)
             return llvm::createStringError(
                 "attention step '" + step.origin +
                 "': q, k, v and out must share one dtype");
         if (prog.buffers[att.lse.buffer].dtype != kir::DType::F32)
           return llvm::createStringError("attention step '" + step.origin +
                                          "': lse must be f32");
-        plan.forwardName = cuda::flashForwardName(variant);
+        plan.forwardName = (**kernels)[0].name;
         if (llvm::Error error =
                 libraryFunction(plan.forwardName, &plan.forward))
           return error;
-        plan.forwardLaunch =
-            cuda::flashForwardLaunch(att.batch, att.heads, att.seq);
+        plan.forwardLaunch = (**kernels)[0].launch;
         cuda::AttentionForwardArgs &args = plan.forwardArgs;
         args.q = reinterpret_cast<const void *>(address(att.q));
         args.k = reinterpret_cast<const void *>(address(att.k));
@@ -1121,20 +826,18 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
         const kir::AttentionGradStep &att = step.attentionGrad;
         for (const kir::View *view :
              {&att.dout, &att.k, &att.v, &att.out, &att.dq, &att.dk, &att.dv})
-          if (prog.buffers[view->buffer].dtype != variant.dtype)
+          if (prog.buffers[view->buffer].dtype != dtype)
             return llvm::createStringError(
                 "attention gradient step '" + step.origin +
                 "': its tensors must share one dtype");
-        plan.dkdvName = cuda::flashBackwardDkDvName(variant);
-        plan.dqName = cuda::flashBackwardDqName(variant);
+        plan.dkdvName = (**kernels)[0].name;
+        plan.dqName = (**kernels)[1].name;
         if (llvm::Error error = libraryFunction(plan.dkdvName, &plan.dkdv))
           return error;
         if (llvm::Error error = libraryFunction(plan.dqName, &plan.dq))
           return error;
-        plan.dkdvLaunch =
-            cuda::flashBackwardDkDvLaunch(att.batch, att.heads, att.seq);
-        plan.dqLaunch =
-            cuda::flashBackwardDqLaunch(att.batch, att.heads, att.seq);
+        plan.dkdvLaunch = (**kernels)[0].launch;
+        plan.dqLaunch = (**kernels)[1].launch;
         cuda::AttentionBackwardArgs &args = plan.backwardArgs;
         args.dout = reinterpret_cast<const void *>(address(att.dout));
         args.q = reinterpret_cast<const void *>(address(att.q));
@@ -1167,13 +870,14 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
       const kir::EmbeddingGradStep &e = step.embeddingGrad;
       impl.stepPlan.push_back(impl.embeddings.size());
       EmbeddingPlan &plan = impl.embeddings.emplace_back();
-      kir::DType idType = prog.buffers[e.ids.buffer].dtype;
-      if (llvm::Error error = libraryFunction("llmc_embedding_zero", &plan.zero))
+      llvm::Expected<const std::vector<cuda::LibraryKernel> *> kernels =
+          stepKernels(stepIndex, 2);
+      if (!kernels)
+        return kernels.takeError();
+      if (llvm::Error error = libraryFunction((**kernels)[0].name, &plan.zero))
         return error;
-      if (llvm::Error error = libraryFunction(
-              idType == kir::DType::I64 ? "llmc_embedding_grad_i64"
-                                        : "llmc_embedding_grad_i32",
-              &plan.scatter))
+      if (llvm::Error error =
+              libraryFunction((**kernels)[1].name, &plan.scatter))
         return error;
       plan.ids = address(e.ids);
       plan.grad = address(e.grad);
@@ -1189,11 +893,8 @@ CudaExecutor::create(kir::Program program, CudaExecutorOptions options) {
       plan.positions = e.positions;
       plan.rows = e.rows;
       plan.channels = e.channels;
-      plan.zeroLaunch.block[0] = 256;
-      plan.zeroLaunch.grid[0] =
-          std::clamp<int64_t>((e.rows * e.channels + 255) / 256, 1, 8192);
-      plan.scatterLaunch.block[0] = 128;
-      plan.scatterLaunch.grid[0] = std::max<int64_t>((e.channels + 127) / 128, 1);
+      plan.zeroLaunch = (**kernels)[0].launch;
+      plan.scatterLaunch = (**kernels)[1].launch;
       break;
     }
     }
@@ -1340,7 +1041,7 @@ llvm::Error CudaExecutor::enqueueSchedule(bool timed) {
                             kGemmWorkspaceBytes, im.stream),
               "cublasLtMatmul"))
         return error;
-      if (step.gemm.epilogue >= 0 && gemm.fused == FusedEpilogueKind::None) {
+      if (step.gemm.epilogue >= 0 && gemm.fused == kir::EpilogueKind::None) {
         KernelPlan &kernel = im.kernels[step.gemm.epilogue];
         if (llvm::Error error = im.launch(kernel.function, kernel.launch,
                                           kernel.params.data()))
@@ -1430,9 +1131,9 @@ llvm::Error CudaExecutor::run() {
         stepProfile.gemmSeconds += seconds;
         name = im.gemms[plan].name;
         if (step.gemm.epilogue >= 0)
-          name += im.gemms[plan].fused != FusedEpilogueKind::None
+          name += im.gemms[plan].fused != kir::EpilogueKind::None
                       ? std::string(" +") +
-                            fusedEpilogueName(im.gemms[plan].fused) +
+                            kir::epilogueKindName(im.gemms[plan].fused) +
                             "(cuBLASLt)"
                       : " +" + prog.kernels[step.gemm.epilogue].name;
         break;

@@ -1,12 +1,13 @@
 // Runs a kir::Program on an NVIDIA GPU: the one arena from the program's
 // memory plan in device memory, parameters and state in a device store
-// shared with other executors, kernel steps from the NVRTC-compiled CUDA
-// emitter output (codegen/KernelToCuda), GEMMs through cuBLASLt, attention
-// and its gradient through flash attention kernels, embedding gradients by
-// a deterministic per-channel scatter-add. After the first successful run
-// the schedule is captured into a CUDA graph and replayed. The driver,
-// cuBLASLt and NVRTC are loaded at run time (CudaApi.h, Nvrtc.h): on a
-// machine without them create() fails with an error that says so.
+// shared with other executors, kernel steps from the modules codegen
+// compiles for it (a compile callback, ir/kernel/CudaModule.h; callers pass
+// codegen/KernelToCuda/CudaCompiler.h's cudaCompiler()), GEMMs through
+// cuBLASLt, attention and its gradient through flash attention kernels,
+// embedding gradients by a deterministic per-channel scatter-add. After the
+// first successful run the schedule is captured into a CUDA graph and
+// replayed. The driver and cuBLASLt are loaded at run time (CudaApi.h): on
+// a machine without them create() fails with an error that says so.
 //
 // Semantics match runtime/Executor.h (CpuExecutor) step by step; GEMMs run
 // in exact f32 (CUBLAS_COMPUTE_32F, no TF32) unless the options allow TF32,
@@ -16,10 +17,9 @@
 #ifndef LLMC_RUNTIME_CUDA_CUDAEXECUTOR_H
 #define LLMC_RUNTIME_CUDA_CUDAEXECUTOR_H
 
-#include "codegen/KernelToCuda/FlashAttention.h"
+#include "ir/kernel/CudaModule.h"
 #include "ir/kernel/Program.h"
 #include "runtime/Backend.h"
-#include "codegen/KernelToCuda/Nvrtc.h"
 #include "runtime/Weights.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -80,18 +80,12 @@ struct CudaExecutorOptions {
   /// relative error; off by default so results match the CPU executor).
   bool allowTf32 = false;
   /// Run GEMM epilogue kernels that cuBLASLt can compute itself (bias,
-  /// GELU + bias, GELU, the GELU gradient; see matchGemmEpilogue) inside
-  /// the cuBLASLt call; off: every epilogue runs as its own kernel (to
-  /// compare the two).
+  /// GELU + bias, GELU, the GELU gradient: kir::GemmStep::epilogueKind)
+  /// inside the cuBLASLt call; off: every epilogue runs as its own kernel
+  /// (to compare the two).
   bool fuseEpilogues = true;
   /// Shared parameters and state; null: a store of the executor's own.
   std::shared_ptr<CudaPersistentStore> store;
-  /// Binaries of emitCudaModule(program) compiled ahead of time (an
-  /// artifact's CUDA section); none: compiled with NVRTC at creation.
-  std::optional<cuda::CudaBinaries> kernelBinaries;
-  /// Their launches, one per program kernel (empty: cuda::chooseLaunch).
-  std::vector<cuda::CudaLaunch> kernelLaunches;
-  cuda::NvrtcOptions nvrtc;
 };
 
 /// Device time per kind of step and per kernel, accumulated while
@@ -116,48 +110,21 @@ struct CudaExecutorInfo {
   bool kernelsPrecompiled = false;
   cuda::NvrtcStats kernelStats, libraryStats; // NVRTC: emitted, attention
   std::string kernelImage;                    // "sm_90 cubin" or "PTX ..."
-  // GEMM epilogue kernels cuBLASLt runs instead (FusedEpilogueKind).
+  // GEMM epilogue kernels cuBLASLt runs instead (kir::EpilogueKind).
   int fusedBiasEpilogues = 0;  // Bias
   int fusedGeluEpilogues = 0;  // GeluBias and Gelu
   int fusedDGeluEpilogues = 0; // DGelu
 };
 
-/// What a GEMM's epilogue kernel computes, when it is one that cuBLASLt
-/// can run itself in f32 (C is the product, in place):
-///   Bias      C[r, j] = C[r, j] + bias[j]                 (EPILOGUE_BIAS)
-///   GeluBias  C[r, j] = gelu(C[r, j] + bias[j])           (EPILOGUE_GELU_BIAS)
-///   Gelu      C[r, j] = gelu(C[r, j])                     (EPILOGUE_GELU)
-///   DGelu     C[r, j] = C[r, j] * gelu'(aux[r, j])        (EPILOGUE_DGELU)
-/// gelu is the tanh approximation (`llmc.gelu approximate = tanh`) and
-/// gelu' its derivative, as LlmcToKernel lowers them.
-enum class FusedEpilogueKind : uint8_t { None, Bias, GeluBias, Gelu, DGelu };
-
-struct FusedEpilogue {
-  FusedEpilogueKind kind = FusedEpilogueKind::None;
-  kir::Access bias; // Bias, GeluBias: an f32 row of n elements
-  kir::Access aux;  // DGelu: the GELU input, rows like C's (batch 1)
-  int64_t auxLd = 0; // DGelu: elements from one aux row to the next
-};
-
-/// Matches the epilogue kernel of `gemm` against the kinds above, exactly:
-/// the kernel's one store writes C where the product is, and its value is
-/// the kind's expression over f32 loads of C, the bias row and aux (sums
-/// and products in either operand order, constants equal in f32).
-/// Anything else (casts, residual adds, the erf GELU, index overrides)
-/// gives None: the kernel runs after the GEMM.
-FusedEpilogue matchGemmEpilogue(const kir::Kernel &kernel,
-                                const kir::GemmStep &gemm,
-                                const kir::Program &program);
-
-/// "bias", "gelu_bias", "gelu", "dgelu" ("none" for None).
-const char *fusedEpilogueName(FusedEpilogueKind kind);
-
 class CudaExecutor : public Executor {
 public:
   /// Fails with "no CUDA driver (libcuda.so.1) on this machine ..." where
-  /// there is no driver, before it needs NVRTC or cuBLASLt.
+  /// there is no driver, before it needs cuBLASLt or calls `compile`.
+  /// `compile` gives the modules to load (codegen's cudaCompiler(): NVRTC,
+  /// or an artifact's binaries); the runtime compiles nothing itself.
   static llvm::Expected<std::unique_ptr<CudaExecutor>>
-  create(kir::Program program, CudaExecutorOptions options = {});
+  create(kir::Program program, const cuda::CudaCompileFn &compile,
+         CudaExecutorOptions options = {});
   ~CudaExecutor();
 
   const kir::Program &program() const override { return prog; }
@@ -205,12 +172,6 @@ private:
   double lastRunMs = 0;
   CudaStepProfile stepProfile;
 };
-
-/// The source of the executor's library module: flash attention for
-/// `variants` and the embedding-gradient kernels (what create() compiles
-/// with NVRTC besides the program's own kernels).
-std::string cudaLibrarySource(
-    llvm::ArrayRef<cuda::FlashAttentionVariant> variants);
 
 } // namespace llmc::runtime
 

@@ -18,6 +18,7 @@
 // that has nothing but the NVIDIA driver and CUDA's libraries.
 #include "TrainingCheck.h"
 
+#include "codegen/KernelToCuda/CudaCompiler.h"
 #include "ir/kernel/Artifact.h"
 #include "runtime/Cuda/CudaApi.h"
 #include "runtime/Cuda/CudaExecutor.h"
@@ -135,15 +136,21 @@ static void compare(llvm::StringRef name, const HostTensor &output,
       got[worst], want[worst], maxRel, maxRef, (long long)nonFinite);
 }
 
-/// The executor options the flags ask for, with the artifact's compiled
-/// kernels if it has a CUDA section (`llmc compile --target=cuda`).
-static CudaExecutorOptions executorOptions(const ArtifactContents &contents) {
+/// The executor options the flags ask for.
+static CudaExecutorOptions executorOptions() {
   CudaExecutorOptions options;
   options.useGraphs = !noGraphs;
   options.allowTf32 = tf32;
   options.fuseEpilogues = !noEpilogueFusion;
+  return options;
+}
+
+/// The compiler the executor gets: NVRTC, with the artifact's compiled
+/// kernels if it has a CUDA section (`llmc compile --target=cuda`).
+static cuda::CudaCompileFn compilerFor(const ArtifactContents &contents) {
+  cuda::CudaCompilerOptions options;
   if (!contents.cuda)
-    return options;
+    return cuda::cudaCompiler(std::move(options));
   const CudaSection &section = *contents.cuda;
   cuda::CudaBinaries binaries;
   for (const CudaSection::Cubin &cubin : section.cubins)
@@ -158,7 +165,7 @@ static CudaExecutorOptions executorOptions(const ArtifactContents &contents) {
     l.sharedBytes = launch.sharedBytes;
     options.kernelLaunches.push_back(l);
   }
-  return options;
+  return cuda::cudaCompiler(std::move(options));
 }
 
 /// Mean, median and min of `values`.
@@ -220,18 +227,21 @@ static int runTraining(ArtifactContents gradContents) {
       CudaPersistentStore::create();
   if (!store)
     return fail(store.takeError());
-  CudaExecutorOptions gradOptions = executorOptions(gradContents);
+  CudaExecutorOptions gradOptions = executorOptions();
   gradOptions.store = *store;
+  cuda::CudaCompileFn gradCompiler = compilerFor(gradContents);
   llvm::Expected<std::unique_ptr<CudaExecutor>> grad = CudaExecutor::create(
-      std::move(gradContents.program), std::move(gradOptions));
+      std::move(gradContents.program), gradCompiler, std::move(gradOptions));
   if (!grad)
     return fail(grad.takeError());
   if (llvm::Error error = loadWeights(**grad, weightsPath, seed))
     return fail(std::move(error));
-  CudaExecutorOptions updateOptions = executorOptions(*updateContents);
+  CudaExecutorOptions updateOptions = executorOptions();
   updateOptions.store = *store;
+  cuda::CudaCompileFn updateCompiler = compilerFor(*updateContents);
   llvm::Expected<std::unique_ptr<CudaExecutor>> update = CudaExecutor::create(
-      std::move(updateContents->program), std::move(updateOptions));
+      std::move(updateContents->program), updateCompiler,
+      std::move(updateOptions));
   if (!update)
     return fail(update.takeError());
   const CudaExecutorInfo &info = (*grad)->info();
@@ -403,10 +413,11 @@ int main(int argc, char **argv) {
     return fail(contents.takeError());
   if (!updatePath.empty())
     return runTraining(std::move(*contents));
-  CudaExecutorOptions options = executorOptions(*contents);
+  CudaExecutorOptions options = executorOptions();
+  cuda::CudaCompileFn compiler = compilerFor(*contents);
   auto startCreate = std::chrono::steady_clock::now();
-  llvm::Expected<std::unique_ptr<CudaExecutor>> created =
-      CudaExecutor::create(std::move(contents->program), std::move(options));
+  llvm::Expected<std::unique_ptr<CudaExecutor>> created = CudaExecutor::create(
+      std::move(contents->program), compiler, std::move(options));
   if (!created)
     return fail(created.takeError());
   if (llvm::Error error = loadWeights(**created, weightsPath, seed))

@@ -18,6 +18,7 @@
 #include "runtime/Generate.h"
 #include "runtime/Trainer.h"
 #ifdef LLMC_HAVE_NVRTC
+#include "codegen/KernelToCuda/CudaCompiler.h"
 #include "runtime/Cuda/CudaExecutor.h"
 #endif
 
@@ -184,7 +185,8 @@ makeExecutor(::llmc::kir::Program program, const Device &device,
     options.store = device.cudaStore;
     size_t numKernels = program.kernels.size();
     auto start = std::chrono::steady_clock::now();
-    auto executor = rt::CudaExecutor::create(std::move(program), options);
+    auto executor = rt::CudaExecutor::create(
+        std::move(program), ::llmc::cuda::cudaCompiler(), options);
     if (!executor)
       return executor.takeError();
     llvm::outs() << llvm::format(

@@ -18,6 +18,7 @@
 #include "ir/kernel/AtomicFile.h"
 #include "runtime/Generate.h"
 #ifdef LLMC_HAVE_NVRTC
+#include "codegen/KernelToCuda/CudaCompiler.h"
 #include "runtime/Cuda/CudaExecutor.h"
 #endif
 #include "tools/llmc/Plan.h"
@@ -581,7 +582,8 @@ loadArtifact(llvm::StringRef path, llvm::StringRef weights) {
       ::llmc::runtime::readArtifact(path);
   if (!program)
     return program.takeError();
-  auto executor = ::llmc::runtime::CudaExecutor::create(std::move(*program));
+  auto executor = ::llmc::runtime::CudaExecutor::create(
+      std::move(*program), ::llmc::cuda::cudaCompiler());
   if (!executor)
     return executor.takeError();
   if (llvm::Error error =

@@ -253,6 +253,7 @@ kir::Program makeProgram() {
   gemm.gemm.b = view(kWte, 0, {0, 8, 1});
   gemm.gemm.c = view(kLogits, 0, {0, 16, 1});
   gemm.gemm.epilogue = 1;
+  gemm.gemm.epilogueKind = kir::EpilogueKind::Gelu;
   gemm.origin = "llmc.matmul";
 
   // q, k, v interleaved in qkv [2, 4, 3 * 2 heads * 4].
@@ -387,7 +388,7 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
   EXPECT_EQ(origin, y.origin);
   {
     const auto &[batch, m, n, k, transA, transB, a, b, c, epilogue,
-                 accumulate] = gemm;
+                 accumulate, epilogueKind, epilogueBias, epilogueAux] = gemm;
     const kir::GemmStep &h = y.gemm;
     EXPECT_EQ(batch, h.batch);
     EXPECT_EQ(m, h.m);
@@ -400,6 +401,9 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
     expectSameView(c, h.c, "gemm C");
     EXPECT_EQ(epilogue, h.epilogue);
     EXPECT_EQ(accumulate, h.accumulate);
+    EXPECT_EQ(epilogueKind, h.epilogueKind);
+    expectSameView(epilogueBias, h.epilogueBias, "gemm epilogue bias");
+    expectSameView(epilogueAux, h.epilogueAux, "gemm epilogue aux");
   }
   {
     const auto &[batch, heads, seq, headDim, scale, causal, q, k, v, out, lse] =

@@ -1,6 +1,7 @@
 // The CUDA executor where there is no GPU: creation fails with an error
 // that says the driver is missing (these tests run on machines without
 // one; on a GPU machine they are skipped).
+#include "codegen/KernelToCuda/CudaCompiler.h"
 #include "runtime/Cuda/CudaApi.h"
 #include "runtime/Cuda/CudaExecutor.h"
 
@@ -59,7 +60,7 @@ TEST(CudaExecutorTest, CreationWithoutDriverSaysSo) {
   if (haveDriver())
     GTEST_SKIP() << "this machine has a CUDA driver";
   llvm::Expected<std::unique_ptr<runtime::CudaExecutor>> executor =
-      runtime::CudaExecutor::create(copyProgram());
+      runtime::CudaExecutor::create(copyProgram(), cuda::cudaCompiler());
   ASSERT_FALSE(bool(executor));
   std::string message = llvm::toString(executor.takeError());
   EXPECT_NE(message.find("no CUDA driver (libcuda.so.1) on this machine"),

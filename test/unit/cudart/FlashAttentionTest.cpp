@@ -4,7 +4,7 @@
 // double-precision reference of kir::AttentionStep / AttentionGradStep on
 // small odd shapes, with q, k, v strided views into one fused qkv buffer.
 #include "codegen/KernelToCuda/FlashAttention.h"
-#include "runtime/Cuda/CudaExecutor.h"
+#include "codegen/KernelToCuda/CudaCompiler.h"
 #include "codegen/KernelToCuda/Nvrtc.h"
 #include "runtime/Weights.h"
 
@@ -44,7 +44,7 @@ TEST(FlashAttentionTest, NvrtcCompilesEveryVariantForSm80AndSm90) {
   options.cacheEnabled = false; // compile for real, every time
   NvrtcStats stats;
   llvm::Expected<CudaBinaries> binaries = compileCuda(
-      runtime::cudaLibrarySource(variants), "flash.cu", options, &stats);
+      cuda::cudaLibrarySource(variants), "flash.cu", options, &stats);
   ASSERT_TRUE(bool(binaries)) << llvm::toString(binaries.takeError());
   ASSERT_EQ(binaries->cubins.size(), 2u);
   EXPECT_EQ(binaries->cubins[0].arch, 80);
@@ -103,7 +103,7 @@ public:
         "template <typename T>\n"
         "inline T __shfl_sync(unsigned mask, T value, int lane, int = 32) {\n"
         "  return llmc_emu_shuffle(mask, value, lane);\n}\n";
-    source += runtime::cudaLibrarySource(variants);
+    source += cuda::cudaLibrarySource(variants);
     std::vector<std::string> names;
     for (const FlashAttentionVariant &variant : variants) {
       for (auto [name, type] :

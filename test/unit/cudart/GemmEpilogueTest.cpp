@@ -1,17 +1,18 @@
-// Which GEMM epilogue kernels the CUDA executor hands to cuBLASLt
-// (runtime::matchGemmEpilogue), on programs compiled from GPT-2 style
+// Which GEMM epilogue kernels codegen classifies as ones the CUDA executor
+// hands to cuBLASLt (llmc::matchGemmEpilogue, recorded at lowering as
+// kir::GemmStep::epilogueKind), on programs compiled from GPT-2 style
 // configs: the forward pass (bias on c_attn, bias + tanh GELU on c_fc), the
 // training step (bias in its forward, the GELU gradient in its backward),
 // a GELU MLP without biases, and what must not match (the erf GELU, ReLU,
 // a constant or an operation changed). No GPU needed: matching reads the
 // kernel IR only.
+#include "codegen/LlmcToKernel/GemmEpilogue.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
 #include "passes/Pipelines.h"
-#include "runtime/Cuda/CudaExecutor.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -22,8 +23,8 @@
 #include <map>
 
 using namespace llmc;
-using runtime::FusedEpilogue;
-using runtime::FusedEpilogueKind;
+using llmc::FusedEpilogue;
+using FusedEpilogueKind = kir::EpilogueKind;
 
 namespace {
 
@@ -73,7 +74,7 @@ matches(const kir::Program &program) {
     if (step.kind == kir::StepKind::Gemm && step.gemm.epilogue >= 0)
       result.push_back(
           {step.origin,
-           runtime::matchGemmEpilogue(program.kernels[step.gemm.epilogue],
+           llmc::matchGemmEpilogue(program.kernels[step.gemm.epilogue],
                                       step.gemm, program)
                .kind});
   return result;
@@ -92,7 +93,7 @@ const kir::Step *findStep(const kir::Program &program,
                           FusedEpilogueKind kind) {
   for (const kir::Step &step : program.steps)
     if (step.kind == kir::StepKind::Gemm && step.gemm.epilogue >= 0 &&
-        runtime::matchGemmEpilogue(program.kernels[step.gemm.epilogue],
+        llmc::matchGemmEpilogue(program.kernels[step.gemm.epilogue],
                                    step.gemm, program)
                 .kind == kind)
       return &step;
@@ -112,13 +113,13 @@ TEST(GemmEpilogueTest, Gpt2ForwardFusesBiasAndGeluBias) {
 
   const kir::Step *step = findStep(program, FusedEpilogueKind::GeluBias);
   ASSERT_NE(step, nullptr);
-  FusedEpilogue fused = runtime::matchGemmEpilogue(
+  FusedEpilogue fused = llmc::matchGemmEpilogue(
       program.kernels[step->gemm.epilogue], step->gemm, program);
   const kir::Buffer &bias = program.buffers[fused.bias.buffer];
   EXPECT_EQ(bias.kind, kir::BufferKind::Param);
   EXPECT_NE(bias.name.find("c_fc"), std::string::npos) << bias.name;
   EXPECT_EQ(bias.shape, std::vector<int64_t>{256});
-  EXPECT_STREQ(runtime::fusedEpilogueName(fused.kind), "gelu_bias");
+  EXPECT_STREQ(kir::epilogueKindName(fused.kind), "gelu_bias");
 }
 
 TEST(GemmEpilogueTest, Gpt2GradStepFusesBiasAndGeluGradient) {
@@ -134,7 +135,7 @@ TEST(GemmEpilogueTest, Gpt2GradStepFusesBiasAndGeluGradient) {
 
   const kir::Step *step = findStep(program, FusedEpilogueKind::DGelu);
   ASSERT_NE(step, nullptr);
-  FusedEpilogue fused = runtime::matchGemmEpilogue(
+  FusedEpilogue fused = llmc::matchGemmEpilogue(
       program.kernels[step->gemm.epilogue], step->gemm, program);
   // The GELU input is the forward's c_fc pre-activation: [B*T, 4C] rows.
   EXPECT_EQ(step->gemm.n, 256);
@@ -167,13 +168,35 @@ TEST(GemmEpilogueTest, ErfGeluAndReluAreNotFused) {
   EXPECT_EQ(countKinds(matches(grad))[FusedEpilogueKind::DGelu], 0);
 }
 
+TEST(GemmEpilogueTest, LoweringRecordsTheKinds) {
+  // The kinds the executor reads are the classifier's, set at lowering.
+  for (const kir::Program &program :
+       {forwardProgram(config()), gradProgram(config())})
+    for (const kir::Step &step : program.steps) {
+      if (step.kind != kir::StepKind::Gemm || step.gemm.epilogue < 0)
+        continue;
+      FusedEpilogue fused = llmc::matchGemmEpilogue(
+          program.kernels[step.gemm.epilogue], step.gemm, program);
+      EXPECT_EQ(step.gemm.epilogueKind, fused.kind) << step.origin;
+      if (fused.kind == FusedEpilogueKind::DGelu) {
+        EXPECT_EQ(step.gemm.epilogueAux.buffer, fused.aux.buffer);
+        EXPECT_EQ(step.gemm.epilogueAux.strides,
+                  (std::vector<int64_t>{fused.auxLd, 1}));
+      } else if (fused.kind != FusedEpilogueKind::None &&
+                 fused.kind != FusedEpilogueKind::Gelu) {
+        EXPECT_EQ(step.gemm.epilogueBias.buffer, fused.bias.buffer);
+        EXPECT_EQ(step.gemm.epilogueBias.offset, fused.bias.offset);
+      }
+    }
+}
+
 TEST(GemmEpilogueTest, ChangedKernelsAreNotFused) {
   kir::Program program = forwardProgram(config());
   const kir::Step *step = findStep(program, FusedEpilogueKind::GeluBias);
   ASSERT_NE(step, nullptr);
   const kir::Kernel &original = program.kernels[step->gemm.epilogue];
   auto kindOf = [&](const kir::Kernel &kernel) {
-    return runtime::matchGemmEpilogue(kernel, step->gemm, program).kind;
+    return llmc::matchGemmEpilogue(kernel, step->gemm, program).kind;
   };
   ASSERT_EQ(kindOf(original), FusedEpilogueKind::GeluBias);
 

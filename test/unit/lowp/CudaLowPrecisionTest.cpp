@@ -21,7 +21,8 @@
 
 #include "codegen/KernelToCuda/FlashAttention.h"
 #include "codegen/KernelToCuda/KernelToCuda.h"
-#include "runtime/Cuda/CudaExecutor.h"
+#include "codegen/KernelToCuda/CudaCompiler.h"
+#include "codegen/LlmcToKernel/GemmEpilogue.h"
 #include "codegen/KernelToCuda/Nvrtc.h"
 
 #include "llvm/ADT/bit.h"
@@ -192,7 +193,7 @@ TEST_P(CudaAmpPrograms, NvrtcCompilesEveryKernelForSm80AndSm90) {
   // Flash attention in the narrow type, forward and backward.
   ASSERT_EQ(variants.size(), 1u);
   EXPECT_EQ(variants[0].dtype, type);
-  auto library = cuda::compileCuda(runtime::cudaLibrarySource(variants),
+  auto library = cuda::compileCuda(cuda::cudaLibrarySource(variants),
                                    "library.cu", options);
   ASSERT_TRUE(bool(library)) << llvm::toString(library.takeError());
   for (const std::string &kernel :
@@ -217,9 +218,9 @@ TEST_P(CudaAmpPrograms, NarrowEpiloguesRunAsKernels) {
           dtypeOf(program, step->gemm.a) == DType::F32)
         continue;
       ++narrow;
-      runtime::FusedEpilogue fused = runtime::matchGemmEpilogue(
+      llmc::FusedEpilogue fused = llmc::matchGemmEpilogue(
           program.kernels[step->gemm.epilogue], step->gemm, program);
-      EXPECT_EQ(fused.kind, runtime::FusedEpilogueKind::None)
+      EXPECT_EQ(fused.kind, kir::EpilogueKind::None)
           << name << ": " << step->origin;
     }
   EXPECT_GT(narrow, 4);

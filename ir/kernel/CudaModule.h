@@ -1,0 +1,143 @@
+// What the CUDA executor launches, as data: compiled module images, launch
+// shapes, the flash attention kernels' argument blocks, and the compile
+// callback through which the executor (runtime/Cuda) receives them from
+// codegen (codegen/KernelToCuda/CudaCompiler.h). No MLIR, no CUDA headers:
+// codegen writes these, the runtime reads them.
+#ifndef LLMC_IR_KERNEL_CUDAMODULE_H
+#define LLMC_IR_KERNEL_CUDAMODULE_H
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace llmc::kir {
+struct Program;
+} // namespace llmc::kir
+
+namespace llmc::cuda {
+
+/// How a kernel is launched: cuLaunchKernel's grid, block and dynamic
+/// shared memory size.
+struct CudaLaunch {
+  int64_t grid[3] = {1, 1, 1};
+  int block[3] = {1, 1, 1};
+  int sharedBytes = 0;       // dynamic shared memory, for cuLaunchKernel
+  int staticSharedBytes = 0; // __shared__ arrays in the source (for people)
+
+  int threadsPerBlock() const { return block[0] * block[1] * block[2]; }
+};
+
+/// A cubin compiled for one architecture.
+struct Cubin {
+  int arch = 0; // compute capability as major*10+minor: 80 -> sm_80
+  std::vector<uint8_t> bytes;
+};
+
+/// What cuModuleLoadData takes: a cubin, or PTX text (NUL-terminated).
+struct CudaImage {
+  const void *data = nullptr;
+  size_t size = 0;
+  bool isPtx = false;
+  int arch = 0; // the cubin's sm, or the PTX's compute_ version
+};
+
+/// The result of compiling one source.
+struct CudaBinaries {
+  std::vector<Cubin> cubins; // one per architecture asked for, in order
+  std::string ptx;           // compute_<ptxArch> PTX; empty if not asked
+  int ptxArch = 0;
+  std::string log;           // the compiler's warnings, if any
+
+  /// The best image for a GPU of compute capability `cc` (major*10+minor):
+  /// the cubin of the highest arch with the same major and a minor <= cc's
+  /// (a cubin runs on later minors of its major), else the PTX if its
+  /// arch <= cc, else an error naming what the binaries hold.
+  llvm::Expected<CudaImage> imageFor(int cc) const;
+};
+
+/// How one compilation went (NVRTC and its disk cache).
+struct NvrtcStats {
+  bool cacheHit = false;
+  bool corruptEntry = false; // an entry failed its checks and was replaced
+  int compilations = 0;      // NVRTC programs compiled (one per arch + PTX)
+  double compileSeconds = 0;
+  std::string cachePath;
+  std::string warning; // why the cache entry could not be written, if so
+};
+
+/// Where one flash attention operand lives: element (b, h, t, d) at
+/// offset + b*batch + h*head + t*seq + d*dim (lse: dim unused).
+struct AttentionViewArgs {
+  int64_t offset = 0, batch = 0, head = 0, seq = 0, dim = 0;
+};
+
+/// The flash attention forward kernel's one argument, passed by value
+/// (layout = llmc_attn_fwd_args in codegen/KernelToCuda/FlashAttention.cpp).
+struct AttentionForwardArgs {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  void *out = nullptr;
+  float *lse = nullptr;
+  AttentionViewArgs vq, vk, vv, vout, vlse;
+  int32_t batch = 0, heads = 0, seq = 0, causal = 1;
+  float scale = 1.0f;
+  int32_t pad = 0;
+};
+
+/// The flash attention backward kernels' argument (layout =
+/// llmc_attn_bwd_args).
+struct AttentionBackwardArgs {
+  const void *dout = nullptr, *q = nullptr, *k = nullptr, *v = nullptr,
+             *out = nullptr;
+  const float *lse = nullptr;
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  AttentionViewArgs vdout, vq, vk, vv, vout, vlse, vdq, vdk, vdv;
+  int32_t batch = 0, heads = 0, seq = 0, causal = 1;
+  float scale = 1.0f;
+  int32_t pad = 0;
+};
+
+/// A kernel of the library module and its launch.
+struct LibraryKernel {
+  std::string name;
+  CudaLaunch launch;
+};
+
+/// Everything the CUDA executor loads for one program.
+///
+/// `kernels` holds one `extern "C"` function per program kernel, named
+/// kir::Kernel::name, taking one pointer per operand (the ABI of
+/// codegen/KernelToCuda/KernelToCuda.h); `kernelLaunches[i]` launches
+/// program.kernels[i].
+///
+/// `library` holds what the program's library steps launch, in step order
+/// in `stepKernels[step]` (empty for Kernel and Gemm steps):
+///   Attention      {forward}                    (AttentionForwardArgs)
+///   AttentionGrad  {dk and dv, dq}              (AttentionBackwardArgs)
+///   EmbeddingGrad  {zero, scatter}  the zero kernel takes (out, offset,
+///                  row stride, col stride, rows, channels); the scatter
+///                  (ids, offset, stride, grad, offset, position stride,
+///                  col stride, out, offset, row stride, col stride,
+///                  positions, channels); every integer a long long.
+/// `hasLibrary` is false when no step needs it.
+struct CudaModules {
+  CudaBinaries kernels;
+  std::vector<CudaLaunch> kernelLaunches;
+  bool kernelsPrecompiled = false; // from an artifact, not compiled now
+  NvrtcStats kernelStats;
+  bool hasLibrary = false;
+  CudaBinaries library;
+  NvrtcStats libraryStats;
+  std::vector<std::vector<LibraryKernel>> stepKernels; // per program step
+};
+
+/// Compiles (or loads) the modules of a program; the CUDA executor calls it
+/// once, at creation. codegen/KernelToCuda/CudaCompiler.h makes one.
+using CudaCompileFn =
+    std::function<llvm::Expected<CudaModules>(const kir::Program &)>;
+
+} // namespace llmc::cuda
+
+#endif // LLMC_IR_KERNEL_CUDAMODULE_H
