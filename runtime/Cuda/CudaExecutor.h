@@ -20,6 +20,7 @@
 #include "ir/kernel/CudaModule.h"
 #include "ir/kernel/Program.h"
 #include "runtime/Backend.h"
+#include "runtime/Cuda/CudaDeviceStore.h"
 #include "runtime/Weights.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -34,42 +35,6 @@
 #include <vector>
 
 namespace llmc::runtime {
-
-/// Named device tensors (parameters, gradients, optimizer state) shared by
-/// the executors of one training run; the device analogue of
-/// PersistentStore. A tensor is created zero-filled by its first bind and
-/// keeps its address until the store goes (executors hold it by
-/// shared_ptr). Create it with CudaPersistentStore::create on the device the
-/// executors use.
-class CudaPersistentStore : public TensorStore {
-public:
-  static llvm::Expected<std::shared_ptr<CudaPersistentStore>> create();
-  ~CudaPersistentStore() override;
-  CudaPersistentStore(const CudaPersistentStore &) = delete;
-  CudaPersistentStore &operator=(const CudaPersistentStore &) = delete;
-
-  /// The device address of tensor `name`, created if new with every
-  /// element `initialValue` (zeros by default); an existing tensor with
-  /// another dtype or shape is an error naming both.
-  llvm::Expected<uint64_t> bind(llvm::StringRef name, kir::DType dtype,
-                                llvm::ArrayRef<int64_t> shape,
-                                double initialValue = 0.0);
-  bool contains(llvm::StringRef name) const override;
-  std::vector<std::string> names() const override;
-  llvm::Expected<HostTensor> get(llvm::StringRef name) const override;
-  llvm::Error set(llvm::StringRef name, const HostTensor &tensor) override;
-
-private:
-  CudaPersistentStore() = default;
-  struct Entry {
-    kir::DType dtype;
-    std::vector<int64_t> shape;
-    uint64_t address = 0;
-    int64_t bytes = 0;
-  };
-  mutable std::mutex mutex;
-  std::map<std::string, Entry, std::less<>> entries;
-};
 
 struct CudaExecutorOptions {
   int device = 0;
