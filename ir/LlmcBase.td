@@ -52,4 +52,19 @@ def Llmc_GeluApproximationAttr : EnumAttr<Llmc_Dialect, Llmc_GeluApproximation,
   let assemblyFormat = "$value";
 }
 
+// How code generation runs an llmc.fusion (see Llmc_FusionOp).
+def Llmc_FusionKind : I32EnumAttr<"FusionKind",
+    "how code generation runs a fusion", [
+      I32EnumAttrCase<"Pointwise", 0, "pointwise">,
+      I32EnumAttrCase<"Row", 1, "row">,
+      I32EnumAttrCase<"Gemm", 2, "gemm">
+    ]> {
+  let cppNamespace = "::mlir::llmc";
+  let genSpecializedAttr = 0;
+}
+def Llmc_FusionKindAttr : EnumAttr<Llmc_Dialect, Llmc_FusionKind,
+                                   "fusion_kind"> {
+  let assemblyFormat = "$value";
+}
+
 #endif // LLMC_BASE_TD

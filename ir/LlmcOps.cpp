@@ -906,14 +906,63 @@ LogicalResult CrossEntropyGradOp::inferReturnTypes(
 #include "ir/LlmcOps.cpp.inc"
 
 //===----------------------------------------------------------------------===//
+// Op categories
+//===----------------------------------------------------------------------===//
+
+bool mlir::llmc::isRowReduction(Operation *op) {
+  auto row = dyn_cast<RowReductionOpInterface>(op);
+  return row && row.reducesRows();
+}
+
+AmpCategory mlir::llmc::getAmpCategory(OperationName name) {
+  if (name.hasTrait<OpTrait::llmc::AmpAllow>())
+    return AmpCategory::Allow;
+  if (name.hasTrait<OpTrait::llmc::AmpDeny>())
+    return AmpCategory::Deny;
+  if (name.hasTrait<OpTrait::llmc::AmpExempt>())
+    return AmpCategory::Exempt;
+  return AmpCategory::Follow;
+}
+
+namespace {
+template <typename OpT>
+constexpr AmpCategory ampCategoryOf() {
+  if constexpr (OpT::template hasTrait<OpTrait::llmc::AmpAllow>())
+    return AmpCategory::Allow;
+  else if constexpr (OpT::template hasTrait<OpTrait::llmc::AmpDeny>())
+    return AmpCategory::Deny;
+  else if constexpr (OpT::template hasTrait<OpTrait::llmc::AmpExempt>())
+    return AmpCategory::Exempt;
+  else
+    return AmpCategory::Follow;
+}
+
+template <typename... Ops>
+SmallVector<StringRef> opNamesOfAmpCategory(AmpCategory category) {
+  SmallVector<StringRef> names;
+  (
+      [&] {
+        if (ampCategoryOf<Ops>() == category)
+          names.push_back(Ops::getOperationName());
+      }(),
+      ...);
+  return names;
+}
+} // namespace
+
+SmallVector<StringRef>
+mlir::llmc::getOpNamesOfAmpCategory(AmpCategory category) {
+  return opNamesOfAmpCategory<
+#define GET_OP_LIST
+#include "ir/LlmcOps.cpp.inc"
+      >(category);
+}
+
+//===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//
 
 LogicalResult FusionOp::verify() {
-  StringRef kind = getKind();
-  if (kind != "pointwise" && kind != "row" && kind != "gemm")
-    return emitOpError("kind must be pointwise, row or gemm, got '")
-           << kind << "'";
   Block &body = getBody().front();
   if (body.getNumArguments() != getInputs().size())
     return emitOpError("has ") << getInputs().size() << " inputs but its body "

@@ -12,13 +12,22 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 // Differentiable ops implement their VJP rule (ir/LlmcVjp.cpp).
 defvar Differentiable =
     DeclareOpInterfaceMethods<Llmc_DifferentiableOpInterface, ["buildVjp"]>;
+// A reduce is a row reduction when its dims end at the last one.
+defvar RowReductionIfLastDim =
+    DeclareOpInterfaceMethods<Llmc_RowReduction, ["reducesRows"]>;
+
+// Every op lists its categories (ir/LlmcInterfaces.td) after `Pure`:
+// Llmc_Pointwise, Llmc_RowReduction, Llmc_RowGradient, Llmc_View,
+// Llmc_NoBuffer, Llmc_CheapToRecompute and one AMP category (Llmc_AmpAllow,
+// Llmc_AmpDeny, Llmc_AmpExempt; none: the op follows its inputs).
 
 //===----------------------------------------------------------------------===//
 // Constants
 //===----------------------------------------------------------------------===//
 
 def Llmc_ConstantOp : Llmc_Op<"constant",
-    [ConstantLike, Pure, InferTypeOpAdaptor]> {
+    [ConstantLike, Pure, Llmc_NoBuffer, Llmc_CheapToRecompute, Llmc_AmpExempt,
+     InferTypeOpAdaptor]> {
   let summary = "A tensor constant";
   let description = [{
     Example:
@@ -33,7 +42,8 @@ def Llmc_ConstantOp : Llmc_Op<"constant",
   let hasVerifier = 1;
 }
 
-def Llmc_FillOp : Llmc_Op<"fill", [Pure]> {
+def Llmc_FillOp : Llmc_Op<"fill", [Pure, Llmc_NoBuffer, Llmc_CheapToRecompute,
+                                   Llmc_AmpExempt]> {
   let summary = "A floating-point tensor whose every element is `value`";
   let description = [{
     Unlike `llmc.constant`, a fill carries no data, so a large zero or one
@@ -52,7 +62,8 @@ def Llmc_FillOp : Llmc_Op<"fill", [Pure]> {
 //===----------------------------------------------------------------------===//
 
 def Llmc_EmbeddingOp : Llmc_Op<"embedding",
-    [Pure, InferTypeOpAdaptor, Differentiable]> {
+    [Pure, Llmc_Pointwise, Llmc_CheapToRecompute, InferTypeOpAdaptor,
+     Differentiable]> {
   let summary = "Looks up rows of a table by integer ids";
   let description = [{
     `result[i..., :] = table[indices[i...], :]`. Ids outside `[0, V)` are
@@ -70,7 +81,8 @@ def Llmc_EmbeddingOp : Llmc_Op<"embedding",
   }];
 }
 
-def Llmc_EmbeddingGradOp : Llmc_Op<"embedding_grad", [Pure]> {
+def Llmc_EmbeddingGradOp : Llmc_Op<"embedding_grad", [Pure,
+                                                      Llmc_CheapToRecompute]> {
   let summary = "Scatter-adds row gradients into a table-shaped gradient";
   let description = [{
     The gradient of `llmc.embedding` with respect to its table:
@@ -94,7 +106,7 @@ def Llmc_EmbeddingGradOp : Llmc_Op<"embedding_grad", [Pure]> {
 //===----------------------------------------------------------------------===//
 
 def Llmc_MatmulOp : Llmc_Op<"matmul",
-    [Pure, InferTypeOpAdaptor, Differentiable]> {
+    [Pure, Llmc_AmpAllow, InferTypeOpAdaptor, Differentiable]> {
   let summary = "Activations times a weight matrix, with transpose flags";
   let description = [{
     `lhs` has shape `[..., M, K]` (`[..., K, M]` with `transpose_a`) and the
@@ -118,7 +130,7 @@ def Llmc_MatmulOp : Llmc_Op<"matmul",
 }
 
 def Llmc_BatchMatmulOp : Llmc_Op<"batch_matmul",
-    [Pure, InferTypeOpAdaptor, Differentiable]> {
+    [Pure, Llmc_AmpAllow, InferTypeOpAdaptor, Differentiable]> {
   let summary = "A batch of independent matrix products, with transpose flags";
   let description = [{
     `lhs` is `[B..., M, K]` and `rhs` is `[B..., K, N]` with the same batch
@@ -144,7 +156,8 @@ def Llmc_BatchMatmulOp : Llmc_Op<"batch_matmul",
 
 class Llmc_BinaryOp<string mnemonic, string expr, list<Trait> traits = []>
     : Llmc_Op<mnemonic, !listconcat(traits,
-                        [Pure, InferTypeOpAdaptor, Differentiable])> {
+                        [Pure, Llmc_Pointwise, Llmc_CheapToRecompute,
+                         InferTypeOpAdaptor, Differentiable])> {
   let summary = "Elementwise `" # expr # "` with broadcasting";
   let description = [{
     Computes `}] # expr # [{` elementwise. Both operands have the same
@@ -171,7 +184,8 @@ def Llmc_MaxOp : Llmc_BinaryOp<"max", "max(lhs, rhs)", [Commutative]>;
 
 class Llmc_UnaryOp<string mnemonic, string expr, list<Trait> traits = []>
     : Llmc_Op<mnemonic, !listconcat(traits,
-                        [Pure, SameOperandsAndResultType, Differentiable])> {
+                        [Pure, Llmc_Pointwise, Llmc_CheapToRecompute,
+                         SameOperandsAndResultType, Differentiable])> {
   let summary = "Elementwise `" # expr # "`";
   let description = [{
     Computes `}] # expr # [{` elementwise; the result has the operand's
@@ -186,8 +200,8 @@ class Llmc_UnaryOp<string mnemonic, string expr, list<Trait> traits = []>
 }
 
 def Llmc_NegOp : Llmc_UnaryOp<"neg", "-x">;
-def Llmc_ExpOp : Llmc_UnaryOp<"exp", "exp(x)">;
-def Llmc_LogOp : Llmc_UnaryOp<"log", "log(x)">;
+def Llmc_ExpOp : Llmc_UnaryOp<"exp", "exp(x)", [Llmc_AmpDeny]>;
+def Llmc_LogOp : Llmc_UnaryOp<"log", "log(x)", [Llmc_AmpDeny]>;
 def Llmc_TanhOp : Llmc_UnaryOp<"tanh", "tanh(x)">;
 def Llmc_SqrtOp : Llmc_UnaryOp<"sqrt", "sqrt(x)">;
 def Llmc_RsqrtOp : Llmc_UnaryOp<"rsqrt", "1 / sqrt(x)">;
@@ -195,7 +209,8 @@ def Llmc_ReluOp : Llmc_UnaryOp<"relu", "max(x, 0)">;
 def Llmc_SiluOp : Llmc_UnaryOp<"silu", "x * sigmoid(x)">;
 
 def Llmc_GeluOp : Llmc_Op<"gelu",
-    [Pure, SameOperandsAndResultType, Differentiable]> {
+    [Pure, Llmc_Pointwise, Llmc_CheapToRecompute, SameOperandsAndResultType,
+     Differentiable]> {
   let summary = "Elementwise GELU, exact or with the tanh approximation";
   let description = [{
     `approximate = none`: `x * Phi(x)` with the Gaussian CDF through erf.
@@ -213,7 +228,8 @@ def Llmc_GeluOp : Llmc_Op<"gelu",
   }];
 }
 
-def Llmc_CastOp : Llmc_Op<"cast", [Pure, Differentiable]> {
+def Llmc_CastOp : Llmc_Op<"cast", [Pure, Llmc_Pointwise, Llmc_CheapToRecompute,
+                                   Llmc_AmpExempt, Differentiable]> {
   let summary = "Converts between f32, f16 and bf16";
   let description = [{
     Elementwise conversion with round-to-nearest-even; the shape is kept.
@@ -230,7 +246,8 @@ def Llmc_CastOp : Llmc_Op<"cast", [Pure, Differentiable]> {
 }
 
 def Llmc_DropoutOp : Llmc_Op<"dropout",
-    [Pure, SameOperandsAndResultType, Differentiable]> {
+    [Pure, Llmc_Pointwise, Llmc_CheapToRecompute, SameOperandsAndResultType,
+     Differentiable]> {
   let summary = "Inverted dropout with a counter-based, regenerable mask";
   let description = [{
     `result = x * mask / (1 - rate)` where element `i` is dropped with
@@ -262,7 +279,9 @@ def Llmc_DropoutOp : Llmc_Op<"dropout",
 // never store them (llmc-fusion puts each one in the kernel that uses it).
 def Llmc_BoolTensor : StaticShapeTensorOf<[I1]>;
 
-def Llmc_IsFiniteOp : Llmc_Op<"is_finite", [Pure, InferTypeOpAdaptor]> {
+def Llmc_IsFiniteOp : Llmc_Op<"is_finite", [Pure, Llmc_Pointwise,
+                                            Llmc_CheapToRecompute,
+                                            InferTypeOpAdaptor]> {
   let summary = "Elementwise test for a finite value (neither inf nor NaN)";
   let description = [{
     The result has the input's shape and element type i1. Dynamic loss
@@ -292,7 +311,9 @@ def Llmc_ComparePredicateAttr : EnumAttr<Llmc_Dialect, Llmc_ComparePredicate,
   let assemblyFormat = "$value";
 }
 
-def Llmc_CompareOp : Llmc_Op<"compare", [Pure, InferTypeOpAdaptor]> {
+def Llmc_CompareOp : Llmc_Op<"compare", [Pure, Llmc_Pointwise,
+                                         Llmc_CheapToRecompute,
+                                         InferTypeOpAdaptor]> {
   let summary = "Elementwise ordered comparison with broadcasting";
   let description = [{
     `lhs < rhs` (`lt`), `lhs <= rhs` (`le`) or `lhs == rhs` (`eq`),
@@ -313,7 +334,8 @@ def Llmc_CompareOp : Llmc_Op<"compare", [Pure, InferTypeOpAdaptor]> {
 }
 
 def Llmc_SelectOp : Llmc_Op<"select",
-    [Pure, AllTypesMatch<["true_value", "false_value", "result"]>]> {
+    [Pure, Llmc_Pointwise, Llmc_CheapToRecompute, AllTypesMatch<["true_value",
+     "false_value", "result"]>]> {
   let summary = "Elementwise choice between two tensors by an i1 condition";
   let description = [{
     `result = condition ? true_value : false_value`, elementwise. The two
@@ -343,7 +365,8 @@ def Llmc_SelectOp : Llmc_Op<"select",
 //===----------------------------------------------------------------------===//
 
 def Llmc_LayerNormOp : Llmc_Op<"layer_norm",
-    [Pure, InferTypeOpAdaptor, Differentiable]> {
+    [Pure, Llmc_RowReduction, Llmc_CheapToRecompute, Llmc_AmpDeny,
+     InferTypeOpAdaptor, Differentiable]> {
   let summary = "LayerNorm over the last dimension";
   let description = [{
     `y = (x - mean) * rstd * weight + bias` over the last dimension `C`,
@@ -368,7 +391,8 @@ def Llmc_LayerNormOp : Llmc_Op<"layer_norm",
 }
 
 def Llmc_RmsNormOp : Llmc_Op<"rms_norm",
-    [Pure, InferTypeOpAdaptor, Differentiable]> {
+    [Pure, Llmc_RowReduction, Llmc_CheapToRecompute, Llmc_AmpDeny,
+     InferTypeOpAdaptor, Differentiable]> {
   let summary = "RMSNorm over the last dimension";
   let description = [{
     `y = x * rstd * weight`, `rstd = 1 / sqrt(mean(x^2) + epsilon)` over the
@@ -388,7 +412,8 @@ def Llmc_RmsNormOp : Llmc_Op<"rms_norm",
 }
 
 def Llmc_SoftmaxOp : Llmc_Op<"softmax",
-    [Pure, SameOperandsAndResultType, Differentiable]> {
+    [Pure, Llmc_RowReduction, Llmc_CheapToRecompute, Llmc_AmpDeny,
+     SameOperandsAndResultType, Differentiable]> {
   let summary = "Softmax over the last dimension";
   let description = [{
     `y = exp(x - max(x)) / sum(exp(x - max(x)))` along the last dimension,
@@ -408,7 +433,7 @@ def Llmc_SoftmaxOp : Llmc_Op<"softmax",
 //===----------------------------------------------------------------------===//
 
 def Llmc_AttentionOp : Llmc_Op<"attention",
-    [Pure, InferTypeOpAdaptor, Differentiable]> {
+    [Pure, Llmc_AmpAllow, InferTypeOpAdaptor, Differentiable]> {
   let summary = "Scaled dot-product attention, optionally causal";
   let description = [{
     `out = softmax(scale * q k^T + mask) v` with `q : [B..., Tq, D]`,
@@ -435,7 +460,8 @@ def Llmc_AttentionOp : Llmc_Op<"attention",
 }
 
 def Llmc_RotaryOp : Llmc_Op<"rotary",
-    [Pure, SameOperandsAndResultType, Differentiable]> {
+    [Pure, Llmc_Pointwise, Llmc_CheapToRecompute, SameOperandsAndResultType,
+     Differentiable]> {
   let summary = "Rotary position embedding (RoPE) over `[..., T, D]`";
   let description = [{
     Rotates pairs `(x[..., t, i], x[..., t, i + D/2])` by the angle
@@ -459,7 +485,8 @@ def Llmc_RotaryOp : Llmc_Op<"rotary",
 //===----------------------------------------------------------------------===//
 
 def Llmc_CrossEntropyOp : Llmc_Op<"cross_entropy",
-    [Pure, InferTypeOpAdaptor, Differentiable]> {
+    [Pure, Llmc_RowReduction, Llmc_CheapToRecompute, Llmc_AmpDeny,
+     InferTypeOpAdaptor, Differentiable]> {
   let summary = "Mean softmax cross-entropy of logits against target ids";
   let description = [{
     `loss = mean_i(logsumexp(logits[i, :]) - logits[i, targets[i]])` over
@@ -484,7 +511,8 @@ def Llmc_CrossEntropyOp : Llmc_Op<"cross_entropy",
 // Shape manipulation
 //===----------------------------------------------------------------------===//
 
-def Llmc_ReshapeOp : Llmc_Op<"reshape", [Pure, Differentiable]> {
+def Llmc_ReshapeOp : Llmc_Op<"reshape", [Pure, Llmc_View, Llmc_CheapToRecompute,
+                                         Differentiable]> {
   let summary = "Reinterprets a tensor's row-major elements with a new shape";
   let description = [{
     The element count and element type are kept. Example:
@@ -500,7 +528,8 @@ def Llmc_ReshapeOp : Llmc_Op<"reshape", [Pure, Differentiable]> {
 }
 
 def Llmc_TransposeOp : Llmc_Op<"transpose",
-    [Pure, InferTypeOpAdaptor, Differentiable]> {
+    [Pure, Llmc_View, Llmc_CheapToRecompute, InferTypeOpAdaptor,
+     Differentiable]> {
   let summary = "Permutes dimensions";
   let description = [{
     `result` dimension `i` is `input` dimension `permutation[i]`. Example:
@@ -515,7 +544,8 @@ def Llmc_TransposeOp : Llmc_Op<"transpose",
 }
 
 def Llmc_SliceOp : Llmc_Op<"slice",
-    [Pure, InferTypeOpAdaptor, Differentiable]> {
+    [Pure, Llmc_View, Llmc_CheapToRecompute, InferTypeOpAdaptor,
+     Differentiable]> {
   let summary = "A contiguous static sub-block";
   let description = [{
     Takes `sizes[d]` elements starting at `offsets[d]` in every dimension
@@ -534,7 +564,7 @@ def Llmc_SliceOp : Llmc_Op<"slice",
 }
 
 def Llmc_ConcatOp : Llmc_Op<"concat",
-    [Pure, InferTypeOpAdaptor, Differentiable]> {
+    [Pure, Llmc_CheapToRecompute, InferTypeOpAdaptor, Differentiable]> {
   let summary = "Joins tensors along one dimension";
   let description = [{
     All inputs have the same rank and element type and agree in every
@@ -549,7 +579,9 @@ def Llmc_ConcatOp : Llmc_Op<"concat",
   let assemblyFormat = "$inputs `dim` $dim attr-dict `:` type($inputs)";
 }
 
-def Llmc_BroadcastOp : Llmc_Op<"broadcast", [Pure, Differentiable]> {
+def Llmc_BroadcastOp : Llmc_Op<"broadcast", [Pure, Llmc_View,
+                                             Llmc_CheapToRecompute,
+                                             Differentiable]> {
   let summary = "Stretches a tensor to a larger shape";
   let description = [{
     Follows the broadcasting rule of the binary ops: shapes align at the
@@ -570,7 +602,8 @@ def Llmc_BroadcastOp : Llmc_Op<"broadcast", [Pure, Differentiable]> {
 //===----------------------------------------------------------------------===//
 
 class Llmc_ReduceOp<string mnemonic, string what>
-    : Llmc_Op<mnemonic, [Pure, InferTypeOpAdaptor, Differentiable]> {
+    : Llmc_Op<mnemonic, [Pure, RowReductionIfLastDim, Llmc_CheapToRecompute,
+                         Llmc_AmpDeny, InferTypeOpAdaptor, Differentiable]> {
   let summary = "Reduces dimensions by their " # what;
   let description = [{
     Reduces the listed dimensions (strictly increasing) by their }] # what #
@@ -587,6 +620,14 @@ class Llmc_ReduceOp<string mnemonic, string what>
   let assemblyFormat = [{
     $input `dims` $dims (`keep_dims` $keep_dims^)? attr-dict `:` type($input)
   }];
+  let extraClassDefinition = [{
+    bool $cppClass::reducesRows() {
+      ArrayRef<int64_t> dims = getDims();
+      int64_t rank = ::llvm::cast<RankedTensorType>(getInput().getType())
+                         .getRank();
+      return !dims.empty() && dims.back() == rank - 1;
+    }
+  }];
 }
 
 def Llmc_ReduceSumOp : Llmc_ReduceOp<"reduce_sum", "sum">;
@@ -598,7 +639,8 @@ def Llmc_ReduceMaxOp : Llmc_ReduceOp<"reduce_max", "maximum">;
 //===----------------------------------------------------------------------===//
 
 class Llmc_ActivationGradOp<string mnemonic, string what>
-    : Llmc_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+    : Llmc_Op<mnemonic, [Pure, Llmc_Pointwise, Llmc_CheapToRecompute,
+                         SameOperandsAndResultType]> {
   let summary = "Gradient of " # what # " given the output gradient and input";
   let description = [{
     `result = grad * f'(input)` elementwise for f = }] # what # [{. Example:
@@ -614,7 +656,9 @@ class Llmc_ActivationGradOp<string mnemonic, string what>
 def Llmc_ReluGradOp : Llmc_ActivationGradOp<"relu_grad", "relu">;
 def Llmc_SiluGradOp : Llmc_ActivationGradOp<"silu_grad", "silu">;
 
-def Llmc_GeluGradOp : Llmc_Op<"gelu_grad", [Pure, SameOperandsAndResultType]> {
+def Llmc_GeluGradOp : Llmc_Op<"gelu_grad", [Pure, Llmc_Pointwise,
+                                            Llmc_CheapToRecompute,
+                                            SameOperandsAndResultType]> {
   let summary = "Gradient of GELU given the output gradient and input";
   let description = [{
     `result = grad * gelu'(input)` with the same approximation as the
@@ -632,7 +676,8 @@ def Llmc_GeluGradOp : Llmc_Op<"gelu_grad", [Pure, SameOperandsAndResultType]> {
 }
 
 def Llmc_SoftmaxGradOp : Llmc_Op<"softmax_grad",
-    [Pure, SameOperandsAndResultType]> {
+    [Pure, Llmc_RowReduction, Llmc_RowGradient, Llmc_CheapToRecompute,
+     SameOperandsAndResultType]> {
   let summary = "Gradient of softmax from its output";
   let description = [{
     `result = y * (grad - sum(grad * y))` along the last dimension, where
@@ -647,7 +692,8 @@ def Llmc_SoftmaxGradOp : Llmc_Op<"softmax_grad",
 }
 
 def Llmc_LayerNormGradOp : Llmc_Op<"layer_norm_grad",
-    [Pure, InferTypeOpAdaptor]> {
+    [Pure, Llmc_RowReduction, Llmc_RowGradient, Llmc_CheapToRecompute,
+     InferTypeOpAdaptor]> {
   let summary = "Gradients of layer_norm from its saved mean and rstd";
   let description = [{
     Returns the gradients of the input, the weight and the bias (the last
@@ -670,7 +716,10 @@ def Llmc_LayerNormGradOp : Llmc_Op<"layer_norm_grad",
   }];
 }
 
-def Llmc_RmsNormGradOp : Llmc_Op<"rms_norm_grad", [Pure, InferTypeOpAdaptor]> {
+def Llmc_RmsNormGradOp : Llmc_Op<"rms_norm_grad", [Pure, Llmc_RowReduction,
+                                                   Llmc_RowGradient,
+                                                   Llmc_CheapToRecompute,
+                                                   InferTypeOpAdaptor]> {
   let summary = "Gradients of rms_norm from its saved rstd";
   let description = [{
     Returns the gradients of the input and the weight. Example:
@@ -719,7 +768,8 @@ def Llmc_AttentionGradOp : Llmc_Op<"attention_grad",
 }
 
 def Llmc_CrossEntropyGradOp : Llmc_Op<"cross_entropy_grad",
-    [Pure, InferTypeOpAdaptor]> {
+    [Pure, Llmc_RowReduction, Llmc_RowGradient, Llmc_CheapToRecompute,
+     InferTypeOpAdaptor]> {
   let summary = "Gradient of the mean cross-entropy with respect to logits";
   let description = [{
     `result[i, v] = grad * (exp(logits[i, v] - lse[i]) - (v == targets[i])) / N`
@@ -744,12 +794,13 @@ def Llmc_CrossEntropyGradOp : Llmc_Op<"cross_entropy_grad",
 //===----------------------------------------------------------------------===//
 
 def Llmc_FusionOp : Llmc_Op<"fusion",
-    [IsolatedFromAbove, SingleBlock, Pure]> {
+    [IsolatedFromAbove, SingleBlock, Pure, Llmc_AmpExempt]> {
   let summary = "Ops that run as one fused kernel";
   let description = [{
     Made by `llmc-fusion`: the body computes the results from the block
-    arguments (one per input) with llmc ops and yields them. `kind` says how
-    code generation runs it:
+    arguments (one per input) with llmc ops and yields them. `kind` (the
+    enum `FusionKind`, printed as a bare keyword) says how code generation
+    runs it:
     - `pointwise`: elementwise ops over one shape (inputs may broadcast);
     - `row`: one row reduction (layer_norm, rms_norm, softmax,
       cross_entropy, a reduce over the last dimension) with the elementwise
@@ -769,18 +820,18 @@ def Llmc_FusionOp : Llmc_Op<"fusion",
     ```
   }];
   let arguments = (ins Variadic<Llmc_AnyTensor>:$inputs, StrAttr:$name,
-                       StrAttr:$kind);
+                       Llmc_FusionKindAttr:$kind);
   let results = (outs Variadic<Llmc_AnyTensor>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $name $kind `(` $inputs `)` attr-dict `:` functional-type($inputs, $results)
-    $body
+    $name `` $kind ` ` `(` $inputs `)` attr-dict `:`
+    functional-type($inputs, $results) $body
   }];
   let hasVerifier = 1;
 }
 
 def Llmc_YieldOp : Llmc_Op<"yield",
-    [Pure, Terminator, HasParent<"FusionOp">]> {
+    [Pure, Llmc_AmpExempt, Terminator, HasParent<"FusionOp">]> {
   let summary = "Returns the results of a fusion";
   let arguments = (ins Variadic<Llmc_AnyTensor>:$values);
   let assemblyFormat = "($values^ `:` type($values))? attr-dict";

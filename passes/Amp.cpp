@@ -36,6 +36,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <string>
@@ -50,45 +51,33 @@ using namespace mlir::llmc;
 
 namespace {
 
-/// How an op chooses the type it computes in.
+/// How an op chooses the type it computes in: by default its AMP trait
+/// (ir/LlmcInterfaces.td: Llmc_AmpAllow, Llmc_AmpDeny, neither: follow),
+/// unless the allow= or deny= option moved it.
 enum class Policy { Allow, Deny, Follow };
 
-struct ListEntry {
-  const char *opName;
-  Policy policy;
-};
-
-/// The default allow and deny lists, after torch.autocast's CUDA lists and
-/// Apex AMP's function lists. Ops not named here follow their inputs.
-constexpr ListEntry kDefaultLists[] = {
-    {"llmc.matmul", Policy::Allow},       {"llmc.batch_matmul", Policy::Allow},
-    {"llmc.attention", Policy::Allow},    {"llmc.softmax", Policy::Deny},
-    {"llmc.cross_entropy", Policy::Deny}, {"llmc.layer_norm", Policy::Deny},
-    {"llmc.rms_norm", Policy::Deny},      {"llmc.exp", Policy::Deny},
-    {"llmc.log", Policy::Deny},           {"llmc.reduce_sum", Policy::Deny},
-    {"llmc.reduce_mean", Policy::Deny},   {"llmc.reduce_max", Policy::Deny},
-};
-
-/// Ops that never take a list: casts are what the pass inserts, constants
-/// and fills have no operands to cast, fusion runs after the pass.
-bool isUnlistable(StringRef opName) {
-  static constexpr StringLiteral kUnlistable[] = {
-      "llmc.cast", "llmc.constant", "llmc.fill", "llmc.fusion", "llmc.yield"};
-  return llvm::is_contained(kUnlistable, opName);
+Policy defaultPolicy(OperationName name) {
+  switch (getAmpCategory(name)) {
+  case AmpCategory::Allow:
+    return Policy::Allow;
+  case AmpCategory::Deny:
+    return Policy::Deny;
+  case AmpCategory::Follow:
+  case AmpCategory::Exempt:
+    return Policy::Follow;
+  }
+  llvm_unreachable("unknown AMP category");
 }
 
-/// The pass description with the default lists spelled out, built from
-/// kDefaultLists so that `llmc-opt --help` shows the table itself.
+/// The pass description with the default lists spelled out, read from the
+/// ops' traits so that `llmc-opt --help` shows the table itself.
 const std::string &describeDefaultLists() {
   static const std::string description = [] {
-    std::string allow, deny;
-    for (const ListEntry &entry : kDefaultLists) {
-      std::string &list = entry.policy == Policy::Allow ? allow : deny;
-      list += (list.empty() ? "" : ", ") + std::string(entry.opName);
-    }
     return "Mixed precision by op lists (torch.autocast, Apex AMP); default "
            "allow list: " +
-           allow + "; default deny list: " + deny +
+           llvm::join(getOpNamesOfAmpCategory(AmpCategory::Allow), ", ") +
+           "; default deny list: " +
+           llvm::join(getOpNamesOfAmpCategory(AmpCategory::Deny), ", ") +
            "; other ops follow their inputs";
   }();
   return description;
@@ -117,8 +106,8 @@ RankedTensorType withElementType(Value value, Type elementType) {
 class AmpRewriter {
 public:
   AmpRewriter(func::FuncOp forward, Type lowType,
-              const llvm::StringMap<Policy> &policies)
-      : forward(forward), lowType(lowType), policies(policies),
+              const llvm::StringMap<Policy> &moved)
+      : forward(forward), lowType(lowType), moved(moved),
         f32Type(Float32Type::get(forward.getContext())) {}
 
   LogicalResult run() {
@@ -130,7 +119,8 @@ public:
       }
       if (isa<FusionOp>(op))
         return op.emitOpError("llmc-amp runs before llmc-fusion");
-      if (isa<CastOp, ConstantOp, FillOp>(op))
+      // Casts, constants and fills (Llmc_AmpExempt) keep their types.
+      if (getAmpCategory(op.getName()) == AmpCategory::Exempt)
         continue;
       if (failed(rewrite(&op)))
         return failure();
@@ -165,8 +155,9 @@ private:
     }
     if (!anyFloat)
       return Type();
-    auto it = policies.find(op->getName().getStringRef());
-    Policy policy = it == policies.end() ? Policy::Follow : it->second;
+    auto it = moved.find(op->getName().getStringRef());
+    Policy policy =
+        it == moved.end() ? defaultPolicy(op->getName()) : it->second;
     if (policy == Policy::Allow)
       return lowType;
     if (policy == Policy::Deny || !widestActivation)
@@ -271,7 +262,8 @@ private:
 
   func::FuncOp forward;
   Type lowType;
-  const llvm::StringMap<Policy> &policies;
+  /// The ops the allow= and deny= options moved, by name.
+  const llvm::StringMap<Policy> &moved;
   Type f32Type;
   llvm::DenseMap<std::pair<Value, Type>, Value> parameterCasts;
 };
@@ -281,19 +273,20 @@ struct AmpPass : llmc::impl::AmpPassBase<AmpPass> {
 
   StringRef getDescription() const override { return describeDefaultLists(); }
 
-  /// The default lists with the user's moves applied, or failure with a
+  /// The user's moves onto the allow and deny lists, or failure with a
   /// diagnostic on `module` naming the bad entry.
   FailureOr<llvm::StringMap<Policy>> buildPolicies(ModuleOp module) {
-    llvm::StringMap<Policy> policies;
-    for (const ListEntry &entry : kDefaultLists)
-      policies[entry.opName] = entry.policy;
     llvm::StringMap<Policy> moved;
     for (auto [list, policy, option] :
          {std::make_tuple(&allow, Policy::Allow, "allow"),
           std::make_tuple(&deny, Policy::Deny, "deny")}) {
       for (const std::string &name : *list) {
-        if (!RegisteredOperationName::lookup(name, module.getContext()) ||
-            !StringRef(name).starts_with("llmc.") || isUnlistable(name))
+        // Exempt ops never take a list: casts are what the pass inserts,
+        // constants and fills have no operands to cast, fusion runs after.
+        std::optional<RegisteredOperationName> op =
+            RegisteredOperationName::lookup(name, module.getContext());
+        if (!op || !StringRef(name).starts_with("llmc.") ||
+            getAmpCategory(*op) == AmpCategory::Exempt)
           return module.emitError("llmc-amp: '")
                  << name << "' in " << option
                  << "= is not an llmc op that a list can hold (write names "
@@ -302,10 +295,9 @@ struct AmpPass : llmc::impl::AmpPassBase<AmpPass> {
         if (!inserted && it->second != policy)
           return module.emitError("llmc-amp: '")
                  << name << "' is on both the allow and the deny list";
-        policies[name] = policy;
       }
     }
-    return policies;
+    return moved;
   }
 
   void runOnOperation() override {

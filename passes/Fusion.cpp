@@ -50,10 +50,7 @@ using namespace mlir::llmc;
 namespace {
 
 bool isPointwise(Operation *op) {
-  return isa<AddOp, SubOp, MulOp, DivOp, MaxOp, NegOp, ExpOp, LogOp, TanhOp,
-             SqrtOp, RsqrtOp, ReluOp, SiluOp, GeluOp, CastOp, DropoutOp,
-             RotaryOp, EmbeddingOp, ReluGradOp, SiluGradOp, GeluGradOp,
-             IsFiniteOp, CompareOp, SelectOp>(op);
+  return op->hasTrait<OpTrait::llmc::Pointwise>();
 }
 
 /// Ops whose result is an i1 flag, which kernels compute but never store.
@@ -79,24 +76,7 @@ void copyFlagsPerUse(Block &block) {
 
 /// Backward ops that work on whole rows; their domain is their result.
 bool isBackwardRowOp(Operation *op) {
-  return isa<SoftmaxGradOp, LayerNormGradOp, RmsNormGradOp,
-             CrossEntropyGradOp>(op);
-}
-
-/// Reductions along the last dimension: the root of a row group. A
-/// reduction over more dims than the last (a sum of squares to a scalar)
-/// reduces rows in the kernel and the rest in a second stage.
-bool isRowReduction(Operation *op) {
-  if (isa<LayerNormOp, RmsNormOp, SoftmaxOp, CrossEntropyOp>(op) ||
-      isBackwardRowOp(op))
-    return true;
-  if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op)) {
-    auto dims = op->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
-    int64_t rank =
-        cast<RankedTensorType>(op->getOperand(0).getType()).getRank();
-    return !dims.empty() && dims.back() == rank - 1;
-  }
-  return false;
+  return op->hasTrait<OpTrait::llmc::RowGradient>();
 }
 
 /// Operands a kernel reads at an index other than the op's own, so they
@@ -140,7 +120,7 @@ public:
 
 private:
   struct Group {
-    std::string kind;
+    FusionKind kind;
     SmallVector<int64_t> domain;
     llvm::SetVector<Operation *> ops;
   };
@@ -157,8 +137,8 @@ private:
         pullProducers(group, def);
       }
   }
-  int newGroup(StringRef kind, Operation *root) {
-    groups.push_back({kind.str(), domainOf(root), {}});
+  int newGroup(FusionKind kind, Operation *root) {
+    groups.push_back({kind, domainOf(root), {}});
     add(groups.size() - 1, root);
     return groups.size() - 1;
   }
@@ -271,7 +251,7 @@ void GroupBuilder::formGroups() {
   for (Operation *op : ops) {
     if (grouped(op) || !isRowReduction(op))
       continue;
-    int group = newGroup("row", op);
+    int group = newGroup(FusionKind::Row, op);
     // Reductions over other dimensions stay alone: their domain is permuted.
     pullProducers(group, op);
     pullConsumers(group, op);
@@ -284,7 +264,7 @@ void GroupBuilder::formGroups() {
     if (!product.hasOneUse())
       continue;
     Operation *first = *product.getUsers().begin();
-    int group = newGroup("gemm", op);
+    int group = newGroup(FusionKind::Gemm, op);
     if (!canJoin(group, first)) {
       groupOf.erase(op);
       groups.pop_back();
@@ -304,7 +284,7 @@ void GroupBuilder::formGroups() {
     // Dead ops stay as they are: a kernel would compute nothing anyone reads.
     if (grouped(op) || !isPointwise(op) || op->use_empty())
       continue;
-    int group = newGroup("pointwise", op);
+    int group = newGroup(FusionKind::Pointwise, op);
     pullProducers(group, op);
   }
 }
@@ -348,7 +328,7 @@ LogicalResult GroupBuilder::materialize() {
     // add at the end of @grad_step would otherwise hold the activation and
     // the output gradient it is made from alive to the end of the step.
     Operation *anchor = members.back();
-    if (group.kind == "gemm") {
+    if (group.kind == FusionKind::Gemm) {
       anchor = members.front();
       for (Value input : inputs)
         if (Operation *def = input.getDefiningOp())
@@ -361,7 +341,7 @@ LogicalResult GroupBuilder::materialize() {
     auto fusion = FusionOp::create(
         builder, loc, ValueRange(outputs).getTypes(), inputs.getArrayRef(),
         builder.getStringAttr(llvm::join(names, "_")),
-        builder.getStringAttr(group.kind));
+        FusionKindAttr::get(builder.getContext(), group.kind));
     Block *body = builder.createBlock(&fusion.getBody());
     IRMapping mapping;
     for (Value input : inputs)

@@ -1489,7 +1489,7 @@ void Lowering::planAccumulation(Value result, BlockArgument target) {
   if (auto fusion = dyn_cast<FusionOp>(consumer)) {
     Block &body = fusion.getBody().front();
     auto yield = cast<YieldOp>(body.getTerminator());
-    bool gemm = fusion.getKind() == "gemm";
+    bool gemm = fusion.getKind() == FusionKind::Gemm;
     SmallVector<Operation *> ops;
     for (Operation &op : body.without_terminator())
       ops.push_back(&op);
@@ -1612,7 +1612,8 @@ void Lowering::planAccumulation(Value result, BlockArgument target) {
     accumulateInto[op] = target;
   for (Operation *op : casts)
     accumulatedCasts.insert(op);
-  if (!isa<FusionOp>(consumer) || cast<FusionOp>(consumer).getKind() != "gemm")
+  auto fusion = dyn_cast<FusionOp>(consumer);
+  if (!fusion || fusion.getKind() != FusionKind::Gemm)
     accumulatedAdds[consumer] = target;
 }
 
@@ -1762,7 +1763,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
     outer.clear();
     for (auto [arg, input] : llvm::zip(body.getArguments(), fusion.getInputs()))
       outer[arg] = input;
-    if (fusion.getKind() == "gemm")
+    if (fusion.getKind() == FusionKind::Gemm)
       return lowerGemm(ops.front(), fusion, ArrayRef(ops).drop_front());
     if (auto ce = dyn_cast<CrossEntropyOp>(ops.front())) {
       if (ops.size() != 1)

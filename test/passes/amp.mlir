@@ -264,7 +264,7 @@ func.func @forward(%wte: tensor<16x8xf32> {llmc.param = "wte"},
 // PIPE-LABEL: func.func @forward(
 // PIPE: llmc.matmul {{.*}} : tensor<1x8x64xbf16>, tensor<192x64xbf16>
 // PIPE: llmc.attention {{.*}} : tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>
-// PIPE: llmc.fusion "cast" "pointwise"(%arg0) : (tensor<256x64xf32>) -> tensor<256x64xbf16>
+// PIPE: llmc.fusion "cast" pointwise (%arg0) : (tensor<256x64xf32>) -> tensor<256x64xbf16>
 // PIPE-LABEL: func.func @grad_step(
 // PIPE-SAME: -> (tensor<f32> {llmc.output = "loss"}, tensor<256x64xf32> {llmc.output = "grad.wte", llmc.updates = "grad.wte"}
 // PIPE-SAME: tensor<192x64xf32> {llmc.output = "grad.h.0.attn.c_attn.weight"

@@ -5,9 +5,9 @@
 // the matmul without an epilogue stays a library call.
 // CHECK-LABEL: func.func @forward(
 // CHECK-SAME: %[[W:[a-z0-9]+]]: tensor<8x4xf32> {llmc.param = "wte"}, %[[TOK:[a-z0-9]+]]: tensor<2x3xi32>, %[[TGT:[a-z0-9]+]]: tensor<2x3xi32>
-// CHECK: %[[X:.*]] = llmc.fusion "embedding" "pointwise"(%[[W]], %[[TOK]])
+// CHECK: %[[X:.*]] = llmc.fusion "embedding" pointwise (%[[W]], %[[TOK]])
 // CHECK: %[[L:.*]] = llmc.matmul %[[X]], %[[W]] {transpose_b}
-// CHECK: %[[LOSS:.*]] = llmc.fusion "cross_entropy" "row"(%[[L]], %[[TGT]])
+// CHECK: %[[LOSS:.*]] = llmc.fusion "cross_entropy" row (%[[L]], %[[TGT]])
 // CHECK: return %[[LOSS]] : tensor<f32>
 func.func @forward(%wte: tensor<8x4xf32> {llmc.param = "wte"},
                    %tokens: tensor<2x3xi32>, %targets: tensor<2x3xi32>) -> tensor<f32> {

@@ -5,7 +5,7 @@
 // gemm fusion reading the activations, the weight and the bias.
 // CHECK-LABEL: func.func @gemm_bias_gelu(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[W:[a-z0-9]+]]: tensor<32x8xf32> {llmc.param = "mlp.c_fc.weight"}, %[[B:[a-z0-9]+]]: tensor<32xf32> {llmc.param = "mlp.c_fc.bias"})
-// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "matmul_add_gelu" "gemm"(%[[X]], %[[W]], %[[B]]) : (tensor<2x4x8xf32>, tensor<32x8xf32>, tensor<32xf32>) -> tensor<2x4x32xf32>
+// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "matmul_add_gelu" gemm (%[[X]], %[[W]], %[[B]]) : (tensor<2x4x8xf32>, tensor<32x8xf32>, tensor<32xf32>) -> tensor<2x4x32xf32>
 // CHECK-NEXT: ^bb0(%[[BX:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[BW:[a-z0-9]+]]: tensor<32x8xf32>, %[[BB:[a-z0-9]+]]: tensor<32xf32>):
 // CHECK-NEXT: %[[P:[0-9]+]] = llmc.matmul %[[BX]], %[[BW]] {transpose_b}
 // CHECK-NEXT: %[[H:[0-9]+]] = llmc.add %[[P]], %[[BB]]
@@ -27,7 +27,7 @@ func.func @gemm_bias_gelu(%x: tensor<2x4x8xf32>,
 // Tests that a ReLU epilogue (OPT's MLP) fuses the same way.
 // CHECK-LABEL: func.func @gemm_bias_relu(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[W:[a-z0-9]+]]: tensor<32x8xf32> {llmc.param = "fc1.weight"}, %[[B:[a-z0-9]+]]: tensor<32xf32> {llmc.param = "fc1.bias"})
-// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "matmul_add_relu" "gemm"(%[[X]], %[[W]], %[[B]])
+// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "matmul_add_relu" gemm (%[[X]], %[[W]], %[[B]])
 // CHECK-NEXT: ^bb0(
 // CHECK-NEXT: llmc.matmul
 // CHECK-NEXT: llmc.add
@@ -50,7 +50,7 @@ func.func @gemm_bias_relu(%x: tensor<2x4x8xf32>,
 // the residual stream becoming a fourth input.
 // CHECK-LABEL: func.func @gemm_bias_residual(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[RES:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[W:[a-z0-9]+]]: tensor<8x8xf32> {llmc.param = "attn.c_proj.weight"}, %[[B:[a-z0-9]+]]: tensor<8xf32> {llmc.param = "attn.c_proj.bias"})
-// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "matmul_add_add" "gemm"(%[[X]], %[[W]], %[[B]], %[[RES]])
+// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "matmul_add_add" gemm (%[[X]], %[[W]], %[[B]], %[[RES]])
 // CHECK-NEXT: ^bb0(%{{[a-z0-9]+}}: tensor<2x4x8xf32>, %{{[a-z0-9]+}}: tensor<8x8xf32>, %[[BB:[a-z0-9]+]]: tensor<8xf32>, %[[BRES:[a-z0-9]+]]: tensor<2x4x8xf32>):
 // CHECK-NEXT: %[[P:[0-9]+]] = llmc.matmul
 // CHECK-NEXT: %[[H:[0-9]+]] = llmc.add %[[P]], %[[BB]]
@@ -74,13 +74,13 @@ func.func @gemm_bias_residual(%x: tensor<2x4x8xf32>, %res: tensor<2x4x8xf32>,
 // second output of the fusion instead of being recomputed.
 // CHECK-LABEL: func.func @residual_layer_norm(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[ATTN:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[MLP:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[W:[a-z0-9]+]]: tensor<8xf32> {llmc.param = "ln_2.weight"}, %[[B:[a-z0-9]+]]: tensor<8xf32> {llmc.param = "ln_2.bias"})
-// CHECK-NEXT: %[[F:[0-9]+]]:2 = llmc.fusion "add_layer_norm" "row"(%[[X]], %[[ATTN]], %[[W]], %[[B]]) : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>)
+// CHECK-NEXT: %[[F:[0-9]+]]:2 = llmc.fusion "add_layer_norm" row (%[[X]], %[[ATTN]], %[[W]], %[[B]]) : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>)
 // CHECK-NEXT: ^bb0(%[[BX:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[BATTN:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[BW:[a-z0-9]+]]: tensor<8xf32>, %[[BB:[a-z0-9]+]]: tensor<8xf32>):
 // CHECK-NEXT: %[[H:[0-9]+]] = llmc.add %[[BX]], %[[BATTN]]
 // CHECK-NEXT: %[[Y:[a-z0-9_]+]], %{{.*}}, %{{.*}} = llmc.layer_norm %[[H]], %[[BW]], %[[BB]]
 // CHECK-NEXT: llmc.yield %[[H]], %[[Y]] : tensor<2x4x8xf32>, tensor<2x4x8xf32>
 // CHECK-NEXT: }
-// CHECK-NEXT: %[[NEXT:[0-9]+]] = llmc.fusion "add" "pointwise"(%[[F]]#0, %[[MLP]])
+// CHECK-NEXT: %[[NEXT:[0-9]+]] = llmc.fusion "add" pointwise (%[[F]]#0, %[[MLP]])
 // CHECK: return %[[F]]#1, %[[NEXT]]
 func.func @residual_layer_norm(%x: tensor<2x4x8xf32>, %attn: tensor<2x4x8xf32>, %mlp: tensor<2x4x8xf32>,
                                %w: tensor<8xf32> {llmc.param = "ln_2.weight"},
@@ -98,12 +98,12 @@ func.func @residual_layer_norm(%x: tensor<2x4x8xf32>, %attn: tensor<2x4x8xf32>, 
 // stood before the group's last member is moved after the fusion.
 // CHECK-LABEL: func.func @extra_outputs_order(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[ATTN:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[W:[a-z0-9]+]]: tensor<8xf32>, %[[B:[a-z0-9]+]]: tensor<8xf32>)
-// CHECK-NEXT: %[[F:[0-9]+]]:3 = llmc.fusion "add_layer_norm" "row"(%[[X]], %[[ATTN]], %[[W]], %[[B]]) : {{.*}} -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>)
+// CHECK-NEXT: %[[F:[0-9]+]]:3 = llmc.fusion "add_layer_norm" row (%[[X]], %[[ATTN]], %[[W]], %[[B]]) : {{.*}} -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>)
 // CHECK: %[[H:[0-9]+]] = llmc.add
 // CHECK-NEXT: %[[Y:[a-z0-9_]+]], %{{.*}}, %[[RSTD:[a-z0-9_]+]] = llmc.layer_norm %[[H]]
 // CHECK-NEXT: llmc.yield %[[H]], %[[Y]], %[[RSTD]]
 // CHECK-NEXT: }
-// CHECK-NEXT: %[[U:[0-9]+]] = llmc.fusion "exp" "pointwise"(%[[F]]#0)
+// CHECK-NEXT: %[[U:[0-9]+]] = llmc.fusion "exp" pointwise (%[[F]]#0)
 // CHECK: return %[[F]]#1, %[[U]], %[[F]]#2
 func.func @extra_outputs_order(%x: tensor<2x4x8xf32>, %attn: tensor<2x4x8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>)
     -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>) {
@@ -122,7 +122,7 @@ func.func @extra_outputs_order(%x: tensor<2x4x8xf32>, %attn: tensor<2x4x8xf32>, 
 // CHECK-LABEL: func.func @forward(
 // CHECK-SAME: %[[WTE:[a-z0-9]+]]: tensor<16x8xf32> {llmc.param = "wte"}, %[[WPE:[a-z0-9]+]]: tensor<8x8xf32> {llmc.param = "wpe"}, %[[LNW:[a-z0-9]+]]: tensor<8xf32> {llmc.param = "ln_f.weight"}, %[[LNB:[a-z0-9]+]]: tensor<8xf32> {llmc.param = "ln_f.bias"}, %[[TOK:[a-z0-9]+]]: tensor<2x4xi32>, %[[TGT:[a-z0-9]+]]: tensor<2x4xi32>) -> tensor<f32>
 // CHECK-NEXT: %[[POS:[0-9]+]] = llmc.slice %[[WPE]] offsets [0, 0] sizes [4, 8]
-// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "embedding_add_layer_norm" "row"(%[[WTE]], %[[TOK]], %[[POS]], %[[LNW]], %[[LNB]]) : ({{.*}}) -> tensor<2x4x8xf32>
+// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "embedding_add_layer_norm" row (%[[WTE]], %[[TOK]], %[[POS]], %[[LNW]], %[[LNB]]) : ({{.*}}) -> tensor<2x4x8xf32>
 // CHECK-NEXT: ^bb0(%[[BWTE:[a-z0-9]+]]: tensor<16x8xf32>, %[[BTOK:[a-z0-9]+]]: tensor<2x4xi32>, %[[BPOS:[a-z0-9]+]]: tensor<4x8xf32>,
 // CHECK-NEXT: %[[E:[0-9]+]] = llmc.embedding %[[BWTE]], %[[BTOK]]
 // CHECK-NEXT: %[[A:[0-9]+]] = llmc.add %[[E]], %[[BPOS]]
@@ -130,7 +130,7 @@ func.func @extra_outputs_order(%x: tensor<2x4x8xf32>, %attn: tensor<2x4x8xf32>, 
 // CHECK-NEXT: llmc.yield %[[Y]] : tensor<2x4x8xf32>
 // CHECK-NEXT: }
 // CHECK-NEXT: %[[LOGITS:[0-9]+]] = llmc.matmul %[[F]], %[[WTE]] {transpose_b}
-// CHECK-NEXT: %[[CE:[0-9]+]] = llmc.fusion "cross_entropy" "row"(%[[LOGITS]], %[[TGT]]) : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
+// CHECK-NEXT: %[[CE:[0-9]+]] = llmc.fusion "cross_entropy" row (%[[LOGITS]], %[[TGT]]) : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
 // CHECK-NEXT: ^bb0(%[[BL:[a-z0-9]+]]: tensor<2x4x16xf32>, %[[BT:[a-z0-9]+]]: tensor<2x4xi32>):
 // CHECK-NEXT: %[[LOSS:[a-z0-9_]+]], %{{.*}} = llmc.cross_entropy %[[BL]], %[[BT]]
 // CHECK-NEXT: llmc.yield %[[LOSS]] : tensor<f32>
@@ -156,7 +156,7 @@ func.func @forward(%wte: tensor<16x8xf32> {llmc.param = "wte"},
 // then residual add); its rstd, unused, is no output.
 // CHECK-LABEL: func.func @rms_norm_producers(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[ATTN:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[W:[a-z0-9]+]]: tensor<8xf32> {llmc.param = "ffn_norm.weight"})
-// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "dropout_add_rms_norm" "row"(%[[ATTN]], %[[X]], %[[W]]) : ({{.*}}) -> tensor<2x4x8xf32>
+// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "dropout_add_rms_norm" row (%[[ATTN]], %[[X]], %[[W]]) : ({{.*}}) -> tensor<2x4x8xf32>
 // CHECK-NEXT: ^bb0(%[[BATTN:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[BX:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[BW:[a-z0-9]+]]: tensor<8xf32>):
 // CHECK-NEXT: %[[D:[0-9]+]] = llmc.dropout %[[BATTN]]
 // CHECK-NEXT: %[[H:[0-9]+]] = llmc.add %[[BX]], %[[D]]
@@ -178,7 +178,7 @@ func.func @rms_norm_producers(%x: tensor<2x4x8xf32>, %attn: tensor<2x4x8xf32>,
 // an elementwise consumer of its shape (attention dropout).
 // CHECK-LABEL: func.func @softmax_producer_consumer(
 // CHECK-SAME: %[[S:[a-z0-9]+]]: tensor<2x4x4xf32>, %[[SCALE:[a-z0-9]+]]: tensor<f32>)
-// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "mul_softmax_dropout" "row"(%[[S]], %[[SCALE]]) : (tensor<2x4x4xf32>, tensor<f32>) -> tensor<2x4x4xf32>
+// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "mul_softmax_dropout" row (%[[S]], %[[SCALE]]) : (tensor<2x4x4xf32>, tensor<f32>) -> tensor<2x4x4xf32>
 // CHECK-NEXT: ^bb0(
 // CHECK-NEXT: %[[M:[0-9]+]] = llmc.mul
 // CHECK-NEXT: %[[P:[0-9]+]] = llmc.softmax %[[M]]
@@ -203,7 +203,7 @@ func.func @softmax_producer_consumer(%s: tensor<2x4x4xf32>, %scale: tensor<f32>)
 // CHECK-NEXT: %[[H:[0-9]+]] = llmc.matmul %[[X]], %[[W]] {transpose_b}
 // CHECK-NEXT: %[[GATE:[0-9]+]] = llmc.slice %[[H]] offsets [0, 0, 0]
 // CHECK-NEXT: %[[UP:[0-9]+]] = llmc.slice %[[H]] offsets [0, 0, 16]
-// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "silu_mul" "pointwise"(%[[GATE]], %[[UP]]) : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "silu_mul" pointwise (%[[GATE]], %[[UP]]) : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
 // CHECK-NEXT: ^bb0(%[[BG:[a-z0-9]+]]: tensor<2x4x16xf32>, %[[BU:[a-z0-9]+]]: tensor<2x4x16xf32>):
 // CHECK-NEXT: %[[S:[0-9]+]] = llmc.silu %[[BG]]
 // CHECK-NEXT: %[[M:[0-9]+]] = llmc.mul %[[S]], %[[BU]]
@@ -226,7 +226,7 @@ func.func @swiglu(%x: tensor<2x4x8xf32>,
 // in its elementwise producers.
 // CHECK-LABEL: func.func @reduce_last_dim(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<4x8xf32>, %[[Y:[a-z0-9]+]]: tensor<4x8xf32>)
-// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "exp_mul_reduce_sum" "row"(%[[X]], %[[Y]]) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4xf32>
+// CHECK-NEXT: %[[F:[0-9]+]] = llmc.fusion "exp_mul_reduce_sum" row (%[[X]], %[[Y]]) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4xf32>
 // CHECK-NEXT: ^bb0(
 // CHECK-NEXT: %[[E:[0-9]+]] = llmc.exp
 // CHECK-NEXT: %[[M:[0-9]+]] = llmc.mul %[[E]],
@@ -248,12 +248,12 @@ func.func @reduce_last_dim(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> tensor<4
 // bare llmc.matmul stays a library call and each user is its own group.
 // CHECK-LABEL: func.func @matmul_two_users(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[W:[a-z0-9]+]]: tensor<32x8xf32>, %[[B:[a-z0-9]+]]: tensor<32xf32>)
-// CHECK-NOT: "gemm"
+// CHECK-NOT: gemm
 // CHECK: %[[P:[0-9]+]] = llmc.matmul %[[X]], %[[W]] {transpose_b}
-// CHECK-NEXT: %[[H:[0-9]+]] = llmc.fusion "add" "pointwise"(%[[P]], %[[B]])
-// CHECK-NOT: "gemm"
-// CHECK: %[[G:[0-9]+]] = llmc.fusion "gelu" "pointwise"(%[[P]])
-// CHECK-NOT: "gemm"
+// CHECK-NEXT: %[[H:[0-9]+]] = llmc.fusion "add" pointwise (%[[P]], %[[B]])
+// CHECK-NOT: gemm
+// CHECK: %[[G:[0-9]+]] = llmc.fusion "gelu" pointwise (%[[P]])
+// CHECK-NOT: gemm
 // CHECK: return %[[H]], %[[G]]
 func.func @matmul_two_users(%x: tensor<2x4x8xf32>, %w: tensor<32x8xf32>, %b: tensor<32xf32>)
     -> (tensor<2x4x32xf32>, tensor<2x4x32xf32>) {
@@ -271,8 +271,8 @@ func.func @matmul_two_users(%x: tensor<2x4x8xf32>, %w: tensor<32x8xf32>, %b: ten
 // its own whose result the larger group reads.
 // CHECK-LABEL: func.func @broadcast_producer(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[B:[a-z0-9]+]]: tensor<8xf32>)
-// CHECK-NEXT: %[[E:[0-9]+]] = llmc.fusion "exp" "pointwise"(%[[B]]) : (tensor<8xf32>) -> tensor<8xf32>
-// CHECK: %[[F:[0-9]+]] = llmc.fusion "add_tanh" "pointwise"(%[[X]], %[[E]]) : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+// CHECK-NEXT: %[[E:[0-9]+]] = llmc.fusion "exp" pointwise (%[[B]]) : (tensor<8xf32>) -> tensor<8xf32>
+// CHECK: %[[F:[0-9]+]] = llmc.fusion "add_tanh" pointwise (%[[X]], %[[E]]) : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
 // CHECK-NOT: llmc.exp
 // CHECK: return %[[F]]
 func.func @broadcast_producer(%x: tensor<2x4x8xf32>, %b: tensor<8xf32>) -> tensor<2x4x8xf32> {
@@ -288,7 +288,7 @@ func.func @broadcast_producer(%x: tensor<2x4x8xf32>, %b: tensor<8xf32>) -> tenso
 // only elementwise ops join a row group, and the matmul has no epilogue.
 // CHECK-LABEL: func.func @softmax_matmul(
 // CHECK-SAME: %[[S:[a-z0-9]+]]: tensor<2x4x4xf32>, %[[V:[a-z0-9]+]]: tensor<4x8xf32>)
-// CHECK-NEXT: %[[P:[0-9]+]] = llmc.fusion "softmax" "row"(%[[S]]) : (tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+// CHECK-NEXT: %[[P:[0-9]+]] = llmc.fusion "softmax" row (%[[S]]) : (tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
 // CHECK-NEXT: ^bb0(
 // CHECK-NEXT: llmc.softmax
 // CHECK-NEXT: llmc.yield
@@ -307,9 +307,9 @@ func.func @softmax_matmul(%s: tensor<2x4x4xf32>, %v: tensor<4x8xf32>) -> tensor<
 // reduction, and the second needs the whole normalized row of the first.
 // CHECK-LABEL: func.func @two_reductions(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[W:[a-z0-9]+]]: tensor<8xf32>, %[[B:[a-z0-9]+]]: tensor<8xf32>)
-// CHECK-NEXT: %[[Y:[0-9]+]] = llmc.fusion "layer_norm" "row"(%[[X]], %[[W]], %[[B]])
+// CHECK-NEXT: %[[Y:[0-9]+]] = llmc.fusion "layer_norm" row (%[[X]], %[[W]], %[[B]])
 // CHECK-NOT: llmc.softmax
-// CHECK: %[[P:[0-9]+]] = llmc.fusion "softmax" "row"(%[[Y]])
+// CHECK: %[[P:[0-9]+]] = llmc.fusion "softmax" row (%[[Y]])
 // CHECK: return %[[P]]
 func.func @two_reductions(%x: tensor<2x4x8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>) -> tensor<2x4x8xf32> {
   %y, %mean, %rstd = llmc.layer_norm %x, %w, %b {epsilon = 1.0e-5 : f32} : tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>
@@ -325,8 +325,8 @@ func.func @two_reductions(%x: tensor<2x4x8xf32>, %w: tensor<8xf32>, %b: tensor<8
 // group of its own and the rotary starts the next one.
 // CHECK-LABEL: func.func @rotary_input(
 // CHECK-SAME: %[[Q:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[SCALE:[a-z0-9]+]]: tensor<f32>, %[[Z:[a-z0-9]+]]: tensor<2x4x8xf32>)
-// CHECK-NEXT: %[[M:[0-9]+]] = llmc.fusion "mul" "pointwise"(%[[Q]], %[[SCALE]])
-// CHECK: %[[F:[0-9]+]] = llmc.fusion "rotary_add" "pointwise"(%[[M]], %[[Z]])
+// CHECK-NEXT: %[[M:[0-9]+]] = llmc.fusion "mul" pointwise (%[[Q]], %[[SCALE]])
+// CHECK: %[[F:[0-9]+]] = llmc.fusion "rotary_add" pointwise (%[[M]], %[[Z]])
 // CHECK-NEXT: ^bb0(%[[BM:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[BZ:[a-z0-9]+]]: tensor<2x4x8xf32>):
 // CHECK-NEXT: %[[R:[0-9]+]] = llmc.rotary %[[BM]]
 // CHECK-NEXT: %[[A:[0-9]+]] = llmc.add %[[R]], %[[BZ]]
@@ -349,8 +349,8 @@ func.func @rotary_input(%q: tensor<2x4x8xf32>, %scale: tensor<f32>, %z: tensor<2
 // CHECK-LABEL: func.func @forward(
 // CHECK-SAME: %[[WTE:[a-z0-9]+]]: tensor<16x8xf32> {llmc.param = "wte"}, %[[TEMP:[a-z0-9]+]]: tensor<f32> {llmc.param = "inv_temperature"}, %[[X:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[TOK:[a-z0-9]+]]: tensor<2x4xi32>, %[[TGT:[a-z0-9]+]]: tensor<2x4xi32>) -> (tensor<f32>, tensor<2x4x16xf32>)
 // CHECK-NEXT: %[[LOGITS:[0-9]+]] = llmc.matmul %[[X]], %[[WTE]] {transpose_b}
-// CHECK-NEXT: %[[SCALED:[0-9]+]] = llmc.fusion "mul" "pointwise"(%[[LOGITS]], %[[TEMP]])
-// CHECK: %[[CE:[0-9]+]] = llmc.fusion "cross_entropy" "row"(%[[SCALED]], %[[TGT]])
+// CHECK-NEXT: %[[SCALED:[0-9]+]] = llmc.fusion "mul" pointwise (%[[LOGITS]], %[[TEMP]])
+// CHECK: %[[CE:[0-9]+]] = llmc.fusion "cross_entropy" row (%[[SCALED]], %[[TGT]])
 // CHECK-NEXT: ^bb0(
 // CHECK-NEXT: llmc.cross_entropy
 // CHECK-NEXT: llmc.yield
@@ -374,8 +374,8 @@ func.func @forward(%wte: tensor<16x8xf32> {llmc.param = "wte"},
 // come out in dependency order.
 // CHECK-LABEL: func.func @cycle_gemm(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<4x8xf32>, %[[Y:[a-z0-9]+]]: tensor<4x8xf32>, %[[W:[a-z0-9]+]]: tensor<8x8xf32>)
-// CHECK-NEXT: %[[A:[0-9]+]] = llmc.fusion "add" "pointwise"(%[[X]], %[[Y]])
-// CHECK: %[[C:[0-9]+]] = llmc.fusion "matmul_add" "gemm"(%[[A]], %[[W]])
+// CHECK-NEXT: %[[A:[0-9]+]] = llmc.fusion "add" pointwise (%[[X]], %[[Y]])
+// CHECK: %[[C:[0-9]+]] = llmc.fusion "matmul_add" gemm (%[[A]], %[[W]])
 // CHECK-NEXT: ^bb0(%[[BA:[a-z0-9]+]]: tensor<4x8xf32>, %[[BW:[a-z0-9]+]]: tensor<8x8xf32>):
 // CHECK-NEXT: %[[B:[0-9]+]] = llmc.matmul %[[BA]], %[[BW]]
 // CHECK-NEXT: %[[S:[0-9]+]] = llmc.add %[[BA]], %[[B]]
@@ -396,9 +396,9 @@ func.func @cycle_gemm(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %w: tensor<8x8xf
 // stays out, because the path a -> matmul -> c leaves the group and returns.
 // CHECK-LABEL: func.func @cycle_pointwise(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<4x8xf32>, %[[Y:[a-z0-9]+]]: tensor<4x8xf32>, %[[W:[a-z0-9]+]]: tensor<8x8xf32>)
-// CHECK-NEXT: %[[A:[0-9]+]] = llmc.fusion "add" "pointwise"(%[[X]], %[[Y]])
+// CHECK-NEXT: %[[A:[0-9]+]] = llmc.fusion "add" pointwise (%[[X]], %[[Y]])
 // CHECK: %[[B:[0-9]+]] = llmc.matmul %[[A]], %[[W]]
-// CHECK-NEXT: %[[C:[0-9]+]] = llmc.fusion "add" "pointwise"(%[[A]], %[[B]])
+// CHECK-NEXT: %[[C:[0-9]+]] = llmc.fusion "add" pointwise (%[[A]], %[[B]])
 // CHECK-NEXT: ^bb0(
 // CHECK-NEXT: llmc.add
 // CHECK-NEXT: llmc.yield
@@ -418,9 +418,9 @@ func.func @cycle_pointwise(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %w: tensor<
 // not `a`, and the matmul between them has no epilogue left to take.
 // CHECK-LABEL: func.func @cycle_row(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<4x8xf32>, %[[Y:[a-z0-9]+]]: tensor<4x8xf32>, %[[W:[a-z0-9]+]]: tensor<8x8xf32>)
-// CHECK-NEXT: %[[A:[0-9]+]] = llmc.fusion "add" "pointwise"(%[[X]], %[[Y]])
+// CHECK-NEXT: %[[A:[0-9]+]] = llmc.fusion "add" pointwise (%[[X]], %[[Y]])
 // CHECK: %[[B:[0-9]+]] = llmc.matmul %[[A]], %[[W]]
-// CHECK-NEXT: %[[R:[0-9]+]] = llmc.fusion "add_reduce_max" "row"(%[[A]], %[[B]]) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4xf32>
+// CHECK-NEXT: %[[R:[0-9]+]] = llmc.fusion "add_reduce_max" row (%[[A]], %[[B]]) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4xf32>
 // CHECK: return %[[R]]
 func.func @cycle_row(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4xf32> {
   %a = llmc.add %x, %y : tensor<4x8xf32>, tensor<4x8xf32>
@@ -437,7 +437,7 @@ func.func @cycle_row(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %w: tensor<8x8xf3
 // pointwise group of its own.
 // CHECK-LABEL: func.func @reduce_not_last_dim(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<4x8xf32>)
-// CHECK-NEXT: %[[E:[0-9]+]] = llmc.fusion "exp" "pointwise"(%[[X]]) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[E:[0-9]+]] = llmc.fusion "exp" pointwise (%[[X]]) : (tensor<4x8xf32>) -> tensor<4x8xf32>
 // CHECK-NOT: reduce_sum
 // CHECK: }
 // CHECK-NEXT: %[[R:[0-9]+]] = llmc.reduce_sum %[[E]] dims [0]
@@ -456,7 +456,7 @@ func.func @reduce_not_last_dim(%x: tensor<4x8xf32>) -> tensor<8xf32> {
 // separate pointwise groups.
 // CHECK-LABEL: func.func @views_attention(
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<1x4x8xf32>, %[[K:[a-z0-9]+]]: tensor<1x2x4x4xf32>, %[[V:[a-z0-9]+]]: tensor<1x2x4x4xf32>, %[[SCALE:[a-z0-9]+]]: tensor<f32>, %[[B:[a-z0-9]+]]: tensor<8xf32>)
-// CHECK-NEXT: %[[S:[0-9]+]] = llmc.fusion "mul" "pointwise"(%[[X]], %[[SCALE]])
+// CHECK-NEXT: %[[S:[0-9]+]] = llmc.fusion "mul" pointwise (%[[X]], %[[SCALE]])
 // CHECK-NEXT: ^bb0(
 // CHECK-NEXT: llmc.mul
 // CHECK-NEXT: llmc.yield
@@ -466,7 +466,7 @@ func.func @reduce_not_last_dim(%x: tensor<4x8xf32>) -> tensor<8xf32> {
 // CHECK-NEXT: %[[O:[a-z0-9_]+]], %{{.*}} = llmc.attention %[[Q]], %[[K]], %[[V]]
 // CHECK-NEXT: %[[OT:[0-9]+]] = llmc.transpose %[[O]], [0, 2, 1, 3]
 // CHECK-NEXT: %[[OR:[0-9]+]] = llmc.reshape %[[OT]]
-// CHECK-NEXT: %[[Y:[0-9]+]] = llmc.fusion "add" "pointwise"(%[[OR]], %[[B]])
+// CHECK-NEXT: %[[Y:[0-9]+]] = llmc.fusion "add" pointwise (%[[OR]], %[[B]])
 // CHECK-NEXT: ^bb0(
 // CHECK-NEXT: llmc.add
 // CHECK-NEXT: llmc.yield
@@ -489,9 +489,9 @@ func.func @views_attention(%x: tensor<1x4x8xf32>, %k: tensor<1x2x4x4xf32>, %v: t
 // residual add, which the next layer_norm fuses along with the c_proj bias,
 // leaving that matmul bare; the MLP's c_fc matmul takes bias and GELU.
 // MODEL-LABEL: func.func @forward(
-// MODEL: %[[EMB:[0-9]+]]:2 = llmc.fusion "embedding_add_layer_norm" "row"
+// MODEL: %[[EMB:[0-9]+]]:2 = llmc.fusion "embedding_add_layer_norm" row
 // MODEL-NOT: llmc.fusion
-// MODEL: %[[QKV:[0-9]+]] = llmc.fusion "matmul_add" "gemm"(%[[EMB]]#1,
+// MODEL: %[[QKV:[0-9]+]] = llmc.fusion "matmul_add" gemm (%[[EMB]]#1,
 // MODEL-NOT: llmc.fusion
 // MODEL: llmc.slice %[[QKV]]
 // MODEL-NOT: llmc.fusion
@@ -499,17 +499,17 @@ func.func @views_attention(%x: tensor<1x4x8xf32>, %k: tensor<1x2x4x4xf32>, %v: t
 // MODEL-NOT: llmc.fusion
 // MODEL: %[[PROJ:[0-9]+]] = llmc.matmul
 // MODEL-NOT: llmc.fusion
-// MODEL: %[[LN2:[0-9]+]]:2 = llmc.fusion "add_add_layer_norm" "row"(%[[PROJ]], %{{[a-z0-9]+}}, %[[EMB]]#0,
+// MODEL: %[[LN2:[0-9]+]]:2 = llmc.fusion "add_add_layer_norm" row (%[[PROJ]], %{{[a-z0-9]+}}, %[[EMB]]#0,
 // MODEL-NOT: llmc.fusion
-// MODEL: %[[FC:[0-9]+]] = llmc.fusion "matmul_add_gelu" "gemm"(%[[LN2]]#1,
+// MODEL: %[[FC:[0-9]+]] = llmc.fusion "matmul_add_gelu" gemm (%[[LN2]]#1,
 // MODEL-NOT: llmc.fusion
 // MODEL: %[[MLP:[0-9]+]] = llmc.matmul %[[FC]],
 // MODEL-NOT: llmc.fusion
-// MODEL: llmc.fusion "add_add_layer_norm" "row"(%[[MLP]], %{{[a-z0-9]+}}, %[[LN2]]#0,
+// MODEL: llmc.fusion "add_add_layer_norm" row (%[[MLP]], %{{[a-z0-9]+}}, %[[LN2]]#0,
 // The final layer_norm has no residual output; the loss is the last kernel.
-// MODEL: %[[LNF:[0-9]+]] = llmc.fusion "add_add_layer_norm" "row"
+// MODEL: %[[LNF:[0-9]+]] = llmc.fusion "add_add_layer_norm" row
 // MODEL: %[[LOGITS:[0-9]+]] = llmc.matmul %[[LNF]],
-// MODEL-NEXT: %[[LOSS:[0-9]+]] = llmc.fusion "cross_entropy" "row"(%[[LOGITS]],
+// MODEL-NEXT: %[[LOSS:[0-9]+]] = llmc.fusion "cross_entropy" row (%[[LOGITS]],
 // MODEL-NOT: llmc.fusion
 // MODEL: return %[[LOSS]], %[[LOGITS]]
 
@@ -519,8 +519,8 @@ func.func @views_attention(%x: tensor<1x4x8xf32>, %k: tensor<1x2x4x4xf32>, %v: t
 // reaches the group by a second path (the add): the rotary reads its
 // partner element, which only memory has.
 // CHECK-LABEL: func.func @rotary_second_path(
-// CHECK: %[[X:.*]] = llmc.fusion "exp" "pointwise"(%{{.*}})
-// CHECK: llmc.fusion "rotary_add_softmax" "row"(%[[X]])
+// CHECK: %[[X:.*]] = llmc.fusion "exp" pointwise (%{{.*}})
+// CHECK: llmc.fusion "rotary_add_softmax" row (%[[X]])
 func.func @rotary_second_path(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %x = llmc.exp %a : tensor<4x8xf32>
   %r = llmc.rotary %x {theta = 1.0e4 : f32} : tensor<4x8xf32>
@@ -536,9 +536,9 @@ func.func @rotary_second_path(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {
 // output while the first needs exp(x) (the first group cannot take exp(x):
 // its rotary reads it at another index).
 // CHECK-LABEL: func.func @groups_depend_on_each_other(
-// CHECK: %[[A1:.*]] = llmc.fusion "exp" "pointwise"(%arg0)
-// CHECK: %[[B:.*]]:2 = llmc.fusion "exp_rotary_add_softmax" "row"(%arg1, %[[A1]])
-// CHECK: %[[A:.*]] = llmc.fusion "add_add_softmax" "row"(%[[B]]#0, %arg2, %[[A1]])
+// CHECK: %[[A1:.*]] = llmc.fusion "exp" pointwise (%arg0)
+// CHECK: %[[B:.*]]:2 = llmc.fusion "exp_rotary_add_softmax" row (%arg1, %[[A1]])
+// CHECK: %[[A:.*]] = llmc.fusion "add_add_softmax" row (%[[B]]#0, %arg2, %[[A1]])
 // CHECK: return %[[A]], %[[B]]#1
 func.func @groups_depend_on_each_other(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %z: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
   %a1 = llmc.exp %x : tensor<4x8xf32>
@@ -570,8 +570,8 @@ func.func @dead(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 // kernel inputs (the weight and bias gradients are column sums computed
 // from memory): the add producing dy is not pulled in.
 // CHECK-LABEL: func.func @layer_norm_grad_row(
-// CHECK: %[[DY:[0-9]+]] = llmc.fusion "add" "pointwise"
-// CHECK: %[[F:[0-9]+]]:3 = llmc.fusion "layer_norm_grad_add" "row"(%[[DY]],
+// CHECK: %[[DY:[0-9]+]] = llmc.fusion "add" pointwise
+// CHECK: %[[F:[0-9]+]]:3 = llmc.fusion "layer_norm_grad_add" row (%[[DY]],
 // CHECK-NEXT: ^bb0(
 // CHECK-NEXT: %[[DX:[a-z_0-9]+]], %[[DW:[a-z_0-9]+]], %[[DB:[a-z_0-9]+]] = llmc.layer_norm_grad
 // CHECK-NEXT: %[[S:[0-9]+]] = llmc.add %[[DX]],
@@ -595,8 +595,8 @@ func.func @layer_norm_grad_row(%g: tensor<2x4x8xf32>, %h: tensor<2x4x8xf32>,
 // Tests that softmax_grad and cross_entropy_grad are row roots that pull in
 // their elementwise producers (a dropout of the gradient, a scaled loss).
 // CHECK-LABEL: func.func @backward_rows(
-// CHECK: llmc.fusion "dropout_softmax_grad" "row"
-// CHECK: llmc.fusion "cross_entropy_grad" "row"
+// CHECK: llmc.fusion "dropout_softmax_grad" row
+// CHECK: llmc.fusion "cross_entropy_grad" row
 // CHECK-NOT: llmc.fusion
 func.func @backward_rows(%g: tensor<2x3x5xf32>, %y: tensor<2x3x5xf32>,
                          %dl: tensor<f32>, %l: tensor<2x3x7xf32>,
@@ -615,8 +615,8 @@ func.func @backward_rows(%g: tensor<2x3x5xf32>, %y: tensor<2x3x5xf32>,
 // a sum of squares over all dims is a row group with the square fused in,
 // while a bias gradient (a sum over leading dims) stays unfused.
 // CHECK-LABEL: func.func @grad_epilogue_and_reductions(
-// CHECK: llmc.fusion "matmul_gelu_grad" "gemm"
-// CHECK: llmc.fusion "mul_reduce_sum" "row"
+// CHECK: llmc.fusion "matmul_gelu_grad" gemm
+// CHECK: llmc.fusion "mul_reduce_sum" row
 // CHECK: llmc.reduce_sum %{{.*}} dims [0, 1] : tensor<2x4x32xf32>
 // CHECK-NOT: llmc.fusion
 func.func @grad_epilogue_and_reductions(%dy: tensor<2x4x8xf32>,
@@ -638,8 +638,8 @@ func.func @grad_epilogue_and_reductions(%dy: tensor<2x4x8xf32>,
 // by selects of two shapes is copied into each select's group, and a
 // compare joins the group of its select.
 // CHECK-LABEL: func.func @flags(
-// CHECK: llmc.fusion "is_finite_select" "pointwise"(%{{.*}}) : (tensor<f32>, tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
-// CHECK: llmc.fusion "is_finite_compare_select_select" "pointwise"(%{{.*}}) : (tensor<f32>, tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+// CHECK: llmc.fusion "is_finite_select" pointwise (%{{.*}}) : (tensor<f32>, tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+// CHECK: llmc.fusion "is_finite_compare_select_select" pointwise (%{{.*}}) : (tensor<f32>, tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
 // CHECK-NOT: -> tensor<i1>
 // CHECK: return
 func.func @flags(%norm: tensor<f32>, %a: tensor<4x3xf32>, %b: tensor<4x3xf32>,

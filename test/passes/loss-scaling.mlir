@@ -113,8 +113,8 @@
 // FUSED-LABEL: func.func @update_step(
 // FUSED-NOT: -> tensor<i1>
 // FUSED-NOT: -> (tensor<i1>
-// FUSED: llmc.fusion "{{(mul_)+}}add_is_finite_select_{{(mul_)+}}add_is_finite_select_sqrt_mul_add_mul_div_sub_is_finite_select" "pointwise"
-// FUSED: llmc.fusion "{{(mul_)+}}add_is_finite_select_{{(mul_)+}}add_is_finite_select_sqrt_mul_add_mul_div_sub_is_finite_select" "pointwise"
+// FUSED: llmc.fusion "{{(mul_)+}}add_is_finite_select_{{(mul_)+}}add_is_finite_select_sqrt_mul_add_mul_div_sub_is_finite_select" pointwise
+// FUSED: llmc.fusion "{{(mul_)+}}add_is_finite_select_{{(mul_)+}}add_is_finite_select_sqrt_mul_add_mul_div_sub_is_finite_select" pointwise
 // FUSED-NOT: -> tensor<i1>
 // FUSED: return
 

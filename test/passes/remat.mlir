@@ -68,12 +68,12 @@
 // becomes a layer_norm kernel, a GEMM with the bias add as its epilogue
 // (the sum is read again by gelu_grad) and a GELU and dropout kernel.
 // FUSED-LABEL: func.func @grad_step(
-// FUSED: llmc.fusion "matmul_add_gelu_dropout" "gemm"
-// FUSED: llmc.fusion "cross_entropy_grad" "row"
-// FUSED: llmc.fusion "layer_norm" "row"
-// FUSED: llmc.fusion "matmul_add" "gemm"
-// FUSED: llmc.fusion "gelu_dropout" "pointwise"
-// FUSED: llmc.fusion "layer_norm_grad_add" "row"
+// FUSED: llmc.fusion "matmul_add_gelu_dropout" gemm
+// FUSED: llmc.fusion "cross_entropy_grad" row
+// FUSED: llmc.fusion "layer_norm" row
+// FUSED: llmc.fusion "matmul_add" gemm
+// FUSED: llmc.fusion "gelu_dropout" pointwise
+// FUSED: llmc.fusion "layer_norm_grad_add" row
 
 module {
   func.func @forward(%wte: tensor<16x8xf32> {llmc.param = "wte"},
