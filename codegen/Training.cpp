@@ -1,8 +1,11 @@
 // compileTraining: the training passes in their pipeline order, then the
-// lowering of each of the three functions a training run executes.
+// lowering of each of the three functions a training run executes; and the
+// planned peak llmc-remat's budget policy reads, with the remat policies
+// compared side by side.
 #include "codegen/Training.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "passes/Pipelines.h"
+#include "passes/Remat.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassManager.h"
@@ -75,6 +78,7 @@ llmc::compileTraining(mlir::ModuleOp module,
     rematOptions.policy = stringifyRematPolicy(remat.policy).str();
     rematOptions.budgetBytes = remat.budgetBytes;
   }
+  pipeline.plannedPeak = mlir::llmc::plannedPeakBytes;
 
   mlir::PassManager pm(module.getContext());
   mlir::llmc::buildTrainingPipeline(pm, pipeline);
@@ -152,4 +156,44 @@ llmc::parseRematPolicy(llvm::StringRef name) {
     if (stringifyRematPolicy(policy) == name)
       return policy;
   return std::nullopt;
+}
+
+mlir::FailureOr<int64_t>
+mlir::llmc::plannedPeakBytes(mlir::func::FuncOp fused) {
+  FailureOr<::llmc::kir::Program> program = lowerToProgram(fused);
+  if (mlir::failed(program))
+    return mlir::failure();
+  return program->arenaBytes;
+}
+
+mlir::SmallVector<mlir::llmc::RematPolicyFigures>
+mlir::llmc::compareRematPolicies(ModuleOp module,
+                                 const TrainingPipelineOptions &options,
+                                 ArrayRef<RematPassOptions> policies) {
+  SmallVector<RematPolicyFigures> rows;
+  for (const RematPassOptions &remat : policies) {
+    RematPolicyFigures &row = rows.emplace_back();
+    row.policy = remat.policy;
+    row.summary.policy = remat.policy;
+    OwningOpRef<ModuleOp> copy = module.clone();
+    // Policy none runs the pass too: it changes nothing, and its summary
+    // tells the bytes of activations the step keeps.
+    TrainingPipelineOptions pipeline = options;
+    pipeline.remat = remat;
+    pipeline.plannedPeak = plannedPeakBytes;
+    PassManager pm(module.getContext());
+    buildTrainingPipeline(pm, pipeline);
+    if (failed(pm.run(*copy)))
+      continue;
+    auto gradStep = copy->lookupSymbol<func::FuncOp>("grad_step");
+    FailureOr<::llmc::kir::Program> program = lowerToProgram(gradStep);
+    if (failed(program))
+      continue;
+    row.compiled = true;
+    row.plannedPeak = program->arenaBytes;
+    row.stepFlops = ::llmc::kir::countFlops(*program);
+    if (std::optional<RematSummary> summary = getRematSummary(gradStep))
+      row.summary = *summary;
+  }
+  return rows;
 }

@@ -27,7 +27,10 @@
 #define LLMC_CODEGEN_TRAINING_H
 
 #include "ir/kernel/Program.h"
+#include "passes/Pipelines.h"
+#include "passes/Remat.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/Error.h"
 
@@ -114,5 +117,31 @@ llvm::Expected<kir::Program> compileForward(mlir::ModuleOp module,
                                             const PrecisionConfig &precision);
 
 } // namespace llmc
+
+namespace mlir::llmc {
+
+/// The planned peak (arena bytes) of a fused function: it is lowered to a
+/// kir::Program and its memory plan read. llmc-remat's budget policy takes
+/// this as its PlannedPeakFn (passes cannot lower).
+mlir::FailureOr<int64_t> plannedPeakBytes(mlir::func::FuncOp fused);
+
+/// One remat policy's training step, as compareRematPolicies measures it.
+struct RematPolicyFigures {
+  std::string policy;
+  bool compiled = false;   // false: the pipeline failed (diagnostics emitted)
+  int64_t plannedPeak = 0; // arena bytes of the lowered @grad_step
+  int64_t stepFlops = 0;   // its FLOPs (kir::countFlops)
+  RematSummary summary;
+};
+
+/// Runs the training pipeline with `options` on a copy of `module` (which
+/// holds @forward) once per policy in `policies` (llmc-remat runs for
+/// "none" too, changing nothing but telling the bytes stored), lowers each
+/// @grad_step and reads its plan.
+SmallVector<RematPolicyFigures>
+compareRematPolicies(ModuleOp module, const TrainingPipelineOptions &options,
+                     ArrayRef<RematPassOptions> policies);
+
+} // namespace mlir::llmc
 
 #endif // LLMC_CODEGEN_TRAINING_H

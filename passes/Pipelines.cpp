@@ -44,7 +44,7 @@ void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
   // or backward ops), and before fusion, so that recomputed ops fuse like
   // the others and its budget sees the kernels fusion will make.
   if (options.remat)
-    pm.addPass(createRematPass(*options.remat));
+    pm.addPass(createRematPass(*options.remat, options.plannedPeak));
   // Fusion last, over all three functions, as in the compile pipeline.
   pm.addPass(createFusionPass());
 }

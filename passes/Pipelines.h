@@ -26,6 +26,10 @@ struct TrainingPipelineOptions {
   std::optional<LossScalingPassOptions> lossScaling;
   /// Activation checkpointing; unset (policy none): llmc-remat does not run.
   std::optional<RematPassOptions> remat;
+  /// The planned peak llmc-remat's budget policy fits into the budget: code
+  /// generation's (codegen/Training.h: plannedPeakBytes); empty, the one
+  /// registered with registerRematPlannedPeak.
+  PlannedPeakFn plannedPeak;
 };
 
 /// What `llmc run` compiles: the compile pipeline with the training passes

@@ -15,11 +15,11 @@
 // fused kernel rounds what it computes as its ops' types say, since remat
 // changes where kernels begin and end; see test/unit/remat).
 //
-// Memory is judged as code generation will plan it: `budget` fuses and
-// lowers a copy of the step for each candidate S and reads the arena size
-// (kir::Program::arenaBytes), the planned peak the runtime then measures.
+// Memory is judged as code generation will plan it: `budget` fuses a copy
+// of the step for each candidate S and asks the driver's PlannedPeakFn
+// (code generation lowers it and reads kir::Program::arenaBytes, the planned
+// peak the runtime then measures); passes cannot include codegen.
 #include "passes/Remat.h"
-#include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "ir/LlmcOps.h"
 #include "passes/Passes.h"
 
@@ -27,7 +27,6 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
-#include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -55,13 +54,13 @@ std::optional<Policy> parsePolicy(StringRef name) {
       .Default(std::nullopt);
 }
 
-bool isView(Operation *op) {
-  return isa<ReshapeOp, TransposeOp, SliceOp, BroadcastOp>(op);
-}
+bool isView(Operation *op) { return op->hasTrait<OpTrait::llmc::View>(); }
 
 /// Splats (fills, splat constants) live in no buffer: kernels read them as
 /// constants.
-bool isSplat(Operation *op) { return isa<FillOp, ConstantOp>(op); }
+bool isSplat(Operation *op) {
+  return op->hasTrait<OpTrait::llmc::NoBuffer>();
+}
 
 int64_t bytesOf(Value value) {
   auto type = dyn_cast<RankedTensorType>(value.getType());
@@ -186,7 +185,7 @@ DenseSet<Value> storedSet(const StepStructure &step, Policy policy) {
     // Only pure ops can run twice (every llmc op is).
     bool keepOp = policy == Policy::None || !block || !isPure(op) ||
                   (policy == Policy::Selective &&
-                   isa<MatmulOp, BatchMatmulOp, AttentionOp>(op));
+                   !op->hasTrait<OpTrait::llmc::CheapToRecompute>());
     for (Value result : op->getResults()) {
       // A view is stored with its source (it is that buffer); any value
       // a forward op of another block reads is a block boundary.
@@ -284,10 +283,10 @@ RematCost recompute(const StepStructure &step, const DenseSet<Value> &stored) {
 }
 
 /// The planned peak of `func` recomputing outside `stored`: a copy is
-/// rewritten, fused and lowered as the pipeline would, and its arena size
-/// read. The copy lives in a module of its own; `func` is not touched.
-FailureOr<int64_t> plannedPeak(func::FuncOp func,
-                               const DenseSet<Value> &stored) {
+/// rewritten and fused as the pipeline would, and `estimate` plans it. The
+/// copy lives in a module of its own; `func` is not touched.
+FailureOr<int64_t> plannedPeak(func::FuncOp func, const DenseSet<Value> &stored,
+                               const PlannedPeakFn &estimate) {
   OwningOpRef<ModuleOp> scratch = ModuleOp::create(func.getLoc());
   IRMapping mapping;
   auto copy = cast<func::FuncOp>(func->clone(mapping));
@@ -301,10 +300,7 @@ FailureOr<int64_t> plannedPeak(func::FuncOp func,
   recompute(*step, copied);
   if (failed(fuseFunction(copy)))
     return failure();
-  FailureOr<::llmc::kir::Program> program = lowerToProgram(copy);
-  if (failed(program))
-    return failure();
-  return program->arenaBytes;
+  return estimate(copy);
 }
 
 /// Takes `value` out of `stored`, with the views of it that `keep` (the
@@ -326,7 +322,8 @@ void unstore(DenseSet<Value> &stored, Value value,
 /// move are searched for the first that fits: by bisection when the last
 /// fits (peaks mostly fall as values leave), else one by one.
 FailureOr<std::pair<DenseSet<Value>, int64_t>>
-budgetSet(func::FuncOp func, const StepStructure &step, int64_t budget) {
+budgetSet(func::FuncOp func, const StepStructure &step, int64_t budget,
+          const PlannedPeakFn &estimate) {
   DenseSet<Value> floor = storedSet(step, Policy::Full);
   DenseSet<Value> stored = storedSet(step, Policy::None);
   SmallVector<Value> candidates;
@@ -396,7 +393,7 @@ budgetSet(func::FuncOp func, const StepStructure &step, int64_t budget) {
   auto peakAt = [&](size_t count) -> FailureOr<int64_t> {
     if (auto it = peaks.find(count); it != peaks.end())
       return it->second;
-    FailureOr<int64_t> peak = plannedPeak(func, prefix(count));
+    FailureOr<int64_t> peak = plannedPeak(func, prefix(count), estimate);
     if (succeeded(peak))
       peaks[count] = *peak;
     return peak;
@@ -433,7 +430,7 @@ budgetSet(func::FuncOp func, const StepStructure &step, int64_t budget) {
       return std::make_pair(prefix(count), *peak);
     smallest = std::min(smallest, *peak);
   }
-  FailureOr<int64_t> full = plannedPeak(func, floor);
+  FailureOr<int64_t> full = plannedPeak(func, floor, estimate);
   if (failed(full))
     return failure();
   if (*full <= budget)
@@ -446,8 +443,16 @@ budgetSet(func::FuncOp func, const StepStructure &step, int64_t budget) {
          << " bytes)";
 }
 
+/// The estimator registerRematPlannedPeak set (empty: none).
+PlannedPeakFn &registeredPlannedPeak() {
+  static PlannedPeakFn estimate;
+  return estimate;
+}
+
 struct RematPass : mlir::llmc::impl::RematPassBase<RematPass> {
   using RematPassBase::RematPassBase;
+  RematPass(const RematPassOptions &options, PlannedPeakFn plannedPeak)
+      : RematPassBase(options), plannedPeak(std::move(plannedPeak)) {}
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -459,6 +464,13 @@ struct RematPass : mlir::llmc::impl::RematPassBase<RematPass> {
     }
     if (*kind == Policy::Budget && budgetBytes <= 0) {
       module.emitError("llmc-remat: policy budget needs budget-bytes > 0");
+      return signalPassFailure();
+    }
+    const PlannedPeakFn &estimate =
+        plannedPeak ? plannedPeak : registeredPlannedPeak();
+    if (*kind == Policy::Budget && !estimate) {
+      module.emitError("llmc-remat: policy budget needs code generation's "
+                       "planned peak (the driver did not supply one)");
       return signalPassFailure();
     }
     auto func = module.lookupSymbol<func::FuncOp>("grad_step");
@@ -474,7 +486,7 @@ struct RematPass : mlir::llmc::impl::RematPassBase<RematPass> {
     DenseSet<Value> stored;
     int64_t peak = -1;
     if (*kind == Policy::Budget) {
-      auto chosen = budgetSet(func, *step, budgetBytes);
+      auto chosen = budgetSet(func, *step, budgetBytes, estimate);
       if (failed(chosen))
         return signalPassFailure();
       stored = std::move(chosen->first);
@@ -500,9 +512,22 @@ struct RematPass : mlir::llmc::impl::RematPassBase<RematPass> {
     }
     func->setAttr("llmc.remat", b.getDictionaryAttr(summary));
   }
+
+  /// Empty: the registered one (registerRematPlannedPeak).
+  PlannedPeakFn plannedPeak;
 };
 
 } // namespace
+
+std::unique_ptr<Pass>
+mlir::llmc::createRematPass(const RematPassOptions &options,
+                            PlannedPeakFn plannedPeak) {
+  return std::make_unique<RematPass>(options, std::move(plannedPeak));
+}
+
+void mlir::llmc::registerRematPlannedPeak(PlannedPeakFn plannedPeak) {
+  registeredPlannedPeak() = std::move(plannedPeak);
+}
 
 std::optional<RematSummary> mlir::llmc::getRematSummary(func::FuncOp func) {
   auto dict = func->getAttrOfType<DictionaryAttr>("llmc.remat");
@@ -522,37 +547,6 @@ std::optional<RematSummary> mlir::llmc::getRematSummary(func::FuncOp func) {
   read("planned_peak", summary.plannedPeak);
   read("budget_bytes", summary.budgetBytes);
   return summary;
-}
-
-SmallVector<RematPolicyFigures>
-mlir::llmc::compareRematPolicies(ModuleOp module,
-                                 const TrainingPipelineOptions &options,
-                                 ArrayRef<RematPassOptions> policies) {
-  SmallVector<RematPolicyFigures> rows;
-  for (const RematPassOptions &remat : policies) {
-    RematPolicyFigures &row = rows.emplace_back();
-    row.policy = remat.policy;
-    row.summary.policy = remat.policy;
-    OwningOpRef<ModuleOp> copy = module.clone();
-    // Policy none runs the pass too: it changes nothing, and its summary
-    // tells the bytes of activations the step keeps.
-    TrainingPipelineOptions pipeline = options;
-    pipeline.remat = remat;
-    PassManager pm(module.getContext());
-    buildTrainingPipeline(pm, pipeline);
-    if (failed(pm.run(*copy)))
-      continue;
-    auto gradStep = copy->lookupSymbol<func::FuncOp>("grad_step");
-    FailureOr<::llmc::kir::Program> program = lowerToProgram(gradStep);
-    if (failed(program))
-      continue;
-    row.compiled = true;
-    row.plannedPeak = program->arenaBytes;
-    row.stepFlops = ::llmc::kir::countFlops(*program);
-    if (std::optional<RematSummary> summary = getRematSummary(gradStep))
-      row.summary = *summary;
-  }
-  return rows;
 }
 
 int64_t mlir::llmc::countRematFlops(Operation *op) {

@@ -1,10 +1,8 @@
 // What llmc-remat (passes/Remat.cpp) leaves on @grad_step for drivers to
-// print, the policies compared side by side, and the FLOP count it charges
-// recomputation with.
+// print, and the FLOP count it charges recomputation with (the policies
+// compared side by side, which needs lowering, are in codegen/Training.h).
 #ifndef LLMC_PASSES_REMAT_H
 #define LLMC_PASSES_REMAT_H
-
-#include "passes/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -27,23 +25,6 @@ struct RematSummary {
 
 /// The summary of the llmc-remat run on `gradStep`, if one ran.
 std::optional<RematSummary> getRematSummary(func::FuncOp gradStep);
-
-/// One remat policy's training step, as compareRematPolicies measures it.
-struct RematPolicyFigures {
-  std::string policy;
-  bool compiled = false;   // false: the pipeline failed (diagnostics emitted)
-  int64_t plannedPeak = 0; // arena bytes of the lowered @grad_step
-  int64_t stepFlops = 0;   // its FLOPs (kir::countFlops)
-  RematSummary summary;
-};
-
-/// Runs the training pipeline with `options` on a copy of `module` (which
-/// holds @forward) once per policy in `policies` (llmc-remat runs for
-/// "none" too, changing nothing but telling the bytes stored), lowers each
-/// @grad_step and reads its plan.
-SmallVector<RematPolicyFigures>
-compareRematPolicies(ModuleOp module, const TrainingPipelineOptions &options,
-                     ArrayRef<RematPassOptions> policies);
 
 /// FLOPs of one run of `op`: 2MNK for matmuls, 4 B H Tq Tk D for attention
 /// (half when causal), 5 per element for norms and softmax, 1 per result

@@ -452,6 +452,7 @@ static int runCompile(MLIRContext &context) {
   {
     PassManager pm(&context);
     TrainingPipelineOptions trainingOptions;
+    trainingOptions.plannedPeak = plannedPeakBytes;
     if (compileRemat != "none") {
       RematPassOptions &remat = trainingOptions.remat.emplace();
       remat.policy = compileRemat;
