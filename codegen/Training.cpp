@@ -105,59 +105,6 @@ llmc::compileTraining(mlir::ModuleOp module,
   return programs;
 }
 
-std::optional<int64_t> llmc::parseByteSize(llvm::StringRef text) {
-  text = text.trim();
-  double scale = 1;
-  for (auto [suffix, factor] : {std::pair{"KiB", 1024.0},
-                                {"MiB", 1024.0 * 1024},
-                                {"GiB", 1024.0 * 1024 * 1024}})
-    if (text.consume_back(suffix)) {
-      scale = factor;
-      break;
-    }
-  double value;
-  if (text.trim().getAsDouble(value) || !(value * scale >= 1) ||
-      value * scale > 9e18)
-    return std::nullopt;
-  return int64_t(value * scale);
-}
-
-llvm::StringRef llmc::stringifyPrecision(PrecisionConfig::Kind kind) {
-  switch (kind) {
-  case PrecisionConfig::Kind::FP32:
-    return "fp32";
-  case PrecisionConfig::Kind::FP16:
-    return "fp16";
-  case PrecisionConfig::Kind::BF16:
-    return "bf16";
-  }
-  llvm_unreachable("unknown precision");
-}
-
-llvm::StringRef llmc::stringifyRematPolicy(RematConfig::Policy policy) {
-  switch (policy) {
-  case RematConfig::Policy::None:
-    return "none";
-  case RematConfig::Policy::Full:
-    return "full";
-  case RematConfig::Policy::Selective:
-    return "selective";
-  case RematConfig::Policy::Budget:
-    return "budget";
-  }
-  llvm_unreachable("unknown remat policy");
-}
-
-std::optional<llmc::RematConfig::Policy>
-llmc::parseRematPolicy(llvm::StringRef name) {
-  for (auto policy :
-       {RematConfig::Policy::None, RematConfig::Policy::Full,
-        RematConfig::Policy::Selective, RematConfig::Policy::Budget})
-    if (stringifyRematPolicy(policy) == name)
-      return policy;
-  return std::nullopt;
-}
-
 mlir::FailureOr<int64_t>
 mlir::llmc::plannedPeakBytes(mlir::func::FuncOp fused) {
   FailureOr<::llmc::kir::Program> program = lowerToProgram(fused);

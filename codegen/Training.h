@@ -26,6 +26,7 @@
 #ifndef LLMC_CODEGEN_TRAINING_H
 #define LLMC_CODEGEN_TRAINING_H
 
+#include "frontend/TrainConfig.h"
 #include "ir/kernel/Program.h"
 #include "passes/Pipelines.h"
 #include "passes/Remat.h"
@@ -34,70 +35,8 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/Error.h"
 
-#include <optional>
-#include <string>
-#include <vector>
 
 namespace llmc {
-
-/// The optimizer compiled into @update_step. Names follow PyTorch's
-/// AdamW/SGD; `maxGradNorm` is clip_grad_norm_'s max_norm.
-struct OptimizerConfig {
-  enum class Kind { AdamW, SGD };
-  Kind kind = Kind::AdamW;
-  double beta1 = 0.9, beta2 = 0.95, epsilon = 1e-8;
-  double weightDecay = 0.1; // decoupled (Loshchilov & Hutter)
-  double momentum = 0.9;    // SGD
-  bool nesterov = false;    // SGD
-  double maxGradNorm = 1.0; // clip by global norm; 0 turns clipping off
-  /// Weight decay on biases and norm weights (rank-1 parameters) too.
-  bool decayNormsAndBiases = false;
-};
-
-/// Mixed precision (llmc-amp): the type allow-listed ops run in, and op
-/// names (e.g. "llmc.softmax") moved onto the allow or deny list.
-struct PrecisionConfig {
-  enum class Kind { FP32, FP16, BF16 };
-  Kind kind = Kind::FP32;
-  std::vector<std::string> allow, deny;
-};
-
-/// Dynamic loss scaling (llmc-loss-scaling, fp16 only). DeepSpeed's names:
-/// the scale starts at 2^initialScalePower, is divided by `factor` after
-/// `hysteresis` overflows (never below `minScale`) and multiplied by it
-/// after `window` clean steps in a row.
-struct LossScaleConfig {
-  double initialScalePower = 16;
-  int64_t window = 1000;
-  int64_t hysteresis = 2;
-  double minScale = 1;
-  double factor = 2;
-  bool consecutiveHysteresis = false;
-};
-
-/// Activation checkpointing (llmc-remat).
-struct RematConfig {
-  enum class Policy { None, Full, Selective, Budget };
-  Policy policy = Policy::None;
-  int64_t budgetBytes = 0; // Budget: the planned peak must fit in this
-};
-
-/// A size in bytes: "123", "64KiB", "1.5 MiB", "2GiB" (remat budgets);
-/// none for anything else or a size that is not positive.
-std::optional<int64_t> parseByteSize(llvm::StringRef text);
-
-llvm::StringRef stringifyPrecision(PrecisionConfig::Kind kind);
-/// "none", "full", "selective", "budget" (llmc-remat's policy option).
-llvm::StringRef stringifyRematPolicy(RematConfig::Policy policy);
-std::optional<RematConfig::Policy> parseRematPolicy(llvm::StringRef name);
-
-/// Everything that shapes the compiled training step besides the model.
-struct TrainingOptions {
-  OptimizerConfig optimizer;
-  PrecisionConfig precision;
-  LossScaleConfig lossScale;
-  RematConfig remat;
-};
 
 struct TrainingPrograms {
   kir::Program forward, gradStep, updateStep;

@@ -7,6 +7,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -25,7 +26,7 @@ using ::llmc::LossScaleConfig;
 using ::llmc::OptimizerConfig;
 using ::llmc::PrecisionConfig;
 using ::llmc::RematConfig;
-using ::llmc::runtime::LrSchedule;
+using ::llmc::LrSchedule;
 
 namespace {
 
@@ -772,7 +773,7 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
     return getBool(c.optimizer.decayNormsAndBiases);
   case Key::ScheduleName: {
     std::optional<LrSchedule::Kind> kind =
-        ::llmc::runtime::parseLrScheduleKind(text);
+        ::llmc::parseLrScheduleKind(text);
     if (!kind)
       return fail("unknown schedule '" + text +
                   "'; expected constant, cosine, linear or one_cycle");
@@ -966,7 +967,7 @@ Error Parser::validate(TrainingConfig &c) {
                       formatv("{0} is not a multiple of micro_batch_size ({1})",
                               c.globalBatchSize, c.microBatchSize));
   if (c.batchRampup.enabled()) {
-    const ::llmc::runtime::BatchRampup &r = c.batchRampup;
+    const ::llmc::BatchRampup &r = c.batchRampup;
     if (r.increment == 0)
       return errorAtKey(Key::RampupIncrement, "missing (the ramp-up needs "
                                               "start, increment and samples)");
@@ -1066,8 +1067,8 @@ Expected<TrainingConfig> Parser::apply() {
   return options;
 }
 
-::llmc::runtime::BatchSchedule TrainingConfig::batchSchedule() const {
-  ::llmc::runtime::BatchSchedule s;
+::llmc::BatchSchedule TrainingConfig::batchSchedule() const {
+  ::llmc::BatchSchedule s;
   s.globalBatch = globalBatchSize ? globalBatchSize : microBatchSize;
   s.microBatch = microBatchSize;
   s.seqLen = seqLen;
@@ -1165,7 +1166,7 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
      << "  decay_norms_and_biases: "
      << (o.decayNormsAndBiases ? "true" : "false") << "\n";
   os << "schedule:\n"
-     << "  name: " << ::llmc::runtime::stringifyLrScheduleKind(c.schedule.kind)
+     << "  name: " << ::llmc::stringifyLrScheduleKind(c.schedule.kind)
      << "\n  warmup_steps: " << c.schedule.warmupSteps
      << "\n  decay_steps: " << c.schedule.decaySteps
      << "\n  min_lr: " << formatDouble(c.schedule.minLr) << "\n";
@@ -1292,4 +1293,61 @@ mlir::llmc::resumeSections(const TrainingConfig &c) {
     sections["precision"] = text;
   }
   return sections;
+}
+
+//===----------------------------------------------------------------------===//
+// The schema's names and sizes
+//===----------------------------------------------------------------------===//
+
+std::optional<int64_t> llmc::parseByteSize(llvm::StringRef text) {
+  text = text.trim();
+  double scale = 1;
+  for (auto [suffix, factor] : {std::pair{"KiB", 1024.0},
+                                {"MiB", 1024.0 * 1024},
+                                {"GiB", 1024.0 * 1024 * 1024}})
+    if (text.consume_back(suffix)) {
+      scale = factor;
+      break;
+    }
+  double value;
+  if (text.trim().getAsDouble(value) || !(value * scale >= 1) ||
+      value * scale > 9e18)
+    return std::nullopt;
+  return int64_t(value * scale);
+}
+
+llvm::StringRef llmc::stringifyPrecision(PrecisionConfig::Kind kind) {
+  switch (kind) {
+  case PrecisionConfig::Kind::FP32:
+    return "fp32";
+  case PrecisionConfig::Kind::FP16:
+    return "fp16";
+  case PrecisionConfig::Kind::BF16:
+    return "bf16";
+  }
+  llvm_unreachable("unknown precision");
+}
+
+llvm::StringRef llmc::stringifyRematPolicy(RematConfig::Policy policy) {
+  switch (policy) {
+  case RematConfig::Policy::None:
+    return "none";
+  case RematConfig::Policy::Full:
+    return "full";
+  case RematConfig::Policy::Selective:
+    return "selective";
+  case RematConfig::Policy::Budget:
+    return "budget";
+  }
+  llvm_unreachable("unknown remat policy");
+}
+
+std::optional<llmc::RematConfig::Policy>
+llmc::parseRematPolicy(llvm::StringRef name) {
+  for (auto policy :
+       {RematConfig::Policy::None, RematConfig::Policy::Full,
+        RematConfig::Policy::Selective, RematConfig::Policy::Budget})
+    if (stringifyRematPolicy(policy) == name)
+      return policy;
+  return std::nullopt;
 }

@@ -15,9 +15,8 @@
 #ifndef LLMC_FRONTEND_TRAINCONFIG_H
 #define LLMC_FRONTEND_TRAINCONFIG_H
 
-#include "codegen/Training.h"
 #include "frontend/ModelConfig.h"
-#include "runtime/Schedule.h"
+#include "frontend/Schedule.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
@@ -29,6 +28,72 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace llmc {
+
+// What shapes the compiled training step besides the model; codegen/Training
+// compiles it (compileTraining fills the passes' options from it).
+
+/// The optimizer compiled into @update_step. Names follow PyTorch's
+/// AdamW/SGD; `maxGradNorm` is clip_grad_norm_'s max_norm.
+struct OptimizerConfig {
+  enum class Kind { AdamW, SGD };
+  Kind kind = Kind::AdamW;
+  double beta1 = 0.9, beta2 = 0.95, epsilon = 1e-8;
+  double weightDecay = 0.1; // decoupled (Loshchilov & Hutter)
+  double momentum = 0.9;    // SGD
+  bool nesterov = false;    // SGD
+  double maxGradNorm = 1.0; // clip by global norm; 0 turns clipping off
+  /// Weight decay on biases and norm weights (rank-1 parameters) too.
+  bool decayNormsAndBiases = false;
+};
+
+/// Mixed precision (llmc-amp): the type allow-listed ops run in, and op
+/// names (e.g. "llmc.softmax") moved onto the allow or deny list.
+struct PrecisionConfig {
+  enum class Kind { FP32, FP16, BF16 };
+  Kind kind = Kind::FP32;
+  std::vector<std::string> allow, deny;
+};
+
+/// Dynamic loss scaling (llmc-loss-scaling, fp16 only). DeepSpeed's names:
+/// the scale starts at 2^initialScalePower, is divided by `factor` after
+/// `hysteresis` overflows (never below `minScale`) and multiplied by it
+/// after `window` clean steps in a row.
+struct LossScaleConfig {
+  double initialScalePower = 16;
+  int64_t window = 1000;
+  int64_t hysteresis = 2;
+  double minScale = 1;
+  double factor = 2;
+  bool consecutiveHysteresis = false;
+};
+
+/// Activation checkpointing (llmc-remat).
+struct RematConfig {
+  enum class Policy { None, Full, Selective, Budget };
+  Policy policy = Policy::None;
+  int64_t budgetBytes = 0; // Budget: the planned peak must fit in this
+};
+
+/// A size in bytes: "123", "64KiB", "1.5 MiB", "2GiB" (remat budgets);
+/// none for anything else or a size that is not positive.
+std::optional<int64_t> parseByteSize(llvm::StringRef text);
+
+llvm::StringRef stringifyPrecision(PrecisionConfig::Kind kind);
+/// "none", "full", "selective", "budget" (llmc-remat's policy option).
+llvm::StringRef stringifyRematPolicy(RematConfig::Policy policy);
+std::optional<RematConfig::Policy> parseRematPolicy(llvm::StringRef name);
+
+/// Everything that shapes the compiled training step besides the model.
+struct TrainingOptions {
+  OptimizerConfig optimizer;
+  PrecisionConfig precision;
+  LossScaleConfig lossScale;
+  RematConfig remat;
+};
+
+} // namespace llmc
 
 namespace mlir::llmc {
 
@@ -55,13 +120,13 @@ struct TrainingConfig {
   ModelConfig model;
 
   ::llmc::OptimizerConfig optimizer;
-  ::llmc::runtime::LrSchedule schedule;
+  ::llmc::LrSchedule schedule;
 
   int64_t globalBatchSize = 0; // 0: micro_batch_size
   int64_t microBatchSize = 4;
   int64_t seqLen = 0; // 0: the model's seq_len
-  ::llmc::runtime::BatchRampup batchRampup;
-  ::llmc::runtime::SeqLenWarmup seqLenWarmup;
+  ::llmc::BatchRampup batchRampup;
+  ::llmc::SeqLenWarmup seqLenWarmup;
   int64_t maxSteps = 0;
   int64_t maxTokens = 0;
 
@@ -87,7 +152,7 @@ struct TrainingConfig {
   ::llmc::TrainingOptions training() const;
 
   /// The batch schedule this config describes (after resolution).
-  ::llmc::runtime::BatchSchedule batchSchedule() const;
+  ::llmc::BatchSchedule batchSchedule() const;
 };
 
 /// Reads `path` and applies `flags` (`--key value` or `--key=value`, as

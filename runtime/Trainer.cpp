@@ -353,8 +353,7 @@ llvm::Error Trainer::run() {
       return err;
   }
 
-  const int64_t maxMicroBatches =
-      options.batches.globalBatch / options.batches.microBatch;
+  const int64_t maxMicroBatches = options.maxGlobalBatch / options.microBatch;
   // Dynamic loss scaling (fp16): the update step reports an overflow and
   // then skips the update, which Adam's step count t must not count.
   Executor &update = *programs.updateStep;
@@ -431,7 +430,9 @@ llvm::Error Trainer::run() {
       intervalEvalSeconds += seconds;
     }
 
-    StepShape shape = options.batches.at(currentStep, consumedSamples);
+    StepShape shape = options.stepShape(currentStep, consumedSamples);
+    const int64_t microBatches = shape.globalBatch / options.microBatch;
+    const int64_t stepTokens = shape.globalBatch * shape.seqLen;
     Clock::time_point compileStart = Clock::now();
     llvm::Expected<Executor *> grad = gradStep(shape.seqLen);
     if (!grad)
@@ -440,9 +441,9 @@ llvm::Error Trainer::run() {
     evalSeconds += compileSeconds;
     intervalEvalSeconds += compileSeconds;
     double lossSum = 0;
-    for (int64_t m = 0; m < shape.microBatches; ++m) {
+    for (int64_t m = 0; m < microBatches; ++m) {
       data.next(shape.seqLen, tokens, targets);
-      int64_t batch = options.batches.microBatch;
+      int64_t batch = options.microBatch;
       if (llvm::Error err = (*grad)->setTensor(
               "tokens", tokenTensor(tokens, batch, shape.seqLen)))
         return err;
@@ -450,7 +451,7 @@ llvm::Error Trainer::run() {
               "targets", tokenTensor(targets, batch, shape.seqLen)))
         return err;
       if (llvm::Error err =
-              setScalar(**grad, "dloss", 1.0 / double(shape.microBatches)))
+              setScalar(**grad, "dloss", 1.0 / double(microBatches)))
         return err;
       // Each micro-batch of each step gets its own dropout masks.
       (*grad)->setRng(options.seed,
@@ -462,9 +463,9 @@ llvm::Error Trainer::run() {
         return loss.takeError();
       lossSum += *loss;
     }
-    double loss = lossSum / double(shape.microBatches);
+    double loss = lossSum / double(microBatches);
 
-    double lr = options.schedule.at(currentStep);
+    double lr = options.learningRate(currentStep);
     double t = double(currentStep - skippedSteps + 1);
     double bc1 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta1, t)) : 1;
     double bc2 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta2, t)) : 1;
@@ -538,14 +539,14 @@ llvm::Error Trainer::run() {
 
     lastLr = lr;
     consumedSamples += shape.globalBatch;
-    consumedTokens += shape.tokens();
-    intervalTokens += shape.tokens();
+    consumedTokens += stepTokens;
+    intervalTokens += stepTokens;
     intervalFlops +=
-        double(flops(**grad)) * shape.microBatches + double(flops(update));
+        double(flops(**grad)) * microBatches + double(flops(update));
     int64_t step = currentStep++;
     checkpointWritten = false;
 
-    if (skipped || step % options.logInterval == 0 ||
+    if (skipped || (options.logInterval > 0 && step % options.logInterval == 0) ||
         currentStep == options.maxSteps) {
       double seconds =
           std::max(secondsSince(intervalStart) - intervalEvalSeconds, 1e-9);

@@ -11,7 +11,6 @@
 
 #include "runtime/Checkpoint.h"
 #include "runtime/Backend.h"
-#include "runtime/Schedule.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
@@ -26,20 +25,39 @@
 
 namespace llmc::runtime {
 
+/// The shape of one step: its global batch (sequences, a multiple of the
+/// micro-batch) and its sequence length.
+struct StepShape {
+  int64_t globalBatch = 0;
+  int64_t seqLen = 0;
+};
+
+/// What the trainer runs. The values come from the training config, whose
+/// schema holds every default (frontend/TrainConfig.h and
+/// frontend/Schedule.h); `llmc run` fills this struct in one function
+/// (trainerOptions in tools/llmc/RunCommand.cpp). The runtime knows no
+/// schedule: it asks for each step's shape and learning rate.
 struct TrainerOptions {
-  BatchSchedule batches;
-  LrSchedule schedule;
+  /// The shape of step `step` after `consumedSamples` sequences (batch-size
+  /// ramp-up and sequence-length warmup).
+  std::function<StepShape(int64_t step, int64_t consumedSamples)> stepShape;
+  /// The learning rate of update `step` (0-based).
+  std::function<double(int64_t step)> learningRate;
+  /// Sequences per micro-batch, and the largest global batch of the run
+  /// (micro-batches per step bound the dropout streams).
+  int64_t microBatch = 0;
+  int64_t maxGlobalBatch = 0;
   /// AdamW's bias corrections need the betas; SGD has none.
-  bool adamw = true;
-  double beta1 = 0.9, beta2 = 0.95;
-  int64_t maxSteps = 1;
-  int64_t logInterval = 10;
+  bool adamw = false;
+  double beta1 = 0, beta2 = 0;
+  int64_t maxSteps = 0;
+  int64_t logInterval = 0;
   int64_t evalInterval = 0; // 0: at the end only
   int64_t evalSteps = 0;
   int64_t sampleTokens = 0;
   int64_t checkpointInterval = 0; // 0: at the end only
   int64_t keepCheckpoints = 0;    // 0: keep all
-  uint64_t seed = 1337;
+  uint64_t seed = 0;
   /// Where metrics.jsonl, loss.svg and checkpoints/ go (must exist).
   std::string outDir;
   /// Stored in checkpoints; a resume must match them.

@@ -99,11 +99,11 @@ static cl::opt<double> learningRate("lr", cl::cat(toolOptions), cl::desc("Learni
 static cl::opt<double> beta1("beta1",
                              cl::cat(toolOptions), cl::desc("AdamW beta1 the update step was "
                                       "compiled with (bias corrections)"),
-                             cl::init(0.9));
+                             cl::init(::llmc::OptimizerConfig().beta1));
 static cl::opt<double> beta2("beta2",
                              cl::cat(toolOptions), cl::desc("AdamW beta2 the update step was "
                                       "compiled with (bias corrections)"),
-                             cl::init(0.95));
+                             cl::init(::llmc::OptimizerConfig().beta2));
 static cl::opt<int64_t> tokenRange(
     "token-range",
     cl::cat(toolOptions), cl::desc("Training batches draw ids from [0, min(N, bound)): a small "

@@ -224,6 +224,37 @@ std::string jsonText(const llvm::json::Value &value) {
   return text;
 }
 
+/// The runtime's trainer options from the training config: the one place
+/// they are filled (the runtime cannot read the config, frontend/ is a
+/// layer above it). The schedules go in as functions of the step.
+rt::TrainerOptions trainerOptions(const TrainingConfig &config) {
+  rt::TrainerOptions options;
+  ::llmc::BatchSchedule batches = config.batchSchedule();
+  options.stepShape = [batches](int64_t step, int64_t consumedSamples) {
+    ::llmc::StepShape shape = batches.at(step, consumedSamples);
+    return rt::StepShape{shape.globalBatch, shape.seqLen};
+  };
+  options.learningRate = [schedule = config.schedule](int64_t step) {
+    return schedule.at(step);
+  };
+  options.microBatch = batches.microBatch;
+  options.maxGlobalBatch = batches.globalBatch;
+  options.adamw =
+      config.optimizer.kind == ::llmc::OptimizerConfig::Kind::AdamW;
+  options.beta1 = config.optimizer.beta1;
+  options.beta2 = config.optimizer.beta2;
+  options.maxSteps = config.maxSteps;
+  options.logInterval = config.logInterval;
+  options.evalInterval = config.evalInterval;
+  options.evalSteps = config.evalSteps;
+  options.sampleTokens = config.sampleTokens;
+  options.checkpointInterval = config.checkpointInterval;
+  options.keepCheckpoints = config.keepCheckpoints;
+  options.seed = config.seed;
+  options.outDir = config.out;
+  return options;
+}
+
 } // namespace
 
 int runTrainCommand(int argc, char **argv) {
@@ -446,22 +477,9 @@ int runTrainCommand(int argc, char **argv) {
       return fail(std::move(err));
 
   // 6. The trainer.
-  rt::TrainerOptions options;
-  options.batches = config.batchSchedule();
-  options.schedule = config.schedule;
-  options.adamw =
-      config.optimizer.kind == ::llmc::OptimizerConfig::Kind::AdamW;
-  options.beta1 = config.optimizer.beta1;
-  options.beta2 = config.optimizer.beta2;
-  options.maxSteps = config.maxSteps;
-  options.logInterval = config.logInterval;
-  options.evalInterval = config.evalInterval;
-  options.evalSteps = val ? config.evalSteps : 0;
-  options.sampleTokens = config.sampleTokens;
-  options.checkpointInterval = config.checkpointInterval;
-  options.keepCheckpoints = config.keepCheckpoints;
-  options.seed = config.seed;
-  options.outDir = config.out;
+  rt::TrainerOptions options = trainerOptions(config);
+  if (!val)
+    options.evalSteps = 0;
   options.configSections = sections;
   options.log = &llvm::outs();
 
@@ -570,7 +588,7 @@ int runTrainCommand(int argc, char **argv) {
       microBatches == 1 ? "" : "es", (long long)config.microBatchSize,
       config.optimizer.kind == ::llmc::OptimizerConfig::Kind::AdamW ? "adamw"
                                                                     : "sgd",
-      rt::stringifyLrScheduleKind(config.schedule.kind).str().c_str(),
+      ::llmc::stringifyLrScheduleKind(config.schedule.kind).str().c_str(),
       config.schedule.lr, config.schedule.minLr, trainTokens->size(),
       valTokens->size(), tok.describe().c_str(), config.out.c_str());
   if (llvm::Error err = trainer.run())

@@ -443,12 +443,14 @@ struct TrainerRun {
     expectOk((*grad)->setParams(golden(), goldenBase()));
 
     runtime::TrainerOptions options;
-    options.batches.globalBatch = 4;
-    options.batches.microBatch = 2;
-    options.batches.seqLen = 13;
-    options.schedule.kind = runtime::LrSchedule::Kind::Constant;
-    options.schedule.lr = kLr;
-    options.schedule.decaySteps = maxSteps;
+    options.stepShape = [](int64_t, int64_t) {
+      return runtime::StepShape{/*globalBatch=*/4, /*seqLen=*/13};
+    };
+    options.learningRate = [](int64_t) { return kLr; };
+    options.microBatch = 2;
+    options.maxGlobalBatch = 4;
+    options.adamw = true;
+    options.seed = 1337;
     options.beta1 = kBeta1;
     options.beta2 = kBeta2;
     options.maxSteps = maxSteps;

@@ -1,12 +1,12 @@
 // Learning-rate schedules, batch-size ramp-up and sequence-length warmup.
-#include "runtime/Schedule.h"
+#include "frontend/Schedule.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <set>
 
-using namespace llmc::runtime;
+using namespace llmc;
 
 namespace {
 LrSchedule schedule(LrSchedule::Kind kind) {

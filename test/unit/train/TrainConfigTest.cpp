@@ -72,7 +72,7 @@ TEST(TrainConfigTest, ParsesEveryPart) {
   EXPECT_DOUBLE_EQ(c->optimizer.beta2, 0.99);
   EXPECT_DOUBLE_EQ(c->optimizer.weightDecay, 0.05);
   EXPECT_DOUBLE_EQ(c->optimizer.maxGradNorm, 0.5);
-  EXPECT_EQ(c->schedule.kind, ::llmc::runtime::LrSchedule::Kind::Cosine);
+  EXPECT_EQ(c->schedule.kind, ::llmc::LrSchedule::Kind::Cosine);
   EXPECT_EQ(c->schedule.warmupSteps, 10);
   EXPECT_EQ(c->schedule.decaySteps, 200); // defaults to max_steps
   EXPECT_EQ(c->globalBatchSize, 16);
@@ -114,7 +114,7 @@ TEST(TrainConfigTest, FlagsOverrideTheFile) {
   ASSERT_EQ(c->data.train.size(), 2u);
   EXPECT_THAT(c->data.train[0], EndsWith("/b.txt"));
   EXPECT_THAT(c->data.train[1], EndsWith("/c.txt"));
-  EXPECT_EQ(c->schedule.kind, ::llmc::runtime::LrSchedule::Kind::Linear);
+  EXPECT_EQ(c->schedule.kind, ::llmc::LrSchedule::Kind::Linear);
   EXPECT_EQ(c->out, "o");
   EXPECT_EQ(c->batchRampup.start, 4);
   EXPECT_EQ(c->batchRampup.samples, 100);
@@ -136,7 +136,7 @@ TEST(TrainConfigTest, ScalarSectionsAndPresets) {
   ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
   EXPECT_EQ(c->model.nLayer, 12);
   EXPECT_EQ(c->optimizer.kind, ::llmc::OptimizerConfig::Kind::SGD);
-  EXPECT_EQ(c->schedule.kind, ::llmc::runtime::LrSchedule::Kind::Constant);
+  EXPECT_EQ(c->schedule.kind, ::llmc::LrSchedule::Kind::Constant);
   EXPECT_EQ(c->globalBatchSize, c->microBatchSize);
   EXPECT_EQ(c->out, "runs/t");
 }

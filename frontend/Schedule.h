@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <optional>
 
-namespace llmc::runtime {
+namespace llmc {
 
 /// The learning rate of update `step` (0-based). Megatron's --lr, --min-lr,
 /// --lr-warmup-iters and --lr-decay-iters:
@@ -90,6 +90,6 @@ struct BatchSchedule {
   int64_t stepsForTokens(int64_t tokens) const;
 };
 
-} // namespace llmc::runtime
+} // namespace llmc
 
-#endif // LLMC_RUNTIME_SCHEDULE_H
+#endif // LLMC_FRONTEND_SCHEDULE_H

@@ -1,10 +1,10 @@
 // Learning-rate, batch-size and sequence-length schedules.
-#include "runtime/Schedule.h"
+#include "frontend/Schedule.h"
 
 #include <algorithm>
 #include <cmath>
 
-using namespace llmc::runtime;
+using namespace llmc;
 
 double LrSchedule::at(int64_t step) const {
   int64_t decay = std::max(decaySteps, warmupSteps);
@@ -28,7 +28,7 @@ double LrSchedule::at(int64_t step) const {
   return lr - (lr - minLr) * p;
 }
 
-llvm::StringRef llmc::runtime::stringifyLrScheduleKind(LrSchedule::Kind kind) {
+llvm::StringRef llmc::stringifyLrScheduleKind(LrSchedule::Kind kind) {
   switch (kind) {
   case LrSchedule::Kind::Constant:
     return "constant";
@@ -43,7 +43,7 @@ llvm::StringRef llmc::runtime::stringifyLrScheduleKind(LrSchedule::Kind kind) {
 }
 
 std::optional<LrSchedule::Kind>
-llmc::runtime::parseLrScheduleKind(llvm::StringRef name) {
+llmc::parseLrScheduleKind(llvm::StringRef name) {
   for (unsigned i = 0; i < kNumLrScheduleKinds; ++i)
     if (stringifyLrScheduleKind(LrSchedule::Kind(i)) == name)
       return LrSchedule::Kind(i);
