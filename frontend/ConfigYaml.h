@@ -1,12 +1,31 @@
-// What llmc's YAML config readers share (model configs in
-// frontend/ModelConfig.cpp; training, cluster and hardware files in
-// codegen/Plan.cpp): the capture of the YAML scanner's diagnostic, the
-// message for an unknown key and the list of an enum's names.
+// llmc's YAML config reader: a file read into a tree of nodes (YamlFile),
+// a mapping of known keys checked and read with file:line:col errors
+// (Fields), the capture of the YAML scanner's diagnostic, the message for
+// an unknown key and the list of an enum's names. The planner's train,
+// cluster and hardware files (frontend/PlanConfig.cpp,
+// codegen/Plan/Hardware.cpp) read through Fields; model configs
+// (frontend/ModelConfig.cpp) and `llmc run` configs
+// (frontend/TrainConfig.cpp) use the diagnostic capture and messages.
 #ifndef LLMC_FRONTEND_CONFIGYAML_H
 #define LLMC_FRONTEND_CONFIGYAML_H
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/ErrorHandling.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/YAMLParser.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
 
 #include <string>
 
@@ -40,6 +59,255 @@ std::string listEnumNames(llvm::StringRef (*stringify)(E), unsigned count) {
   return result;
 }
 
+namespace config {
+using namespace llvm;
+
+/// An error with `message` as it stands (it already says where).
+inline Error makeError(const Twine &message) {
+  return createStringError(std::make_error_code(std::errc::invalid_argument),
+                           message.str());
+}
+
+/// A YAML node read out of the streaming parser (which must be walked once,
+/// in document order) into a tree that can be looked at in any order.
+struct YNode {
+  enum class Kind { Null, Scalar, Mapping, Sequence, Alias };
+  Kind kind = Kind::Null;
+  std::string text; // Scalar
+  SMRange range;
+  std::vector<YNode> keys, values; // Mapping, in document order
+
+  StringRef describe() const {
+    switch (kind) {
+    case Kind::Null:
+      return "an empty value";
+    case Kind::Scalar:
+      return "a scalar";
+    case Kind::Mapping:
+      return "a mapping";
+    case Kind::Sequence:
+      return "a sequence";
+    case Kind::Alias:
+      return "an alias";
+    }
+    llvm_unreachable("unknown node kind");
+  }
+};
+
+inline YNode convertNode(llvm::yaml::Node *node) {
+  YNode result;
+  result.range = node->getSourceRange();
+  if (auto *scalar = dyn_cast<yaml::ScalarNode>(node)) {
+    SmallString<32> storage;
+    result.kind = YNode::Kind::Scalar;
+    result.text = scalar->getValue(storage).str();
+  } else if (auto *block = dyn_cast<yaml::BlockScalarNode>(node)) {
+    result.kind = YNode::Kind::Scalar;
+    result.text = block->getValue().str();
+  } else if (auto *mapping = dyn_cast<yaml::MappingNode>(node)) {
+    result.kind = YNode::Kind::Mapping;
+    for (yaml::KeyValueNode &kv : *mapping) {
+      YNode key;
+      if (yaml::Node *k = kv.getKey())
+        key = convertNode(k);
+      else
+        key.range = kv.getSourceRange();
+      YNode value;
+      if (yaml::Node *v = kv.getValue())
+        value = convertNode(v);
+      if (value.kind == YNode::Kind::Null)
+        value.range = key.range; // an empty value has no useful extent
+      result.keys.push_back(std::move(key));
+      result.values.push_back(std::move(value));
+    }
+  } else if (auto *sequence = dyn_cast<yaml::SequenceNode>(node)) {
+    result.kind = YNode::Kind::Sequence;
+    for (yaml::Node &item : *sequence)
+      (void)convertNode(&item);
+  } else if (isa<yaml::AliasNode>(node)) {
+    result.kind = YNode::Kind::Alias;
+  }
+  return result;
+}
+
+/// A YAML text with its SourceMgr, so errors point into the file.
+class YamlFile {
+public:
+  YamlFile(StringRef text, StringRef bufferName)
+      : buffer(MemoryBuffer::getMemBufferCopy(text, bufferName)),
+        name(bufferName.str()) {
+    sm.setDiagHandler(YamlDiagnostic::capture, &capture);
+  }
+
+  /// The top-level mapping. Syntax is checked in a first pass: a stream
+  /// reports errors lazily, while its nodes are walked.
+  Expected<const YNode *> root(StringRef what) {
+    {
+      yaml::Stream check(buffer->getMemBufferRef(), sm, false);
+      if (!check.validate() || capture.seen)
+        return makeError(capture.seen ? StringRef(capture.message).rtrim()
+                                      : StringRef(name + ": error: invalid "
+                                                         "YAML"));
+    }
+    yaml::Stream stream(buffer->getMemBufferRef(), sm, false);
+    yaml::document_iterator doc = stream.begin();
+    yaml::Node *node = doc != stream.end() ? doc->getRoot() : nullptr;
+    SMLoc start = SMLoc::getFromPointer(buffer->getBufferStart());
+    if (node)
+      tree = convertNode(node);
+    if (capture.seen)
+      return makeError(StringRef(capture.message).rtrim());
+    if (!node || tree.kind == YNode::Kind::Null)
+      return error(SMRange(start, start),
+                   "empty document; expected a mapping of " + what);
+    if (tree.kind != YNode::Kind::Mapping)
+      return error(tree.range,
+                   "expected a mapping of " + what + " at the top level");
+    return &tree;
+  }
+
+  Error error(SMRange range, const Twine &message) const {
+    std::string text;
+    raw_string_ostream os(text);
+    // Printed here rather than through sm.PrintMessage, which would hand
+    // the message to the scanner's diagnostic handler.
+    SMDiagnostic diag = sm.GetMessage(range.Start, SourceMgr::DK_Error, message,
+                                      ArrayRef<SMRange>(range));
+    diag.print(/*ProgName=*/nullptr, os, /*ShowColors=*/false);
+    return makeError(StringRef(text).rtrim());
+  }
+
+  std::string where(SMLoc loc) const {
+    auto [line, col] = sm.getLineAndColumn(loc);
+    return formatv("{0}:{1}:{2}", name, line, col).str();
+  }
+
+private:
+  SourceMgr sm;
+  YamlDiagnostic capture;
+  std::unique_ptr<MemoryBuffer> buffer;
+  YNode tree;
+  std::string name;
+};
+
+/// The keys of one mapping, checked against the known ones, with typed
+/// getters whose errors point at the value.
+class Fields {
+public:
+  Fields(const YamlFile &file, ArrayRef<StringRef> known)
+      : file(file), known(known) {}
+
+  Error collect(const YNode &mapping) {
+    for (auto [keyNode, value] : zip(mapping.keys, mapping.values)) {
+      if (keyNode.kind != YNode::Kind::Scalar)
+        return file.error(keyNode.range, "expected a scalar key");
+      const std::string &name = keyNode.text;
+      if (!is_contained(known, name))
+        return file.error(keyNode.range, unknownKeyMessage(name, known));
+      if (entries.count(name))
+        return file.error(keyNode.range, "duplicate key '" + name +
+                                             "' (first given at " +
+                                             entries[name].where + ")");
+      if (value.kind == YNode::Kind::Null)
+        return file.error(keyNode.range, name + ": missing value");
+      Entry &entry = entries[name];
+      entry.value = &value;
+      entry.where = file.where(value.range.Start);
+    }
+    return Error::success();
+  }
+
+  bool has(StringRef key) const { return entries.count(key.str()); }
+  std::string where(StringRef key) const { return entries.at(key.str()).where; }
+  const YNode &node(StringRef key) const {
+    return *entries.at(key.str()).value;
+  }
+
+  Error error(StringRef key, const Twine &message) const {
+    return file.error(node(key).range, key + ": " + message);
+  }
+
+  Expected<std::string> getString(StringRef key) const {
+    const YNode &value = node(key);
+    if (value.kind != YNode::Kind::Scalar)
+      return error(key, "expected a scalar, got " + value.describe());
+    return value.text;
+  }
+
+  Expected<double> getNumber(StringRef key, double min, bool minInclusive,
+                             double max = HUGE_VAL) const {
+    Expected<std::string> text = getString(key);
+    if (!text)
+      return text.takeError();
+    double value = 0;
+    if (StringRef(*text).trim().getAsDouble(value) || !std::isfinite(value))
+      return error(key, "expected a number, got '" + *text + "'");
+    if (value < min || (!minInclusive && value == min) || value > max) {
+      std::string range = (minInclusive ? ">= " : "> ") + formatNumber(min);
+      if (max != HUGE_VAL)
+        range += " and <= " + formatNumber(max);
+      return error(key, *text + " is out of range; expected a value " + range);
+    }
+    return value;
+  }
+
+  Expected<int64_t> getInt(StringRef key, int64_t min, int64_t max) const {
+    Expected<std::string> text = getString(key);
+    if (!text)
+      return text.takeError();
+    int64_t value = 0;
+    if (StringRef(*text).trim().getAsInteger(10, value))
+      return error(key, "expected an integer, got '" + *text + "'");
+    if (value < min || value > max)
+      return error(key, formatv("{0} is out of range; expected {1} to {2}",
+                                value, min, max));
+    return value;
+  }
+
+  template <typename E>
+  Expected<E> getEnum(StringRef key, std::optional<E> (*parse)(StringRef),
+                      StringRef allowed) const {
+    Expected<std::string> text = getString(key);
+    if (!text)
+      return text.takeError();
+    if (std::optional<E> value = parse(*text))
+      return *value;
+    return error(key,
+                 "unknown value '" + *text + "'; expected one of " + allowed);
+  }
+
+  Expected<const YNode *> getMapping(StringRef key) const {
+    const YNode &value = node(key);
+    if (value.kind != YNode::Kind::Mapping)
+      return error(key, "expected a mapping, got " + value.describe());
+    return &value;
+  }
+
+private:
+  struct Entry {
+    const YNode *value = nullptr;
+    std::string where;
+  };
+
+  static std::string formatNumber(double value) {
+    return formatv("{0}", format("%g", value)).str();
+  }
+
+  const YamlFile &file;
+  ArrayRef<StringRef> known;
+  std::map<std::string, Entry> entries;
+};
+
+inline Expected<std::unique_ptr<MemoryBuffer>> readFile(StringRef path,
+                                                 StringRef what) {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> file = MemoryBuffer::getFile(path);
+  if (std::error_code ec = file.getError())
+    return createStringError(ec, "cannot read " + what + " '" + path +
+                                     "': " + ec.message());
+  return std::move(*file);
+}
+
+} // namespace config
 } // namespace mlir::llmc
 
 #endif // LLMC_FRONTEND_CONFIGYAML_H

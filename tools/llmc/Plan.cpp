@@ -1,8 +1,8 @@
 // llmc plan: options of the subcommand, overlaying flags on the train and
-// cluster files, and printing the plan codegen/Plan.h builds.
+// cluster files, and printing the plan codegen/Plan/ builds.
 #include "tools/llmc/Plan.h"
 
-#include "codegen/Plan.h"
+#include "codegen/Plan/Report.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"

@@ -2,7 +2,7 @@
 // 1872 GB of model states, OPT-175B at 180B tokens, ZeRO's and Korthikanti
 // et al.'s memory figures, Chinchilla's 20 tokens per parameter), and its
 // configs, data file, layout checks, --fit search and report.
-#include "codegen/Plan.h"
+#include "codegen/Plan/Report.h"
 
 #include "frontend/GptBuilder.h"
 

@@ -1,0 +1,392 @@
+// `llmc plan`'s memory and time model of one layout.
+#include "codegen/Plan/Estimate.h"
+
+#include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "frontend/GptBuilder.h"
+#include "frontend/ModelInfo.h"
+#include "ir/LlmcDialect.h"
+#include "passes/Passes.h"
+#include "passes/Pipelines.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/YAMLParser.h"
+
+#include <algorithm>
+#include <cmath>
+#include "frontend/ConfigYaml.h"
+
+using namespace llvm;
+using namespace mlir;
+using namespace mlir::llmc;
+using namespace mlir::llmc::plan;
+using mlir::llmc::config::makeError;
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Bytes of one stored activation element: 16-bit for mixed precision (fp8
+/// training keeps activations in bf16 outside its GEMMs), else fp32.
+double activationElementBytes(Precision p) { return isHalf(p) ? 2 : 4; }
+} // namespace
+
+StateBytes plan::getStateBytes(Precision precision, Optimizer optimizer,
+                               bool fp32Gradients) {
+  StateBytes bytes;
+  bool half = isHalf(precision);
+  bytes.weights = half ? 2 : 4;
+  bytes.gradients = half && !fp32Gradients ? 2 : 4;
+  bytes.master = half ? 4 : 0; // fp32 master weights the optimizer updates
+  switch (optimizer) {
+  case Optimizer::AdamW:
+    bytes.optimizer = 8; // m and v in fp32
+    break;
+  case Optimizer::AdamW8bit:
+    // m and v in 8 bits, with one fp32 absmax per block of 2048 values
+    // for each (Dettmers et al. 2022, block-wise quantization).
+    bytes.optimizer = 2 + 2 * 4.0 / 2048;
+    break;
+  case Optimizer::Sgd:
+    bytes.optimizer = 4; // momentum in fp32
+    break;
+  }
+  return bytes;
+}
+
+StateBytes plan::shardStates(const StateBytes &perParameter, double parameters,
+                             int zero, int64_t dp) {
+  // ZeRO (Rajbhandari et al. 2020): stage 1 partitions the optimizer states
+  // (master weights included), stage 2 also the gradients, stage 3 also
+  // the weights, each over the data-parallel ranks.
+  StateBytes result;
+  double d = static_cast<double>(dp);
+  result.weights = parameters * perParameter.weights / (zero >= 3 ? d : 1);
+  result.gradients = parameters * perParameter.gradients / (zero >= 2 ? d : 1);
+  result.master = parameters * perParameter.master / (zero >= 1 ? d : 1);
+  result.optimizer = parameters * perParameter.optimizer / (zero >= 1 ? d : 1);
+  return result;
+}
+
+double BlockActivations::stored(Remat remat) const {
+  switch (remat) {
+  case Remat::None:
+    return norms + attention + attentionCore + mlp;
+  case Remat::Selective:
+    return norms + attention + mlp;
+  case Remat::Full:
+    return blockInput;
+  }
+  llvm_unreachable("unknown remat policy");
+}
+
+BlockActivations plan::getBlockActivations(const ModelConfig &config,
+                                           int64_t batch, int64_t seqLen,
+                                           int64_t tp, Precision precision) {
+  double e = activationElementBytes(precision);
+  double mask = config.dropout > 0 ? 1 : 0; // one byte per dropout mask
+  double s = static_cast<double>(seqLen), b = static_cast<double>(batch);
+  double h = static_cast<double>(config.nEmbd);
+  double f = static_cast<double>(config.ffnHidden);
+  double a = static_cast<double>(config.nHead);
+  double sbh = s * b * h, sbf = s * b * f, as2b = a * s * s * b;
+  // With sequence parallelism every term is split over the tensor-parallel
+  // ranks (Korthikanti et al. sec. 4.2.2).
+  double t = static_cast<double>(tp);
+  BlockActivations act;
+  // Inputs of the two norms: 2sbh each in 16 bits.
+  act.norms = 2 * e * sbh / t;
+  // QKV input 2sbh, Q and K 4sbh, V 2sbh, projection input 2sbh and the
+  // projection's dropout mask sbh: 11sbh in 16 bits.
+  act.attention = (5 * e + mask) * sbh / t;
+  // Softmax output 2as^2b; with attention dropout also its mask as^2b and
+  // its output 2as^2b: 5as^2b.
+  act.attentionCore = (e + mask * (1 + e)) * as2b / t;
+  // MLP input 2sbh and dropout mask sbh; GELU keeps its input and output
+  // (8sbh each for f = 4h: 19sbh in all), ReLU its output only, SwiGLU the
+  // gate and up projections and their product.
+  double hidden = config.activation == Activation::SwiGlu ? 3
+                  : config.activation == Activation::Relu ? 1
+                                                          : 2;
+  act.mlp = ((e + mask) * sbh + hidden * e * sbf) / t;
+  // Full recompute keeps each block's input only: 2sbh.
+  act.blockInput = e * sbh / t;
+  return act;
+}
+
+double plan::modelFlopsPerToken(const PlanModel &model, int64_t seqLen) {
+  const ModelConfig &c = model.config;
+  // Parameters in matmuls: every block, and the classifier (V x h) whether
+  // tied or not; embeddings are lookups, not matmuls.
+  double matmul = static_cast<double>(model.numBlocks) *
+                      static_cast<double>(model.blockParameters()) +
+                  static_cast<double>(c.vocabSize) * c.nEmbd;
+  return 6 * matmul + 12.0 * c.nLayer * c.nEmbd * seqLen;
+}
+
+
+Layout plan::getConfiguredLayout(const TrainConfig &train,
+                                 const ClusterConfig &cluster) {
+  Layout layout;
+  layout.tp = train.tensorParallel;
+  layout.pp = train.pipelineParallel;
+  layout.dp = std::max<int64_t>(1, cluster.numGpus() / (layout.tp * layout.pp));
+  layout.zero = train.zero;
+  layout.microBatch = train.microBatch;
+  layout.remat = train.remat;
+  return layout;
+}
+
+Error plan::validateLayout(const PlanModel &model, const TrainConfig &train,
+                           const ClusterConfig &cluster, const Layout &layout) {
+  const ModelConfig &c = model.config;
+  const Origins &o = train.origins;
+  int64_t seqLen = train.seqLen ? train.seqLen : c.seqLen;
+  if (seqLen > c.seqLen)
+    return layoutError(o, "seq_len", "seq-len",
+                       formatv("{0} is longer than the model's seq_len {1}",
+                               seqLen, c.seqLen));
+  if (c.nHead % layout.tp)
+    return layoutError(o, "tensor_parallel", "tp",
+                       formatv("{0} does not divide n_head ({1}) of model "
+                               "'{2}': each rank needs whole heads",
+                               layout.tp, c.nHead, c.name));
+  if (c.ffnHidden % layout.tp)
+    return layoutError(o, "tensor_parallel", "tp",
+                       formatv("{0} does not divide the MLP width "
+                               "ffn_hidden ({1}) of model '{2}'",
+                               layout.tp, c.ffnHidden, c.name));
+  if (c.nLayer % layout.pp)
+    return layoutError(o, "pipeline_parallel", "pp",
+                       formatv("{0} does not divide n_layer ({1}) of model "
+                               "'{2}' into equal stages",
+                               layout.pp, c.nLayer, c.name));
+  int64_t gpus = cluster.numGpus();
+  if (gpus % (layout.tp * layout.pp))
+    return layoutError(
+        o, layout.tp > 1 ? "tensor_parallel" : "pipeline_parallel",
+        layout.tp > 1 ? "tp" : "pp",
+        formatv("tensor_parallel {0} x pipeline_parallel {1} = {2} does not "
+                "divide the cluster's {3} GPUs ({4} per node x {5} nodes)",
+                layout.tp, layout.pp, layout.tp * layout.pp, gpus,
+                cluster.gpusPerNode, cluster.nodes));
+  if (layout.zero >= 2 && layout.pp > 1)
+    return layoutError(o, "zero", "zero",
+                       formatv("ZeRO-{0} shards gradients across the "
+                               "micro-batches a pipeline accumulates; use "
+                               "ZeRO-0 or 1 with pipeline_parallel {1}",
+                               layout.zero, layout.pp));
+  int64_t global = globalBatchOf(train);
+  if (global % (layout.microBatch * layout.dp))
+    return layoutError(
+        o, train.globalBatch ? "global_batch" : "micro_batch",
+        train.globalBatch ? "global-batch" : "micro-batch",
+        formatv("global batch {0} is not a multiple of micro-batch x "
+                "data-parallel size = {1} x {2} = {3}",
+                global, layout.microBatch, layout.dp,
+                layout.microBatch * layout.dp));
+  return Error::success();
+}
+
+namespace {
+/// The memory of pipeline stage `stage` under `layout`.
+DeviceMemory stageMemory(const PlanModel &model, const TrainConfig &train,
+                         const ClusterConfig &cluster, const Layout &layout,
+                         const BlockActivations &block, double extraFirst,
+                         double extraLast, int64_t microBatches, int64_t stage,
+                         Remat remat) {
+  double t = static_cast<double>(layout.tp);
+  int64_t blocksPerStage = model.config.nLayer / layout.pp;
+  bool first = stage == 0, last = stage == layout.pp - 1;
+  DeviceMemory memory;
+  memory.stage = stage;
+  double blockParams = model.blockSplit / t + model.blockReplicated;
+  memory.parameters = blocksPerStage * blockParams;
+  if (first)
+    memory.parameters += model.firstSplit / t + model.firstReplicated;
+  if (last) {
+    memory.parameters += model.lastSplit / t + model.lastReplicated;
+    // A tied classifier on the last of several stages needs its own copy
+    // of the token embedding (Megatron all-reduces the two gradients).
+    if (layout.pp > 1)
+      memory.parameters += model.tiedEmbedding / t;
+  }
+  StateBytes perParameter =
+      getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
+  memory.states =
+      shardStates(perParameter, memory.parameters, layout.zero, layout.dp);
+  // 1F1B: stage k has pp - k micro-batches in flight after warm-up, so the
+  // first stage holds the activations of pp of them (Narayanan et al. 2021).
+  memory.microBatchesInFlight =
+      std::min<int64_t>(layout.pp - stage, microBatches);
+  double inFlight = static_cast<double>(memory.microBatchesInFlight);
+  memory.activations = blocksPerStage * block.stored(remat) * inFlight;
+  if (first)
+    memory.activations += extraFirst * inFlight;
+  if (last)
+    memory.activations += extraLast;
+  // Backward of one block holds the gradients of its activations (or, with
+  // full recompute, its recomputed activations): about one block's worth.
+  // ZeRO-3 gathers the weights of the current and the prefetched block.
+  memory.workspace = block.stored(Remat::None);
+  if (layout.zero == 3)
+    memory.workspace += 2 * blockParams * perParameter.weights;
+  memory.reserve = cluster.reserveGiB * kGiB;
+  return memory;
+}
+
+DeviceMemory deviceMemory(const PlanModel &model, const TrainConfig &train,
+                          const ClusterConfig &cluster, const Layout &layout,
+                          const BlockActivations &block, double extraFirst,
+                          double extraLast, int64_t microBatches, Remat remat) {
+  DeviceMemory first =
+      stageMemory(model, train, cluster, layout, block, extraFirst, extraLast,
+                  microBatches, 0, remat);
+  if (layout.pp == 1)
+    return first;
+  DeviceMemory last =
+      stageMemory(model, train, cluster, layout, block, extraFirst, extraLast,
+                  microBatches, layout.pp - 1, remat);
+  return last.total() > first.total() ? last : first;
+}
+} // namespace
+
+Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
+                        const ClusterConfig &cluster, const GpuSpec *gpu,
+                        const Layout &layout) {
+  const ModelConfig &c = model.config;
+  Estimate est;
+  est.layout = layout;
+  est.seqLen = train.seqLen ? train.seqLen : c.seqLen;
+  est.globalBatch = globalBatchOf(train);
+  est.microBatchesPerStep = est.globalBatch / (layout.microBatch * layout.dp);
+  int64_t m = est.microBatchesPerStep;
+  double s = static_cast<double>(est.seqLen);
+  double b = static_cast<double>(layout.microBatch);
+  double t = static_cast<double>(layout.tp);
+  double e = activationElementBytes(train.precision);
+  double sbh = s * b * c.nEmbd;
+
+  // Activations: blocks by formula, plus the embedding's dropout mask on
+  // the first stage and, on the last, the final norm's and classifier's
+  // inputs and the fp32 logits the loss keeps (Korthikanti et al.:
+  // 4sbh/t (1 + v/h) in 16 bits).
+  est.block = getBlockActivations(c, layout.microBatch, est.seqLen, layout.tp,
+                                  train.precision);
+  est.extraFirst = (c.dropout > 0 ? 1 : 0) * sbh / t;
+  est.extraLast = (2 * e * sbh + 4 * s * b * c.vocabSize) / t;
+  est.memory = deviceMemory(model, train, cluster, layout, est.block,
+                            est.extraFirst, est.extraLast, m, layout.remat);
+  for (Remat r : {Remat::None, Remat::Selective, Remat::Full})
+    est.activationsByRemat[static_cast<unsigned>(r)] =
+        deviceMemory(model, train, cluster, layout, est.block, est.extraFirst,
+                     est.extraLast, m, r)
+            .activations;
+
+  // FLOPs and tokens.
+  est.modelFlopsPerToken = modelFlopsPerToken(model, est.seqLen);
+  double attentionCore = 4.0 * c.nLayer * c.nEmbd * s; // QK^T and AV
+  if (layout.remat == Remat::Selective)
+    est.recomputeFlopsPerToken = attentionCore;
+  else if (layout.remat == Remat::Full)
+    est.recomputeFlopsPerToken =
+        2.0 * model.numBlocks * model.blockParameters() + attentionCore;
+  est.tokensFromChinchilla = train.tokens == 0;
+  est.tokens =
+      train.tokens ? train.tokens : chinchillaTokens(model.numParameters);
+  est.trainingFlops = est.modelFlopsPerToken * est.tokens;
+  double tokensPerStep = static_cast<double>(est.globalBatch) * s;
+  est.steps = std::ceil(est.tokens / tokensPerStep);
+  if (!gpu)
+    return est;
+
+  // Time of one step on each device.
+  est.hasGpu = true;
+  double gpus = static_cast<double>(cluster.numGpus());
+  double rate = gpu->peakFlops(train.precision) * cluster.mfu;
+  StepTime &step = est.step;
+  step.compute = tokensPerStep * est.modelFlopsPerToken / (gpus * rate);
+  step.recompute = tokensPerStep * est.recomputeFlopsPerToken / (gpus * rate);
+  double work = step.compute + step.recompute;
+  // 1F1B fill and drain: (pp - 1) micro-batch slots of idle time per step.
+  if (layout.pp > 1)
+    step.bubble = work * (layout.pp - 1) / m;
+  // A ring moves 2(n-1)/n of the data per GPU for an all-reduce and half
+  // that for a reduce-scatter or all-gather; datasheets give NVLink in
+  // both directions, a ring uses one.
+  double nvlink = gpu->nvlinkGBps / 2 * 1e9, ib = gpu->ibGBps * 1e9;
+  int64_t blocksPerStage = c.nLayer / layout.pp;
+  if (layout.tp > 1) {
+    // Per block two all-reduces forward and two backward (as reduce-
+    // scatter/all-gather pairs with sequence parallelism), two more when
+    // the forward is recomputed.
+    double count = layout.remat == Remat::Full ? 6 : 4;
+    double bandwidth = layout.tp <= cluster.gpusPerNode ? nvlink : ib;
+    step.tpComm =
+        blocksPerStage * m * count * 2 * (t - 1) / t * e * sbh / bandwidth;
+  }
+  if (layout.pp > 1) {
+    // Each micro-batch's activations forward and their gradients backward.
+    double bandwidth =
+        layout.tp * layout.pp <= cluster.gpusPerNode ? nvlink : ib;
+    step.ppComm = 2.0 * m * e * sbh / t / bandwidth;
+  }
+  if (layout.dp > 1) {
+    double d = static_cast<double>(layout.dp), frac = (d - 1) / d;
+    double bandwidth = cluster.nodes > 1 ? ib : nvlink;
+    StateBytes perParameter =
+        getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
+    double grads = est.memory.parameters * perParameter.gradients;
+    double weights = est.memory.parameters * perParameter.weights;
+    double micro = work / m;
+    double backward = micro * 2 / 3; // backward is 2/3 of the FLOPs
+    switch (layout.zero) {
+    case 0: // all-reduce in the last micro-batch's backward
+      step.dpComm = std::max(0.0, 2 * frac * grads / bandwidth - backward);
+      break;
+    case 1: // reduce-scatter in backward, all-gather of weights after
+      step.dpComm = std::max(0.0, frac * grads / bandwidth - backward) +
+                    frac * weights / bandwidth;
+      break;
+    case 2: // reduce-scatter in every micro-batch's backward
+      step.dpComm = m * std::max(0.0, frac * grads / bandwidth - backward) +
+                    frac * weights / bandwidth;
+      break;
+    default: // ZeRO-3: also gathers weights forward and backward
+      step.dpComm =
+          m * std::max(0.0, frac * (grads + 2 * weights) / bandwidth - micro);
+      break;
+    }
+  }
+  // The optimizer update streams its states through HBM once per step:
+  // reads the gradient, reads and writes master weights and moments, and
+  // writes the weights the next forward uses. ZeRO-1+ updates 1/dp of them.
+  {
+    StateBytes perParameter =
+        getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
+    double updated = est.memory.parameters / (layout.zero >= 1 ? layout.dp : 1);
+    double bytes = perParameter.gradients +
+                   2 * (perParameter.master + perParameter.optimizer) +
+                   perParameter.weights * (perParameter.master ? 1 : 2);
+    step.optimizer = updated * bytes / (gpu->hbmTBps * 1e12);
+  }
+  est.seconds = est.steps * step.total();
+  est.cost = est.seconds / 3600 * gpus * cluster.pricePerGpuHour;
+  est.achievedMfu = tokensPerStep * est.modelFlopsPerToken /
+                    (step.total() * gpus * gpu->peakFlops(train.precision));
+  return est;
+}

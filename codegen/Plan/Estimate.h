@@ -1,0 +1,148 @@
+// `llmc plan`'s memory and time of one parallel layout: model states,
+// activations (formulas), step time by component, and the checks a layout
+// must pass.
+#ifndef LLMC_CODEGEN_PLAN_ESTIMATE_H
+#define LLMC_CODEGEN_PLAN_ESTIMATE_H
+
+#include "codegen/Plan/Hardware.h"
+#include "codegen/Plan/ModelAnalysis.h"
+#include "frontend/PlanConfig.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir::llmc::plan {
+
+//===----------------------------------------------------------------------===//
+// Memory and time of one layout
+//===----------------------------------------------------------------------===//
+
+/// Bytes per parameter of each model state (before ZeRO sharding).
+struct StateBytes {
+  double weights = 0, gradients = 0, master = 0, optimizer = 0;
+  double total() const { return weights + gradients + master + optimizer; }
+};
+StateBytes getStateBytes(Precision precision, Optimizer optimizer,
+                         bool fp32Gradients);
+
+/// Bytes of model states on one device holding `parameters` parameters
+/// under ZeRO `zero` over `dp` data-parallel ranks.
+StateBytes shardStates(const StateBytes &perParameter, double parameters,
+                       int zero, int64_t dp);
+
+/// Activation bytes one transformer block keeps for its backward pass, per
+/// micro-batch of `batch` sequences of `seqLen` tokens, on one of `tp`
+/// tensor-parallel ranks (with sequence parallelism), by term.
+///
+/// Today this is a formula: the per-layer terms of Korthikanti et al. 2022
+/// ("Reducing Activation Recomputation in Large Transformer Models", sec. 4),
+/// sbh(34 + 5as/h) bytes for 16-bit activations with dropout and a 4h MLP,
+/// generalized to the element size, the MLP width and activation and to
+/// models without dropout. Once the training step exists, this is the one
+/// function to replace by the memory plan of its compiled backward.
+struct BlockActivations {
+  double norms = 0;         // inputs of the two norms
+  double attention = 0;     // QKV input, Q, K, V, projection input, mask
+  double attentionCore = 0; // softmax output, its dropout mask and output
+  double mlp = 0;           // MLP input, activation input/output, mask
+  double blockInput = 0;    // all that full recompute keeps
+  double stored(Remat remat) const;
+};
+BlockActivations getBlockActivations(const ModelConfig &config, int64_t batch,
+                                     int64_t seqLen, int64_t tp,
+                                     Precision precision);
+
+/// A parallel layout and per-device batch: tp * pp * dp is the GPU count.
+struct Layout {
+  int64_t tp = 1, pp = 1, dp = 1;
+  int zero = 0;
+  int64_t microBatch = 1;
+  Remat remat = Remat::None;
+};
+
+/// Memory of the most loaded device (first or last pipeline stage).
+struct DeviceMemory {
+  int64_t stage = 0;
+  double parameters = 0; // held by this device before ZeRO
+  StateBytes states;     // after ZeRO
+  double activations = 0;
+  double workspace = 0;
+  double reserve = 0;
+  int64_t microBatchesInFlight = 1;
+  double total() const {
+    return states.total() + activations + workspace + reserve;
+  }
+};
+
+/// Step time by component, in seconds.
+struct StepTime {
+  double compute = 0;   // model FLOPs at the assumed MFU
+  double recompute = 0; // remat's extra forward FLOPs
+  double bubble = 0;    // pipeline fill and drain (1F1B)
+  double tpComm = 0;    // tensor-parallel all-reduces (not overlapped)
+  double ppComm = 0;    // activations between stages
+  double dpComm = 0;    // data-parallel traffic not hidden by backward
+  double optimizer = 0; // the update, bound by HBM bandwidth
+  double total() const {
+    return compute + recompute + bubble + tpComm + ppComm + dpComm + optimizer;
+  }
+};
+
+/// Everything `llmc plan` reports for one layout.
+struct Estimate {
+  Layout layout;
+  int64_t seqLen = 0;
+  int64_t globalBatch = 0;
+  int64_t microBatchesPerStep = 0; // per pipeline: gradient accumulation
+  DeviceMemory memory;
+  BlockActivations block;               // per block, per micro-batch, this tp
+  double extraFirst = 0, extraLast = 0; // embedding / logits activations
+  std::array<double, 3> activationsByRemat{}; // of the device, per policy
+  // Compute and time; time and cost need a GPU.
+  double tokens = 0;
+  bool tokensFromChinchilla = false;
+  double modelFlopsPerToken = 0; // 6P + 12 L h s (PaLM's MFU definition)
+  double recomputeFlopsPerToken = 0;
+  double trainingFlops = 0; // modelFlopsPerToken * tokens
+  double steps = 0;
+  StepTime step;
+  double seconds = 0, cost = 0, achievedMfu = 0;
+  bool hasGpu = false;
+};
+
+/// The layout a train config and cluster ask for (dp = GPUs / (tp * pp),
+/// rounded down; validateLayout reports a remainder).
+Layout getConfiguredLayout(const TrainConfig &train,
+                           const ClusterConfig &cluster);
+
+/// Checks the layout against the model and cluster: tp divides the heads
+/// and the MLP width, pp the layers, the GPU count is tp * pp * dp, the
+/// global batch a multiple of micro-batch * dp, ZeRO-2/3 not with pp.
+/// Errors name where the offending value was given.
+llvm::Error validateLayout(const PlanModel &model, const TrainConfig &train,
+                           const ClusterConfig &cluster, const Layout &layout);
+
+/// The estimate of a valid layout; `gpu` null for memory only.
+Estimate estimate(const PlanModel &model, const TrainConfig &train,
+                  const ClusterConfig &cluster, const GpuSpec *gpu,
+                  const Layout &layout);
+
+/// Chinchilla-optimal training tokens, D = 20 * P (Hoffmann et al. 2022).
+inline double chinchillaTokens(double parameters) { return 20 * parameters; }
+/// Training FLOPs per token, 6P + 12 L h s: the matmuls with their weights
+/// forward and backward, and attention's two products (Chowdhery et al.
+/// 2022, PaLM appendix B, the definition of MFU).
+double modelFlopsPerToken(const PlanModel &model, int64_t seqLen);
+
+} // namespace mlir::llmc::plan
+
+#endif // LLMC_CODEGEN_PLAN_ESTIMATE_H

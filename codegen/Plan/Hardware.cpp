@@ -1,0 +1,155 @@
+// `llmc plan`'s hardware data file.
+#include "codegen/Plan/Hardware.h"
+
+#include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "frontend/GptBuilder.h"
+#include "frontend/ModelInfo.h"
+#include "ir/LlmcDialect.h"
+#include "passes/Passes.h"
+#include "passes/Pipelines.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/YAMLParser.h"
+
+#include <algorithm>
+#include <cmath>
+#include "frontend/ConfigYaml.h"
+
+using namespace llvm;
+using namespace mlir;
+using namespace mlir::llmc;
+using namespace mlir::llmc::plan;
+using mlir::llmc::config::makeError;
+using namespace mlir::llmc::config;
+
+//===----------------------------------------------------------------------===//
+// Hardware data file
+//===----------------------------------------------------------------------===//
+
+const GpuSpec *HardwareTable::find(StringRef name) const {
+  for (const GpuSpec &gpu : gpus)
+    if (StringRef(gpu.name).equals_insensitive(name))
+      return &gpu;
+  return nullptr;
+}
+
+Expected<HardwareTable> plan::parseHardware(StringRef text,
+                                            StringRef bufferName) {
+  static constexpr StringRef gpuKeys[] = {"description", "memory_gib",
+                                          "hbm_tbps",    "nvlink_gbps",
+                                          "ib_gbps",     "tflops"};
+  static const std::array<StringRef, kNumPrecisions> precisionKeys = [] {
+    std::array<StringRef, kNumPrecisions> names;
+    for (unsigned i = 0; i < kNumPrecisions; ++i)
+      names[i] = stringifyPrecision(static_cast<Precision>(i));
+    return names;
+  }();
+  YamlFile file(text, bufferName);
+  Expected<const YNode *> root =
+      file.root("GPU names to their specs (memory_gib, tflops, ...)");
+  if (!root)
+    return root.takeError();
+  HardwareTable table;
+  table.path = bufferName.str();
+  for (auto [keyNode, spec] : zip((*root)->keys, (*root)->values)) {
+    if (keyNode.kind != YNode::Kind::Scalar)
+      return file.error(keyNode.range, "expected a GPU name");
+    GpuSpec gpu;
+    gpu.name = keyNode.text;
+    gpu.location = file.where(keyNode.range.Start);
+    if (table.find(gpu.name))
+      return file.error(keyNode.range,
+                        "GPU '" + gpu.name + "' is defined twice");
+    if (spec.kind != YNode::Kind::Mapping)
+      return file.error(keyNode.range,
+                        gpu.name + ": expected a mapping of " +
+                            join(ArrayRef<StringRef>(gpuKeys), ", "));
+    Fields fields(file, gpuKeys);
+    if (Error err = fields.collect(spec))
+      return err;
+    for (StringRef key : gpuKeys)
+      if (!fields.has(key) && key != "description")
+        return file.error(keyNode.range,
+                          gpu.name + ": missing key '" + key + "'");
+    if (fields.has("description")) {
+      Expected<std::string> value = fields.getString("description");
+      if (!value)
+        return value.takeError();
+      gpu.description = *value;
+    }
+    struct NumberKey {
+      StringRef key;
+      double *field;
+    } numbers[] = {{"memory_gib", &gpu.memoryGiB},
+                   {"hbm_tbps", &gpu.hbmTBps},
+                   {"nvlink_gbps", &gpu.nvlinkGBps},
+                   {"ib_gbps", &gpu.ibGBps}};
+    for (const NumberKey &n : numbers) {
+      Expected<double> value = fields.getNumber(n.key, 0, false);
+      if (!value)
+        return value.takeError();
+      *n.field = *value;
+    }
+    Expected<const YNode *> tflops = fields.getMapping("tflops");
+    if (!tflops)
+      return tflops.takeError();
+    Fields peaks(file, precisionKeys);
+    if (Error err = peaks.collect(**tflops))
+      return err;
+    bool any = false;
+    for (unsigned i = 0; i < kNumPrecisions; ++i) {
+      if (!peaks.has(precisionKeys[i]))
+        continue;
+      Expected<double> value = peaks.getNumber(precisionKeys[i], 0, false);
+      if (!value)
+        return value.takeError();
+      gpu.peakTflops[i] = *value;
+      any = true;
+    }
+    if (!any)
+      return fields.error("tflops", "give the dense peak of at least one of " +
+                                        join(precisionKeys, ", "));
+    table.gpus.push_back(std::move(gpu));
+  }
+  return table;
+}
+
+Expected<HardwareTable> plan::loadHardwareFile(StringRef path) {
+  auto buffer = readFile(path, "hardware data file");
+  if (!buffer)
+    return buffer.takeError();
+  return parseHardware((*buffer)->getBuffer(), path);
+}
+
+std::string plan::getDefaultHardwarePath() {
+  if (std::optional<std::string> env = sys::Process::GetEnv("LLMC_HARDWARE"))
+    if (!env->empty())
+      return *env;
+  return LLMC_DEFAULT_HARDWARE_FILE;
+}
+
+Expected<GpuSpec> plan::lookupGpu(const HardwareTable &table, StringRef name) {
+  if (const GpuSpec *gpu = table.find(name))
+    return *gpu;
+  std::vector<std::string> known;
+  for (const GpuSpec &gpu : table.gpus)
+    known.push_back(gpu.name);
+  return makeError("unknown GPU '" + name +
+                   "': add it to the hardware data "
+                   "file " +
+                   table.path + " (known: " + join(known, ", ") + ")");
+}

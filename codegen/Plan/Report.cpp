@@ -1,0 +1,653 @@
+// `llmc plan`'s report, as a table and as JSON.
+#include "codegen/Plan/Report.h"
+
+#include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "frontend/GptBuilder.h"
+#include "frontend/ModelInfo.h"
+#include "ir/LlmcDialect.h"
+#include "passes/Passes.h"
+#include "passes/Pipelines.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/YAMLParser.h"
+
+#include <algorithm>
+#include <cmath>
+#include "frontend/ConfigYaml.h"
+
+using namespace llvm;
+using namespace mlir;
+using namespace mlir::llmc;
+using namespace mlir::llmc::plan;
+using mlir::llmc::config::makeError;
+
+//===----------------------------------------------------------------------===//
+// Report
+//===----------------------------------------------------------------------===//
+
+namespace {
+std::string withCommas(double value) {
+  std::string digits = formatv("{0:F0}", value).str(), result;
+  size_t start = digits[0] == '-' ? 1 : 0;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > start && (digits.size() - i) % 3 == 0)
+      result += ',';
+    result += digits[i];
+  }
+  return result;
+}
+
+/// The shortest of %g's forms: 2, 18, 2.0039.
+std::string shortNumber(double value) {
+  return formatv("{0}", format("%.6g", value)).str();
+}
+
+std::string humanCount(double value) {
+  if (value >= 1e12)
+    return formatv("{0:F2}T", value / 1e12).str();
+  if (value >= 1e9)
+    return formatv("{0:F2}B", value / 1e9).str();
+  if (value >= 1e6)
+    return formatv("{0:F2}M", value / 1e6).str();
+  return withCommas(value);
+}
+
+std::string formatBytes(double bytes) {
+  if (bytes >= kGiB)
+    return formatv("{0:F2} GiB", bytes / kGiB).str();
+  if (bytes >= 1024.0 * 1024)
+    return formatv("{0:F2} MiB", bytes / (1024.0 * 1024)).str();
+  if (bytes >= 1024.0)
+    return formatv("{0:F2} KiB", bytes / 1024.0).str();
+  return formatv("{0:F0} B", bytes).str();
+}
+
+std::string formatSeconds(double s) {
+  if (s < 0.1)
+    return formatv("{0:F2} ms", s * 1e3).str();
+  if (s < 120)
+    return formatv("{0:F3} s", s).str();
+  if (s < 2 * 3600)
+    return formatv("{0:F1} min", s / 60).str();
+  if (s < 72 * 3600)
+    return formatv("{0:F1} h", s / 3600).str();
+  return formatv("{0:F1} days", s / 86400).str();
+}
+
+std::string formatValue(const Quantity &q) {
+  if (q.unit == "bytes")
+    return formatBytes(q.value);
+  if (q.unit == "s")
+    return formatSeconds(q.value);
+  if (q.unit == "USD")
+    return q.value >= 1000 ? "$" + withCommas(q.value)
+                           : formatv("${0:F2}", q.value).str();
+  if (q.unit == "fraction")
+    return formatv("{0:F1}%", 100 * q.value).str();
+  if (q.unit == "FLOP")
+    return formatv("{0:e} FLOP", q.value).str();
+  if (q.unit == "FLOP/s")
+    return formatv("{0:F1} TFLOP/s", q.value / 1e12).str();
+  if (q.unit == "GPU-hours")
+    return withCommas(q.value) + " GPU-h";
+  if (q.unit == "tokens")
+    return humanCount(q.value) + " tokens";
+  if (q.unit == "parameters")
+    return withCommas(q.value);
+  return withCommas(q.value) + " " + q.unit;
+}
+
+std::string precisionLabel(const TrainConfig &train) {
+  switch (train.precision) {
+  case Precision::Fp32:
+    return "fp32";
+  case Precision::Tf32:
+    return "fp32 weights, tf32 GEMMs";
+  case Precision::Fp8:
+    return "fp8 GEMMs, bf16 weights and activations, fp32 master";
+  default:
+    return (stringifyPrecision(train.precision) +
+            " mixed precision, fp32 master weights")
+        .str();
+  }
+}
+
+std::string layoutLabel(const Layout &l) {
+  return formatv("tp {0} x pp {1} x dp {2}, ZeRO-{3}", l.tp, l.pp, l.dp, l.zero)
+      .str();
+}
+
+/// The layouts compared in the default (non --fit) report: every ZeRO
+/// stage of the configured layout, then other tp and pp sizes.
+std::vector<Layout> comparedLayouts(const PlanModel &model,
+                                    const TrainConfig &train,
+                                    const ClusterConfig &cluster,
+                                    const Layout &base) {
+  std::vector<Layout> layouts;
+  auto add = [&](int64_t tp, int64_t pp, int zero) {
+    int64_t gpus = cluster.numGpus();
+    if (gpus % (tp * pp))
+      return;
+    Layout l = base;
+    l.tp = tp;
+    l.pp = pp;
+    l.dp = gpus / (tp * pp);
+    l.zero = zero;
+    for (const Layout &seen : layouts)
+      if (seen.tp == l.tp && seen.pp == l.pp && seen.zero == l.zero)
+        return;
+    if (Error err = validateLayout(model, train, cluster, l)) {
+      consumeError(std::move(err));
+      return;
+    }
+    layouts.push_back(l);
+  };
+  for (int zero = 0; zero <= 3; ++zero)
+    add(base.tp, base.pp, zero);
+  for (int64_t tp = 1; tp <= cluster.gpusPerNode; tp *= 2)
+    add(tp, 1, base.pp > 1 ? std::min(base.zero, 1) : base.zero);
+  for (int64_t pp = 2; pp <= 16; pp *= 2)
+    add(base.tp, pp, std::min(base.zero, 1));
+  return layouts;
+}
+} // namespace
+
+Expected<Report> plan::buildReport(const PlanRequest &request) {
+  const PlanModel &model = *request.model;
+  const TrainConfig &train = request.train;
+  const ClusterConfig &cluster = request.cluster;
+  const ModelConfig &c = model.config;
+  const GpuSpec *gpu = request.gpu;
+  Report report;
+
+  Layout layout = getConfiguredLayout(train, cluster);
+  if (Error err = validateLayout(model, train, cluster, layout))
+    return err;
+  if (gpu && gpu->peakFlops(train.precision) == 0)
+    return layoutError(train.origins, "precision", "precision",
+                       formatv("GPU '{0}' has no {1} peak in {2} ({3}); "
+                               "choose another precision or add "
+                               "tflops.{1} to its entry",
+                               gpu->name, stringifyPrecision(train.precision),
+                               request.hardwarePath, gpu->location));
+  Estimate est = estimate(model, train, cluster, gpu, layout);
+  std::string data =
+      "data file " + sys::path::filename(request.hardwarePath).str();
+
+  // Header.
+  report.facts["model"] = c.name;
+  report.facts["model_input"] = model.input;
+  report.facts["ir"] = model.irSource;
+  report.facts["precision"] = stringifyPrecision(train.precision).str();
+  report.facts["optimizer"] = stringifyOptimizer(train.optimizer).str();
+  report.facts["remat"] = stringifyRemat(train.remat).str();
+  report.facts["layout"] = layoutLabel(layout);
+  report.header.push_back(formatv("model: {0}, {1} parameters ({2})", c.name,
+                                  withCommas(model.numParameters),
+                                  model.irSource));
+  if (gpu) {
+    report.facts["gpu"] = gpu->name;
+    report.header.push_back(formatv(
+        "cluster: {0} x {1} ({2}), {3} node(s) x {4} GPUs; {5:F1} GiB each "
+        "({6})",
+        cluster.numGpus(), gpu->name, gpu->description, cluster.nodes,
+        cluster.gpusPerNode, gpu->memoryGiB, data));
+  } else {
+    report.header.push_back(
+        formatv("cluster: {0} device(s), no GPU given (--gpu or --cluster for "
+                "capacity, time and cost)",
+                cluster.numGpus()));
+  }
+  StateBytes perParameter =
+      getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
+  report.header.push_back(
+      formatv("training: {0}, {1}, {2} gradients ({3} bytes/parameter before "
+              "ZeRO); remat {4}",
+              precisionLabel(train), stringifyOptimizer(train.optimizer),
+              perParameter.gradients == 4 ? "fp32" : "16-bit",
+              shortNumber(perParameter.total()), stringifyRemat(train.remat)));
+  report.header.push_back(formatv(
+      "batch: micro-batch {0} x {1} tokens; global batch {2} sequences = {3} "
+      "tokens ({4} micro-batches per step per pipeline{5})",
+      layout.microBatch, est.seqLen, est.globalBatch,
+      withCommas(static_cast<double>(est.globalBatch) * est.seqLen),
+      est.microBatchesPerStep, train.globalBatch ? "" : "; default batch"));
+  report.header.push_back("layout: " + layoutLabel(layout) +
+                          (layout.tp > 1 ? ", sequence parallel" : ""));
+
+  // Memory per device.
+  const DeviceMemory &mem = est.memory;
+  std::string stateSource = "IR parameters x bytes/parameter";
+  std::string zeroNote =
+      layout.dp > 1 ? formatv(" / {0}", layout.dp).str() : std::string();
+  Section memory{"memory",
+                 formatv("Memory per device (pipeline stage {0} of {1}, "
+                         "{2} parameters)",
+                         mem.stage, layout.pp, withCommas(mem.parameters))
+                     .str(),
+                 {}};
+  auto stateRow = [&](StringRef key, StringRef what, double perParam,
+                      double bytes, bool sharded) {
+    memory.rows.push_back(
+        {key.str(),
+         formatv("{0} ({1} B/param{2})", what, shortNumber(perParam),
+                 sharded ? zeroNote : "")
+             .str(),
+         bytes, "bytes", stateSource});
+  };
+  bool half = isHalf(train.precision);
+  stateRow("weights", half ? "weights, 16-bit" : "weights, fp32",
+           perParameter.weights, mem.states.weights, layout.zero >= 3);
+  stateRow("gradients",
+           perParameter.gradients == 4 ? "gradients, fp32"
+                                       : "gradients, 16-bit",
+           perParameter.gradients, mem.states.gradients, layout.zero >= 2);
+  if (half)
+    stateRow("master_weights", "master weights, fp32", perParameter.master,
+             mem.states.master, layout.zero >= 1);
+  stateRow("optimizer_states",
+           train.optimizer == Optimizer::AdamW       ? "AdamW m and v, fp32"
+           : train.optimizer == Optimizer::AdamW8bit ? "AdamW m and v, 8-bit"
+                                                     : "SGD momentum, fp32",
+           perParameter.optimizer, mem.states.optimizer, layout.zero >= 1);
+  std::string korthikanti = "formula: Korthikanti et al. 2022";
+  memory.rows.push_back(
+      {"activations",
+       formatv("activations, remat {0} ({1} micro-batch{2} in flight)",
+               stringifyRemat(layout.remat), mem.microBatchesInFlight,
+               mem.microBatchesInFlight > 1 ? "es" : "")
+           .str(),
+       mem.activations, "bytes", korthikanti});
+  memory.rows.push_back({"workspace",
+                         layout.zero == 3
+                             ? "workspace (a block's backward, 2 ZeRO-3 blocks)"
+                             : "workspace (a block's backward)",
+                         mem.workspace, "bytes", "formula"});
+  memory.rows.push_back({"reserve",
+                         "reserve (CUDA context, library workspaces)",
+                         mem.reserve, "bytes",
+                         sourceOf(cluster.origins, "reserve_gib",
+                                  "cluster config", "default 1 GiB")});
+  memory.rows.push_back({"total", "total", mem.total(), "bytes", "sum"});
+  if (gpu) {
+    double capacity = gpu->memoryGiB * kGiB;
+    memory.rows.push_back(
+        {"capacity", "capacity of one " + gpu->name, capacity, "bytes", data});
+    memory.rows.push_back(
+        {"utilization",
+         mem.total() <= capacity ? "fits: uses" : "DOES NOT FIT: needs",
+         mem.total() / capacity, "fraction", "total / capacity"});
+    report.facts["fits"] = mem.total() <= capacity ? "yes" : "no";
+  }
+  report.sections.push_back(std::move(memory));
+
+  // Activations per micro-batch.
+  Section act{"activations",
+              formatv("Activations per micro-batch ({0} x {1} tokens)",
+                      layout.microBatch, est.seqLen)
+                  .str(),
+              {}};
+  if (request.forward) {
+    const ForwardPlan &fwd = *request.forward;
+    act.rows.push_back(
+        {"forward_arena",
+         formatv("forward pass only, f32, one device ({0} x {1})", fwd.batch,
+                 fwd.seqLen)
+             .str(),
+         static_cast<double>(fwd.arenaBytes), "bytes", fwd.source});
+  }
+  act.rows.push_back(
+      {"block_none",
+       formatv("one block, kept for backward (tp {0})", layout.tp).str(),
+       est.block.stored(Remat::None), "bytes",
+       korthikanti + ": sbh(34 + 5as/h) generalized"});
+  for (Remat r : {Remat::None, Remat::Selective, Remat::Full}) {
+    std::string formula = r == Remat::None        ? "sbh(34 + 5as/h) per block"
+                          : r == Remat::Selective ? "sbh 34 per block"
+                                                  : "2sbh per block";
+    act.rows.push_back(
+        {("device_" + stringifyRemat(r)).str(),
+         formatv("training, remat {0}{1}", stringifyRemat(r),
+                 r == layout.remat ? " (chosen)" : "")
+             .str(),
+         est.activationsByRemat[static_cast<unsigned>(r)], "bytes",
+         korthikanti + ": " + formula +
+             (half ? " (16-bit)" : " (fp32: twice the 16-bit terms)")});
+  }
+  report.sections.push_back(std::move(act));
+
+  // Compute.
+  Section compute{"compute", "Compute", {}};
+  compute.rows.push_back({"parameters", "parameters",
+                          static_cast<double>(model.numParameters),
+                          "parameters", "IR"});
+  compute.rows.push_back({"flops_per_token",
+                          "training FLOPs per token, 6N + 12 L h s",
+                          est.modelFlopsPerToken, "FLOP",
+                          "formula: PaLM (Chowdhery et al. 2022), N from IR"});
+  if (request.forward && request.forward->flops > 0) {
+    double tokens =
+        static_cast<double>(request.forward->batch) * request.forward->seqLen;
+    compute.rows.push_back({"ir_flops_per_token",
+                            "3 x forward FLOPs per token (causal attention)",
+                            3.0 * request.forward->flops / tokens, "FLOP",
+                            "IR: kir::countFlops x 3"});
+  }
+  compute.rows.push_back(
+      {"tokens", "training tokens", est.tokens, "tokens",
+       est.tokensFromChinchilla
+           ? "default: Chinchilla 20 x P"
+           : sourceOf(train.origins, "tokens", "train config", "--tokens")});
+  compute.rows.push_back({"training_flops", "training FLOPs", est.trainingFlops,
+                          "FLOP", "formula"});
+  compute.rows.push_back({"steps", "optimizer steps", est.steps, "steps",
+                          "tokens / (global batch x seq)"});
+  double chinchilla = chinchillaTokens(model.numParameters);
+  compute.rows.push_back({"chinchilla_tokens",
+                          "Chinchilla-optimal tokens (D = 20 P)", chinchilla,
+                          "tokens", "formula: Hoffmann et al. 2022"});
+  compute.rows.push_back({"chinchilla_flops", "FLOPs at Chinchilla tokens",
+                          est.modelFlopsPerToken * chinchilla, "FLOP",
+                          "formula"});
+  report.sections.push_back(std::move(compute));
+
+  // Time and cost.
+  if (gpu) {
+    Section time{"time", "Time and cost", {}};
+    time.rows.push_back(
+        {"peak_flops",
+         formatv("peak {0} per GPU, dense", stringifyPrecision(train.precision))
+             .str(),
+         gpu->peakFlops(train.precision), "FLOP/s", data});
+    time.rows.push_back(
+        {"mfu_assumed", "MFU of the kernels (assumed)", cluster.mfu, "fraction",
+         sourceOf(cluster.origins, "mfu", "cluster config", "default 0.4")});
+    const StepTime &step = est.step;
+    struct Part {
+      StringRef key, label;
+      double value;
+    } parts[] = {
+        {"step_compute", "step: compute", step.compute},
+        {"step_recompute", "step: recompute (remat)", step.recompute},
+        {"step_bubble", "step: pipeline bubble (1F1B)", step.bubble},
+        {"step_tp_comm", "step: tensor-parallel all-reduces", step.tpComm},
+        {"step_pp_comm", "step: pipeline sends", step.ppComm},
+        {"step_dp_comm", "step: data-parallel comm not overlapped",
+         step.dpComm},
+        {"step_optimizer", "step: optimizer update (HBM-bound)",
+         step.optimizer},
+    };
+    for (const Part &part : parts)
+      if (part.value > 0 || part.key == "step_compute")
+        time.rows.push_back({part.key.str(), part.label.str(), part.value, "s",
+                             "formula + " + data});
+    time.rows.push_back({"step_time", "step time", step.total(), "s", "sum"});
+    time.rows.push_back({"mfu_achieved", "MFU end to end", est.achievedMfu,
+                         "fraction", "model FLOPs / (step time x peak)"});
+    time.rows.push_back({"time_to_train", "time to train", est.seconds, "s",
+                         "steps x step time"});
+    time.rows.push_back({"gpu_hours", "GPU-hours",
+                         est.seconds / 3600 * cluster.numGpus(), "GPU-hours",
+                         "time x GPUs"});
+    double chinchillaSeconds =
+        std::ceil(chinchilla /
+                  (static_cast<double>(est.globalBatch) * est.seqLen)) *
+        step.total();
+    time.rows.push_back({"chinchilla_time", "time at Chinchilla tokens",
+                         chinchillaSeconds, "s", "formula"});
+    if (cluster.pricePerGpuHour > 0) {
+      time.rows.push_back({"price", "price per GPU-hour",
+                           cluster.pricePerGpuHour, "USD",
+                           sourceOf(cluster.origins, "price_per_gpu_hour",
+                                    "cluster config", "cluster config")});
+      time.rows.push_back(
+          {"cost", "cost", est.cost, "USD", "GPU-hours x price"});
+      time.rows.push_back({"chinchilla_cost", "cost at Chinchilla tokens",
+                           chinchillaSeconds / 3600 * cluster.numGpus() *
+                               cluster.pricePerGpuHour,
+                           "USD", "formula"});
+    }
+    report.sections.push_back(std::move(time));
+  }
+
+  // Layouts compared, or the --fit search.
+  if (!request.fitBudget) {
+    LayoutTable table;
+    table.key = "layouts";
+    table.title = formatv("Per-device memory by layout (micro-batch {0}, "
+                          "remat {1})",
+                          layout.microBatch, stringifyRemat(layout.remat));
+    table.note = "states: IR parameters x bytes/parameter, sharded by tp, pp "
+                 "and ZeRO; activations: formula";
+    if (gpu)
+      table.capacityBytes = gpu->memoryGiB * kGiB;
+    for (const Layout &l : comparedLayouts(model, train, cluster, layout))
+      table.rows.push_back(estimate(model, train, cluster, gpu, l));
+    report.tables.push_back(std::move(table));
+  } else {
+    if (!gpu)
+      return makeError("--fit needs a GPU: give --gpu or a --cluster file "
+                       "with gpu:");
+    FitResult fit = searchFit(model, train, cluster, *gpu, *request.fitBudget);
+    LayoutTable table;
+    table.key = "fit";
+    table.title = formatv("Fastest layouts that fit in {0} per device",
+                          formatBytes(*request.fitBudget))
+                      .str();
+    table.note = "tried tp (powers of 2), pp (divisors of n_layer), ZeRO "
+                 "0-3, micro-batches (powers of 2) and remat none/selective/"
+                 "full";
+    constexpr size_t kShown = 5;
+    for (size_t i = 0; i < fit.fitting.size() && i < kShown; ++i) {
+      table.rows.push_back(fit.fitting[i]);
+      table.why.push_back(i == 0 ? "fastest"
+                                 : explainLoss(fit.fitting[0], fit.fitting[i]));
+    }
+    // The best plan of every other (tp, pp) says why that layout loses.
+    constexpr size_t kOthers = 10;
+    std::vector<std::pair<int64_t, int64_t>> shown;
+    for (const Estimate &e : table.rows)
+      shown.push_back({e.layout.tp, e.layout.pp});
+    LayoutTable others;
+    others.key = "fit_other_layouts";
+    others.title = "Best plan of other tp x pp sizes, and why it loses";
+    size_t notShown = 0;
+    for (const Estimate &e : fit.fitting) {
+      std::pair<int64_t, int64_t> key{e.layout.tp, e.layout.pp};
+      if (is_contained(shown, key))
+        continue;
+      shown.push_back(key);
+      if (others.rows.size() == kOthers) {
+        ++notShown;
+        continue;
+      }
+      others.rows.push_back(e);
+      others.why.push_back(explainLoss(fit.fitting[0], e));
+    }
+    if (notShown)
+      others.note = formatv("{0} slower tp x pp sizes not shown", notShown);
+    report.facts["fit_budget_bytes"] = formatv("{0:F0}", fit.budgetBytes);
+    report.notes.push_back(formatv(
+        "--fit: {0} candidates: {1} fit, {2} do not fit, {3} invalid (global "
+        "batch {4} not divisible by micro-batch x dp, or ZeRO-2/3 with "
+        "pipeline parallelism)",
+        fit.candidates, fit.fitting.size(), fit.tooBig, fit.invalid,
+        globalBatchOf(train)));
+    // How the configured layout compares.
+    if (est.memory.total() > fit.budgetBytes)
+      report.notes.push_back(formatv(
+          "--fit: the configured layout ({0}, micro-batch {1}, remat {2}) "
+          "needs {3}: it does not fit",
+          layoutLabel(layout), layout.microBatch, stringifyRemat(layout.remat),
+          formatBytes(est.memory.total())));
+    else if (!fit.fitting.empty())
+      report.notes.push_back(formatv(
+          "--fit: the configured layout ({0}, micro-batch {1}, remat {2}) "
+          "fits; against the fastest: {3}",
+          layoutLabel(layout), layout.microBatch, stringifyRemat(layout.remat),
+          explainLoss(fit.fitting[0], est)));
+    if (fit.fitting.empty()) {
+      report.notes.push_back(
+          "--fit: nothing fits; add GPUs, shorten the sequence or use a "
+          "smaller model");
+      if (fit.smallestTooBig)
+        report.notes.push_back(
+            formatv("--fit: the smallest plan needs {0} ({1}, micro-batch {2}, "
+                    "remat {3})",
+                    formatBytes(fit.smallestTooBig->memory.total()),
+                    layoutLabel(fit.smallestTooBig->layout),
+                    fit.smallestTooBig->layout.microBatch,
+                    stringifyRemat(fit.smallestTooBig->layout.remat)));
+    }
+    report.tables.push_back(std::move(table));
+    if (!others.rows.empty())
+      report.tables.push_back(std::move(others));
+  }
+
+  report.notes.push_back(
+      "activations and workspace are formulas (Korthikanti et al. 2022, "
+      "with sequence parallelism under tp) until llmc's training step "
+      "exists; the forward arena is the IR's memory plan");
+  if (gpu)
+    report.notes.push_back(
+        "time: model FLOPs at the assumed MFU, plus recompute, the 1F1B "
+        "bubble, communication at the data file's bandwidths (ring "
+        "collectives; data-parallel traffic overlapped with backward) and "
+        "the optimizer update at its HBM bandwidth");
+  return report;
+}
+
+//===----------------------------------------------------------------------===//
+// Printing
+//===----------------------------------------------------------------------===//
+
+namespace {
+void printLayoutTable(const LayoutTable &table, bool hasGpu, raw_ostream &os) {
+  os << "\n" << table.title << "\n";
+  if (!table.note.empty())
+    os << "  (" << table.note << ")\n";
+  os << format("  %3s %3s %4s %4s %5s %-9s %11s %11s %11s", "tp", "pp", "dp",
+               "zero", "micro", "remat", "states", "activations", "total");
+  if (table.capacityBytes > 0)
+    os << format(" %4s", "fits");
+  if (hasGpu)
+    os << format(" %10s %10s %6s", "step", "train", "MFU");
+  if (!table.why.empty())
+    os << "  why";
+  os << "\n";
+  for (auto [i, e] : enumerate(table.rows)) {
+    const Layout &l = e.layout;
+    os << format("  %3lld %3lld %4lld %4d %5lld %-9s %11s %11s %11s",
+                 (long long)l.tp, (long long)l.pp, (long long)l.dp, l.zero,
+                 (long long)l.microBatch, stringifyRemat(l.remat).str().c_str(),
+                 formatBytes(e.memory.states.total()).c_str(),
+                 formatBytes(e.memory.activations).c_str(),
+                 formatBytes(e.memory.total()).c_str());
+    if (table.capacityBytes > 0)
+      os << format(" %4s",
+                   e.memory.total() <= table.capacityBytes ? "yes" : "NO");
+    if (hasGpu)
+      os << format(" %10s %10s %5.1f%%", formatSeconds(e.step.total()).c_str(),
+                   formatSeconds(e.seconds).c_str(), 100 * e.achievedMfu);
+    if (i < table.why.size())
+      os << "  " << table.why[i];
+    os << "\n";
+  }
+}
+
+void writeQuantity(json::OStream &j, const Quantity &q) {
+  j.attributeObject(q.key, [&] {
+    j.attribute("label", q.label);
+    if (q.value == std::floor(q.value) && std::abs(q.value) < 9e15)
+      j.attribute("value", static_cast<int64_t>(q.value));
+    else
+      j.attribute("value", q.value);
+    j.attribute("unit", q.unit);
+    j.attribute("source", q.source);
+  });
+}
+
+Quantity bytesOf(StringRef key, double value, StringRef source) {
+  return {key.str(), key.str(), std::round(value), "bytes", source.str()};
+}
+} // namespace
+
+void plan::printReportTable(const Report &report, raw_ostream &os) {
+  for (const std::string &line : report.header)
+    os << line << "\n";
+  for (const Section &section : report.sections) {
+    os << "\n" << section.title << "\n";
+    for (const Quantity &q : section.rows)
+      os << format("  %-58s %18s  %s\n", q.label.c_str(),
+                   formatValue(q).c_str(), q.source.c_str());
+  }
+  bool hasGpu = report.facts.count("gpu");
+  for (const LayoutTable &table : report.tables)
+    printLayoutTable(table, hasGpu, os);
+  if (!report.notes.empty())
+    os << "\n";
+  for (const std::string &note : report.notes)
+    os << "note: " << note << "\n";
+}
+
+void plan::printReportJson(const Report &report, raw_ostream &os) {
+  json::OStream j(os, 2);
+  j.object([&] {
+    for (const auto &[key, value] : report.facts)
+      j.attribute(key, value);
+    for (const Section &section : report.sections)
+      j.attributeObject(section.key, [&] {
+        for (const Quantity &q : section.rows)
+          writeQuantity(j, q);
+      });
+    for (const LayoutTable &table : report.tables)
+      j.attributeArray(table.key, [&] {
+        for (auto [i, e] : enumerate(table.rows)) {
+          j.object([&] {
+            j.attribute("tp", e.layout.tp);
+            j.attribute("pp", e.layout.pp);
+            j.attribute("dp", e.layout.dp);
+            j.attribute("zero", e.layout.zero);
+            j.attribute("micro_batch", e.layout.microBatch);
+            j.attribute("remat", stringifyRemat(e.layout.remat));
+            writeQuantity(j, bytesOf("states", e.memory.states.total(),
+                                     "IR parameters x bytes/parameter"));
+            writeQuantity(j, bytesOf("activations", e.memory.activations,
+                                     "formula: Korthikanti et al. 2022"));
+            writeQuantity(j, bytesOf("total", e.memory.total(), "sum"));
+            if (table.capacityBytes > 0)
+              j.attribute("fits", e.memory.total() <= table.capacityBytes);
+            if (e.hasGpu) {
+              writeQuantity(j, {"step_time", "step time", e.step.total(), "s",
+                                "formula"});
+              writeQuantity(j, {"time_to_train", "time to train", e.seconds,
+                                "s", "formula"});
+              writeQuantity(j, {"mfu_achieved", "MFU end to end", e.achievedMfu,
+                                "fraction", "formula"});
+            }
+            if (i < table.why.size())
+              j.attribute("why", table.why[i]);
+          });
+        }
+      });
+    j.attributeArray("notes", [&] {
+      for (const std::string &note : report.notes)
+        j.value(note);
+    });
+  });
+  os << "\n";
+}

@@ -1,0 +1,113 @@
+// The configs of `llmc plan`: the training run it estimates (precision,
+// optimizer, batch, remat, the parallel layout) and the cluster it runs on,
+// read from YAML (frontend/ConfigYaml.h) with file:line:col errors.
+#ifndef LLMC_FRONTEND_PLANCONFIG_H
+#define LLMC_FRONTEND_PLANCONFIG_H
+
+
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir::llmc::plan {
+
+//===----------------------------------------------------------------------===//
+// Training and cluster configuration
+//===----------------------------------------------------------------------===//
+
+/// The precision GEMMs run in; it picks the peak FLOP/s column of the data
+/// file and the bytes of weights, gradients and activations.
+enum class Precision : uint8_t { Fp32, Tf32, Fp16, Bf16, Fp8 };
+constexpr unsigned kNumPrecisions = 5;
+enum class Optimizer : uint8_t { AdamW, AdamW8bit, Sgd };
+/// Activation recomputation (Korthikanti et al. 2022): none keeps every
+/// activation, selective recomputes the attention core (softmax and its
+/// dropout), full keeps only each block's input and recomputes the block.
+enum class Remat : uint8_t { None, Selective, Full };
+
+llvm::StringRef stringifyPrecision(Precision precision); // "fp32", "bf16", ...
+llvm::StringRef stringifyOptimizer(Optimizer optimizer); // "adamw", ...
+llvm::StringRef stringifyRemat(Remat remat); // "none", "selective", "full"
+std::optional<Precision> parsePrecision(llvm::StringRef text);
+std::optional<Optimizer> parseOptimizer(llvm::StringRef text);
+std::optional<Remat> parseRemat(llvm::StringRef text);
+
+/// Where each configured value came from, for error messages:
+/// "train.yaml:4:15" or "--tp".
+using Origins = std::map<std::string, std::string>;
+
+/// Sizes in bytes.
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+/// The global batch when neither the config nor a flag gives one.
+constexpr int64_t kDefaultGlobalBatch = 512;
+
+struct TrainConfig {
+  Precision precision = Precision::Bf16;
+  Optimizer optimizer = Optimizer::AdamW;
+  /// Mixed precision accumulates gradients in fp32 by default (Megatron,
+  /// BLOOM: the 18 bytes per parameter); false keeps them in 16 bits.
+  bool fp32Gradients = true;
+  int64_t microBatch = 1;  // sequences per device per forward/backward
+  int64_t globalBatch = 0; // sequences per optimizer step; 0: 512
+  int64_t seqLen = 0;      // tokens per sequence; 0: the model's seq_len
+  Remat remat = Remat::None;
+  int zero = 0; // ZeRO stage 0-3 over the data-parallel group
+  int64_t tensorParallel = 1;
+  int64_t pipelineParallel = 1;
+  double tokens = 0; // training tokens; 0: Chinchilla's 20 * P
+  Origins origins;
+};
+
+/// Whether `p` keeps weights and activations in 16 bits (fp16, bf16, fp8).
+bool isHalf(Precision p);
+/// Where `key` was given ("train.yaml:4:15"), else "--flag".
+std::string originOf(const Origins &origins, llvm::StringRef key,
+                     llvm::StringRef flag);
+/// "train.yaml:3:18: error: key: message" for a value from a file, or
+/// "--flag: message" for a flag or a default.
+llvm::Error layoutError(const Origins &origins, llvm::StringRef key,
+                        llvm::StringRef flag, const llvm::Twine &message);
+/// How a report names the origin of a configured value: the flag, `file`
+/// for a value from it, else `fallback`.
+std::string sourceOf(const Origins &origins, llvm::StringRef key,
+                     llvm::StringRef file, llvm::StringRef fallback);
+/// The global batch of a train config, kDefaultGlobalBatch when not given.
+int64_t globalBatchOf(const TrainConfig &train);
+
+struct ClusterConfig {
+  std::string gpu; // a name in the hardware data file; empty: none
+  int64_t gpusPerNode = 8;
+  int64_t nodes = 1;
+  double pricePerGpuHour = 0; // USD; 0: no cost estimate
+  double mfu = 0.4;           // model FLOPs utilization of the kernels
+  double reserveGiB = 1.0;    // CUDA context, library workspaces, allocator
+  Origins origins;
+
+  int64_t numGpus() const { return gpusPerNode * nodes; }
+};
+
+/// Reads the keys given in a train / cluster YAML file over `config` (keys
+/// not given keep their value). Errors are "file:line:col: error: ...".
+llvm::Error parseTrainConfig(llvm::StringRef text, llvm::StringRef bufferName,
+                             TrainConfig &config);
+llvm::Error parseClusterConfig(llvm::StringRef text, llvm::StringRef bufferName,
+                               ClusterConfig &config);
+llvm::Error loadTrainConfigFile(llvm::StringRef path, TrainConfig &config);
+llvm::Error loadClusterConfigFile(llvm::StringRef path, ClusterConfig &config);
+
+/// "80GB" (1e9), "80GiB" (2^30), "81920MiB", "0.5TB"; a bare number is GiB.
+llvm::Expected<double> parseMemorySize(llvm::StringRef text);
+/// "180e9", "180B", "1.4T", "300M", "20K".
+llvm::Expected<double> parseCount(llvm::StringRef text);
+
+} // namespace mlir::llmc::plan
+
+#endif // LLMC_FRONTEND_PLANCONFIG_H
