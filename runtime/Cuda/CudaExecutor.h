@@ -117,10 +117,15 @@ public:
   double lastRunMilliseconds() const { return lastRunMs; }
   bool replaysGraph() const { return graphExec != nullptr; }
 
-  struct Impl; // the CUDA-typed state (CudaExecutor.cpp)
+  struct Impl; // the CUDA-typed state (CudaLaunch.h)
 
 private:
   CudaExecutor(kir::Program program);
+  /// Loads `modules` and plans what each kernel and step launches
+  /// (CudaLaunch.cpp).
+  llvm::Error planLaunches(const cuda::CudaModules &modules,
+                           const CudaExecutorOptions &options);
+  /// Launches every step in order on the stream (CudaLaunch.cpp).
   llvm::Error enqueueSchedule(bool timed);
   llvm::Error checkIds() const;
 

@@ -1,0 +1,675 @@
+// What the CUDA executor launches: modules, per-step plans, enqueueSchedule.
+#include "runtime/Cuda/CudaLaunch.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <utility>
+
+using namespace llmc;
+using namespace llmc::runtime;
+using cuda::checkCublas;
+using cuda::checkDriver;
+using Impl = CudaExecutor::Impl;
+using GemmPlan = Impl::GemmPlan;
+using KernelPlan = Impl::KernelPlan;
+using AttentionPlan = Impl::AttentionPlan;
+using EmbeddingPlan = Impl::EmbeddingPlan;
+
+namespace {
+
+cudaDataType_t cudaType(kir::DType dtype) {
+  switch (dtype) {
+  case kir::DType::F16:
+    return CUDA_R_16F;
+  case kir::DType::BF16:
+    return CUDA_R_16BF;
+  default:
+    return CUDA_R_32F;
+  }
+}
+
+/// The largest power of two (up to 256) dividing `address`: cuBLASLt's
+/// heuristic must not pick kernels that assume more alignment.
+uint32_t alignmentOf(uint64_t address) {
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0)
+    alignment /= 2;
+  return alignment;
+}
+
+std::string shapeKey(const kir::Buffer &buffer) {
+  return std::string(kir::dtypeName(buffer.dtype)) +
+         kir::formatShape(buffer.shape);
+}
+
+/// One operand of cuBLASLt: a column-major matrix `rows` x `cols` with
+/// leading dimension `ld`, used as-is or transposed.
+struct LtOperand {
+  cublasOperation_t op = CUBLAS_OP_N;
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+};
+
+/// The column-major operand whose op() is the `r` x `c` matrix with
+/// element (i, j) at i * rowStride + j * colStride (one stride is 1).
+std::optional<LtOperand> columnMajor(int64_t r, int64_t c, int64_t rowStride,
+                                     int64_t colStride) {
+  if (rowStride == 1 || c == 1) // stored column-major r x c
+    return LtOperand{CUBLAS_OP_N, uint64_t(r), uint64_t(c),
+                     std::max<int64_t>({colStride, r, 1})};
+  if (colStride == 1 || r == 1) // stored column-major c x r, transposed
+    return LtOperand{CUBLAS_OP_T, uint64_t(c), uint64_t(r),
+                     std::max<int64_t>({rowStride, c, 1})};
+  return std::nullopt;
+}
+
+cuda::AttentionViewArgs viewArgs(const kir::View &view) {
+  cuda::AttentionViewArgs args;
+  args.offset = view.offset;
+  args.batch = view.strides.size() > 0 ? view.strides[0] : 0;
+  args.head = view.strides.size() > 1 ? view.strides[1] : 0;
+  args.seq = view.strides.size() > 2 ? view.strides[2] : 0;
+  args.dim = view.strides.size() > 3 ? view.strides[3] : 0;
+  return args;
+}
+
+/// The vectors of an epilogue cuBLASLt runs: the bias, or the GELU input
+/// (aux) with its leading dimension.
+struct EpilogueOperands {
+  CUdeviceptr bias = 0, aux = 0;
+  int64_t auxLd = 0;
+};
+
+/// Makes `plan`'s descriptor run epilogue `kind` (None: cuBLASLt's default,
+/// the epilogue kernel runs after the GEMM) and records it in plan.fused.
+void setEpilogue(const cuda::CublasLtApi &api, GemmPlan &plan,
+                 kir::EpilogueKind kind, const EpilogueOperands &operands) {
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  switch (kind) {
+  case kir::EpilogueKind::None:
+    break;
+  case kir::EpilogueKind::Bias:
+    epilogue = CUBLASLT_EPILOGUE_BIAS;
+    break;
+  case kir::EpilogueKind::GeluBias:
+    epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
+    break;
+  case kir::EpilogueKind::Gelu:
+    epilogue = CUBLASLT_EPILOGUE_GELU;
+    break;
+  case kir::EpilogueKind::DGelu:
+    epilogue = CUBLASLT_EPILOGUE_DGELU;
+    break;
+  }
+  api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                             &epilogue, sizeof(epilogue));
+  if (kind == kir::EpilogueKind::Bias || kind == kir::EpilogueKind::GeluBias)
+    api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                               &operands.bias, sizeof(operands.bias));
+  if (kind == kir::EpilogueKind::DGelu) {
+    // The GELU input, in C's column-major layout (n x m, ld auxLd).
+    api.matmulDescSetAttribute(plan.desc,
+                               CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                               &operands.aux, sizeof(operands.aux));
+    api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                               &operands.auxLd, sizeof(operands.auxLd));
+  }
+  plan.fused = kind;
+}
+
+/// Counts an epilogue cuBLASLt runs, once the algorithm is known (cuBLASLt
+/// may have none for it).
+void countFused(kir::EpilogueKind fused, CudaExecutorInfo &info) {
+  if (fused == kir::EpilogueKind::Bias)
+    ++info.fusedBiasEpilogues;
+  else if (fused == kir::EpilogueKind::DGelu)
+    ++info.fusedDGeluEpilogues;
+  else if (fused != kir::EpilogueKind::None)
+    ++info.fusedGeluEpilogues;
+}
+
+/// The layout of one operand of a GEMM of `batch` matrices `batchStride`
+/// elements apart.
+llvm::Error createLayout(const cuda::CublasLtApi &api,
+                         cublasLtMatrixLayout_t *out, kir::DType dtype,
+                         const LtOperand &operand, int64_t batch,
+                         int64_t batchStride) {
+  if (llvm::Error error = checkCublas(
+          api,
+          api.matrixLayoutCreate(out, cudaType(dtype), operand.rows,
+                                 operand.cols, operand.ld),
+          "cublasLtMatrixLayoutCreate"))
+    return error;
+  if (batch > 1) {
+    int32_t count = batch;
+    api.matrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                 &count, sizeof(count));
+    api.matrixLayoutSetAttribute(*out,
+                                 CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                 &batchStride, sizeof(batchStride));
+  }
+  return llvm::Error::success();
+}
+
+/// Builds the launch plans of one executor: loads the modules codegen
+/// compiled, then plans each step in order.
+class LaunchPlanner {
+public:
+  LaunchPlanner(Impl &impl, const kir::Program &prog,
+                const std::vector<uint64_t> &bases,
+                const cuda::CudaModules &modules,
+                const CudaExecutorOptions &options, CudaExecutorInfo &info)
+      : impl(impl), cu(*impl.cu), prog(prog), bases(bases), modules(modules),
+        options(options), info(info) {}
+
+  /// The kernel module with a plan per program kernel, and the library
+  /// module.
+  llvm::Error loadModules();
+  llvm::Error planStep(size_t index, const kir::Step &step);
+
+private:
+  llvm::Error loadModule(const cuda::CudaBinaries &binaries, CUmodule *module);
+  llvm::Error libraryFunction(const std::string &fn, CUfunction *out);
+  // The library kernels of step `index` (as many as its kind launches).
+  llvm::Expected<const std::vector<cuda::LibraryKernel> *>
+  stepKernels(size_t index, size_t count);
+  uint64_t address(const kir::View &view) const { return bases[view.buffer]; }
+
+  llvm::Error planGemm(const kir::Step &step);
+  /// The algorithm for `plan` from the cache or cuBLASLt's heuristic; drops
+  /// the fused epilogue where no algorithm runs it.
+  llvm::Error chooseAlgorithm(const kir::Step &step, GemmPlan &plan,
+                              const std::string &key, uint32_t alignA,
+                              uint32_t alignB, uint32_t alignC);
+  llvm::Error planAttention(size_t index, const kir::Step &step);
+  llvm::Error planEmbeddingGrad(size_t index, const kir::Step &step);
+
+  Impl &impl;
+  const cuda::DriverApi &cu;
+  const kir::Program &prog;
+  const std::vector<uint64_t> &bases;
+  const cuda::CudaModules &modules;
+  const CudaExecutorOptions &options;
+  CudaExecutorInfo &info;
+  // Per GEMM key: the algorithm, and whether it runs the epilogue.
+  std::map<std::string, std::pair<cublasLtMatmulAlgo_t, bool>> algoCache;
+};
+
+llvm::Error LaunchPlanner::loadModule(const cuda::CudaBinaries &binaries,
+                                      CUmodule *module) {
+  llvm::Expected<cuda::CudaImage> image =
+      binaries.imageFor(info.computeCapability);
+  if (!image)
+    return image.takeError();
+  if (module == &impl.kernelModule)
+    info.kernelImage = llvm::formatv("{0}_{1} {2}", image->isPtx ? "compute" : "sm",
+                                     image->arch, image->isPtx ? "PTX" : "cubin")
+                           .str();
+  return checkDriver(cu, cu.moduleLoadData(module, image->data),
+                     "cuModuleLoadData");
+}
+
+llvm::Error LaunchPlanner::loadModules() {
+  if (!prog.kernels.empty()) {
+    if (llvm::Error error = loadModule(modules.kernels, &impl.kernelModule))
+      return error;
+    for (auto [index, kernel] : llvm::enumerate(prog.kernels)) {
+      KernelPlan &plan = impl.kernels.emplace_back();
+      if (llvm::Error error = checkDriver(
+              cu,
+              cu.moduleGetFunction(&plan.function, impl.kernelModule,
+                                   kernel.name.c_str()),
+              "cuModuleGetFunction"))
+        return llvm::createStringError("kernel '" + kernel.name + "': " +
+                                       llvm::toString(std::move(error)));
+      plan.launch = modules.kernelLaunches[index];
+      for (const kir::Access &access : kernel.operands)
+        plan.operands.push_back(bases[access.buffer]);
+    }
+    // The operand vectors no longer move: point the parameters at them.
+    for (KernelPlan &plan : impl.kernels)
+      for (CUdeviceptr &operand : plan.operands)
+        plan.params.push_back(&operand);
+  }
+  if (modules.hasLibrary)
+    if (llvm::Error error = loadModule(modules.library, &impl.libraryModule))
+      return error;
+  return llvm::Error::success();
+}
+
+llvm::Error LaunchPlanner::libraryFunction(const std::string &fn,
+                                           CUfunction *out) {
+  if (!impl.libraryModule)
+    return llvm::createStringError("kernel '" + fn +
+                                   "': the CUDA compiler made no library "
+                                   "module");
+  if (llvm::Error error = checkDriver(
+          cu, cu.moduleGetFunction(out, impl.libraryModule, fn.c_str()),
+          "cuModuleGetFunction"))
+    return llvm::createStringError("kernel '" + fn + "': " +
+                                   llvm::toString(std::move(error)));
+  return llvm::Error::success();
+}
+
+llvm::Expected<const std::vector<cuda::LibraryKernel> *>
+LaunchPlanner::stepKernels(size_t index, size_t count) {
+  const std::vector<cuda::LibraryKernel> &kernels = modules.stepKernels[index];
+  if (kernels.size() != count)
+    return llvm::createStringError(llvm::formatv(
+        "step {0} ('{1}'): the CUDA compiler gave {2} library kernels, "
+        "not {3}",
+        index, prog.steps[index].origin, kernels.size(), count));
+  return &kernels;
+}
+
+llvm::Error LaunchPlanner::planStep(size_t index, const kir::Step &step) {
+  switch (step.kind) {
+  case kir::StepKind::Kernel:
+    impl.stepPlan.push_back(step.kernel);
+    return llvm::Error::success();
+  case kir::StepKind::Gemm:
+    return planGemm(step);
+  case kir::StepKind::Attention:
+  case kir::StepKind::AttentionGrad:
+    return planAttention(index, step);
+  case kir::StepKind::EmbeddingGrad:
+    return planEmbeddingGrad(index, step);
+  }
+  return llvm::Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// GEMMs through cuBLASLt
+//===----------------------------------------------------------------------===//
+
+llvm::Error LaunchPlanner::planGemm(const kir::Step &step) {
+  const kir::GemmStep &g = step.gemm;
+  impl.stepPlan.push_back(impl.gemms.size());
+  GemmPlan &plan = impl.gemms.emplace_back();
+  const kir::Buffer &bufA = prog.buffers[g.a.buffer];
+  const kir::Buffer &bufB = prog.buffers[g.b.buffer];
+  const kir::Buffer &bufC = prog.buffers[g.c.buffer];
+  int64_t elemA = kir::dtypeBytes(bufA.dtype);
+  int64_t elemB = kir::dtypeBytes(bufB.dtype);
+  int64_t elemC = kir::dtypeBytes(bufC.dtype);
+  plan.name = llvm::formatv("gemm {0}x{1}x{2}{3}", g.m, g.n, g.k,
+                            g.batch > 1 ? llvm::formatv(" b{0}", g.batch).str()
+                                        : std::string())
+                  .str();
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T:
+  // cuBLASLt's A is our B and its B our A.
+  int64_t aM = g.transA ? g.a.strides[2] : g.a.strides[1];
+  int64_t aK = g.transA ? g.a.strides[1] : g.a.strides[2];
+  int64_t bK = g.transB ? g.b.strides[2] : g.b.strides[1];
+  int64_t bN = g.transB ? g.b.strides[1] : g.b.strides[2];
+  std::optional<LtOperand> ltA = columnMajor(g.n, g.k, bN, bK);
+  std::optional<LtOperand> ltB = columnMajor(g.k, g.m, aK, aM);
+  if (!ltA || !ltB || (g.c.strides[2] != 1 && g.n != 1))
+    return llvm::createStringError(
+        "GEMM step '" + step.origin +
+        "': an operand has no unit stride, which cuBLASLt needs");
+  LtOperand ltC{CUBLAS_OP_N, uint64_t(g.n), uint64_t(g.m),
+                std::max<int64_t>({g.c.strides[1], g.n, 1})};
+  plan.a = address(g.b) + g.b.offset * elemB;
+  plan.b = address(g.a) + g.a.offset * elemA;
+  plan.c = address(g.c) + g.c.offset * elemC;
+  bool f32 = bufA.dtype == kir::DType::F32 && bufB.dtype == kir::DType::F32;
+  cublasComputeType_t compute = f32 && impl.allowTf32
+                                    ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                    : CUBLAS_COMPUTE_32F;
+  const cuda::CublasLtApi &api = *impl.lt;
+  if (llvm::Error error = checkCublas(
+          api, api.matmulDescCreate(&plan.desc, compute, CUDA_R_32F),
+          "cublasLtMatmulDescCreate"))
+    return error;
+  api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ltA->op,
+                             sizeof(ltA->op));
+  api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &ltB->op,
+                             sizeof(ltB->op));
+  // The epilogue kernel runs inside cuBLASLt when codegen classified it as
+  // one cuBLASLt computes (kir::GemmStep::epilogueKind) and its vectors are
+  // placed as cuBLASLt wants: 16-byte aligned, the aux leading dimension a
+  // multiple of 8 elements.
+  kir::EpilogueKind fusedKind = g.epilogue >= 0 && options.fuseEpilogues
+                                    ? g.epilogueKind
+                                    : kir::EpilogueKind::None;
+  bool hasBias = fusedKind == kir::EpilogueKind::Bias ||
+                 fusedKind == kir::EpilogueKind::GeluBias;
+  bool hasAux = fusedKind == kir::EpilogueKind::DGelu;
+  EpilogueOperands epilogue;
+  epilogue.auxLd = hasAux ? g.epilogueAux.strides[0] : 0;
+  epilogue.bias = hasBias ? bases[g.epilogueBias.buffer] +
+                                g.epilogueBias.offset * 4
+                          : 0;
+  epilogue.aux =
+      hasAux ? bases[g.epilogueAux.buffer] + g.epilogueAux.offset * 4 : 0;
+  uint32_t biasAlignment = hasBias ? alignmentOf(epilogue.bias) : 0;
+  uint32_t auxAlignment = epilogue.aux ? alignmentOf(epilogue.aux) : 0;
+  if ((hasBias && biasAlignment < 16) ||
+      (epilogue.aux && (auxAlignment < 16 || epilogue.auxLd % 8 != 0)))
+    fusedKind = kir::EpilogueKind::None;
+  if (fusedKind != kir::EpilogueKind::None)
+    setEpilogue(api, plan, fusedKind, epilogue);
+  if (llvm::Error error =
+          createLayout(api, &plan.layoutA, bufB.dtype, *ltA, g.batch,
+                       g.b.strides[0]))
+    return error;
+  if (llvm::Error error =
+          createLayout(api, &plan.layoutB, bufA.dtype, *ltB, g.batch,
+                       g.a.strides[0]))
+    return error;
+  if (llvm::Error error = createLayout(api, &plan.layoutC, bufC.dtype, ltC,
+                                       g.batch, g.c.strides[0]))
+    return error;
+  uint32_t alignA = alignmentOf(plan.a), alignB = alignmentOf(plan.b),
+           alignC = alignmentOf(plan.c);
+  std::string key = llvm::formatv(
+      "{0} {1} {2} {3} {4}{5}{6} {7} {8} {9} {10} {11} {12} {13} {14} {15} "
+      "{16} {17} {18}",
+      g.batch, g.m, g.n, g.k, int(ltA->op), int(ltB->op), int(compute),
+      ltA->ld, ltB->ld, ltC.ld, g.a.strides[0], g.b.strides[0],
+      g.c.strides[0], alignA, alignB, alignC,
+      shapeKey(bufA) + shapeKey(bufB) + shapeKey(bufC), int(plan.fused),
+      biasAlignment);
+  key += llvm::formatv(" {0} {1}", auxAlignment, epilogue.auxLd).str();
+  return chooseAlgorithm(step, plan, key, alignA, alignB, alignC);
+}
+
+llvm::Error LaunchPlanner::chooseAlgorithm(const kir::Step &step,
+                                           GemmPlan &plan,
+                                           const std::string &key,
+                                           uint32_t alignA, uint32_t alignB,
+                                           uint32_t alignC) {
+  const cuda::CublasLtApi &api = *impl.lt;
+  auto cached = algoCache.find(key);
+  if (cached != algoCache.end()) {
+    plan.algo = cached->second.first;
+    if (!cached->second.second && plan.fused != kir::EpilogueKind::None)
+      setEpilogue(api, plan, kir::EpilogueKind::None, {});
+    countFused(plan.fused, info);
+    return llvm::Error::success();
+  }
+  cublasLtMatmulPreference_t preference = nullptr;
+  if (llvm::Error error = checkCublas(api,
+                                      api.matmulPreferenceCreate(&preference),
+                                      "cublasLtMatmulPreferenceCreate"))
+    return error;
+  uint64_t workspaceBytes = kGemmWorkspaceBytes;
+  api.matmulPreferenceSetAttribute(preference,
+                                   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                   &workspaceBytes, sizeof(workspaceBytes));
+  for (auto [attribute, value] :
+       {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignA},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignB},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignC},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignC}})
+    api.matmulPreferenceSetAttribute(preference, attribute, &value,
+                                     sizeof(value));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t status = api.matmulAlgoGetHeuristic(
+      impl.ltHandle, plan.desc, plan.layoutA, plan.layoutB, plan.layoutC,
+      plan.layoutC, preference, 1, &result, &found);
+  if ((status != CUBLAS_STATUS_SUCCESS || found == 0) &&
+      plan.fused != kir::EpilogueKind::None) {
+    // No algorithm runs this epilogue here (cuBLASLt supports some
+    // epilogues for some types and layouts only): the kernel does.
+    setEpilogue(api, plan, kir::EpilogueKind::None, {});
+    status = api.matmulAlgoGetHeuristic(
+        impl.ltHandle, plan.desc, plan.layoutA, plan.layoutB, plan.layoutC,
+        plan.layoutC, preference, 1, &result, &found);
+  }
+  api.matmulPreferenceDestroy(preference);
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0)
+    return llvm::createStringError(llvm::formatv(
+        "cuBLASLt has no algorithm for GEMM step '{0}' ({1}, {2}): {3}",
+        step.origin, plan.name, key, api.getStatusString(status)));
+  plan.algo = result.algo;
+  algoCache[key] = {result.algo, plan.fused != kir::EpilogueKind::None};
+  countFused(plan.fused, info);
+  return llvm::Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Library kernels: flash attention, embedding gradients
+//===----------------------------------------------------------------------===//
+
+llvm::Error LaunchPlanner::planAttention(size_t index, const kir::Step &step) {
+  impl.stepPlan.push_back(impl.attentions.size());
+  AttentionPlan &plan = impl.attentions.emplace_back();
+  bool forward = step.kind == kir::StepKind::Attention;
+  const kir::View &q = forward ? step.attention.q : step.attentionGrad.q;
+  kir::DType dtype = prog.buffers[q.buffer].dtype;
+  llvm::Expected<const std::vector<cuda::LibraryKernel> *> kernels =
+      stepKernels(index, forward ? 1 : 2);
+  if (!kernels)
+    return kernels.takeError();
+  if (forward) {
+    const kir::AttentionStep &att = step.attention;
+    for (const kir::View *view : {&att.k, &att.v, &att.out})
+      if (prog.buffers[view->buffer].dtype != dtype)
+        return llvm::createStringError(
+            "attention step '" + step.origin +
+            "': q, k, v and out must share one dtype");
+    if (prog.buffers[att.lse.buffer].dtype != kir::DType::F32)
+      return llvm::createStringError("attention step '" + step.origin +
+                                     "': lse must be f32");
+    plan.forwardName = (**kernels)[0].name;
+    if (llvm::Error error = libraryFunction(plan.forwardName, &plan.forward))
+      return error;
+    plan.forwardLaunch = (**kernels)[0].launch;
+    cuda::AttentionForwardArgs &args = plan.forwardArgs;
+    args.q = reinterpret_cast<const void *>(address(att.q));
+    args.k = reinterpret_cast<const void *>(address(att.k));
+    args.v = reinterpret_cast<const void *>(address(att.v));
+    args.out = reinterpret_cast<void *>(address(att.out));
+    args.lse = reinterpret_cast<float *>(address(att.lse));
+    args.vq = viewArgs(att.q);
+    args.vk = viewArgs(att.k);
+    args.vv = viewArgs(att.v);
+    args.vout = viewArgs(att.out);
+    args.vlse = viewArgs(att.lse);
+    args.vlse.dim = 0;
+    args.batch = att.batch;
+    args.heads = att.heads;
+    args.seq = att.seq;
+    args.causal = att.causal;
+    args.scale = att.scale;
+    return llvm::Error::success();
+  }
+  const kir::AttentionGradStep &att = step.attentionGrad;
+  for (const kir::View *view :
+       {&att.dout, &att.k, &att.v, &att.out, &att.dq, &att.dk, &att.dv})
+    if (prog.buffers[view->buffer].dtype != dtype)
+      return llvm::createStringError("attention gradient step '" +
+                                     step.origin +
+                                     "': its tensors must share one dtype");
+  plan.dkdvName = (**kernels)[0].name;
+  plan.dqName = (**kernels)[1].name;
+  if (llvm::Error error = libraryFunction(plan.dkdvName, &plan.dkdv))
+    return error;
+  if (llvm::Error error = libraryFunction(plan.dqName, &plan.dq))
+    return error;
+  plan.dkdvLaunch = (**kernels)[0].launch;
+  plan.dqLaunch = (**kernels)[1].launch;
+  cuda::AttentionBackwardArgs &args = plan.backwardArgs;
+  args.dout = reinterpret_cast<const void *>(address(att.dout));
+  args.q = reinterpret_cast<const void *>(address(att.q));
+  args.k = reinterpret_cast<const void *>(address(att.k));
+  args.v = reinterpret_cast<const void *>(address(att.v));
+  args.out = reinterpret_cast<const void *>(address(att.out));
+  args.lse = reinterpret_cast<const float *>(address(att.lse));
+  args.dq = reinterpret_cast<void *>(address(att.dq));
+  args.dk = reinterpret_cast<void *>(address(att.dk));
+  args.dv = reinterpret_cast<void *>(address(att.dv));
+  args.vdout = viewArgs(att.dout);
+  args.vq = viewArgs(att.q);
+  args.vk = viewArgs(att.k);
+  args.vv = viewArgs(att.v);
+  args.vout = viewArgs(att.out);
+  args.vlse = viewArgs(att.lse);
+  args.vlse.dim = 0;
+  args.vdq = viewArgs(att.dq);
+  args.vdk = viewArgs(att.dk);
+  args.vdv = viewArgs(att.dv);
+  args.batch = att.batch;
+  args.heads = att.heads;
+  args.seq = att.seq;
+  args.causal = att.causal;
+  args.scale = att.scale;
+  return llvm::Error::success();
+}
+
+llvm::Error LaunchPlanner::planEmbeddingGrad(size_t index,
+                                             const kir::Step &step) {
+  const kir::EmbeddingGradStep &e = step.embeddingGrad;
+  impl.stepPlan.push_back(impl.embeddings.size());
+  EmbeddingPlan &plan = impl.embeddings.emplace_back();
+  llvm::Expected<const std::vector<cuda::LibraryKernel> *> kernels =
+      stepKernels(index, 2);
+  if (!kernels)
+    return kernels.takeError();
+  if (llvm::Error error = libraryFunction((**kernels)[0].name, &plan.zero))
+    return error;
+  if (llvm::Error error = libraryFunction((**kernels)[1].name, &plan.scatter))
+    return error;
+  plan.ids = address(e.ids);
+  plan.grad = address(e.grad);
+  plan.out = address(e.out);
+  plan.idsOffset = e.ids.offset;
+  plan.idsStride = e.ids.strides[0];
+  plan.gradOffset = e.grad.offset;
+  plan.gradPosStride = e.grad.strides[0];
+  plan.gradColStride = e.grad.strides[1];
+  plan.outOffset = e.out.offset;
+  plan.outRowStride = e.out.strides[0];
+  plan.outColStride = e.out.strides[1];
+  plan.positions = e.positions;
+  plan.rows = e.rows;
+  plan.channels = e.channels;
+  plan.zeroLaunch = (**kernels)[0].launch;
+  plan.scatterLaunch = (**kernels)[1].launch;
+  return llvm::Error::success();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Planning and launching
+//===----------------------------------------------------------------------===//
+
+llvm::Error CudaExecutor::planLaunches(const cuda::CudaModules &modules,
+                                       const CudaExecutorOptions &options) {
+  LaunchPlanner planner(*impl, prog, bases, modules, options, creationInfo);
+  if (llvm::Error error = planner.loadModules())
+    return error;
+  for (auto [index, step] : llvm::enumerate(prog.steps))
+    if (llvm::Error error = planner.planStep(index, step))
+      return error;
+  return llvm::Error::success();
+}
+
+llvm::Error CudaExecutor::Impl::launch(CUfunction function,
+                                       const cuda::CudaLaunch &l,
+                                       void **params) {
+  return checkDriver(*cu,
+                     cu->launchKernel(function, l.grid[0], l.grid[1],
+                                      l.grid[2], l.block[0], l.block[1],
+                                      l.block[2], l.sharedBytes, stream,
+                                      params, nullptr),
+                     "cuLaunchKernel");
+}
+
+llvm::Error CudaExecutor::enqueueSchedule(bool timed) {
+  Impl &im = *impl;
+  const cuda::DriverApi &cu = *im.cu;
+  if (timed && im.stepEvents.size() < 2 * prog.steps.size()) {
+    while (im.stepEvents.size() < 2 * prog.steps.size()) {
+      CUevent event;
+      if (llvm::Error error = checkDriver(
+              cu, cu.eventCreate(&event, CU_EVENT_DEFAULT), "cuEventCreate"))
+        return error;
+      im.stepEvents.push_back(event);
+    }
+  }
+  for (auto [index, step] : llvm::enumerate(prog.steps)) {
+    if (timed)
+      cu.eventRecord(im.stepEvents[2 * index], im.stream);
+    int32_t plan = im.stepPlan[index];
+    switch (step.kind) {
+    case kir::StepKind::Kernel: {
+      KernelPlan &kernel = im.kernels[plan];
+      if (llvm::Error error = im.launch(kernel.function, kernel.launch,
+                                        kernel.params.data()))
+        return error;
+      break;
+    }
+    case kir::StepKind::Gemm: {
+      GemmPlan &gemm = im.gemms[plan];
+      // Accumulating (a gradient summed into its buffer): D = A x B + C, C = D.
+      float alpha = 1.0f, beta = step.gemm.accumulate ? 1.0f : 0.0f;
+      if (llvm::Error error = checkCublas(
+              *im.lt,
+              im.lt->matmul(im.ltHandle, gemm.desc, &alpha,
+                            reinterpret_cast<const void *>(gemm.a),
+                            gemm.layoutA,
+                            reinterpret_cast<const void *>(gemm.b),
+                            gemm.layoutB, &beta,
+                            reinterpret_cast<const void *>(gemm.c),
+                            gemm.layoutC, reinterpret_cast<void *>(gemm.c),
+                            gemm.layoutC, &gemm.algo,
+                            reinterpret_cast<void *>(im.workspace),
+                            kGemmWorkspaceBytes, im.stream),
+              "cublasLtMatmul"))
+        return error;
+      if (step.gemm.epilogue >= 0 && gemm.fused == kir::EpilogueKind::None) {
+        KernelPlan &kernel = im.kernels[step.gemm.epilogue];
+        if (llvm::Error error = im.launch(kernel.function, kernel.launch,
+                                          kernel.params.data()))
+          return error;
+      }
+      break;
+    }
+    case kir::StepKind::Attention: {
+      AttentionPlan &att = im.attentions[plan];
+      void *params[] = {&att.forwardArgs};
+      if (llvm::Error error =
+              im.launch(att.forward, att.forwardLaunch, params))
+        return error;
+      break;
+    }
+    case kir::StepKind::AttentionGrad: {
+      AttentionPlan &att = im.attentions[plan];
+      void *params[] = {&att.backwardArgs};
+      if (llvm::Error error = im.launch(att.dkdv, att.dkdvLaunch, params))
+        return error;
+      if (llvm::Error error = im.launch(att.dq, att.dqLaunch, params))
+        return error;
+      break;
+    }
+    case kir::StepKind::EmbeddingGrad: {
+      EmbeddingPlan &e = im.embeddings[plan];
+      void *zero[] = {&e.out,          &e.outOffset, &e.outRowStride,
+                      &e.outColStride, &e.rows,      &e.channels};
+      if (!step.embeddingGrad.accumulate)
+        if (llvm::Error error = im.launch(e.zero, e.zeroLaunch, zero))
+          return error;
+      void *scatter[] = {&e.ids,          &e.idsOffset,     &e.idsStride,
+                         &e.grad,         &e.gradOffset,    &e.gradPosStride,
+                         &e.gradColStride, &e.out,          &e.outOffset,
+                         &e.outRowStride, &e.outColStride,  &e.positions,
+                         &e.channels};
+      if (llvm::Error error = im.launch(e.scatter, e.scatterLaunch, scatter))
+        return error;
+      break;
+    }
+    }
+    if (timed)
+      cu.eventRecord(im.stepEvents[2 * index + 1], im.stream);
+  }
+  return llvm::Error::success();
+}
