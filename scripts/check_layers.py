@@ -83,7 +83,7 @@ def main():
     for v in violations:
         print(v)
     if violations:
-        print(f"{len(violations)} include(s) point up a layer", file=sys.stderr)
+        print(f"{len(violations)} include(s) point up a layer")
         return 1
     print("layers: every include points down or sideways")
     return 0
