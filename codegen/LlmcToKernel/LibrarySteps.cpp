@@ -1,0 +1,385 @@
+// GEMM and library steps: matmul and batch_matmul (with a fused epilogue
+// kernel or accumulating into a planned target), attention, attention
+// gradient and embedding gradient.
+
+#include "codegen/LlmcToKernel/LoweringState.h"
+
+namespace mlir::llmc::lowering {
+
+/// GEMM operands: a [batch, rows, cols] view with a unit stride in one of the
+/// last two dims, the leading dims of `view` folded into `rows` (if
+/// `foldIntoRows` and the layout allows) or into the batch.
+static std::optional<View> gemmView(const TensorView &view, bool foldIntoRows,
+                                    int64_t &batch, int64_t &rows) {
+  size_t rank = view.shape.size();
+  if (rank < 2)
+    return std::nullopt;
+  View result;
+  result.buffer = view.buffer;
+  result.offset = view.offset;
+  int64_t rowStride = view.strides[rank - 2], colStride = view.strides[rank - 1];
+  rows = view.shape[rank - 2];
+  batch = 1;
+  int64_t batchStride = 0;
+  // Leading dims: fold each into rows while contiguous with them, then the
+  // rest into one batch dimension with a uniform stride.
+  size_t d = rank - 2;
+  if (foldIntoRows)
+    while (d > 0 && (view.shape[d - 1] == 1 ||
+                     view.strides[d - 1] == rowStride * rows)) {
+      rows *= view.shape[d - 1];
+      --d;
+    }
+  for (size_t b = d; b-- > 0;) {
+    if (view.shape[b] == 1)
+      continue;
+    if (batch == 1)
+      batchStride = view.strides[b];
+    else if (view.strides[b] != batchStride * batch)
+      return std::nullopt;
+    batch *= view.shape[b];
+  }
+  if (rowStride != 1 && colStride != 1)
+    return std::nullopt;
+  if (rows == 1 && colStride == 1)
+    rowStride = view.shape[rank - 1]; // any valid leading dimension
+  result.strides = {batchStride, rowStride, colStride};
+  return result;
+}
+
+LogicalResult Lowering::lowerGemm(Operation *matmul, Operation *fusion,
+                                  ArrayRef<Operation *> epilogue) {
+  bool transA = matmul->hasAttr("transpose_a");
+  bool transB = matmul->hasAttr("transpose_b");
+  bool shared = isa<MatmulOp>(matmul); // rhs is one weight for all batches
+  auto operandView = [&](unsigned index) -> FailureOr<TensorView> {
+    Value value = matmul->getOperand(index);
+    if (fusion)
+      value = outer.lookup(value);
+    return viewOf(value);
+  };
+  FailureOr<TensorView> lhs = operandView(0), rhs = operandView(1);
+  if (failed(lhs) || failed(rhs))
+    return failure();
+  auto resultType = cast<RankedTensorType>(matmul->getResult(0).getType());
+  FailureOr<DType> productType = dtypeOf(resultType);
+  if (failed(productType) || lhs->dtype != rhs->dtype ||
+      !::llmc::kir::isFloat(lhs->dtype))
+    return matmul->emitOpError("internal error: GEMM operands must share one "
+                               "float type");
+
+  GemmStep gemm;
+  gemm.transA = transA;
+  gemm.transB = transB;
+  int64_t batchA = 1, rowsA = 0, batchB = 1, rowsB = 0;
+  // Rows of A fold into M only when A is not transposed and the weight is
+  // shared; otherwise leading dims are a batch.
+  std::optional<View> a = gemmView(*lhs, shared && !transA, batchA, rowsA);
+  if (!a) {
+    *lhs = copyContiguous(*lhs, nameOf(matmul->getOperand(0)));
+    a = gemmView(*lhs, shared && !transA, batchA, rowsA);
+  }
+  std::optional<View> b = gemmView(*rhs, false, batchB, rowsB);
+  if (!b) {
+    *rhs = copyContiguous(*rhs, nameOf(matmul->getOperand(1)));
+    b = gemmView(*rhs, false, batchB, rowsB);
+  }
+  int64_t rank = resultType.getRank();
+  gemm.n = resultType.getDimSize(rank - 1);
+  gemm.k = lhs->shape[transA ? lhs->shape.size() - 2 : lhs->shape.size() - 1];
+  gemm.batch = batchA;
+  gemm.m = transA ? lhs->shape.back() : rowsA;
+  if (!shared && batchB != batchA)
+    return matmul->emitOpError("internal error: batch dims of a batch_matmul "
+                               "fold differently");
+  if (shared)
+    b->strides[0] = 0;
+  gemm.a = *a;
+  gemm.b = *b;
+
+  Step step;
+  step.kind = StepKind::Gemm;
+  step.origin = nameOf(fusion ? fusion->getResult(0) : matmul->getResult(0));
+  // A planned accumulation: C is the argument's buffer (contiguous, of the
+  // product's type) and the epilogue's adds are the GEMM's beta = 1.
+  if (std::optional<TensorView> target =
+          accumulationTarget(fusion ? fusion : matmul)) {
+    gemm.c.buffer = target->buffer;
+    gemm.c.offset = 0;
+    gemm.c.strides = {gemm.m * gemm.n, gemm.n, 1};
+    gemm.accumulate = true;
+    if (fusion) {
+      views[fusion->getResult(0)] = *target;
+      storedInPlace.insert(fusion->getResult(0));
+    }
+    step.gemm = std::move(gemm);
+    program.steps.push_back(std::move(step));
+    return success();
+  }
+
+  // C: the product, contiguous, of the product's type (a GEMM rounds a
+  // narrow product itself); the epilogue (if any) runs on it in place when
+  // its one final value has C's type, else into buffers of its own. A
+  // narrow product that a one-result epilogue casts back up to f32 gets an
+  // f32 C instead, which the epilogue rounds as it loads it and overwrites
+  // in place: no narrow buffer, the same values.
+  DType cType = *productType;
+  bool roundOnLoad = false;
+  if (!epilogue.empty() && fusion->getNumResults() == 1 &&
+      cType != DType::F32) {
+    FailureOr<DType> finalType = dtypeOf(fusion->getResult(0).getType());
+    if (failed(finalType))
+      return failure();
+    roundOnLoad = *finalType == DType::F32;
+    if (roundOnLoad)
+      cType = DType::F32;
+  }
+  FailureOr<TensorView> c = newTensor(
+      fusion ? fusion->getResult(0) : matmul->getResult(0),
+      nameOf(fusion ? fusion->getResult(0) : matmul->getResult(0)));
+  if (failed(c))
+    return failure();
+  c->dtype = cType;
+  program.buffers[c->buffer].dtype = cType;
+  gemm.c.buffer = c->buffer;
+  gemm.c.offset = 0;
+  gemm.c.strides = {gemm.m * gemm.n, gemm.n, 1};
+
+  if (!epilogue.empty()) {
+    FailureOr<int32_t> kernel = lowerGemmEpilogue(
+        cast<FusionOp>(fusion), matmul, epilogue, *c,
+        roundOnLoad ? std::optional<DType>(*productType) : std::nullopt);
+    if (failed(kernel))
+      return failure();
+    gemm.epilogue = *kernel;
+  } else {
+    views[fusion ? fusion->getResult(0) : matmul->getResult(0)] = *c;
+  }
+  step.gemm = std::move(gemm);
+  program.steps.push_back(std::move(step));
+  return success();
+}
+
+FailureOr<int32_t> Lowering::lowerGemmEpilogue(FusionOp fusionOp,
+                                               Operation *matmul,
+                                               ArrayRef<Operation *> epilogue,
+                                               const TensorView &c,
+                                               std::optional<DType> roundTo) {
+  auto resultType = cast<RankedTensorType>(matmul->getResult(0).getType());
+  Value product = matmul->getResult(0);
+  views[product] = c;
+  SmallVector<int> map = identityMap(resultType.getRank());
+  KernelBuilder kb(kernelName(fusionOp.getName()), fusionOp.getName().str(),
+                   resultType.getShape());
+  scalars.clear();
+  dimMaps.clear();
+  scalars[product] = kb.load(c, map);
+  if (roundTo)
+    scalars[product] = kb.unary(*roundTo == DType::F16 ? KOp::RoundF16
+                                                       : KOp::RoundBF16,
+                                scalars[product]);
+  dimMaps[product] = map;
+  for (Operation *op : epilogue) {
+    if (failed(expand(kb, op)))
+      return failure();
+    roundNarrowResults(kb, op);
+  }
+  auto yield = cast<YieldOp>(fusionOp.getBody().front().getTerminator());
+  for (auto [inner, result] :
+       llvm::zip(yield.getValues(), fusionOp.getResults())) {
+    FailureOr<DType> dtype = dtypeOf(result.getType());
+    if (failed(dtype))
+      return failure();
+    TensorView out = c;
+    if (*dtype != c.dtype || fusionOp.getNumResults() > 1) {
+      FailureOr<TensorView> own = newTensor(result, nameOf(result));
+      if (failed(own))
+        return failure();
+      out = *own;
+    }
+    kb.store(out, dimMaps.lookup(inner), scalars.lookup(inner));
+    views[result] = out;
+  }
+  program.kernels.push_back(std::move(kb.kernel));
+  return int32_t(program.kernels.size() - 1);
+}
+
+LogicalResult Lowering::lowerAttention(AttentionOp op) {
+  SmallVector<TensorView> qkv;
+  for (Value operand : {op.getQuery(), op.getKey(), op.getValue()}) {
+    FailureOr<TensorView> view = viewOf(operand);
+    if (failed(view))
+      return failure();
+    if (view->strides.back() != 1)
+      *view = copyContiguous(*view, nameOf(operand));
+    qkv.push_back(*view);
+  }
+  int64_t rank = qkv[0].shape.size();
+  if (rank != 3 && rank != 4)
+    return op.emitOpError("code generation supports attention on "
+                          "[batch, seq, head_dim] or [batch, heads, seq, "
+                          "head_dim], got rank ")
+           << rank;
+  FailureOr<TensorView> out = newTensor(op.getResult(), nameOf(op.getResult()));
+  FailureOr<TensorView> lse = newTensor(op.getLse(), nameOf(op.getLse()));
+  if (failed(out) || failed(lse))
+    return failure();
+  // f32, f16 or bf16 alike (computed in f32); one type for all four.
+  for (const TensorView &view : {qkv[1], qkv[2], *out})
+    if (view.dtype != qkv[0].dtype)
+      return op.emitOpError("code generation needs q, k, v and the output "
+                            "of one element type");
+  orderLikeTransposeUser(op.getResult(), *out);
+  auto toView = [&](const TensorView &view) {
+    View result;
+    result.buffer = view.buffer;
+    result.offset = view.offset;
+    result.strides.assign(view.strides.begin(), view.strides.end());
+    if (rank == 3) // [batch, seq, ...]: one head
+      result.strides.insert(result.strides.begin() + 1, 0);
+    return result;
+  };
+  AttentionStep step;
+  step.batch = qkv[0].shape[0];
+  step.heads = rank == 4 ? qkv[0].shape[1] : 1;
+  step.seq = qkv[0].shape[rank - 2];
+  step.headDim = qkv[0].shape[rank - 1];
+  step.scale = op.getScale().convertToFloat();
+  step.causal = op.getCausal();
+  step.q = toView(qkv[0]);
+  step.k = toView(qkv[1]);
+  step.v = toView(qkv[2]);
+  step.out = toView(*out);
+  step.lse = toView(*lse);
+  views[op.getResult()] = *out;
+  views[op.getLse()] = *lse;
+  Step s;
+  s.kind = StepKind::Attention;
+  s.attention = std::move(step);
+  s.origin = nameOf(op.getResult());
+  program.steps.push_back(std::move(s));
+  return success();
+}
+
+LogicalResult Lowering::lowerAttentionGrad(AttentionGradOp op) {
+  SmallVector<TensorView> in;
+  for (Value operand : {op.getGrad(), op.getQuery(), op.getKey(),
+                        op.getValue(), op.getOutput()}) {
+    FailureOr<TensorView> view = viewOf(operand);
+    if (failed(view))
+      return failure();
+    if (view->strides.back() != 1)
+      *view = copyContiguous(*view, nameOf(operand));
+    in.push_back(*view);
+  }
+  FailureOr<TensorView> lse = viewOf(op.getLse());
+  if (failed(lse))
+    return failure();
+  int64_t rank = in[0].shape.size();
+  if (rank != 3 && rank != 4)
+    return op.emitOpError("code generation supports attention gradients on "
+                          "[batch, seq, head_dim] or [batch, heads, seq, "
+                          "head_dim], got rank ")
+           << rank;
+  SmallVector<TensorView> grads;
+  for (Value result : op.getResults()) {
+    FailureOr<TensorView> view = newTensor(result, nameOf(result));
+    if (failed(view))
+      return failure();
+    orderLikeTransposeUser(result, *view);
+    views[result] = *view;
+    grads.push_back(*view);
+  }
+  // f32, f16 or bf16 alike (computed in f32); one type for all eight.
+  for (const TensorView &view : llvm::concat<TensorView>(in, grads))
+    if (view.dtype != in[0].dtype)
+      return op.emitOpError("code generation needs the gradient, q, k, v, "
+                            "the output and the results of one element type");
+  auto toView = [&](const TensorView &view) {
+    View result;
+    result.buffer = view.buffer;
+    result.offset = view.offset;
+    result.strides.assign(view.strides.begin(), view.strides.end());
+    if (rank == 3) // [batch, seq, ...]: one head
+      result.strides.insert(result.strides.begin() + 1, 0);
+    return result;
+  };
+  ::llmc::kir::AttentionGradStep step;
+  step.batch = in[1].shape[0];
+  step.heads = rank == 4 ? in[1].shape[1] : 1;
+  step.seq = in[1].shape[rank - 2];
+  step.headDim = in[1].shape[rank - 1];
+  step.scale = op.getScale().convertToFloat();
+  step.causal = op.getCausal();
+  step.dout = toView(in[0]);
+  step.q = toView(in[1]);
+  step.k = toView(in[2]);
+  step.v = toView(in[3]);
+  step.out = toView(in[4]);
+  step.lse = toView(*lse);
+  step.dq = toView(grads[0]);
+  step.dk = toView(grads[1]);
+  step.dv = toView(grads[2]);
+  Step s;
+  s.kind = StepKind::AttentionGrad;
+  s.attentionGrad = std::move(step);
+  s.origin = nameOf(op.getResult(0));
+  program.steps.push_back(std::move(s));
+  return success();
+}
+
+LogicalResult Lowering::lowerEmbeddingGrad(EmbeddingGradOp op) {
+  FailureOr<TensorView> grad = viewOf(op.getGrad());
+  FailureOr<TensorView> ids = viewOf(op.getIndices());
+  if (failed(grad) || failed(ids))
+    return failure();
+  auto resultType = op.getResult().getType();
+  int64_t rows = resultType.getDimSize(0), channels = resultType.getDimSize(1);
+  int64_t positions = product(ids->shape);
+  TensorView grad2 =
+      reshaped(*grad, {positions, channels}, nameOf(op.getGrad()));
+  // The scatter-add sums f32 rows into an f32 table: a narrow gradient is
+  // widened first, a narrow result rounded after.
+  if (grad2.dtype != DType::F32)
+    grad2 = copyContiguous(grad2, nameOf(op.getGrad()), DType::F32);
+  TensorView ids1 = reshaped(*ids, {positions}, nameOf(op.getIndices()));
+  std::optional<TensorView> target = accumulationTarget(op);
+  FailureOr<TensorView> out =
+      target ? FailureOr<TensorView>(*target)
+             : newTensor(op.getResult(), nameOf(op.getResult()));
+  if (failed(out))
+    return failure();
+  DType resultDtype = out->dtype;
+  if (resultDtype != DType::F32) {
+    out->dtype = DType::F32;
+    program.buffers[out->buffer].dtype = DType::F32;
+  }
+  auto toView = [](const TensorView &view) {
+    View result;
+    result.buffer = view.buffer;
+    result.offset = view.offset;
+    result.strides.assign(view.strides.begin(), view.strides.end());
+    return result;
+  };
+  ::llmc::kir::EmbeddingGradStep step;
+  step.positions = positions;
+  step.rows = rows;
+  step.channels = channels;
+  step.ids = toView(ids1);
+  step.grad = toView(grad2);
+  step.out = toView(*out);
+  step.accumulate = target.has_value();
+  if (!target) // else its only use, the add, is the accumulation
+    views[op.getResult()] = *out;
+  noteIdBound(op.getIndices(), rows);
+  Step s;
+  s.kind = StepKind::EmbeddingGrad;
+  s.embeddingGrad = std::move(step);
+  s.origin = nameOf(op.getResult());
+  program.steps.push_back(std::move(s));
+  if (resultDtype != DType::F32)
+    views[op.getResult()] =
+        copyContiguous(*out, nameOf(op.getResult()), resultDtype);
+  return success();
+}
+} // namespace mlir::llmc::lowering
