@@ -765,38 +765,11 @@ static std::string checkBeforeVerifying(const kir::Program &program) {
   }
   for (auto [index, step] : llvm::enumerate(program.steps)) {
     std::vector<std::pair<const kir::View *, std::vector<int64_t>>> views;
-    if (step.kind == kir::StepKind::Gemm) {
-      const kir::GemmStep &g = step.gemm;
-      views = {{&g.a, {g.batch, g.transA ? g.k : g.m, g.transA ? g.m : g.k}},
-               {&g.b, {g.batch, g.transB ? g.n : g.k, g.transB ? g.k : g.n}},
-               {&g.c, {g.batch, g.m, g.n}}};
-      if (g.epilogueKind != kir::EpilogueKind::None)
-        views.push_back(g.epilogueKind == kir::EpilogueKind::DGelu
-                            ? std::pair{&g.epilogueAux,
-                                        std::vector<int64_t>{g.m, g.n}}
-                            : std::pair{&g.epilogueBias,
-                                        std::vector<int64_t>{g.n}});
-    } else if (step.kind == kir::StepKind::Attention) {
-      const kir::AttentionStep &a = step.attention;
-      std::vector<int64_t> shape = {a.batch, a.heads, a.seq, a.headDim};
-      views = {{&a.q, shape},
-               {&a.k, shape},
-               {&a.v, shape},
-               {&a.out, shape},
-               {&a.lse, {a.batch, a.heads, a.seq}}};
-    } else if (step.kind == kir::StepKind::AttentionGrad) {
-      const kir::AttentionGradStep &a = step.attentionGrad;
-      std::vector<int64_t> shape = {a.batch, a.heads, a.seq, a.headDim};
-      views = {{&a.dout, shape}, {&a.q, shape},  {&a.k, shape},
-               {&a.v, shape},    {&a.out, shape}, {&a.dq, shape},
-               {&a.dk, shape},   {&a.dv, shape},
-               {&a.lse, {a.batch, a.heads, a.seq}}};
-    } else if (step.kind == kir::StepKind::EmbeddingGrad) {
-      const kir::EmbeddingGradStep &e = step.embeddingGrad;
-      views = {{&e.ids, {e.positions}},
-               {&e.grad, {e.positions, e.channels}},
-               {&e.out, {e.rows, e.channels}}};
-    }
+    kir::forEachView(step, [&](const char *, const kir::View &view,
+                               kir::ViewRole,
+                               const std::vector<int64_t> &shape) {
+      views.push_back({&view, shape});
+    });
     for (const auto &[view, shape] : views)
       if (!productFits(shape) ||
           !reachFits(view->offset, view->strides, shape)) {

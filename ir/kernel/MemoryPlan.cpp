@@ -13,37 +13,14 @@ std::vector<int32_t> llmc::kir::buffersOfStep(const Program &program,
     for (const Access &access : program.kernels[index].operands)
       buffers.push_back(access.buffer);
   };
-  switch (step.kind) {
-  case StepKind::Kernel:
+  if (step.kind == StepKind::Kernel)
     addKernel(step.kernel);
-    break;
-  case StepKind::Gemm:
-    buffers.insert(buffers.end(),
-                   {step.gemm.a.buffer, step.gemm.b.buffer, step.gemm.c.buffer});
-    if (step.gemm.epilogue >= 0)
-      addKernel(step.gemm.epilogue);
-    break;
-  case StepKind::Attention: {
-    const AttentionStep &a = step.attention;
-    buffers.insert(buffers.end(), {a.q.buffer, a.k.buffer, a.v.buffer,
-                                   a.out.buffer, a.lse.buffer});
-    break;
-  }
-  case StepKind::AttentionGrad: {
-    const AttentionGradStep &a = step.attentionGrad;
-    buffers.insert(buffers.end(),
-                   {a.dout.buffer, a.q.buffer, a.k.buffer, a.v.buffer,
-                    a.out.buffer, a.lse.buffer, a.dq.buffer, a.dk.buffer,
-                    a.dv.buffer});
-    break;
-  }
-  case StepKind::EmbeddingGrad: {
-    const EmbeddingGradStep &e = step.embeddingGrad;
-    buffers.insert(buffers.end(),
-                   {e.ids.buffer, e.grad.buffer, e.out.buffer});
-    break;
-  }
-  }
+  forEachView(step, [&](const char *, const View &view, ViewRole,
+                        const std::vector<int64_t> &) {
+    buffers.push_back(view.buffer);
+  });
+  if (step.kind == StepKind::Gemm && step.gemm.epilogue >= 0)
+    addKernel(step.gemm.epilogue);
   return buffers;
 }
 

@@ -147,6 +147,13 @@ std::string ProgramVerifier::run() {
     }
   for (auto [index, step] : llvm::enumerate(program.steps)) {
     std::string what = "step " + std::to_string(index);
+    bool viewsFit = true;
+    forEachView(step, [&](const char *label, const View &view, ViewRole,
+                          const std::vector<int64_t> &shape) {
+      viewsFit = viewsFit && checkView(view, shape, what + " " + label);
+    });
+    if (!viewsFit)
+      return message;
     switch (step.kind) {
     case StepKind::Kernel:
       if (!checkKernel(step.kernel, what))
@@ -154,14 +161,6 @@ std::string ProgramVerifier::run() {
       break;
     case StepKind::Gemm: {
       const GemmStep &g = step.gemm;
-      std::vector<int64_t> aShape = {g.batch, g.transA ? g.k : g.m,
-                                     g.transA ? g.m : g.k};
-      std::vector<int64_t> bShape = {g.batch, g.transB ? g.n : g.k,
-                                     g.transB ? g.k : g.n};
-      if (!checkView(g.a, aShape, what + " A") ||
-          !checkView(g.b, bShape, what + " B") ||
-          !checkView(g.c, {g.batch, g.m, g.n}, what + " C"))
-        return message;
       for (const View *view : {&g.a, &g.b, &g.c})
         if (view->strides[1] != 1 && view->strides[2] != 1) {
           os << what << ": a GEMM operand needs a unit stride";
@@ -195,53 +194,34 @@ std::string ProgramVerifier::run() {
           return message;
         }
       }
-      if (g.epilogueKind != EpilogueKind::None) {
-        bool hasBias = g.epilogueKind == EpilogueKind::Bias ||
-                       g.epilogueKind == EpilogueKind::GeluBias;
-        bool hasAux = g.epilogueKind == EpilogueKind::DGelu;
-        if (g.epilogue < 0 || (hasAux && g.batch != 1)) {
-          os << what << ": epilogue kind "
-             << epilogueKindName(g.epilogueKind)
-             << " needs an epilogue kernel (and batch 1 with aux)";
-          return message;
-        }
-        if ((hasBias &&
-             !checkView(g.epilogueBias, {g.n}, what + " epilogue bias")) ||
-            (hasAux && !checkView(g.epilogueAux, {g.m, g.n},
-                                  what + " epilogue aux")))
-          return message;
+      // (The bias or aux view is checked with the others: forEachView.)
+      if (g.epilogueKind != EpilogueKind::None &&
+          (g.epilogue < 0 ||
+           (g.epilogueKind == EpilogueKind::DGelu && g.batch != 1))) {
+        os << what << ": epilogue kind " << epilogueKindName(g.epilogueKind)
+           << " needs an epilogue kernel (and batch 1 with aux)";
+        return message;
       }
       break;
     }
     case StepKind::Attention: {
       const AttentionStep &a = step.attention;
-      std::vector<int64_t> shape = {a.batch, a.heads, a.seq, a.headDim};
-      if (!checkView(a.q, shape, what + " q") ||
-          !checkView(a.k, shape, what + " k") ||
-          !checkView(a.v, shape, what + " v") ||
-          !checkView(a.out, shape, what + " out") ||
-          !checkView(a.lse, {a.batch, a.heads, a.seq}, what + " lse"))
-        return message;
       if (!checkAttentionTypes({&a.q, &a.k, &a.v, &a.out}, a.lse, what))
         return message;
       break;
     }
     case StepKind::AttentionGrad: {
       const AttentionGradStep &a = step.attentionGrad;
-      std::vector<int64_t> shape = {a.batch, a.heads, a.seq, a.headDim};
-      std::pair<const View *, const char *> views[] = {
-          {&a.dout, " dout"}, {&a.q, " q"},   {&a.k, " k"},
-          {&a.v, " v"},       {&a.out, " out"}, {&a.dq, " dq"},
-          {&a.dk, " dk"},     {&a.dv, " dv"}};
-      for (auto [view, name] : views) {
-        if (!checkView(*view, shape, what + name))
-          return message;
-        if (view->strides[3] != 1) {
-          os << what << name << " needs a unit head_dim stride";
-          return message;
+      bool unitHeadDim = true;
+      forEachAttentionGradView(a, [&](const char *label, const View &view,
+                                      ViewRole,
+                                      const std::vector<int64_t> &shape) {
+        if (unitHeadDim && shape.size() == 4 && view.strides[3] != 1) {
+          os << what << " " << label << " needs a unit head_dim stride";
+          unitHeadDim = false;
         }
-      }
-      if (!checkView(a.lse, {a.batch, a.heads, a.seq}, what + " lse"))
+      });
+      if (!unitHeadDim)
         return message;
       if (!checkAttentionTypes({&a.dout, &a.q, &a.k, &a.v, &a.out, &a.dq,
                                 &a.dk, &a.dv},
@@ -251,10 +231,6 @@ std::string ProgramVerifier::run() {
     }
     case StepKind::EmbeddingGrad: {
       const EmbeddingGradStep &e = step.embeddingGrad;
-      if (!checkView(e.ids, {e.positions}, what + " ids") ||
-          !checkView(e.grad, {e.positions, e.channels}, what + " grad") ||
-          !checkView(e.out, {e.rows, e.channels}, what + " out"))
-        return message;
       DType ids = program.buffers[e.ids.buffer].dtype;
       if (ids != DType::I32 && ids != DType::I64) {
         os << what << ": ids must be i32 or i64, not " << dtypeName(ids);
@@ -298,6 +274,15 @@ static void printView(llvm::raw_ostream &os, const char *name,
                       const View &view) {
   os << " " << name << "=buffer " << view.buffer << "+" << view.offset << " "
      << formatShape(view.strides);
+}
+
+/// Every view of a library step, as forEachView lists them. (A GEMM prints
+/// its epilogue operand after the epilogue's kind instead.)
+static void printViews(llvm::raw_ostream &os, const Step &step) {
+  forEachView(step, [&](const char *label, const View &view, ViewRole,
+                        const std::vector<int64_t> &) {
+    printView(os, label, view);
+  });
 }
 
 static const char *kindName(BufferKind kind) {
@@ -376,11 +361,7 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
       os << "attention batch " << a.batch << " heads " << a.heads << " seq "
          << a.seq << " head_dim " << a.headDim << " scale " << a.scale
          << (a.causal ? " causal" : "");
-      printView(os, "q", a.q);
-      printView(os, "k", a.k);
-      printView(os, "v", a.v);
-      printView(os, "out", a.out);
-      printView(os, "lse", a.lse);
+      printViews(os, step);
       break;
     }
     case StepKind::AttentionGrad: {
@@ -388,24 +369,14 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
       os << "attention_grad batch " << a.batch << " heads " << a.heads
          << " seq " << a.seq << " head_dim " << a.headDim << " scale "
          << a.scale << (a.causal ? " causal" : "");
-      printView(os, "dout", a.dout);
-      printView(os, "q", a.q);
-      printView(os, "k", a.k);
-      printView(os, "v", a.v);
-      printView(os, "out", a.out);
-      printView(os, "lse", a.lse);
-      printView(os, "dq", a.dq);
-      printView(os, "dk", a.dk);
-      printView(os, "dv", a.dv);
+      printViews(os, step);
       break;
     }
     case StepKind::EmbeddingGrad: {
       const EmbeddingGradStep &e = step.embeddingGrad;
       os << "embedding_grad positions " << e.positions << " rows " << e.rows
          << " channels " << e.channels;
-      printView(os, "ids", e.ids);
-      printView(os, "grad", e.grad);
-      printView(os, "out", e.out);
+      printViews(os, step);
       if (e.accumulate)
         os << " accumulate";
       break;

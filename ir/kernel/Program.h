@@ -158,6 +158,89 @@ struct Step {
   std::string origin; // the llmc ops this step runs, for people
 };
 
+/// How a library step uses one of its views' buffer.
+enum class ViewRole : uint8_t { Read, Written, ReadWritten };
+
+/// The one list of a library step's views: calls
+/// fn(label, view, role, shape) for each view the step uses, in the order
+/// the step declares them. `label` is how the printer and the verifier name
+/// it; `shape` holds the dims its strides index. Epilogue operands are
+/// visited only for the epilogue kinds that read them. The memory plan,
+/// the verifiers (program and artifact) and the printer walk views only
+/// through these, so a new view is added here once. `View` is deduced so
+/// that a const step gives const views.
+template <typename G, typename Fn>
+void forEachGemmView(G &g, Fn &&fn) {
+  fn("A", g.a, ViewRole::Read,
+     std::vector<int64_t>{g.batch, g.transA ? g.k : g.m,
+                          g.transA ? g.m : g.k});
+  fn("B", g.b, ViewRole::Read,
+     std::vector<int64_t>{g.batch, g.transB ? g.n : g.k,
+                          g.transB ? g.k : g.n});
+  fn("C", g.c, g.accumulate ? ViewRole::ReadWritten : ViewRole::Written,
+     std::vector<int64_t>{g.batch, g.m, g.n});
+  if (g.epilogueKind == EpilogueKind::Bias ||
+      g.epilogueKind == EpilogueKind::GeluBias)
+    fn("bias", g.epilogueBias, ViewRole::Read, std::vector<int64_t>{g.n});
+  if (g.epilogueKind == EpilogueKind::DGelu)
+    fn("aux", g.epilogueAux, ViewRole::Read, std::vector<int64_t>{g.m, g.n});
+}
+
+template <typename A, typename Fn>
+void forEachAttentionView(A &a, Fn &&fn) {
+  std::vector<int64_t> shape = {a.batch, a.heads, a.seq, a.headDim};
+  fn("q", a.q, ViewRole::Read, shape);
+  fn("k", a.k, ViewRole::Read, shape);
+  fn("v", a.v, ViewRole::Read, shape);
+  fn("out", a.out, ViewRole::Written, shape);
+  fn("lse", a.lse, ViewRole::Written,
+     std::vector<int64_t>{a.batch, a.heads, a.seq});
+}
+
+template <typename A, typename Fn>
+void forEachAttentionGradView(A &a, Fn &&fn) {
+  std::vector<int64_t> shape = {a.batch, a.heads, a.seq, a.headDim};
+  fn("dout", a.dout, ViewRole::Read, shape);
+  fn("q", a.q, ViewRole::Read, shape);
+  fn("k", a.k, ViewRole::Read, shape);
+  fn("v", a.v, ViewRole::Read, shape);
+  fn("out", a.out, ViewRole::Read, shape);
+  fn("lse", a.lse, ViewRole::Read,
+     std::vector<int64_t>{a.batch, a.heads, a.seq});
+  fn("dq", a.dq, ViewRole::Written, shape);
+  fn("dk", a.dk, ViewRole::Written, shape);
+  fn("dv", a.dv, ViewRole::Written, shape);
+}
+
+template <typename E, typename Fn>
+void forEachEmbeddingGradView(E &e, Fn &&fn) {
+  fn("ids", e.ids, ViewRole::Read, std::vector<int64_t>{e.positions});
+  fn("grad", e.grad, ViewRole::Read,
+     std::vector<int64_t>{e.positions, e.channels});
+  fn("out", e.out, e.accumulate ? ViewRole::ReadWritten : ViewRole::Written,
+     std::vector<int64_t>{e.rows, e.channels});
+}
+
+/// The views of `step`'s library call (none for a kernel step).
+template <typename S, typename Fn> void forEachView(S &step, Fn &&fn) {
+  switch (step.kind) {
+  case StepKind::Kernel:
+    break;
+  case StepKind::Gemm:
+    forEachGemmView(step.gemm, fn);
+    break;
+  case StepKind::Attention:
+    forEachAttentionView(step.attention, fn);
+    break;
+  case StepKind::AttentionGrad:
+    forEachAttentionGradView(step.attentionGrad, fn);
+    break;
+  case StepKind::EmbeddingGrad:
+    forEachEmbeddingGradView(step.embeddingGrad, fn);
+    break;
+  }
+}
+
 /// A named program argument or result and the buffer that holds it.
 struct Binding {
   std::string name;
