@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include "frontend/ConfigYaml.h"
 
 using namespace llvm;
@@ -65,6 +66,8 @@ StringRef plan::stringifyRemat(Remat remat) {
     return "selective";
   case Remat::Full:
     return "full";
+  case Remat::Attention:
+    return "attention";
   }
   llvm_unreachable("unknown remat policy");
 }
@@ -88,7 +91,7 @@ std::optional<Optimizer> plan::parseOptimizer(StringRef text) {
   return parseByName(text, stringifyOptimizer, 3);
 }
 std::optional<Remat> plan::parseRemat(StringRef text) {
-  return parseByName(text, stringifyRemat, 3);
+  return parseByName(text, stringifyRemat, kNumRemats);
 }
 
 //===----------------------------------------------------------------------===//
@@ -161,105 +164,92 @@ Expected<double> plan::parseCount(StringRef text) {
 // Train and cluster configs
 //===----------------------------------------------------------------------===//
 
-Error plan::parseTrainConfig(StringRef text, StringRef bufferName,
-                             TrainConfig &config) {
-  static constexpr StringRef keys[] = {
-      "precision",       "optimizer",         "grad_precision", "micro_batch",
-      "global_batch",    "seq_len",           "remat",          "zero",
-      "tensor_parallel", "pipeline_parallel", "tokens"};
-  YamlFile file(text, bufferName);
-  Expected<const YNode *> root = file.root("training config keys");
-  if (!root)
-    return root.takeError();
-  Fields fields(file, keys);
-  if (Error err = fields.collect(**root))
-    return err;
-  constexpr int64_t kMax = 1ll << 31;
-  auto setInt = [&](StringRef key, int64_t &field, int64_t min,
-                    int64_t max) -> Error {
-    if (!fields.has(key))
-      return Error::success();
-    Expected<int64_t> value = fields.getInt(key, min, max);
-    if (!value)
-      return value.takeError();
-    field = *value;
-    config.origins[key.str()] = fields.where(key);
-    return Error::success();
-  };
-  if (fields.has("precision")) {
-    auto value = fields.getEnum<Precision>(
-        "precision", parsePrecision,
-        listEnumNames(stringifyPrecision, kNumPrecisions));
-    if (!value)
-      return value.takeError();
-    config.precision = *value;
-    config.origins["precision"] = fields.where("precision");
+Expected<TrainConfig> plan::trainConfigFromRun(const TrainingConfig &run) {
+  TrainConfig train;
+  train.origins = run.origins;
+  switch (run.precision.kind) {
+  case ::llmc::PrecisionConfig::Kind::FP32:
+    train.precision = Precision::Fp32;
+    break;
+  case ::llmc::PrecisionConfig::Kind::FP16:
+    train.precision = Precision::Fp16;
+    break;
+  case ::llmc::PrecisionConfig::Kind::BF16:
+    train.precision = Precision::Bf16;
+    break;
   }
-  if (fields.has("optimizer")) {
-    auto value = fields.getEnum<Optimizer>("optimizer", parseOptimizer,
-                                           listEnumNames(stringifyOptimizer, 3));
-    if (!value)
-      return value.takeError();
-    config.optimizer = *value;
-    config.origins["optimizer"] = fields.where("optimizer");
+  train.optimizer = run.optimizer.kind == ::llmc::OptimizerConfig::Kind::SGD
+                        ? Optimizer::Sgd
+                        : Optimizer::AdamW;
+  // llmc run's optimizer step reads fp32 gradients.
+  train.fp32Gradients = true;
+  train.microBatch = run.microBatchSize;
+  train.globalBatch = run.globalBatchSize ? run.globalBatchSize
+                                          : run.microBatchSize;
+  train.seqLen = run.seqLen;
+  switch (run.remat.policy) {
+  case ::llmc::RematConfig::Policy::None:
+    train.remat = Remat::None;
+    break;
+  case ::llmc::RematConfig::Policy::Selective:
+    train.remat = Remat::Selective;
+    break;
+  case ::llmc::RematConfig::Policy::Full:
+    train.remat = Remat::Full;
+    break;
+  case ::llmc::RematConfig::Policy::Budget:
+    return layoutError(train.origins, "remat", "remat",
+                       "llmc plan has no estimate of the budget policy (it "
+                       "recomputes until the step fits remat_budget); plan "
+                       "none, selective or full with --remat");
   }
-  if (fields.has("grad_precision")) {
-    Expected<std::string> value = fields.getString("grad_precision");
-    if (!value)
-      return value.takeError();
-    if (*value != "fp32" && *value != "half")
-      return fields.error("grad_precision", "unknown value '" + *value +
-                                                "'; expected fp32 or half");
-    config.fp32Gradients = *value == "fp32";
-    config.origins["grad_precision"] = fields.where("grad_precision");
+  if (run.maxTokens) {
+    train.tokens = static_cast<double>(run.maxTokens);
+  } else {
+    train.steps = run.maxSteps;
+    if (train.origins.count("max_steps"))
+      train.origins["max_tokens"] = train.origins["max_steps"];
   }
-  if (fields.has("remat")) {
-    auto value = fields.getEnum<Remat>("remat", parseRemat,
-                                       listEnumNames(stringifyRemat, 3));
-    if (!value)
-      return value.takeError();
-    config.remat = *value;
-    config.origins["remat"] = fields.where("remat");
-  }
-  int64_t zero = config.zero;
-  if (Error err = setInt("micro_batch", config.microBatch, 1, kMax))
-    return err;
-  if (Error err = setInt("global_batch", config.globalBatch, 1, kMax))
-    return err;
-  if (Error err = setInt("seq_len", config.seqLen, 1, kMax))
-    return err;
-  if (Error err = setInt("zero", zero, 0, 3))
-    return err;
-  config.zero = static_cast<int>(zero);
-  if (Error err = setInt("tensor_parallel", config.tensorParallel, 1, kMax))
-    return err;
-  if (Error err = setInt("pipeline_parallel", config.pipelineParallel, 1, kMax))
-    return err;
-  if (fields.has("tokens")) {
-    Expected<std::string> text = fields.getString("tokens");
-    if (!text)
-      return text.takeError();
-    Expected<double> tokens = parseCount(*text);
-    if (!tokens)
-      return fields.error("tokens", toString(tokens.takeError()));
-    config.tokens = *tokens;
-    config.origins["tokens"] = fields.where("tokens");
-  }
-  return Error::success();
+  return train;
 }
+
+namespace {
+constexpr StringRef kClusterKeys[] = {
+    "zero",  "tensor_parallel",    "pipeline_parallel", "gpu", "gpus_per_node",
+    "nodes", "price_per_gpu_hour", "mfu",               "reserve_gib"};
+} // namespace
+
+ArrayRef<StringRef> plan::clusterConfigKeys() { return kClusterKeys; }
 
 Error plan::parseClusterConfig(StringRef text, StringRef bufferName,
                                ClusterConfig &config) {
-  static constexpr StringRef keys[] = {"gpu",   "gpus_per_node",
-                                       "nodes", "price_per_gpu_hour",
-                                       "mfu",   "reserve_gib"};
   YamlFile file(text, bufferName);
   Expected<const YNode *> root = file.root("cluster keys");
   if (!root)
     return root.takeError();
-  Fields fields(file, keys);
+  Fields fields(file, kClusterKeys);
   if (Error err = fields.collect(**root))
     return err;
+  constexpr int64_t kMax = 1ll << 31;
+  for (auto [key, field, max] :
+       {std::tuple<StringRef, int64_t *, int64_t>{
+            "tensor_parallel", &config.tensorParallel, kMax},
+        {"pipeline_parallel", &config.pipelineParallel, kMax}}) {
+    if (!fields.has(key))
+      continue;
+    Expected<int64_t> value = fields.getInt(key, 1, max);
+    if (!value)
+      return value.takeError();
+    *field = *value;
+    config.origins[key.str()] = fields.where(key);
+  }
+  if (fields.has("zero")) {
+    Expected<int64_t> value = fields.getInt("zero", 0, 3);
+    if (!value)
+      return value.takeError();
+    config.zero = static_cast<int>(*value);
+    config.origins["zero"] = fields.where("zero");
+  }
   if (fields.has("gpu")) {
     Expected<std::string> value = fields.getString("gpu");
     if (!value)
@@ -299,13 +289,6 @@ Error plan::parseClusterConfig(StringRef text, StringRef bufferName,
     config.origins[n.key.str()] = fields.where(n.key);
   }
   return Error::success();
-}
-
-Error plan::loadTrainConfigFile(StringRef path, TrainConfig &config) {
-  auto buffer = readFile(path, "training config");
-  if (!buffer)
-    return buffer.takeError();
-  return parseTrainConfig((*buffer)->getBuffer(), path, config);
 }
 
 Error plan::loadClusterConfigFile(StringRef path, ClusterConfig &config) {

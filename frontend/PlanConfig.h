@@ -1,9 +1,13 @@
-// The configs of `llmc plan`: the training run it estimates (precision,
-// optimizer, batch, remat, the parallel layout) and the cluster it runs on,
-// read from YAML (frontend/ConfigYaml.h) with file:line:col errors.
+// The configs of `llmc plan`: the training facts it estimates, read from an
+// `llmc run` config (frontend/TrainConfig.h, the one training schema), and
+// the cluster schema: the parallel layout and the machines it runs on, read
+// from the --cluster YAML file (frontend/ConfigYaml.h) with file:line:col
+// errors.
 #ifndef LLMC_FRONTEND_PLANCONFIG_H
 #define LLMC_FRONTEND_PLANCONFIG_H
 
+
+#include "frontend/TrainConfig.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringRef.h"
@@ -28,10 +32,15 @@ namespace mlir::llmc::plan {
 enum class Precision : uint8_t { Fp32, Tf32, Fp16, Bf16, Fp8 };
 constexpr unsigned kNumPrecisions = 5;
 enum class Optimizer : uint8_t { AdamW, AdamW8bit, Sgd };
-/// Activation recomputation (Korthikanti et al. 2022): none keeps every
-/// activation, selective recomputes the attention core (softmax and its
-/// dropout), full keeps only each block's input and recomputes the block.
-enum class Remat : uint8_t { None, Selective, Full };
+/// Activation recomputation. none, selective and full are llmc-remat's
+/// policies of the same names (`remat:` of an `llmc run` config): none keeps
+/// every activation, selective keeps matmul and attention outputs and
+/// recomputes the cheap ops, full keeps only each block's input and
+/// recomputes the block. attention is Korthikanti et al. 2022's "selective"
+/// (recompute the attention core: softmax and its dropout), which llmc-remat
+/// does not implement; the planner estimates it for comparison.
+enum class Remat : uint8_t { None, Selective, Full, Attention };
+constexpr unsigned kNumRemats = 4;
 
 llvm::StringRef stringifyPrecision(Precision precision); // "fp32", "bf16", ...
 llvm::StringRef stringifyOptimizer(Optimizer optimizer); // "adamw", ...
@@ -46,9 +55,14 @@ using Origins = std::map<std::string, std::string>;
 
 /// Sizes in bytes.
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-/// The global batch when neither the config nor a flag gives one.
+/// Without a training config (no --train), the planner estimates a
+/// pretraining run of this global batch and micro-batch 1; with one, the
+/// config's values and `llmc run`'s defaults (frontend/TrainConfig.h) apply.
 constexpr int64_t kDefaultGlobalBatch = 512;
 
+/// The training facts the planner estimates: from an `llmc run` config
+/// (trainConfigFromRun), then the flags. Origins are keyed by the run
+/// schema's names (micro_batch_size, ...).
 struct TrainConfig {
   Precision precision = Precision::Bf16;
   Optimizer optimizer = Optimizer::AdamW;
@@ -59,12 +73,16 @@ struct TrainConfig {
   int64_t globalBatch = 0; // sequences per optimizer step; 0: 512
   int64_t seqLen = 0;      // tokens per sequence; 0: the model's seq_len
   Remat remat = Remat::None;
-  int zero = 0; // ZeRO stage 0-3 over the data-parallel group
-  int64_t tensorParallel = 1;
-  int64_t pipelineParallel = 1;
-  double tokens = 0; // training tokens; 0: Chinchilla's 20 * P
+  double tokens = 0; // training tokens; 0: steps, else Chinchilla's 20 * P
+  int64_t steps = 0; // optimizer steps (max_steps) when tokens is 0
   Origins origins;
 };
+
+/// The training facts of an `llmc run` config (read with
+/// TrainingConfigUse::Plan): precision, optimizer, micro/global batch,
+/// seq_len, remat, max_tokens or max_steps, with llmc run's defaults. The
+/// budget policy has no estimate: an error at its key.
+llvm::Expected<TrainConfig> trainConfigFromRun(const TrainingConfig &run);
 
 /// Whether `p` keeps weights and activations in 16 bits (fp16, bf16, fp8).
 bool isHalf(Precision p);
@@ -82,7 +100,11 @@ std::string sourceOf(const Origins &origins, llvm::StringRef key,
 /// The global batch of a train config, kDefaultGlobalBatch when not given.
 int64_t globalBatchOf(const TrainConfig &train);
 
+/// The cluster schema: the parallel layout and the machines.
 struct ClusterConfig {
+  int zero = 0; // ZeRO stage 0-3 over the data-parallel group
+  int64_t tensorParallel = 1;
+  int64_t pipelineParallel = 1;
   std::string gpu; // a name in the hardware data file; empty: none
   int64_t gpusPerNode = 8;
   int64_t nodes = 1;
@@ -94,13 +116,14 @@ struct ClusterConfig {
   int64_t numGpus() const { return gpusPerNode * nodes; }
 };
 
-/// Reads the keys given in a train / cluster YAML file over `config` (keys
-/// not given keep their value). Errors are "file:line:col: error: ...".
-llvm::Error parseTrainConfig(llvm::StringRef text, llvm::StringRef bufferName,
-                             TrainConfig &config);
+/// The keys of the cluster schema, for messages that point a key given in
+/// the wrong file here.
+llvm::ArrayRef<llvm::StringRef> clusterConfigKeys();
+
+/// Reads the keys given in a cluster YAML file over `config` (keys not
+/// given keep their value). Errors are "file:line:col: error: ...".
 llvm::Error parseClusterConfig(llvm::StringRef text, llvm::StringRef bufferName,
                                ClusterConfig &config);
-llvm::Error loadTrainConfigFile(llvm::StringRef path, TrainConfig &config);
 llvm::Error loadClusterConfigFile(llvm::StringRef path, ClusterConfig &config);
 
 /// "80GB" (1e9), "80GiB" (2^30), "81920MiB", "0.5TB"; a bare number is GiB.

@@ -3,6 +3,7 @@
 #include "frontend/TrainConfig.h"
 
 #include "frontend/ConfigYaml.h"
+#include "frontend/PlanConfig.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
@@ -318,8 +319,9 @@ std::string formatDouble(double value) {
 
 class Parser {
 public:
-  Parser(SourceMgr &sm, StringRef bufferName, StringRef baseDir)
-      : sm(sm), bufferName(bufferName), baseDir(baseDir) {}
+  Parser(SourceMgr &sm, StringRef bufferName, StringRef baseDir,
+         TrainingConfigUse use)
+      : sm(sm), bufferName(bufferName), baseDir(baseDir), use(use) {}
 
   Error collectFile(yaml::Stream &stream, StringRef text);
   Error collectFlags(ArrayRef<std::string> flags);
@@ -340,6 +342,7 @@ private:
   SourceMgr &sm;
   StringRef bufferName;
   StringRef baseDir;
+  TrainingConfigUse use;
   std::map<Key, Value> values;
   std::map<Key, SMRange> keyRanges; // where each file key was written
   const char *inlineModelStart = nullptr;
@@ -518,6 +521,11 @@ Error Parser::collectMapping(yaml::MappingNode *mapping, StringRef section,
       std::string message = unknownKeyMessage(name, known);
       if (!section.empty())
         message = section.str() + ": " + message;
+      else if (is_contained(plan::clusterConfigKeys(), name))
+        message = "'" + name +
+                  "' is a key of the cluster schema, not of the training "
+                  "config: give it in the file of `llmc plan --cluster` (or "
+                  "as a flag of llmc plan)";
       std::string out;
       raw_string_ostream os(out);
       sm.PrintMessage(os, keyRange.Start, SourceMgr::DK_Error, message,
@@ -937,10 +945,12 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
 
 Error Parser::validate(TrainingConfig &c) {
   bool mlir = !c.modelMlirPath.empty();
-  if (!values.count(Key::Model))
+  bool run = use == TrainingConfigUse::Run;
+  bool hasModel = values.count(Key::Model);
+  if (!hasModel && run)
     return errorAtKey(Key::Model, "missing: a preset, a model file or an "
                                   "inline model config");
-  if (!values.count(Key::DataTrain))
+  if (!values.count(Key::DataTrain) && run)
     return errorAtKey(Key::DataTrain, "missing: the training data files");
   if (c.dropout) {
     if (mlir)
@@ -948,7 +958,7 @@ Error Parser::validate(TrainingConfig &c) {
                         "cannot override the dropout of a .mlir model");
     c.model.dropout = *c.dropout;
   }
-  if (!mlir) {
+  if (!mlir && hasModel) {
     if (c.seqLen == 0)
       c.seqLen = c.model.seqLen;
     if (c.seqLen > c.model.seqLen)
@@ -996,9 +1006,11 @@ Error Parser::validate(TrainingConfig &c) {
                               c.seqLenWarmup.start, c.seqLen));
   if (c.maxSteps && c.maxTokens)
     return errorAtKey(Key::MaxTokens, "give max_steps or max_tokens, not both");
-  if (!c.maxSteps && !c.maxTokens)
+  if (!c.maxSteps && !c.maxTokens && run)
     return errorAtKey(Key::MaxSteps, "missing: max_steps or max_tokens");
-  if (c.maxTokens)
+  // Without a model (llmc plan), the sequence length is the model's, known
+  // later.
+  if (c.maxTokens && c.seqLen)
     c.maxSteps = c.batchSchedule().stepsForTokens(c.maxTokens);
   if (c.schedule.decaySteps == 0)
     c.schedule.decaySteps = c.maxSteps;
@@ -1050,6 +1062,13 @@ Expected<TrainingConfig> Parser::apply() {
       continue;
     if (Error err = applyKey(k, it->second, c))
       return std::move(err);
+    const Value &value = it->second;
+    if (!value.flag.empty()) {
+      c.origins[k.path.str()] = "--" + value.flag;
+    } else if (value.range.Start.isValid()) {
+      auto [line, col] = sm.getLineAndColumn(value.range.Start);
+      c.origins[k.path.str()] = formatv("{0}:{1}:{2}", bufferName, line, col);
+    }
   }
   if (Error err = validate(c))
     return std::move(err);
@@ -1079,7 +1098,8 @@ Expected<TrainingConfig> Parser::apply() {
 
 Expected<TrainingConfig>
 mlir::llmc::parseTrainingConfig(StringRef text, StringRef bufferName,
-                                StringRef baseDir, ArrayRef<std::string> flags) {
+                                StringRef baseDir, ArrayRef<std::string> flags,
+                                TrainingConfigUse use) {
   SourceMgr sm;
   YamlDiagnostic capture;
   sm.setDiagHandler(YamlDiagnostic::capture, &capture);
@@ -1098,7 +1118,7 @@ mlir::llmc::parseTrainingConfig(StringRef text, StringRef bufferName,
                            : (bufferName + ": error: invalid YAML").str());
   }
   yaml::Stream stream(buffer->getMemBufferRef(), sm, false);
-  Parser parser(printer, bufferName, baseDir);
+  Parser parser(printer, bufferName, baseDir, use);
   if (Error err = parser.collectFile(stream, buffer->getBuffer()))
     return std::move(err);
   if (Error err = parser.collectFlags(flags))
@@ -1107,13 +1127,14 @@ mlir::llmc::parseTrainingConfig(StringRef text, StringRef bufferName,
 }
 
 Expected<TrainingConfig>
-mlir::llmc::loadTrainingConfig(StringRef path, ArrayRef<std::string> flags) {
+mlir::llmc::loadTrainingConfig(StringRef path, ArrayRef<std::string> flags,
+                                TrainingConfigUse use) {
   ErrorOr<std::unique_ptr<MemoryBuffer>> file = MemoryBuffer::getFile(path);
   if (std::error_code ec = file.getError())
     return createStringError(ec, "cannot read training config '" + path +
                                      "': " + ec.message());
   return parseTrainingConfig((*file)->getBuffer(), path,
-                             sys::path::parent_path(path), flags);
+                             sys::path::parent_path(path), flags, use);
 }
 
 bool mlir::llmc::isTrainingConfigFlag(StringRef flag) {

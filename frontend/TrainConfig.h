@@ -12,6 +12,9 @@
 //
 // Paths in the file (model, data, init_from) are relative to the file's
 // directory; paths in flags and `out` are relative to the working directory.
+// `llmc plan --train` reads the same file (frontend/PlanConfig.h); the
+// parallel layout and the cluster are not keys here but the cluster schema's
+// (`llmc plan --cluster`), and a config that gives them is told so.
 #ifndef LLMC_FRONTEND_TRAINCONFIG_H
 #define LLMC_FRONTEND_TRAINCONFIG_H
 
@@ -148,6 +151,10 @@ struct TrainingConfig {
   std::string out;               // default: runs/<config file stem>
   std::string initFrom; // llm.c checkpoint or safetensors to start from
 
+  /// Where each key given came from, by YAML path: "train.yaml:4:15" for
+  /// the file, "--lr" for a flag (`llmc plan` names them in its errors).
+  std::map<std::string, std::string> origins;
+
   /// What the compiled training step is built with (compileTraining).
   ::llmc::TrainingOptions training() const;
 
@@ -155,18 +162,26 @@ struct TrainingConfig {
   ::llmc::BatchSchedule batchSchedule() const;
 };
 
+/// What a config is read for. `llmc run` needs the model, the data and a
+/// step count; `llmc plan --train` reads the same file for its training
+/// facts and needs none of them (its model may come from the command line,
+/// its tokens default to Chinchilla's).
+enum class TrainingConfigUse { Run, Plan };
+
 /// Reads `path` and applies `flags` (`--key value` or `--key=value`, as
 /// listed by printTrainingConfigHelp) over it, then checks the result.
 /// Errors in the file read "file:line:col: error: key: what is wrong"; in a
 /// flag "--flag: what is wrong".
 llvm::Expected<TrainingConfig>
-loadTrainingConfig(llvm::StringRef path, llvm::ArrayRef<std::string> flags);
+loadTrainingConfig(llvm::StringRef path, llvm::ArrayRef<std::string> flags,
+                   TrainingConfigUse use = TrainingConfigUse::Run);
 
 /// The same from text (`bufferName` names it in errors; relative paths in
 /// it are resolved against `baseDir`).
 llvm::Expected<TrainingConfig>
 parseTrainingConfig(llvm::StringRef text, llvm::StringRef bufferName,
-                    llvm::StringRef baseDir, llvm::ArrayRef<std::string> flags);
+                    llvm::StringRef baseDir, llvm::ArrayRef<std::string> flags,
+                    TrainingConfigUse use = TrainingConfigUse::Run);
 
 /// Whether `flag` (without leading dashes, e.g. "lr" or "lr=3e-4") names a
 /// config key; the command line parser uses it to tell its own options from

@@ -87,9 +87,11 @@ double BlockActivations::stored(Remat remat) const {
   case Remat::None:
     return norms + attention + attentionCore + mlp;
   case Remat::Selective:
-    return norms + attention + mlp;
+    return matmulOutputs;
   case Remat::Full:
     return blockInput;
+  case Remat::Attention:
+    return norms + attention + mlp;
   }
   llvm_unreachable("unknown remat policy");
 }
@@ -125,6 +127,10 @@ BlockActivations plan::getBlockActivations(const ModelConfig &config,
   act.mlp = ((e + mask) * sbh + hidden * e * sbf) / t;
   // Full recompute keeps each block's input only: 2sbh.
   act.blockInput = e * sbh / t;
+  // llmc-remat selective: the matmul and attention outputs and the block
+  // input (see the header).
+  double matmulHidden = config.activation == Activation::SwiGlu ? 2 : 1;
+  act.matmulOutputs = e * (7 * sbh + matmulHidden * sbf) / t;
   return act;
 }
 
@@ -142,10 +148,10 @@ double plan::modelFlopsPerToken(const PlanModel &model, int64_t seqLen) {
 Layout plan::getConfiguredLayout(const TrainConfig &train,
                                  const ClusterConfig &cluster) {
   Layout layout;
-  layout.tp = train.tensorParallel;
-  layout.pp = train.pipelineParallel;
+  layout.tp = cluster.tensorParallel;
+  layout.pp = cluster.pipelineParallel;
   layout.dp = std::max<int64_t>(1, cluster.numGpus() / (layout.tp * layout.pp));
-  layout.zero = train.zero;
+  layout.zero = cluster.zero;
   layout.microBatch = train.microBatch;
   layout.remat = train.remat;
   return layout;
@@ -154,38 +160,38 @@ Layout plan::getConfiguredLayout(const TrainConfig &train,
 Error plan::validateLayout(const PlanModel &model, const TrainConfig &train,
                            const ClusterConfig &cluster, const Layout &layout) {
   const ModelConfig &c = model.config;
-  const Origins &o = train.origins;
+  const Origins &o = train.origins, &co = cluster.origins;
   int64_t seqLen = train.seqLen ? train.seqLen : c.seqLen;
   if (seqLen > c.seqLen)
     return layoutError(o, "seq_len", "seq-len",
                        formatv("{0} is longer than the model's seq_len {1}",
                                seqLen, c.seqLen));
   if (c.nHead % layout.tp)
-    return layoutError(o, "tensor_parallel", "tp",
+    return layoutError(co, "tensor_parallel", "tp",
                        formatv("{0} does not divide n_head ({1}) of model "
                                "'{2}': each rank needs whole heads",
                                layout.tp, c.nHead, c.name));
   if (c.ffnHidden % layout.tp)
-    return layoutError(o, "tensor_parallel", "tp",
+    return layoutError(co, "tensor_parallel", "tp",
                        formatv("{0} does not divide the MLP width "
                                "ffn_hidden ({1}) of model '{2}'",
                                layout.tp, c.ffnHidden, c.name));
   if (c.nLayer % layout.pp)
-    return layoutError(o, "pipeline_parallel", "pp",
+    return layoutError(co, "pipeline_parallel", "pp",
                        formatv("{0} does not divide n_layer ({1}) of model "
                                "'{2}' into equal stages",
                                layout.pp, c.nLayer, c.name));
   int64_t gpus = cluster.numGpus();
   if (gpus % (layout.tp * layout.pp))
     return layoutError(
-        o, layout.tp > 1 ? "tensor_parallel" : "pipeline_parallel",
+        co, layout.tp > 1 ? "tensor_parallel" : "pipeline_parallel",
         layout.tp > 1 ? "tp" : "pp",
         formatv("tensor_parallel {0} x pipeline_parallel {1} = {2} does not "
                 "divide the cluster's {3} GPUs ({4} per node x {5} nodes)",
                 layout.tp, layout.pp, layout.tp * layout.pp, gpus,
                 cluster.gpusPerNode, cluster.nodes));
   if (layout.zero >= 2 && layout.pp > 1)
-    return layoutError(o, "zero", "zero",
+    return layoutError(co, "zero", "zero",
                        formatv("ZeRO-{0} shards gradients across the "
                                "micro-batches a pipeline accumulates; use "
                                "ZeRO-0 or 1 with pipeline_parallel {1}",
@@ -193,7 +199,7 @@ Error plan::validateLayout(const PlanModel &model, const TrainConfig &train,
   int64_t global = globalBatchOf(train);
   if (global % (layout.microBatch * layout.dp))
     return layoutError(
-        o, train.globalBatch ? "global_batch" : "micro_batch",
+        o, train.globalBatch ? "global_batch_size" : "micro_batch_size",
         train.globalBatch ? "global-batch" : "micro-batch",
         formatv("global batch {0} is not a multiple of micro-batch x "
                 "data-parallel size = {1} x {2} = {3}",
@@ -291,7 +297,8 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
   est.extraLast = (2 * e * sbh + 4 * s * b * c.vocabSize) / t;
   est.memory = deviceMemory(model, train, cluster, layout, est.block,
                             est.extraFirst, est.extraLast, m, layout.remat);
-  for (Remat r : {Remat::None, Remat::Selective, Remat::Full})
+  for (Remat r :
+       {Remat::None, Remat::Selective, Remat::Full, Remat::Attention})
     est.activationsByRemat[static_cast<unsigned>(r)] =
         deviceMemory(model, train, cluster, layout, est.block, est.extraFirst,
                      est.extraLast, m, r)
@@ -300,16 +307,23 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
   // FLOPs and tokens.
   est.modelFlopsPerToken = modelFlopsPerToken(model, est.seqLen);
   double attentionCore = 4.0 * c.nLayer * c.nEmbd * s; // QK^T and AV
+  // llmc-remat's selective recomputes no matmul, only the two norms (about
+  // 5h FLOPs each), the MLP activation (about 8f) and the residual adds
+  // (2h) per block: memory-bound work, priced here at the kernels' rate.
   if (layout.remat == Remat::Selective)
+    est.recomputeFlopsPerToken =
+        static_cast<double>(c.nLayer) * (12.0 * c.nEmbd + 8.0 * c.ffnHidden);
+  else if (layout.remat == Remat::Attention)
     est.recomputeFlopsPerToken = attentionCore;
   else if (layout.remat == Remat::Full)
     est.recomputeFlopsPerToken =
         2.0 * model.numBlocks * model.blockParameters() + attentionCore;
-  est.tokensFromChinchilla = train.tokens == 0;
-  est.tokens =
-      train.tokens ? train.tokens : chinchillaTokens(model.numParameters);
-  est.trainingFlops = est.modelFlopsPerToken * est.tokens;
   double tokensPerStep = static_cast<double>(est.globalBatch) * s;
+  est.tokensFromChinchilla = train.tokens == 0 && train.steps == 0;
+  est.tokens = train.tokens  ? train.tokens
+               : train.steps ? train.steps * tokensPerStep
+                             : chinchillaTokens(model.numParameters);
+  est.trainingFlops = est.modelFlopsPerToken * est.tokens;
   est.steps = std::ceil(est.tokens / tokensPerStep);
   if (!gpu)
     return est;

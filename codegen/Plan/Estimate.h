@@ -49,12 +49,21 @@ StateBytes shardStates(const StateBytes &perParameter, double parameters,
 /// generalized to the element size, the MLP width and activation and to
 /// models without dropout. Once the training step exists, this is the one
 /// function to replace by the memory plan of its compiled backward.
+///
+/// llmc-remat's selective policy is not one of Korthikanti's: it keeps the
+/// outputs of the ops that are not cheap to recompute (matmuls, attention)
+/// and the block boundary, and recomputes norms, activations, dropout and
+/// residual adds: e(7sbh + sbf) per block (QKV 3sbh, attention output,
+/// projection, second MLP matmul and block input sbh each, the first MLP
+/// matmul sbf, 2sbf for SwiGLU's two). Korthikanti's "selective" (the
+/// attention core recomputed) is the planner's `attention`.
 struct BlockActivations {
   double norms = 0;         // inputs of the two norms
   double attention = 0;     // QKV input, Q, K, V, projection input, mask
   double attentionCore = 0; // softmax output, its dropout mask and output
   double mlp = 0;           // MLP input, activation input/output, mask
   double blockInput = 0;    // all that full recompute keeps
+  double matmulOutputs = 0; // all that llmc-remat's selective keeps
   double stored(Remat remat) const;
 };
 BlockActivations getBlockActivations(const ModelConfig &config, int64_t batch,
@@ -106,7 +115,7 @@ struct Estimate {
   DeviceMemory memory;
   BlockActivations block;               // per block, per micro-batch, this tp
   double extraFirst = 0, extraLast = 0; // embedding / logits activations
-  std::array<double, 3> activationsByRemat{}; // of the device, per policy
+  std::array<double, kNumRemats> activationsByRemat{}; // of the device
   // Compute and time; time and cost need a GPU.
   double tokens = 0;
   bool tokensFromChinchilla = false;

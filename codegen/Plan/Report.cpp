@@ -271,7 +271,10 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
                stringifyRemat(layout.remat), mem.microBatchesInFlight,
                mem.microBatchesInFlight > 1 ? "es" : "")
            .str(),
-       mem.activations, "bytes", korthikanti});
+       mem.activations, "bytes",
+       layout.remat == Remat::Selective
+           ? std::string("formula: what llmc-remat selective keeps")
+           : korthikanti});
   memory.rows.push_back({"workspace",
                          layout.zero == 3
                              ? "workspace (a block's backward, 2 ZeRO-3 blocks)"
@@ -315,18 +318,23 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
        formatv("one block, kept for backward (tp {0})", layout.tp).str(),
        est.block.stored(Remat::None), "bytes",
        korthikanti + ": sbh(34 + 5as/h) generalized"});
-  for (Remat r : {Remat::None, Remat::Selective, Remat::Full}) {
-    std::string formula = r == Remat::None        ? "sbh(34 + 5as/h) per block"
-                          : r == Remat::Selective ? "sbh 34 per block"
-                                                  : "2sbh per block";
+  // llmc-remat's policies, then Korthikanti's selective under its own name.
+  for (Remat r :
+       {Remat::None, Remat::Selective, Remat::Full, Remat::Attention}) {
+    std::string formula =
+        r == Remat::None ? korthikanti + ": sbh(34 + 5as/h) per block"
+        : r == Remat::Selective
+            ? "formula: what llmc-remat selective keeps, matmul and "
+              "attention outputs, 2sbh(7 + f/h) per block"
+        : r == Remat::Full ? korthikanti + ": 2sbh per block"
+                           : korthikanti + ": selective, sbh 34 per block";
     act.rows.push_back(
         {("device_" + stringifyRemat(r)).str(),
          formatv("training, remat {0}{1}", stringifyRemat(r),
                  r == layout.remat ? " (chosen)" : "")
              .str(),
          est.activationsByRemat[static_cast<unsigned>(r)], "bytes",
-         korthikanti + ": " + formula +
-             (half ? " (16-bit)" : " (fp32: twice the 16-bit terms)")});
+         formula + (half ? " (16-bit)" : " (fp32: twice the 16-bit terms)")});
   }
   report.sections.push_back(std::move(act));
 
@@ -351,7 +359,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
       {"tokens", "training tokens", est.tokens, "tokens",
        est.tokensFromChinchilla
            ? "default: Chinchilla 20 x P"
-           : sourceOf(train.origins, "tokens", "train config", "--tokens")});
+           : sourceOf(train.origins, "max_tokens", "train config", "--tokens")});
   compute.rows.push_back({"training_flops", "training FLOPs", est.trainingFlops,
                           "FLOP", "formula"});
   compute.rows.push_back({"steps", "optimizer steps", est.steps, "steps",

@@ -71,6 +71,7 @@ FitResult plan::searchFit(const PlanModel &model, const TrainConfig &train,
       int64_t dp = gpus / (tp * pp);
       for (int zero = 0; zero <= 3; ++zero) {
         for (int64_t micro = 1; micro * dp <= global; micro *= 2) {
+          // The policies llmc run has; `attention` is for comparison.
           for (Remat remat : {Remat::None, Remat::Selective, Remat::Full}) {
             ++result.candidates;
             Layout layout{tp, pp, dp, zero, micro, remat};

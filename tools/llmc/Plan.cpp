@@ -1,5 +1,6 @@
-// llmc plan: options of the subcommand, overlaying flags on the train and
-// cluster files, and printing the plan codegen/Plan/ builds.
+// llmc plan: options of the subcommand, overlaying flags on the training
+// config (an `llmc run` config) and the cluster file, and printing the plan
+// codegen/Plan/ builds.
 #include "tools/llmc/Plan.h"
 
 #include "codegen/Plan/Report.h"
@@ -7,6 +8,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/WithColor.h"
 
 using namespace mlir;
@@ -25,26 +27,31 @@ namespace {
 // Numbered so that --help lists them in this order.
 cl::OptionCategory modelCat("llmc plan (1): inputs and output");
 cl::OptionCategory trainCat(
-    "llmc plan (2): training; a flag overrides the --train key in brackets");
+    "llmc plan (2): training; a flag overrides the --train key in brackets "
+    "(defaults without --train: a pretraining run of micro-batch 1, global "
+    "batch 512; with it, llmc run's)");
 cl::OptionCategory
     clusterCat("llmc plan (3): cluster; a flag overrides the --cluster key in "
                "brackets");
 
-cl::opt<std::string> planInput(cl::Positional, cl::Required,
-                               cl::desc("<model.mlir | config.yaml | preset>"),
-                               cl::sub(planCmd), cl::cat(modelCat));
 cl::opt<std::string>
-    trainFile("train",
-              cl::desc("Training config YAML (keys: precision, optimizer, "
-                       "grad_precision, micro_batch, global_batch, seq_len, "
-                       "remat, zero, tensor_parallel, pipeline_parallel, "
-                       "tokens)"),
-              cl::value_desc("file"), cl::sub(planCmd), cl::cat(modelCat));
-cl::opt<std::string>
-    clusterFile("cluster",
-                cl::desc("Cluster YAML (keys: gpu, gpus_per_node, nodes, "
-                         "price_per_gpu_hour, mfu, reserve_gib)"),
-                cl::value_desc("file"), cl::sub(planCmd), cl::cat(modelCat));
+    planInput(cl::Positional, cl::Optional,
+              cl::desc("<model.mlir | config.yaml | preset> (default: the "
+                       "model of the --train config)"),
+              cl::sub(planCmd), cl::cat(modelCat));
+cl::opt<std::string> trainFile(
+    "train",
+    cl::desc("An `llmc run` training config, as it is: its model, precision, "
+             "optimizer, micro_batch_size, global_batch_size, seq_len, remat "
+             "and max_tokens or max_steps are planned; its other keys are "
+             "checked and ignored"),
+    cl::value_desc("file"), cl::sub(planCmd), cl::cat(modelCat));
+cl::opt<std::string> clusterFile(
+    "cluster",
+    cl::desc("Cluster YAML, the parallel layout and the machines (keys: "
+             "zero, tensor_parallel, pipeline_parallel, gpu, gpus_per_node, "
+             "nodes, price_per_gpu_hour, mfu, reserve_gib)"),
+    cl::value_desc("file"), cl::sub(planCmd), cl::cat(modelCat));
 cl::opt<std::string> hardwareFile(
     "hardware",
     cl::desc("GPU data file (default: $LLMC_HARDWARE, else the source "
@@ -67,31 +74,33 @@ cl::opt<bool> listGpus("list-gpus",
 
 cl::opt<std::string>
     precisionFlag("precision",
-                  cl::desc("[precision] fp32, tf32, fp16, bf16 (default) or "
-                           "fp8: GEMM precision; 16-bit ones keep fp32 "
-                           "master weights"),
+                  cl::desc("[precision] fp32, tf32, fp16, bf16 (default "
+                           "without --train) or fp8: GEMM precision; 16-bit "
+                           "ones keep fp32 master weights (tf32 and fp8 are "
+                           "flags only: llmc run has neither)"),
                   cl::value_desc("fp32|tf32|fp16|bf16|fp8"), cl::sub(planCmd),
                   cl::cat(trainCat));
 cl::opt<std::string>
     optimizerFlag("optimizer",
-                  cl::desc("[optimizer] adamw (default), adamw-8bit or sgd "
-                           "(with momentum)"),
+                  cl::desc("[optimizer.name] adamw (default), adamw-8bit "
+                           "(a flag only) or sgd (with momentum)"),
                   cl::value_desc("adamw|adamw-8bit|sgd"), cl::sub(planCmd),
                   cl::cat(trainCat));
 cl::opt<std::string> gradPrecisionFlag(
     "grad-precision",
-    cl::desc("[grad_precision] fp32 (default: gradients accumulate in fp32, "
+    cl::desc("fp32 (default, as llmc run: gradients accumulate in fp32, "
              "18 bytes/parameter with AdamW) or half (16 bytes)"),
     cl::value_desc("fp32|half"), cl::sub(planCmd), cl::cat(trainCat));
 cl::opt<int64_t> microBatchFlag(
     "micro-batch",
-    cl::desc("[micro_batch] sequences per device per forward/backward "
-             "(default 1; a model.mlir's own batch)"),
+    cl::desc("[micro_batch_size] sequences per device per "
+             "forward/backward (default 1 without --train; a model.mlir's "
+             "own batch)"),
     cl::value_desc("n"), cl::sub(planCmd), cl::cat(trainCat));
 cl::opt<int64_t>
     globalBatchFlag("global-batch",
-                    cl::desc("[global_batch] sequences per optimizer step "
-                             "(default 512)"),
+                    cl::desc("[global_batch_size] sequences per optimizer "
+                             "step (default 512 without --train)"),
                     cl::value_desc("n"), cl::sub(planCmd), cl::cat(trainCat));
 cl::opt<int64_t>
     seqLenFlag("seq-len",
@@ -100,29 +109,33 @@ cl::opt<int64_t>
                cl::value_desc("n"), cl::sub(planCmd), cl::cat(trainCat));
 cl::opt<std::string>
     rematFlag("remat",
-              cl::desc("[remat] none (default), selective (recompute the "
-                       "attention core) or full (recompute each block)"),
-              cl::value_desc("none|selective|full"), cl::sub(planCmd),
+              cl::desc("[remat] llmc-remat's none (default), selective "
+                       "(keep matmul and attention outputs) or full "
+                       "(recompute each block); or attention (Korthikanti "
+                       "et al.'s selective: recompute the attention core; "
+                       "estimated, llmc run has no such policy)"),
+              cl::value_desc("none|selective|full|attention"), cl::sub(planCmd),
               cl::cat(trainCat));
 cl::opt<int> zeroFlag("zero",
                       cl::desc("[zero] ZeRO stage 0-3 over data parallelism "
                                "(default 0)"),
                       cl::value_desc("0-3"), cl::sub(planCmd),
-                      cl::cat(trainCat));
+                      cl::cat(clusterCat));
 cl::opt<int64_t> tpFlag("tp",
                         cl::desc("[tensor_parallel] tensor-parallel size "
                                  "(default 1)"),
                         cl::value_desc("n"), cl::sub(planCmd),
-                        cl::cat(trainCat));
+                        cl::cat(clusterCat));
 cl::opt<int64_t> ppFlag("pp",
                         cl::desc("[pipeline_parallel] pipeline stages "
                                  "(default 1)"),
                         cl::value_desc("n"), cl::sub(planCmd),
-                        cl::cat(trainCat));
+                        cl::cat(clusterCat));
 cl::opt<std::string>
     tokensFlag("tokens",
-               cl::desc("[tokens] training tokens, e.g. 10e9, 300B, 1.4T "
-                        "(default: Chinchilla's 20 x parameters)"),
+               cl::desc("[max_tokens] training tokens, e.g. 10e9, 300B, 1.4T "
+                        "(default: max_steps x global batch x seq_len, else "
+                        "Chinchilla's 20 x parameters)"),
                cl::value_desc("count"), cl::sub(planCmd), cl::cat(trainCat));
 
 cl::opt<std::string> gpuFlag("gpu",
@@ -212,11 +225,12 @@ llvm::Error applyTrainFlags(TrainConfig &train) {
                       parsePrecision, "fp32, tf32, fp16, bf16, fp8"))
     return err;
   if (llvm::Error err =
-          overlayEnum(optimizerFlag, train.optimizer, o, "optimizer",
+          overlayEnum(optimizerFlag, train.optimizer, o, "optimizer.name",
                       parseOptimizer, "adamw, adamw-8bit, sgd"))
     return err;
-  if (llvm::Error err = overlayEnum(rematFlag, train.remat, o, "remat",
-                                    parseRemat, "none, selective, full"))
+  if (llvm::Error err =
+          overlayEnum(rematFlag, train.remat, o, "remat", parseRemat,
+                      "none, selective, full, attention"))
     return err;
   if (gradPrecisionFlag.getNumOccurrences()) {
     if (gradPrecisionFlag != "fp32" && gradPrecisionFlag != "half")
@@ -224,37 +238,36 @@ llvm::Error applyTrainFlags(TrainConfig &train) {
                                      gradPrecisionFlag +
                                      "'; expected fp32 or half");
     train.fp32Gradients = gradPrecisionFlag == "fp32";
-    o.erase("grad_precision");
   }
-  for (cl::opt<int64_t> *flag :
-       {&microBatchFlag, &globalBatchFlag, &seqLenFlag, &tpFlag, &ppFlag})
+  for (cl::opt<int64_t> *flag : {&microBatchFlag, &globalBatchFlag, &seqLenFlag})
     if (llvm::Error err = positive(*flag))
       return err;
-  overlay(microBatchFlag, train.microBatch, o, "micro_batch");
-  overlay(globalBatchFlag, train.globalBatch, o, "global_batch");
+  overlay(microBatchFlag, train.microBatch, o, "micro_batch_size");
+  overlay(globalBatchFlag, train.globalBatch, o, "global_batch_size");
   overlay(seqLenFlag, train.seqLen, o, "seq_len");
-  overlay(tpFlag, train.tensorParallel, o, "tensor_parallel");
-  overlay(ppFlag, train.pipelineParallel, o, "pipeline_parallel");
-  if (zeroFlag.getNumOccurrences() && (zeroFlag < 0 || zeroFlag > 3))
-    return llvm::createStringError("--zero: expected a stage 0 to 3, got " +
-                                   llvm::Twine(zeroFlag.getValue()));
-  overlay(zeroFlag, train.zero, o, "zero");
   if (tokensFlag.getNumOccurrences()) {
     llvm::Expected<double> tokens = parseCount(tokensFlag);
     if (!tokens)
       return llvm::createStringError("--tokens: " +
                                      llvm::toString(tokens.takeError()));
     train.tokens = *tokens;
-    o["tokens"] = "--tokens";
+    train.steps = 0;
+    o["max_tokens"] = "--tokens";
   }
   return llvm::Error::success();
 }
 
 llvm::Error applyClusterFlags(ClusterConfig &cluster) {
   Origins &o = cluster.origins;
-  for (cl::opt<int64_t> *flag : {&gpusPerNodeFlag, &nodesFlag})
+  for (cl::opt<int64_t> *flag : {&gpusPerNodeFlag, &nodesFlag, &tpFlag, &ppFlag})
     if (llvm::Error err = positive(*flag))
       return err;
+  overlay(tpFlag, cluster.tensorParallel, o, "tensor_parallel");
+  overlay(ppFlag, cluster.pipelineParallel, o, "pipeline_parallel");
+  if (zeroFlag.getNumOccurrences() && (zeroFlag < 0 || zeroFlag > 3))
+    return llvm::createStringError("--zero: expected a stage 0 to 3, got " +
+                                   llvm::Twine(zeroFlag.getValue()));
+  overlay(zeroFlag, cluster.zero, o, "zero");
   overlay(gpuFlag, cluster.gpu, o, "gpu");
   overlay(gpusPerNodeFlag, cluster.gpusPerNode, o, "gpus_per_node");
   overlay(nodesFlag, cluster.nodes, o, "nodes");
@@ -298,9 +311,18 @@ int runPlan(MLIRContext &context) {
       hardwareFile.empty() ? getDefaultHardwarePath() : hardwareFile.getValue();
   TrainConfig train;
   ClusterConfig cluster;
-  if (!trainFile.empty())
-    if (llvm::Error err = loadTrainConfigFile(trainFile, train))
-      return fail(std::move(err));
+  std::optional<TrainingConfig> run;
+  if (!trainFile.empty()) {
+    llvm::Expected<TrainingConfig> loaded =
+        loadTrainingConfig(trainFile, {}, TrainingConfigUse::Plan);
+    if (!loaded)
+      return fail(loaded.takeError());
+    run = std::move(*loaded);
+    llvm::Expected<TrainConfig> facts = trainConfigFromRun(*run);
+    if (!facts)
+      return fail(facts.takeError());
+    train = std::move(*facts);
+  }
   if (!clusterFile.empty())
     if (llvm::Error err = loadClusterConfigFile(clusterFile, cluster))
       return fail(std::move(err));
@@ -326,13 +348,30 @@ int runPlan(MLIRContext &context) {
     gpu = *found;
   }
 
-  llvm::Expected<PlanModel> model = loadPlanModel(context, planInput);
+  // The model: the positional argument, else the training config's.
+  llvm::Expected<PlanModel> model = [&]() -> llvm::Expected<PlanModel> {
+    if (!planInput.empty())
+      return loadPlanModel(context, planInput);
+    if (!run || !run->origins.count("model"))
+      return llvm::createStringError(
+          "no model: give one (a model.mlir, a config .yaml or a preset) or "
+          "a --train config with 'model:'");
+    if (!run->modelMlirPath.empty())
+      return loadPlanModel(context, run->modelMlirPath);
+    llvm::Expected<PlanModel> analyzed = analyzeModel(context, run->model);
+    if (analyzed) {
+      analyzed->input = run->modelSource;
+      analyzed->irSource = "IR of @forward built from the model of " +
+                           llvm::sys::path::filename(trainFile).str();
+    }
+    return analyzed;
+  }();
   if (!model)
     return fail(model.takeError());
   // A model.mlir was compiled for one token shape; plan that one unless
   // told otherwise.
   if (model->mlirBatch) {
-    if (!train.origins.count("micro_batch") &&
+    if (!train.origins.count("micro_batch_size") &&
         !microBatchFlag.getNumOccurrences())
       train.microBatch = model->mlirBatch;
     if (!train.seqLen)

@@ -149,9 +149,9 @@ TEST(PlanPublished, Opt175BAt180BTokens) {
   train.tokens = 180e9;
   train.globalBatch = 992;
   train.microBatch = 1;
-  train.tensorParallel = 8;
-  train.zero = 3;
   ClusterConfig c = cluster("a100-80gb", 8, 124);
+  c.tensorParallel = 8;
+  c.zero = 3;
   c.mfu = 147.0 / 312.0;
   HardwareTable hardware = loadExampleHardware();
   const GpuSpec *gpu = hardware.find("a100-80gb");
@@ -186,9 +186,10 @@ TEST(PlanPublished, ZeroPaperFigure1) {
 }
 
 // Korthikanti et al. 2022, sec. 4: a block keeps sbh(34 + 5as/h) bytes of
-// 16-bit activations (with dropout, a 4h GELU MLP), 34sbh with selective
-// recompute and 2sbh with full recompute; sequence parallelism divides all
-// of it by t. For GPT-3 175B, 5as/h = 80, so selective recompute saves 70%.
+// 16-bit activations (with dropout, a 4h GELU MLP), 34sbh with their
+// selective recompute (the planner's `attention`) and 2sbh with full
+// recompute; sequence parallelism divides all of it by t. For GPT-3 175B,
+// 5as/h = 80, so recomputing the attention core saves 70%.
 TEST(PlanPublished, KorthikantiActivations) {
   ModelConfig c = gptConfig("gpt3-175b", 96, 96, 12288, 2048, 51200);
   c.dropout = 0.1;
@@ -198,15 +199,18 @@ TEST(PlanPublished, KorthikantiActivations) {
   EXPECT_EQ(ratio, 80);
   BlockActivations act = getBlockActivations(c, b, s, 1, Precision::Bf16);
   EXPECT_DOUBLE_EQ(act.stored(Remat::None), sbh * (34 + ratio));
-  EXPECT_DOUBLE_EQ(act.stored(Remat::Selective), sbh * 34);
+  EXPECT_DOUBLE_EQ(act.stored(Remat::Attention), sbh * 34);
   EXPECT_DOUBLE_EQ(act.stored(Remat::Full), sbh * 2);
-  EXPECT_NEAR(1 - act.stored(Remat::Selective) / act.stored(Remat::None), 0.70,
+  EXPECT_NEAR(1 - act.stored(Remat::Attention) / act.stored(Remat::None), 0.70,
               0.005);
+  // llmc-remat's selective keeps the matmul and attention outputs and the
+  // block input: 2 bytes x (7sbh + 4sbh) for a 4h GELU MLP.
+  EXPECT_DOUBLE_EQ(act.stored(Remat::Selective), sbh * 22);
   BlockActivations tp8 = getBlockActivations(c, b, s, 8, Precision::Bf16);
   EXPECT_DOUBLE_EQ(tp8.stored(Remat::None), sbh * (34 + ratio) / 8);
   // fp32 activations are twice the 16-bit ones, masks aside.
   BlockActivations fp32 = getBlockActivations(c, b, s, 1, Precision::Fp32);
-  EXPECT_GT(fp32.stored(Remat::Selective), 1.9 * sbh * 34);
+  EXPECT_GT(fp32.stored(Remat::Attention), 1.9 * sbh * 34);
 }
 
 // Chinchilla (Hoffmann et al. 2022): 70B parameters, 1.4T tokens.
@@ -279,35 +283,35 @@ TEST(PlanLayout, InvalidLayoutsNameTheirOrigin) {
   Layout layout = getConfiguredLayout(train, eight);
   EXPECT_FALSE(static_cast<bool>(validateLayout(model, train, eight, layout)));
 
-  TrainConfig tp = train;
+  ClusterConfig tp = eight;
   tp.tensorParallel = 5;
-  tp.origins["tensor_parallel"] = "train.yaml:3:18";
-  EXPECT_EQ(errorText(validateLayout(model, tp, eight,
-                                     getConfiguredLayout(tp, eight))),
-            "train.yaml:3:18: error: tensor_parallel: 5 does not divide "
+  tp.origins["tensor_parallel"] = "cluster.yaml:3:18";
+  EXPECT_EQ(errorText(validateLayout(model, train, tp,
+                                     getConfiguredLayout(train, tp))),
+            "cluster.yaml:3:18: error: tensor_parallel: 5 does not divide "
             "n_head (12) of model 'gpt2': each rank needs whole heads");
   tp.origins.clear();
-  EXPECT_THAT(errorText(validateLayout(model, tp, eight,
-                                       getConfiguredLayout(tp, eight))),
+  EXPECT_THAT(errorText(validateLayout(model, train, tp,
+                                       getConfiguredLayout(train, tp))),
               StartsWith("--tp: 5 does not divide n_head (12)"));
 
-  TrainConfig pp = train;
+  ClusterConfig pp = eight;
   pp.pipelineParallel = 5;
-  EXPECT_THAT(errorText(validateLayout(model, pp, eight,
-                                       getConfiguredLayout(pp, eight))),
+  EXPECT_THAT(errorText(validateLayout(model, train, pp,
+                                       getConfiguredLayout(train, pp))),
               StartsWith("--pp: 5 does not divide n_layer (12)"));
 
-  TrainConfig three = train;
+  ClusterConfig three = eight;
   three.tensorParallel = 3;
-  EXPECT_THAT(errorText(validateLayout(model, three, eight,
-                                       getConfiguredLayout(three, eight))),
+  EXPECT_THAT(errorText(validateLayout(model, train, three,
+                                       getConfiguredLayout(train, three))),
               HasSubstr("= 3 does not divide the cluster's 8 GPUs"));
 
-  TrainConfig zero = train;
+  ClusterConfig zero = eight;
   zero.zero = 2;
   zero.pipelineParallel = 2;
-  EXPECT_THAT(errorText(validateLayout(model, zero, eight,
-                                       getConfiguredLayout(zero, eight))),
+  EXPECT_THAT(errorText(validateLayout(model, train, zero,
+                                       getConfiguredLayout(train, zero))),
               HasSubstr("ZeRO-2 shards gradients"));
 
   TrainConfig batch = train;
@@ -384,42 +388,72 @@ TEST(PlanConfig, HardwareErrors) {
 }
 
 TEST(PlanConfig, TrainAndClusterFiles) {
-  TrainConfig train;
-  ASSERT_FALSE(static_cast<bool>(parseTrainConfig(
-      "precision: fp16\noptimizer: adamw-8bit\nmicro_batch: 8\nremat: "
-      "selective\nzero: 2\ntensor_parallel: 2\ntokens: 300B\n"
-      "grad_precision: half\n",
-      "train.yaml", train)));
+  // The training facts come from an `llmc run` config, read as llmc run
+  // reads it (without its model, data and step count, which llmc plan does
+  // not need).
+  llvm::Expected<TrainingConfig> run = parseTrainingConfig(
+      "precision: fp16\noptimizer: sgd\nmicro_batch_size: 8\nremat: "
+      "selective\nmax_tokens: 300e9\nglobal_batch_size: 64\n",
+      "train.yaml", "", {}, TrainingConfigUse::Plan);
+  ASSERT_TRUE(static_cast<bool>(run)) << llvm::toString(run.takeError());
+  llvm::Expected<TrainConfig> facts = trainConfigFromRun(*run);
+  ASSERT_TRUE(static_cast<bool>(facts)) << llvm::toString(facts.takeError());
+  TrainConfig train = *facts;
   EXPECT_EQ(train.precision, Precision::Fp16);
-  EXPECT_EQ(train.optimizer, Optimizer::AdamW8bit);
+  EXPECT_EQ(train.optimizer, Optimizer::Sgd);
   EXPECT_EQ(train.microBatch, 8);
+  EXPECT_EQ(train.globalBatch, 64);
   EXPECT_EQ(train.remat, Remat::Selective);
-  EXPECT_EQ(train.zero, 2);
-  EXPECT_EQ(train.tensorParallel, 2);
   EXPECT_EQ(train.tokens, 300e9);
-  EXPECT_FALSE(train.fp32Gradients);
-  EXPECT_EQ(train.origins["tensor_parallel"], "train.yaml:6:18");
+  EXPECT_TRUE(train.fp32Gradients);
+  EXPECT_EQ(train.origins["micro_batch_size"], "train.yaml:3:19");
 
-  TrainConfig bad;
-  EXPECT_EQ(errorText(parseTrainConfig("zero: 5\n", "t.yaml", bad)),
+  // llmc run's defaults: micro-batch 4, global batch = micro-batch.
+  llvm::Expected<TrainingConfig> bare = parseTrainingConfig(
+      "max_steps: 10\n", "t.yaml", "", {}, TrainingConfigUse::Plan);
+  ASSERT_TRUE(static_cast<bool>(bare));
+  llvm::Expected<TrainConfig> defaults = trainConfigFromRun(*bare);
+  ASSERT_TRUE(static_cast<bool>(defaults));
+  EXPECT_EQ(defaults->microBatch, 4);
+  EXPECT_EQ(defaults->globalBatch, 4);
+  EXPECT_EQ(defaults->steps, 10);
+
+  // The budget policy has no estimate; the layout is the cluster's.
+  llvm::Expected<TrainingConfig> budget = parseTrainingConfig(
+      "remat: budget\nremat_budget: 1GiB\n", "t.yaml", "", {},
+      TrainingConfigUse::Plan);
+  ASSERT_TRUE(static_cast<bool>(budget));
+  EXPECT_THAT(errorText(trainConfigFromRun(*budget)),
+              StartsWith("t.yaml:1:8: error: remat: llmc plan has no "
+                         "estimate of the budget policy"));
+  EXPECT_THAT(errorText(parseTrainingConfig("tensor_parallel: 2\n", "t.yaml",
+                                            "", {}, TrainingConfigUse::Plan)),
+              StartsWith("t.yaml:1:1: error: 'tensor_parallel' is a key of "
+                         "the cluster schema"));
+
+  ClusterConfig layout;
+  ASSERT_FALSE(static_cast<bool>(parseClusterConfig(
+      "zero: 2\ntensor_parallel: 2\npipeline_parallel: 4\n", "c.yaml",
+      layout)));
+  EXPECT_EQ(layout.zero, 2);
+  EXPECT_EQ(layout.tensorParallel, 2);
+  EXPECT_EQ(layout.pipelineParallel, 4);
+  EXPECT_EQ(layout.origins["tensor_parallel"], "c.yaml:2:18");
+
+  ClusterConfig bad;
+  EXPECT_EQ(errorText(parseClusterConfig("zero: 5\n", "t.yaml", bad)),
             "t.yaml:1:7: error: zero: 5 is out of range; expected 0 to 3\n"
             "zero: 5\n"
             "      ^");
-  EXPECT_THAT(errorText(parseTrainConfig("micro_batchs: 4\n", "t.yaml", bad)),
-              StartsWith("t.yaml:1:1: error: unknown key 'micro_batchs' (did "
-                         "you mean 'micro_batch'?)"));
-  EXPECT_THAT(errorText(parseTrainConfig("remat: some\n", "t.yaml", bad)),
-              StartsWith("t.yaml:1:8: error: remat: unknown value 'some'; "
-                         "expected one of none, selective, full"));
-  EXPECT_THAT(errorText(parseTrainConfig("tokens: lots\n", "t.yaml", bad)),
-              StartsWith("t.yaml:1:9: error: tokens: 'lots' is not a "
-                         "positive count"));
-  EXPECT_THAT(errorText(parseTrainConfig("zero: 1\nzero: 2\n", "t.yaml", bad)),
+  EXPECT_THAT(errorText(parseClusterConfig("zeros: 4\n", "t.yaml", bad)),
+              StartsWith("t.yaml:1:1: error: unknown key 'zeros' (did "
+                         "you mean 'zero'?)"));
+  EXPECT_THAT(errorText(parseClusterConfig("zero: 1\nzero: 2\n", "t.yaml", bad)),
               StartsWith("t.yaml:2:1: error: duplicate key 'zero' (first "
                          "given at t.yaml:1:7)"));
-  EXPECT_THAT(errorText(parseTrainConfig("- 1\n", "t.yaml", bad)),
-              StartsWith("t.yaml:1:1: error: expected a mapping of training "
-                         "config keys"));
+  EXPECT_THAT(errorText(parseClusterConfig("- 1\n", "t.yaml", bad)),
+              StartsWith("t.yaml:1:1: error: expected a mapping of cluster "
+                         "keys"));
 
   ClusterConfig c;
   ASSERT_FALSE(static_cast<bool>(parseClusterConfig(
