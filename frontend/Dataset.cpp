@@ -104,7 +104,7 @@ llvm::Error llmc::data::writeShard(llvm::StringRef path,
   for (size_t i = 0; i < tokens.size(); ++i)
     write16le(bytes.data() + kShardHeaderBytes + 2 * i,
               static_cast<uint16_t>(tokens[i]));
-  return runtime::writeFileAtomically(path, bytes);
+  return kir::writeFileAtomically(path, bytes);
 }
 
 bool llmc::data::isShardPath(llvm::StringRef path) {

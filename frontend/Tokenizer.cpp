@@ -700,7 +700,7 @@ llvm::Error llmc::data::writeBpeFiles(const BpeVocabulary &vocabulary,
   // Check before writing anything, so that a bad vocabulary leaves no file.
   if (auto checked = BpeTokenizer::fromVocabulary(vocabulary); !checked)
     return checked.takeError();
-  if (llvm::Error error = runtime::writeFileAtomically(
+  if (llvm::Error error = kir::writeFileAtomically(
           vocabPath, [&](llvm::raw_ostream &os) {
             llvm::json::OStream json(os, /*IndentSize=*/0);
             json.object([&] {
@@ -713,7 +713,7 @@ llvm::Error llmc::data::writeBpeFiles(const BpeVocabulary &vocabulary,
           }))
     return error;
   llvm::Error error =
-      runtime::writeFileAtomically(mergesPath, [&](llvm::raw_ostream &os) {
+      kir::writeFileAtomically(mergesPath, [&](llvm::raw_ostream &os) {
         os << "#version: 0.2\n";
         for (auto [left, right] : vocabulary.merges)
           os << gpt2SpellBytes(vocabulary.tokens[left]) << ' '

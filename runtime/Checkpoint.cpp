@@ -175,7 +175,7 @@ llvm::Error llmc::runtime::writeCheckpoint(llvm::StringRef path,
   putLE<uint32_t>(prefix, 0);
   putLE<uint64_t>(prefix, header.size());
   putLE<uint64_t>(prefix, hashBytes(header));
-  return writeFileAtomically(path, [&](llvm::raw_ostream &os) {
+  return kir::writeFileAtomically(path, [&](llvm::raw_ostream &os) {
     os << prefix << header;
     int64_t written = 0;
     static const char zeros[kAlign] = {};

@@ -262,7 +262,7 @@ llvm::Error Trainer::writePlot() {
   std::string svg =
       renderLossPlot(trainPoints, valPoints,
                      llvm::sys::path::filename(options.outDir));
-  return writeFileAtomically(
+  return kir::writeFileAtomically(
       joinPath(options.outDir, "loss.svg"),
       llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(svg.data()),
                               svg.size()));
@@ -346,7 +346,7 @@ llvm::Error Trainer::run() {
     std::string kept;
     for (const std::string &line : keptMetricLines)
       kept += line + "\n";
-    if (llvm::Error err = writeFileAtomically(
+    if (llvm::Error err = kir::writeFileAtomically(
             joinPath(options.outDir, "metrics.jsonl"),
             llvm::ArrayRef<uint8_t>(
                 reinterpret_cast<const uint8_t *>(kept.data()), kept.size())))

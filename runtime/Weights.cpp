@@ -550,7 +550,7 @@ Error writeSafetensors(StringRef path, const SafetensorsFile &file) {
   // so the data, and thus every 8-byte-aligned tensor, starts aligned.
   headerText.append((8 - headerText.size() % 8) % 8, ' ');
 
-  return writeFileAtomically(path, [&](raw_ostream &os) {
+  return kir::writeFileAtomically(path, [&](raw_ostream &os) {
     char size[8];
     support::endian::write64le(size, headerText.size());
     os.write(size, sizeof(size));
@@ -784,7 +784,7 @@ Error writeLlmcCheckpoint(StringRef path, const Gpt2Dims &dims,
   for (auto [i, value] : llvm::enumerate(fields))
     support::endian::write32le(header.data() + 4 * i, uint32_t(value));
 
-  return writeFileAtomically(path, [&](raw_ostream &os) {
+  return kir::writeFileAtomically(path, [&](raw_ostream &os) {
     os.write(header.data(), header.size());
     for (auto [tensor, fileCount] : llvm::zip_equal(ordered, fileElements)) {
       std::vector<float> values = tensor->toF32();

@@ -5,10 +5,10 @@
 
 using namespace llmc;
 
-llvm::Expected<runtime::CudaSection>
+llvm::Expected<kir::CudaSection>
 llmc::cuda::buildCudaSection(const kir::Program &program, NvrtcStats *stats,
                              const NvrtcOptions &options) {
-  runtime::CudaSection section;
+  kir::CudaSection section;
   section.codegenVersion = kCudaCodegenVersion;
   section.source = emitCudaModule(program);
   llvm::Expected<CudaBinaries> binaries = compileCuda(
@@ -23,7 +23,7 @@ llmc::cuda::buildCudaSection(const kir::Program &program, NvrtcStats *stats,
   section.ptxArch = binaries->ptxArch;
   for (const kir::Kernel &kernel : program.kernels) {
     CudaLaunch launch = chooseLaunch(kernel);
-    runtime::CudaSection::Launch out;
+    kir::CudaSection::Launch out;
     out.kernel = kernel.name;
     for (int d = 0; d < 3; ++d) {
       out.grid[d] = launch.grid[d];

@@ -16,7 +16,7 @@ namespace llmc::cuda {
 /// sm_90 and compute_80 PTX, NVRTC's disk cache on) and returns the
 /// artifact section: source, cubins, PTX, one launch per kernel. Fails when
 /// NVRTC is missing or rejects the source.
-llvm::Expected<runtime::CudaSection>
+llvm::Expected<kir::CudaSection>
 buildCudaSection(const kir::Program &program, NvrtcStats *stats = nullptr,
                  const NvrtcOptions &options = {});
 

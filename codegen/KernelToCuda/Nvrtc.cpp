@@ -347,7 +347,7 @@ llvm::Error writeEntry(llvm::StringRef path, llvm::StringRef payload) {
     return llvm::createStringError(error, "cannot create the cache directory " +
                                               directory + ": " +
                                               error.message());
-  return runtime::writeFileAtomically(path, [&](llvm::raw_ostream &os) {
+  return kir::writeFileAtomically(path, [&](llvm::raw_ostream &os) {
     char size[8];
     llvm::support::endian::write64le(size, payload.size());
     std::array<uint8_t, 32> digest =
@@ -395,7 +395,7 @@ llvm::Expected<CudaBinaries> llmc::cuda::compileCuda(llvm::StringRef source,
 
   // The key covers everything the binaries depend on.
   std::string directory = options.cacheDirectory.empty()
-                              ? runtime::defaultCacheDirectory()
+                              ? kir::defaultCacheDirectory()
                               : options.cacheDirectory;
   if (options.cacheEnabled && !directory.empty()) {
     llvm::SHA256 hasher;

@@ -18,7 +18,7 @@
 #include <optional>
 
 using namespace llmc;
-using namespace llmc::runtime;
+using namespace llmc::kir;
 using flatbuffers::FlatBufferBuilder;
 using flatbuffers::Offset;
 
@@ -396,12 +396,12 @@ static Offset<fb::CudaModule> encodeCuda(FlatBufferBuilder &b,
 }
 
 std::vector<uint8_t>
-llmc::runtime::serializeProgram(const kir::Program &program) {
+llmc::kir::serializeProgram(const kir::Program &program) {
   return serializeArtifact(program, nullptr);
 }
 
 std::vector<uint8_t>
-llmc::runtime::serializeArtifact(const kir::Program &program,
+llmc::kir::serializeArtifact(const kir::Program &program,
                                  const CudaSection *cuda) {
   FlatBufferBuilder inner;
   inner.Finish(encodeProgram(inner, program));
@@ -832,7 +832,7 @@ static llvm::Expected<CudaSection> decodeCuda(const fb::CudaModule &def,
 }
 
 llvm::Expected<kir::Program>
-llmc::runtime::deserializeProgram(llvm::ArrayRef<uint8_t> bytes,
+llmc::kir::deserializeProgram(llvm::ArrayRef<uint8_t> bytes,
                                   llvm::StringRef name) {
   llvm::Expected<ArtifactContents> contents = deserializeArtifact(bytes, name);
   if (!contents)
@@ -841,7 +841,7 @@ llmc::runtime::deserializeProgram(llvm::ArrayRef<uint8_t> bytes,
 }
 
 llvm::Expected<ArtifactContents>
-llmc::runtime::deserializeArtifact(llvm::ArrayRef<uint8_t> bytes,
+llmc::kir::deserializeArtifact(llvm::ArrayRef<uint8_t> bytes,
                                    llvm::StringRef name) {
   auto fail = [&](const llvm::Twine &what) { return makeError(name, what); };
   // Bytes 0-3: the size of the rest; 4-7: the root offset; 8-11: "LLMC".
@@ -948,7 +948,7 @@ llmc::runtime::deserializeArtifact(llvm::ArrayRef<uint8_t> bytes,
 // Files
 //===----------------------------------------------------------------------===//
 
-llvm::Expected<kir::Program> llmc::runtime::readArtifact(llvm::StringRef path) {
+llvm::Expected<kir::Program> llmc::kir::readArtifact(llvm::StringRef path) {
   llvm::Expected<ArtifactContents> contents = readArtifactContents(path);
   if (!contents)
     return contents.takeError();
@@ -956,7 +956,7 @@ llvm::Expected<kir::Program> llmc::runtime::readArtifact(llvm::StringRef path) {
 }
 
 llvm::Expected<ArtifactContents>
-llmc::runtime::readArtifactContents(llvm::StringRef path) {
+llmc::kir::readArtifactContents(llvm::StringRef path) {
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
       llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                   /*RequiresNullTerminator=*/false);
@@ -967,7 +967,7 @@ llmc::runtime::readArtifactContents(llvm::StringRef path) {
                              path);
 }
 
-llvm::Error llmc::runtime::writeArtifact(llvm::StringRef path,
+llvm::Error llmc::kir::writeArtifact(llvm::StringRef path,
                                          const kir::Program &program,
                                          const CudaSection *cuda) {
   std::string problem = kir::verifyProgram(program);

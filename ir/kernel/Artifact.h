@@ -5,8 +5,8 @@
 // the FlatBuffers structure, the format version, the checksum, every enum
 // value and finally kir::verifyProgram, and names the file and what is wrong
 // in every error.
-#ifndef LLMC_RUNTIME_ARTIFACT_H
-#define LLMC_RUNTIME_ARTIFACT_H
+#ifndef LLMC_IR_KERNEL_ARTIFACT_H
+#define LLMC_IR_KERNEL_ARTIFACT_H
 
 #include "ir/kernel/Program.h"
 
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace llmc::runtime {
+namespace llmc::kir {
 
 /// The format version this llmc writes and the only one it reads. Bump it
 /// on any change to ir/kernel/llmc_artifact.fbs or to what a field means.
@@ -97,6 +97,6 @@ llvm::Expected<kir::Program> readArtifact(llvm::StringRef path);
 /// The same with the CUDA section (see deserializeArtifact).
 llvm::Expected<ArtifactContents> readArtifactContents(llvm::StringRef path);
 
-} // namespace llmc::runtime
+} // namespace llmc::kir
 
-#endif // LLMC_RUNTIME_ARTIFACT_H
+#endif // LLMC_IR_KERNEL_ARTIFACT_H

@@ -52,7 +52,7 @@ static void syncDirectoryOf(StringRef path) {
   ::close(dirFd);
 }
 
-Error llmc::runtime::writeFileAtomically(
+Error llmc::kir::writeFileAtomically(
     StringRef path, function_ref<Error(raw_ostream &)> write) {
   // The temporary file sits next to the target so the rename cannot cross
   // file systems. It is created and renamed by hand rather than through
@@ -98,7 +98,7 @@ Error llmc::runtime::writeFileAtomically(
   return Error::success();
 }
 
-Error llmc::runtime::writeFileAtomically(StringRef path,
+Error llmc::kir::writeFileAtomically(StringRef path,
                                          ArrayRef<uint8_t> bytes) {
   return writeFileAtomically(path, [&](raw_ostream &os) {
     os.write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
@@ -106,7 +106,7 @@ Error llmc::runtime::writeFileAtomically(StringRef path,
   });
 }
 
-std::string llmc::runtime::defaultCacheDirectory() {
+std::string llmc::kir::defaultCacheDirectory() {
   if (std::optional<std::string> dir =
           llvm::sys::Process::GetEnv("LLMC_CACHE_DIR"))
     if (!dir->empty())

@@ -1,7 +1,7 @@
 // Writing a file atomically: readers see the old file or the whole new one;
 // and where llmc keeps the files it caches.
-#ifndef LLMC_RUNTIME_ATOMICFILE_H
-#define LLMC_RUNTIME_ATOMICFILE_H
+#ifndef LLMC_IR_KERNEL_ATOMICFILE_H
+#define LLMC_IR_KERNEL_ATOMICFILE_H
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-namespace llmc::runtime {
+namespace llmc::kir {
 
 /// Writes `path` through a temporary file next to it (`<path>.tmp-XXXXXXXX`):
 /// `write` fills it, it is fsynced and renamed over `path`, then the
@@ -38,6 +38,6 @@ llvm::Error writeFileAtomically(llvm::StringRef path,
 /// there is no home either).
 std::string defaultCacheDirectory();
 
-} // namespace llmc::runtime
+} // namespace llmc::kir
 
-#endif // LLMC_RUNTIME_ATOMICFILE_H
+#endif // LLMC_IR_KERNEL_ATOMICFILE_H

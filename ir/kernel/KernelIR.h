@@ -13,8 +13,8 @@
 // row dimension and *row-level* otherwise; a reduction turns a column-level
 // value into a row-level one. Emitters evaluate column-level values in loops
 // over the row, once per reduction phase, and row-level values once per row.
-#ifndef LLMC_CODEGEN_KERNELIR_H
-#define LLMC_CODEGEN_KERNELIR_H
+#ifndef LLMC_IR_KERNEL_KERNELIR_H
+#define LLMC_IR_KERNEL_KERNELIR_H
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/BitVector.h"
@@ -154,4 +154,4 @@ void printKernel(llvm::raw_ostream &os, const Kernel &kernel);
 
 } // namespace llmc::kir
 
-#endif // LLMC_CODEGEN_KERNELIR_H
+#endif // LLMC_IR_KERNEL_KERNELIR_H

@@ -1,8 +1,8 @@
 // Static memory planning: live ranges of arena buffers over the schedule,
 // and one offset per buffer so that buffers alive at the same time never
 // overlap.
-#ifndef LLMC_CODEGEN_MEMORYPLAN_H
-#define LLMC_CODEGEN_MEMORYPLAN_H
+#ifndef LLMC_IR_KERNEL_MEMORYPLAN_H
+#define LLMC_IR_KERNEL_MEMORYPLAN_H
 
 #include "ir/kernel/Program.h"
 
@@ -30,4 +30,4 @@ std::vector<int32_t> buffersOfStep(const Program &program, const Step &step);
 
 } // namespace llmc::kir
 
-#endif // LLMC_CODEGEN_MEMORYPLAN_H
+#endif // LLMC_IR_KERNEL_MEMORYPLAN_H

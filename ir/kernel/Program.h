@@ -2,8 +2,8 @@
 // kernel IR, and the schedule of steps that runs them. It is what an
 // artifact stores and what a runtime executes; like the kernel IR it is
 // target-neutral (a backend decides how a Gemm or Attention step runs).
-#ifndef LLMC_CODEGEN_PROGRAM_H
-#define LLMC_CODEGEN_PROGRAM_H
+#ifndef LLMC_IR_KERNEL_PROGRAM_H
+#define LLMC_IR_KERNEL_PROGRAM_H
 
 #include "ir/kernel/KernelIR.h"
 
@@ -282,4 +282,4 @@ int64_t countFlops(const Program &program);
 
 } // namespace llmc::kir
 
-#endif // LLMC_CODEGEN_PROGRAM_H
+#endif // LLMC_IR_KERNEL_PROGRAM_H

@@ -69,7 +69,7 @@ llvm::Error writeEntry(llvm::StringRef path, llvm::ArrayRef<char> payload) {
     return llvm::createStringError(error, "cannot create the cache directory " +
                                               directory + ": " +
                                               error.message());
-  return runtime::writeFileAtomically(path, [&](llvm::raw_ostream &os) {
+  return kir::writeFileAtomically(path, [&](llvm::raw_ostream &os) {
     char size[8];
     llvm::support::endian::write64le(size, payload.size());
     std::array<uint8_t, 32> digest = sha256(payload);
@@ -124,7 +124,7 @@ llmc::cpu::loadCpuKernels(llvm::ArrayRef<kir::Kernel> kernels,
   s = CacheStats();
 
   std::string directory = options.directory.empty()
-                              ? runtime::defaultCacheDirectory()
+                              ? kir::defaultCacheDirectory()
                               : options.directory;
   if (options.enabled && !directory.empty()) {
     llvm::SmallString<256> path(directory);

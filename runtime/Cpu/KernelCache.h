@@ -18,7 +18,7 @@ namespace llmc::cpu {
 constexpr int kCpuCodegenVersion = 1;
 
 struct KernelCacheOptions {
-  /// Where objects live; empty: runtime::defaultCacheDirectory().
+  /// Where objects live; empty: kir::defaultCacheDirectory().
   std::string directory;
   /// Anything else the object depends on, e.g. non-default compile options.
   std::string keySalt;

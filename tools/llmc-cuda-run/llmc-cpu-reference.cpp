@@ -187,7 +187,7 @@ static int runTraining() {
   using namespace training_check;
   auto load = [](llvm::StringRef path, std::shared_ptr<PersistentStore> store)
       -> llvm::Expected<std::unique_ptr<CpuExecutor>> {
-    llvm::Expected<kir::Program> program = readArtifact(path);
+    llvm::Expected<kir::Program> program = kir::readArtifact(path);
     if (!program)
       return program.takeError();
     std::vector<kir::Kernel> kernels = program->kernels;
@@ -315,7 +315,7 @@ int main(int argc, char **argv) {
       return fail(std::move(error));
   if (!updatePath.empty())
     return runTraining();
-  llvm::Expected<kir::Program> program = readArtifact(artifactPath);
+  llvm::Expected<kir::Program> program = kir::readArtifact(artifactPath);
   if (!program)
     return fail(program.takeError());
   std::vector<kir::Kernel> kernels = program->kernels;

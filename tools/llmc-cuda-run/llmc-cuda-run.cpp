@@ -147,18 +147,18 @@ static CudaExecutorOptions executorOptions() {
 
 /// The compiler the executor gets: NVRTC, with the artifact's compiled
 /// kernels if it has a CUDA section (`llmc compile --target=cuda`).
-static cuda::CudaCompileFn compilerFor(const ArtifactContents &contents) {
+static cuda::CudaCompileFn compilerFor(const kir::ArtifactContents &contents) {
   cuda::CudaCompilerOptions options;
   if (!contents.cuda)
     return cuda::cudaCompiler(std::move(options));
-  const CudaSection &section = *contents.cuda;
+  const kir::CudaSection &section = *contents.cuda;
   cuda::CudaBinaries binaries;
-  for (const CudaSection::Cubin &cubin : section.cubins)
+  for (const kir::CudaSection::Cubin &cubin : section.cubins)
     binaries.cubins.push_back({cubin.arch, cubin.image});
   binaries.ptx = section.ptx;
   binaries.ptxArch = section.ptxArch;
   options.kernelBinaries = std::move(binaries);
-  for (const CudaSection::Launch &launch : section.launches) {
+  for (const kir::CudaSection::Launch &launch : section.launches) {
     cuda::CudaLaunch l;
     std::copy(launch.grid, launch.grid + 3, l.grid);
     std::copy(launch.block, launch.block + 3, l.block);
@@ -217,10 +217,10 @@ static double compareReduced(llvm::StringRef name, const HostTensor &whole,
 /// K (+ timing) training steps: grad step then update step per step, over
 /// one store. Times each program's run by CUDA events (graph replay after
 /// each program's first, eager run) and the whole step by the host clock.
-static int runTraining(ArtifactContents gradContents) {
+static int runTraining(kir::ArtifactContents gradContents) {
   using namespace training_check;
-  llvm::Expected<ArtifactContents> updateContents =
-      readArtifactContents(updatePath);
+  llvm::Expected<kir::ArtifactContents> updateContents =
+      kir::readArtifactContents(updatePath);
   if (!updateContents)
     return fail(updateContents.takeError());
   llvm::Expected<std::shared_ptr<CudaPersistentStore>> store =
@@ -407,8 +407,8 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(toolOptions);
   cl::ParseCommandLineOptions(argc, argv,
                               "llmc-cuda-run: run an llmc artifact on a GPU\n");
-  llvm::Expected<ArtifactContents> contents =
-      readArtifactContents(artifactPath);
+  llvm::Expected<kir::ArtifactContents> contents =
+      kir::readArtifactContents(artifactPath);
   if (!contents)
     return fail(contents.takeError());
   if (!updatePath.empty())

@@ -572,7 +572,7 @@ int runTrainCommand(int argc, char **argv) {
     std::string text;
     llvm::raw_string_ostream os(text);
     printTrainingConfig(config, os);
-    if (llvm::Error err = rt::writeFileAtomically(
+    if (llvm::Error err = ::llmc::kir::writeFileAtomically(
             joinPath(config.out, "config.yaml"),
             llvm::ArrayRef<uint8_t>(
                 reinterpret_cast<const uint8_t *>(text.data()), text.size())))

@@ -305,7 +305,7 @@ static int runEmitModel(MLIRContext &context) {
     return 0;
   }
   // Written atomically, so a failed run leaves no partial model.mlir behind.
-  llvm::Error error = ::llmc::runtime::writeFileAtomically(
+  llvm::Error error = ::llmc::kir::writeFileAtomically(
       outputPath, [&](llvm::raw_ostream &os) {
         (*module)->print(os);
         os << "\n";
@@ -490,7 +490,7 @@ static int runCompile(MLIRContext &context) {
     llvm::outs() << ::llmc::cuda::emitCudaModule(*program);
     return 0;
   }
-  std::optional<::llmc::runtime::CudaSection> cuda;
+  std::optional<::llmc::kir::CudaSection> cuda;
   if (compileTarget == "cuda") {
 #ifdef LLMC_HAVE_NVRTC
     ::llmc::cuda::NvrtcStats nvrtc;
@@ -523,7 +523,7 @@ static int runCompile(MLIRContext &context) {
     llvm::sys::path::replace_extension(path, "llmc");
     output = path.str().str();
   }
-  if (llvm::Error error = ::llmc::runtime::writeArtifact(
+  if (llvm::Error error = ::llmc::kir::writeArtifact(
           output, *program, cuda ? &*cuda : nullptr))
     return fail(std::move(error));
   llvm::outs() << compileInput << ": ok: " << numOps << " ops, "
@@ -539,7 +539,7 @@ static int runCompile(MLIRContext &context) {
 static llvm::Expected<std::unique_ptr<::llmc::runtime::CpuExecutor>>
 loadCpuArtifact(llvm::StringRef path, llvm::StringRef weights) {
   llvm::Expected<::llmc::kir::Program> program =
-      ::llmc::runtime::readArtifact(path);
+      ::llmc::kir::readArtifact(path);
   if (!program)
     return program.takeError();
   std::vector<::llmc::kir::Kernel> kernels = program->kernels;
@@ -580,7 +580,7 @@ loadArtifact(llvm::StringRef path, llvm::StringRef weights) {
                                    "' (cpu, cuda)");
 #ifdef LLMC_HAVE_NVRTC
   llvm::Expected<::llmc::kir::Program> program =
-      ::llmc::runtime::readArtifact(path);
+      ::llmc::kir::readArtifact(path);
   if (!program)
     return program.takeError();
   auto executor = ::llmc::runtime::CudaExecutor::create(
@@ -599,7 +599,7 @@ loadArtifact(llvm::StringRef path, llvm::StringRef weights) {
 }
 
 /// An artifact's CUDA section: its binaries, then each kernel's launch.
-static void printCudaSection(const ::llmc::runtime::CudaSection &cuda,
+static void printCudaSection(const ::llmc::kir::CudaSection &cuda,
                              llvm::raw_ostream &os) {
   os << "\ncuda: codegen version " << cuda.codegenVersion << ", source "
      << cuda.source.size() << " bytes";
@@ -619,8 +619,8 @@ static void printCudaSection(const ::llmc::runtime::CudaSection &cuda,
 }
 
 static int runInspect() {
-  llvm::Expected<::llmc::runtime::ArtifactContents> contents =
-      ::llmc::runtime::readArtifactContents(artifactInput);
+  llvm::Expected<::llmc::kir::ArtifactContents> contents =
+      ::llmc::kir::readArtifactContents(artifactInput);
   if (!contents)
     return fail(contents.takeError());
   const ::llmc::kir::Program *program = &contents->program;

@@ -25,7 +25,7 @@
 #include <sys/resource.h>
 
 using namespace llmc;
-using namespace llmc::runtime;
+using namespace llmc::kir;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 

@@ -220,11 +220,11 @@ TEST(KernelCacheDirectory, FollowsTheEnvironment) {
   setenv("LLMC_CACHE_DIR", "/tmp/llmc-explicit", 1);
   setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
   setenv("HOME", "/tmp/home", 1);
-  EXPECT_EQ(llmc::runtime::defaultCacheDirectory(), "/tmp/llmc-explicit");
+  EXPECT_EQ(llmc::kir::defaultCacheDirectory(), "/tmp/llmc-explicit");
   unsetenv("LLMC_CACHE_DIR");
-  EXPECT_EQ(llmc::runtime::defaultCacheDirectory(), "/tmp/xdg/llmc");
+  EXPECT_EQ(llmc::kir::defaultCacheDirectory(), "/tmp/xdg/llmc");
   unsetenv("XDG_CACHE_HOME");
-  EXPECT_EQ(llmc::runtime::defaultCacheDirectory(), "/tmp/home/.cache/llmc");
+  EXPECT_EQ(llmc::kir::defaultCacheDirectory(), "/tmp/home/.cache/llmc");
   restore("LLMC_CACHE_DIR", llmc);
   restore("XDG_CACHE_HOME", xdg);
   restore("HOME", home);

@@ -553,8 +553,8 @@ TEST(CudaArtifact, SectionRoundTripsAndIsChecked) {
   ASSERT_EQ(section->launches.size(), 1u);
   EXPECT_EQ(section->launches[0].block[0], 256);
   EXPECT_EQ(section->launches[0].grid[0], 3);
-  std::vector<uint8_t> bytes = runtime::serializeArtifact(program, &*section);
-  auto read = runtime::deserializeArtifact(bytes, "cuda.llmc");
+  std::vector<uint8_t> bytes = kir::serializeArtifact(program, &*section);
+  auto read = kir::deserializeArtifact(bytes, "cuda.llmc");
   ASSERT_TRUE(bool(read)) << llvm::toString(read.takeError());
   ASSERT_TRUE(read->cuda.has_value());
   EXPECT_EQ(read->cuda->source, section->source);
@@ -564,13 +564,13 @@ TEST(CudaArtifact, SectionRoundTripsAndIsChecked) {
   EXPECT_EQ(read->cuda->cubins[1].image, section->cubins[1].image);
   EXPECT_EQ(read->cuda->launches[0].kernel, "softmax");
   // A CPU artifact has no section, and reads as before.
-  auto cpuOnly = runtime::deserializeArtifact(runtime::serializeProgram(program));
+  auto cpuOnly = kir::deserializeArtifact(kir::serializeProgram(program));
   ASSERT_TRUE(bool(cpuOnly));
   EXPECT_FALSE(cpuOnly->cuda.has_value());
   // A section whose launches do not name the program's kernels is refused.
   section->launches[0].kernel = "other";
-  auto mismatched = runtime::deserializeArtifact(
-      runtime::serializeArtifact(program, &*section), "bad.llmc");
+  auto mismatched = kir::deserializeArtifact(
+      kir::serializeArtifact(program, &*section), "bad.llmc");
   ASSERT_FALSE(bool(mismatched));
   EXPECT_NE(llvm::toString(mismatched.takeError())
                 .find("bad.llmc: the CUDA section's launch 0 is for 'other'"),

@@ -13,7 +13,7 @@
 #include <csignal>
 #include <sys/resource.h>
 
-using namespace llmc::runtime;
+using namespace llmc::kir;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
