@@ -2,6 +2,7 @@
 #include "codegen/Plan/ModelAnalysis.h"
 
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "frontend/ConfigYaml.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelInfo.h"
 #include "ir/LlmcDialect.h"
@@ -12,22 +13,14 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-#include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/Process.h"
 #include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/YAMLParser.h"
 
 #include <algorithm>
-#include <cmath>
-#include "frontend/ConfigYaml.h"
 
 using namespace llvm;
 using namespace mlir;

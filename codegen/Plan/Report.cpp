@@ -1,33 +1,16 @@
 // `llmc plan`'s report, as a table and as JSON.
 #include "codegen/Plan/Report.h"
 
-#include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "frontend/GptBuilder.h"
-#include "frontend/ModelInfo.h"
-#include "ir/LlmcDialect.h"
-#include "passes/Passes.h"
-#include "passes/Pipelines.h"
+#include "frontend/ConfigYaml.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/Diagnostics.h"
-#include "mlir/Parser/Parser.h"
-#include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/SmallString.h"
-#include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/Process.h"
-#include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/YAMLParser.h"
 
 #include <algorithm>
 #include <cmath>
-#include "frontend/ConfigYaml.h"
 
 using namespace llvm;
 using namespace mlir;
