@@ -1,4 +1,4 @@
-// What llmc's YAML config readers share.
+// llmc's one YAML config reader (see ConfigYaml.h).
 #include "frontend/ConfigYaml.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -32,4 +32,49 @@ std::string mlir::llmc::unknownKeyMessage(StringRef name,
   if (!best.empty())
     return ("unknown key '" + name + "' (did you mean '" + best + "'?)").str();
   return ("unknown key '" + name + "'; known keys: " + join(known, ", ")).str();
+}
+
+Error mlir::llmc::config::forEachKey(
+    const YamlFile &file, const YNode &mapping, const KeyRules &rules,
+    function_ref<Error(StringRef, const YNode &, const YNode &)> visit) {
+  // name -> index of its first key; mappings are small.
+  SmallVector<std::pair<StringRef, size_t>> seen;
+  for (size_t i = 0; i < mapping.keys.size(); ++i) {
+    const YNode &key = mapping.keys[i];
+    const YNode &value = mapping.values[i];
+    if (key.kind != YNode::Kind::Scalar)
+      return file.error(key.range, rules.notScalar);
+    StringRef name = key.text;
+    if (!rules.known.empty() && !is_contained(rules.known, name))
+      return file.error(key.range, rules.unknown
+                                       ? rules.unknown(name)
+                                       : unknownKeyMessage(name, rules.known));
+    auto first = find_if(seen, [&](auto &entry) { return entry.first == name; });
+    if (first != seen.end()) {
+      const YNode &firstKey = mapping.keys[first->second];
+      const YNode &firstValue = mapping.values[first->second];
+      return file.error(
+          key.range,
+          rules.duplicate
+              ? rules.duplicate(name, firstKey, firstValue)
+              : ("duplicate key '" + name + "' (first given on line " +
+                 Twine(file.line(firstKey.range.Start)) + ")")
+                    .str());
+    }
+    seen.push_back({name, i});
+    if (Error err = visit(name, key, value))
+      return err;
+  }
+  return Error::success();
+}
+
+Expected<StringRef> mlir::llmc::config::getScalar(const YamlFile &file,
+                                                  StringRef name,
+                                                  const YNode &key,
+                                                  const YNode &value,
+                                                  const Twine &expected) {
+  if (value.kind == YNode::Kind::Scalar)
+    return StringRef(value.text);
+  return file.error(valueRange(key, value), name + ": expected " + expected +
+                                                ", got " + value.describe());
 }

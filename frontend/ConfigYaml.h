@@ -1,15 +1,18 @@
-// llmc's YAML config reader: a file read into a tree of nodes (YamlFile),
-// a mapping of known keys checked and read with file:line:col errors
-// (Fields), the capture of the YAML scanner's diagnostic, the message for
-// an unknown key and the list of an enum's names. The planner's train,
-// cluster and hardware files (frontend/PlanConfig.cpp,
-// codegen/Plan/Hardware.cpp) read through Fields; model configs
-// (frontend/ModelConfig.cpp) and `llmc run` configs
-// (frontend/TrainConfig.cpp) use the diagnostic capture and messages.
+// llmc's one YAML config reader: a file or buffer read into a tree of nodes
+// (YamlFile, with its SourceMgr so errors say file:line:col), the walk over
+// a mapping's keys with the unknown- and duplicate-key checks (forEachKey),
+// scalar access (getScalar), a mapping of known keys with typed getters
+// (Fields), the message for an unknown key and the list of an enum's names.
+// Every YAML file llmc reads goes through it: model configs
+// (frontend/ModelConfig.cpp), `llmc run` configs (frontend/TrainConfig.cpp),
+// the planner's cluster file (frontend/PlanConfig.cpp) and hardware table
+// (codegen/Plan/Hardware.cpp). Where the readers word an error differently
+// (tests assert each), the caller passes the wording.
 #ifndef LLMC_FRONTEND_CONFIGYAML_H
 #define LLMC_FRONTEND_CONFIGYAML_H
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
@@ -76,6 +79,7 @@ struct YNode {
   std::string text; // Scalar
   SMRange range;
   std::vector<YNode> keys, values; // Mapping, in document order
+  std::vector<YNode> items;        // Sequence, in document order
 
   StringRef describe() const {
     switch (kind) {
@@ -123,7 +127,7 @@ inline YNode convertNode(llvm::yaml::Node *node) {
   } else if (auto *sequence = dyn_cast<yaml::SequenceNode>(node)) {
     result.kind = YNode::Kind::Sequence;
     for (yaml::Node &item : *sequence)
-      (void)convertNode(&item);
+      result.items.push_back(convertNode(&item));
   } else if (isa<yaml::AliasNode>(node)) {
     result.kind = YNode::Kind::Alias;
   }
@@ -152,27 +156,55 @@ public:
     yaml::Stream stream(buffer->getMemBufferRef(), sm, false);
     yaml::document_iterator doc = stream.begin();
     yaml::Node *node = doc != stream.end() ? doc->getRoot() : nullptr;
-    SMLoc start = SMLoc::getFromPointer(buffer->getBufferStart());
+    SMLoc start = this->start();
     if (node)
       tree = convertNode(node);
+    // Later documents are read too, so that singleDocument() can point at
+    // the first one that is not empty (a stray trailing "---" is harmless).
+    if (doc != stream.end())
+      while (++doc != stream.end()) {
+        yaml::Node *extra = doc->getRoot();
+        if (extra && !isa<yaml::NullNode>(extra) && !extraDocument.isValid())
+          extraDocument = extra->getSourceRange();
+      }
     if (capture.seen)
       return makeError(StringRef(capture.message).rtrim());
     if (!node || tree.kind == YNode::Kind::Null)
       return error(SMRange(start, start),
                    "empty document; expected a mapping of " + what);
     if (tree.kind != YNode::Kind::Mapping)
-      return error(tree.range,
-                   "expected a mapping of " + what + " at the top level");
+      return error(tree.range, "expected a mapping of " + what +
+                                   " at the top level, got " +
+                                   tree.describe());
     return &tree;
   }
 
+  /// An error at the second document, if the file has one that is not
+  /// empty. Call after root().
+  Error singleDocument() const {
+    if (extraDocument.isValid())
+      return error(extraDocument, "expected a single YAML document");
+    return Error::success();
+  }
+
+  SMLoc start() const {
+    return SMLoc::getFromPointer(buffer->getBufferStart());
+  }
+  StringRef text() const { return buffer->getBuffer(); }
+  StringRef bufferName() const { return name; }
+  unsigned line(SMLoc loc) const { return sm.getLineAndColumn(loc).first; }
+
+  /// "file:line:col: error: message" with the line and a caret under
+  /// `range`; an invalid range points at the start of the buffer.
   Error error(SMRange range, const Twine &message) const {
     std::string text;
     raw_string_ostream os(text);
     // Printed here rather than through sm.PrintMessage, which would hand
     // the message to the scanner's diagnostic handler.
-    SMDiagnostic diag = sm.GetMessage(range.Start, SourceMgr::DK_Error, message,
-                                      ArrayRef<SMRange>(range));
+    SMLoc loc = range.Start.isValid() ? range.Start : start();
+    SMDiagnostic diag = sm.GetMessage(
+        loc, SourceMgr::DK_Error, message,
+        range.isValid() ? ArrayRef<SMRange>(range) : ArrayRef<SMRange>());
     diag.print(/*ProgName=*/nullptr, os, /*ShowColors=*/false);
     return makeError(StringRef(text).rtrim());
   }
@@ -187,8 +219,60 @@ private:
   YamlDiagnostic capture;
   std::unique_ptr<MemoryBuffer> buffer;
   YNode tree;
+  SMRange extraDocument;
   std::string name;
 };
+
+/// The range an error about `value` (the value of `key`) points at: the
+/// value's own, or the key's where the value has no useful extent (an empty
+/// value, an alias).
+inline SMRange valueRange(const YNode &key, const YNode &value) {
+  if (value.kind == YNode::Kind::Null || value.kind == YNode::Kind::Alias)
+    return key.range;
+  return value.range;
+}
+
+/// How forEachKey checks and words the keys of one mapping. The readers
+/// word a duplicate differently (each wording is asserted by tests), so the
+/// caller may pass its own.
+struct KeyRules {
+  /// The names allowed; empty: any name (the caller checks).
+  ArrayRef<StringRef> known;
+  /// The message for a key that is not a scalar.
+  StringRef notScalar = "expected a scalar key";
+  /// The message for a name not in `known`; default unknownKeyMessage.
+  function_ref<std::string(StringRef name)> unknown = nullptr;
+  /// The message for a name given twice, told the first key and value;
+  /// default "duplicate key 'x' (first given on line N)".
+  function_ref<std::string(StringRef name, const YNode &firstKey,
+                           const YNode &firstValue)>
+      duplicate = nullptr;
+};
+
+/// Calls `visit` on each key of `mapping` in document order, after checking
+/// that the key is a scalar, known and not given before in this mapping.
+/// Errors point at the key.
+Error forEachKey(const YamlFile &file, const YNode &mapping,
+                 const KeyRules &rules,
+                 function_ref<Error(StringRef name, const YNode &key,
+                                    const YNode &value)>
+                     visit);
+
+/// The text of a scalar value, or "name: expected <expected>, got <what
+/// the value is>" pointing at it.
+Expected<StringRef> getScalar(const YamlFile &file, StringRef name,
+                              const YNode &key, const YNode &value,
+                              const Twine &expected);
+
+/// `text` as one of an enum's `count` names.
+template <typename E>
+std::optional<E> parseEnumName(StringRef text, StringRef (*stringify)(E),
+                               unsigned count) {
+  for (unsigned i = 0; i < count; ++i)
+    if (stringify(static_cast<E>(i)) == text)
+      return static_cast<E>(i);
+  return std::nullopt;
+}
 
 /// The keys of one mapping, checked against the known ones, with typed
 /// getters whose errors point at the value.
@@ -198,23 +282,23 @@ public:
       : file(file), known(known) {}
 
   Error collect(const YNode &mapping) {
-    for (auto [keyNode, value] : zip(mapping.keys, mapping.values)) {
-      if (keyNode.kind != YNode::Kind::Scalar)
-        return file.error(keyNode.range, "expected a scalar key");
-      const std::string &name = keyNode.text;
-      if (!is_contained(known, name))
-        return file.error(keyNode.range, unknownKeyMessage(name, known));
-      if (entries.count(name))
-        return file.error(keyNode.range, "duplicate key '" + name +
-                                             "' (first given at " +
-                                             entries[name].where + ")");
-      if (value.kind == YNode::Kind::Null)
-        return file.error(keyNode.range, name + ": missing value");
-      Entry &entry = entries[name];
-      entry.value = &value;
-      entry.where = file.where(value.range.Start);
-    }
-    return Error::success();
+    KeyRules rules;
+    rules.known = known;
+    auto duplicate = [&](StringRef name, const YNode &, const YNode &) {
+      return "duplicate key '" + name.str() + "' (first given at " +
+             entries[name.str()].where + ")";
+    };
+    rules.duplicate = duplicate;
+    return forEachKey(file, mapping, rules,
+                      [&](StringRef name, const YNode &key,
+                          const YNode &value) -> Error {
+                        if (value.kind == YNode::Kind::Null)
+                          return file.error(key.range, name + ": missing value");
+                        Entry &entry = entries[name.str()];
+                        entry.value = &value;
+                        entry.where = file.where(value.range.Start);
+                        return Error::success();
+                      });
   }
 
   bool has(StringRef key) const { return entries.count(key.str()); }

@@ -1,4 +1,4 @@
-// Model config presets, YAML parsing (via llvm::yaml::Stream) and printing.
+// Model config presets, YAML parsing (via frontend/ConfigYaml.h) and printing.
 #include "frontend/ModelConfig.h"
 
 #include "frontend/ConfigYaml.h"
@@ -185,63 +185,34 @@ std::optional<Key> lookupKey(StringRef name) {
   return std::nullopt;
 }
 
-Error makeErrorFromText(StringRef text) {
-  return createStringError(std::make_error_code(std::errc::invalid_argument),
-                           text.rtrim());
-}
-
-StringRef describeNonScalar(const yaml::Node *node) {
-  switch (node->getType()) {
-  case yaml::Node::NK_Null:
-    return "an empty value";
-  case yaml::Node::NK_Mapping:
-    return "a mapping";
-  case yaml::Node::NK_Sequence:
-    return "a sequence";
-  case yaml::Node::NK_Alias:
-    return "an alias";
-  default:
-    return "a non-scalar node";
-  }
-}
-
-template <typename E>
-std::optional<E> parseEnum(StringRef text, StringRef (*stringify)(E),
-                           unsigned count) {
-  for (unsigned i = 0; i < count; ++i)
-    if (stringify(static_cast<E>(i)) == text)
-      return static_cast<E>(i);
-  return std::nullopt;
-}
-
 /// One key given in the file.
 struct Entry {
-  SMRange keyRange;
-  yaml::Node *value = nullptr;
+  const config::YNode *key = nullptr;
+  const config::YNode *value = nullptr;
+  /// Where an error about this key points; a key not given points at the
+  /// start of the file.
   SMRange valueRange() const {
-    // Empty values and aliases have no useful extent of their own; point at
-    // the key instead.
-    if (!value || isa<yaml::NullNode, yaml::AliasNode>(value))
-      return keyRange;
-    return value->getSourceRange();
+    return key ? config::valueRange(*key, *value) : SMRange();
   }
 };
 
 class ConfigParser {
 public:
-  ConfigParser(const SourceMgr &sm, StringRef bufferName, SMLoc bufferStart)
-      : sm(sm), bufferName(bufferName), bufferStart(bufferStart) {}
+  explicit ConfigParser(const config::YamlFile &file) : file(file) {}
 
-  Expected<ModelConfig> parse(yaml::Stream &stream);
+  Expected<ModelConfig> parse(const config::YNode &mapping);
 
 private:
-  Error error(SMRange range, const Twine &message) const;
-  Error collectKeys(yaml::MappingNode *mapping);
+  Error error(SMRange range, const Twine &message) const {
+    return file.error(range, message);
+  }
   Error applyKey(Key key, ModelConfig &config);
   Error validate(const ModelConfig &config) const;
 
-  Expected<StringRef> getScalar(Key key, StringRef expected,
-                                SmallVectorImpl<char> &storage);
+  Expected<StringRef> getScalar(Key key, const Twine &expected) const {
+    return config::getScalar(file, keyName(key), *entry(key).key,
+                             *entry(key).value, expected);
+  }
   Expected<int64_t> getPositiveInt(Key key);
   Expected<double> getNumber(Key key, bool (*inRange)(double),
                              StringRef rangeDescription);
@@ -254,67 +225,12 @@ private:
     return entries[static_cast<size_t>(key)];
   }
 
-  const SourceMgr &sm;
-  StringRef bufferName;
-  SMLoc bufferStart;
+  const config::YamlFile &file;
   std::array<Entry, kNumKeys> entries;
 };
 
-Error ConfigParser::error(SMRange range, const Twine &message) const {
-  std::string text;
-  raw_string_ostream os(text);
-  SMLoc loc = range.Start.isValid() ? range.Start : bufferStart;
-  sm.PrintMessage(os, loc, SourceMgr::DK_Error, message,
-                  range.isValid() ? ArrayRef<SMRange>(range)
-                                  : ArrayRef<SMRange>(),
-                  /*FixIts=*/{}, /*ShowColors=*/false);
-  return makeErrorFromText(text);
-}
-
-Error ConfigParser::collectKeys(yaml::MappingNode *mapping) {
-  for (yaml::KeyValueNode &kv : *mapping) {
-    yaml::Node *keyNode = kv.getKey();
-    auto *scalarKey = dyn_cast_or_null<yaml::ScalarNode>(keyNode);
-    if (!scalarKey)
-      return error(keyNode ? keyNode->getSourceRange() : kv.getSourceRange(),
-                   "expected a scalar key");
-    SmallString<32> storage;
-    StringRef name = scalarKey->getValue(storage);
-    SMRange keyRange = scalarKey->getSourceRange();
-
-    std::optional<Key> key = lookupKey(name);
-    if (!key)
-      return error(keyRange, unknownKeyMessage(name, kKeyNames));
-
-    Entry &slot = entries[static_cast<size_t>(*key)];
-    if (slot.value) {
-      unsigned firstLine = sm.getLineAndColumn(slot.keyRange.Start).first;
-      return error(keyRange, "duplicate key '" + name +
-                                 "' (first given on line " + Twine(firstLine) +
-                                 ")");
-    }
-    slot.keyRange = keyRange;
-    slot.value = kv.getValue();
-    if (!slot.value)
-      return error(keyRange, keyName(*key) + ": missing value");
-  }
-  return Error::success();
-}
-
-Expected<StringRef> ConfigParser::getScalar(Key key, StringRef expected,
-                                            SmallVectorImpl<char> &storage) {
-  const Entry &e = entry(key);
-  if (auto *scalar = dyn_cast<yaml::ScalarNode>(e.value))
-    return scalar->getValue(storage);
-  if (auto *block = dyn_cast<yaml::BlockScalarNode>(e.value))
-    return block->getValue();
-  return error(e.valueRange(), keyName(key) + ": expected " + expected +
-                                   ", got " + describeNonScalar(e.value));
-}
-
 Expected<int64_t> ConfigParser::getPositiveInt(Key key) {
-  SmallString<32> storage;
-  Expected<StringRef> text = getScalar(key, "a positive integer", storage);
+  Expected<StringRef> text = getScalar(key, "a positive integer");
   if (!text)
     return text.takeError();
   SMRange range = entry(key).valueRange();
@@ -336,8 +252,7 @@ Expected<int64_t> ConfigParser::getPositiveInt(Key key) {
 
 Expected<double> ConfigParser::getNumber(Key key, bool (*inRange)(double),
                                          StringRef rangeDescription) {
-  SmallString<32> storage;
-  Expected<StringRef> text = getScalar(key, "a number", storage);
+  Expected<StringRef> text = getScalar(key, "a number");
   if (!text)
     return text.takeError();
   SMRange range = entry(key).valueRange();
@@ -353,8 +268,7 @@ Expected<double> ConfigParser::getNumber(Key key, bool (*inRange)(double),
 }
 
 Expected<bool> ConfigParser::getBool(Key key) {
-  SmallString<16> storage;
-  Expected<StringRef> text = getScalar(key, "true or false", storage);
+  Expected<StringRef> text = getScalar(key, "true or false");
   if (!text)
     return text.takeError();
   if (*text == "true")
@@ -369,11 +283,10 @@ template <typename E>
 Expected<E> ConfigParser::getEnum(Key key, StringRef (*stringify)(E),
                                   unsigned count) {
   std::string allowed = listEnumNames(stringify, count);
-  SmallString<32> storage;
-  Expected<StringRef> text = getScalar(key, "one of " + allowed, storage);
+  Expected<StringRef> text = getScalar(key, "one of " + allowed);
   if (!text)
     return text.takeError();
-  if (std::optional<E> value = parseEnum(*text, stringify, count))
+  if (std::optional<E> value = config::parseEnumName(*text, stringify, count))
     return *value;
   return error(entry(key).valueRange(), keyName(key) + ": unknown value '" +
                                             *text + "'; expected one of " +
@@ -392,8 +305,7 @@ Error ConfigParser::applyKey(Key key, ModelConfig &config) {
 
   switch (key) {
   case Key::Preset: {
-    SmallString<32> storage;
-    Expected<StringRef> text = getScalar(key, "a preset name", storage);
+    Expected<StringRef> text = getScalar(key, "a preset name");
     if (!text)
       return text.takeError();
     std::optional<ModelConfig> preset = getModelPreset(*text);
@@ -405,8 +317,7 @@ Error ConfigParser::applyKey(Key key, ModelConfig &config) {
     return Error::success();
   }
   case Key::Name: {
-    SmallString<32> storage;
-    Expected<StringRef> text = getScalar(key, "a string", storage);
+    Expected<StringRef> text = getScalar(key, "a string");
     if (!text)
       return text.takeError();
     if (text->empty())
@@ -517,23 +428,17 @@ Error ConfigParser::validate(const ModelConfig &config) const {
   return Error::success();
 }
 
-Expected<ModelConfig> ConfigParser::parse(yaml::Stream &stream) {
-  yaml::document_iterator docIt = stream.begin();
-  yaml::Node *root = docIt != stream.end() ? docIt->getRoot() : nullptr;
-  if (!root || isa<yaml::NullNode>(root))
-    return error(SMRange(bufferStart, bufferStart),
-                 "empty document; expected a mapping of model config keys");
-  auto *mapping = dyn_cast<yaml::MappingNode>(root);
-  if (!mapping)
-    return error(root->getSourceRange(),
-                 Twine("expected a mapping of model config keys at the top "
-                       "level, got ") +
-                     (isa<yaml::ScalarNode, yaml::BlockScalarNode>(root)
-                          ? StringRef("a scalar")
-                          : describeNonScalar(root)));
-
-  if (Error err = collectKeys(mapping))
-    return err;
+Expected<ModelConfig> ConfigParser::parse(const config::YNode &mapping) {
+  config::KeyRules rules;
+  rules.known = kKeyNames;
+  if (Error err = config::forEachKey(
+          file, mapping, rules,
+          [&](StringRef name, const config::YNode &key,
+              const config::YNode &value) -> Error {
+            entries[static_cast<size_t>(*lookupKey(name))] = {&key, &value};
+            return Error::success();
+          }))
+    return std::move(err);
 
   // The preset is the base that every other key overrides, whatever the
   // order in the file: Key::Preset comes first, so it is applied first.
@@ -541,7 +446,7 @@ Expected<ModelConfig> ConfigParser::parse(yaml::Stream &stream) {
   for (size_t i = 0; i < kNumKeys; ++i)
     if (entries[i].value)
       if (Error err = applyKey(static_cast<Key>(i), config))
-        return err;
+        return std::move(err);
 
   if (!given(Key::Preset)) {
     SmallVector<StringRef> missing;
@@ -550,11 +455,11 @@ Expected<ModelConfig> ConfigParser::parse(yaml::Stream &stream) {
       if (!given(key))
         missing.push_back(keyName(key));
     if (!missing.empty())
-      return error(mapping->getSourceRange(),
+      return error(mapping.range,
                    Twine("missing required key") +
                        (missing.size() > 1 ? "s " : " ") + "'" +
                        join(missing, "', '") + "' (no preset given)");
-    StringRef stem = sys::path::stem(bufferName);
+    StringRef stem = sys::path::stem(file.bufferName());
     if (!given(Key::Name))
       config.name = stem.empty() ? "model" : stem.str();
   }
@@ -566,56 +471,26 @@ Expected<ModelConfig> ConfigParser::parse(yaml::Stream &stream) {
     config.ffnHidden = getDefaultFfnHidden(config.nEmbd, config.activation);
 
   if (Error err = validate(config))
-    return err;
-
-  // Trailing empty documents (a stray "---") are harmless.
-  while (++docIt != stream.end()) {
-    yaml::Node *extra = docIt->getRoot();
-    if (extra && !isa<yaml::NullNode>(extra))
-      return error(extra->getSourceRange(), "expected a single YAML document");
-  }
+    return std::move(err);
+  if (Error err = file.singleDocument())
+    return std::move(err);
   return config;
 }
 } // namespace
 
 Expected<ModelConfig> parseModelConfig(StringRef text, StringRef bufferName) {
-  SourceMgr sm;
-  YamlDiagnostic capture;
-  sm.setDiagHandler(YamlDiagnostic::capture, &capture);
-  // Own a copy so the SourceMgr always has a real, addressable buffer (even
-  // for empty text) that outlives both passes.
-  std::unique_ptr<MemoryBuffer> buffer =
-      MemoryBuffer::getMemBufferCopy(text, bufferName);
-
-  // Syntax errors surface lazily while nodes are walked, and a stream can be
-  // iterated only once; validating in a first pass lets the real walk assume
-  // well-formed YAML.
-  {
-    yaml::Stream stream(buffer->getMemBufferRef(), sm, /*ShowColors=*/false);
-    if (!stream.validate() || capture.seen) {
-      if (!capture.seen)
-        capture.message = (bufferName + ": error: invalid YAML").str();
-      return makeErrorFromText(capture.message);
-    }
-  }
-
-  yaml::Stream stream(buffer->getMemBufferRef(), sm, /*ShowColors=*/false);
-  ConfigParser parser(sm, bufferName,
-                      SMLoc::getFromPointer(buffer->getBufferStart()));
-  Expected<ModelConfig> result = parser.parse(stream);
-  if (capture.seen) {
-    if (!result)
-      consumeError(result.takeError());
-    return makeErrorFromText(capture.message);
-  }
-  return result;
+  config::YamlFile file(text, bufferName);
+  Expected<const config::YNode *> root = file.root("model config keys");
+  if (!root)
+    return root.takeError();
+  return ConfigParser(file).parse(**root);
 }
 
 Expected<ModelConfig> loadModelConfigFile(StringRef path) {
-  ErrorOr<std::unique_ptr<MemoryBuffer>> file = MemoryBuffer::getFile(path);
-  if (std::error_code ec = file.getError())
-    return createStringError(ec, "cannot read model config '" + path +
-                                     "': " + ec.message());
+  Expected<std::unique_ptr<MemoryBuffer>> file =
+      config::readFile(path, "model config");
+  if (!file)
+    return file.takeError();
   return parseModelConfig((*file)->getBuffer(), path);
 }
 
