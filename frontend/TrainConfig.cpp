@@ -319,32 +319,30 @@ std::string formatDouble(double value) {
 
 class Parser {
 public:
-  Parser(SourceMgr &sm, StringRef bufferName, StringRef baseDir,
+  Parser(const config::YamlFile &file, StringRef baseDir,
          TrainingConfigUse use)
-      : sm(sm), bufferName(bufferName), baseDir(baseDir), use(use) {}
+      : file(file), bufferName(file.bufferName()), baseDir(baseDir),
+        use(use) {}
 
-  Error collectFile(yaml::Stream &stream, StringRef text);
+  Error collectFile(const config::YNode &root);
   Error collectFlags(ArrayRef<std::string> flags);
   Expected<TrainingConfig> apply();
 
 private:
   Error errorAt(const Value &value, StringRef path, const Twine &message);
   Error errorAtKey(Key key, const Twine &message);
-  Error collectMapping(yaml::MappingNode *mapping, StringRef section,
-                       StringRef text);
-  Error collectValue(const KeyInfo &k, yaml::Node *node, SMRange keyRange,
-                     StringRef text);
-  void closeInlineModel(StringRef text, const char *end);
+  Error collectMapping(const config::YNode &mapping, StringRef section);
+  Error collectValue(const KeyInfo &k, const config::YNode &node);
+  void closeInlineModel(const char *end);
   Error applyKey(const KeyInfo &k, const Value &value, TrainingConfig &c);
   Error validate(TrainingConfig &c);
   std::string resolve(const Value &value, StringRef path) const;
 
-  SourceMgr &sm;
+  const config::YamlFile &file;
   StringRef bufferName;
   StringRef baseDir;
   TrainingConfigUse use;
   std::map<Key, Value> values;
-  std::map<Key, SMRange> keyRanges; // where each file key was written
   const char *inlineModelStart = nullptr;
 };
 
@@ -366,9 +364,7 @@ Error Parser::errorAt(const Value &value, StringRef path,
     os << bufferName << ": error: " << path << ": " << message << "\n";
     return makeError(text);
   }
-  sm.PrintMessage(os, loc, SourceMgr::DK_Error, path + ": " + message,
-                  ArrayRef<SMRange>(value.range), {}, /*ShowColors=*/false);
-  return makeError(text);
+  return file.error(value.range, path + ": " + message);
 }
 
 Error Parser::errorAtKey(Key key, const Twine &message) {
@@ -379,63 +375,35 @@ Error Parser::errorAtKey(Key key, const Twine &message) {
   return errorAt(none, info(key).path, message);
 }
 
-StringRef describeNode(yaml::Node *node) {
-  switch (node->getType()) {
-  case yaml::Node::NK_Null:
-    return "an empty value";
-  case yaml::Node::NK_Mapping:
-    return "a mapping";
-  case yaml::Node::NK_Sequence:
-    return "a sequence";
-  case yaml::Node::NK_Alias:
-    return "an alias";
-  default:
-    return "a scalar";
-  }
-}
-
-std::optional<std::string> scalarText(yaml::Node *node) {
-  SmallString<64> storage;
-  if (auto *scalar = dyn_cast<yaml::ScalarNode>(node))
-    return scalar->getValue(storage).str();
-  if (auto *block = dyn_cast<yaml::BlockScalarNode>(node))
-    return block->getValue().str();
-  return std::nullopt;
-}
-
-Error Parser::collectValue(const KeyInfo &k, yaml::Node *node,
-                           SMRange keyRange, StringRef text) {
+Error Parser::collectValue(const KeyInfo &k, const config::YNode &node) {
+  using config::YNode;
   Value value;
-  value.range = isa<yaml::NullNode>(node) ? keyRange : node->getSourceRange();
-  if (k.kind == Kind::Model && isa<yaml::MappingNode>(node)) {
+  value.range = node.range; // an empty value's range is its key's
+  if (k.kind == Kind::Model && node.kind == YNode::Kind::Mapping) {
     // The mapping runs to the next top-level key (collectFile closes it).
     value.inlineModel = std::string();
-    inlineModelStart = node->getSourceRange().Start.getPointer();
+    inlineModelStart = node.range.Start.getPointer();
     values[k.key] = std::move(value);
     return Error::success();
   }
-  if (isListKind(k.kind)) {
-    if (auto *sequence = dyn_cast<yaml::SequenceNode>(node)) {
-      value.isList = true;
-      for (yaml::Node &item : *sequence) {
-        std::optional<std::string> itemText = scalarText(&item);
-        if (!itemText)
-          return errorAt(value, k.path,
-                         "expected a list of scalars, got " +
-                             describeNode(&item) + " in it");
-        value.items.push_back(*itemText);
-      }
-      values[k.key] = std::move(value);
-      return Error::success();
+  if (isListKind(k.kind) && node.kind == YNode::Kind::Sequence) {
+    value.isList = true;
+    for (const YNode &item : node.items) {
+      if (item.kind != YNode::Kind::Scalar)
+        return errorAt(value, k.path,
+                       "expected a list of scalars, got " + item.describe() +
+                           " in it");
+      value.items.push_back(item.text);
     }
+    values[k.key] = std::move(value);
+    return Error::success();
   }
-  std::optional<std::string> scalar = scalarText(node);
-  if (!scalar)
+  if (node.kind != YNode::Kind::Scalar)
     return errorAt(value, k.path,
                    Twine("expected ") +
                        (isListKind(k.kind) ? "a list or a scalar" : "a scalar") +
-                       ", got " + describeNode(node));
-  value.items.push_back(*scalar);
+                       ", got " + node.describe());
+  value.items.push_back(node.text);
   values[k.key] = std::move(value);
   return Error::success();
 }
@@ -443,7 +411,8 @@ Error Parser::collectValue(const KeyInfo &k, yaml::Node *node,
 /// Keeps the inline model's bytes, from its first key to `end`, where they
 /// are and blanks everything else (newlines stay), so that the model
 /// parser's line:col are the file's.
-void Parser::closeInlineModel(StringRef text, const char *end) {
+void Parser::closeInlineModel(const char *end) {
+  StringRef text = file.text();
   std::string blanked = text.str();
   for (size_t i = 0; i < blanked.size(); ++i) {
     const char *at = text.data() + i;
@@ -454,129 +423,83 @@ void Parser::closeInlineModel(StringRef text, const char *end) {
   inlineModelStart = nullptr;
 }
 
-Error Parser::collectMapping(yaml::MappingNode *mapping, StringRef section,
-                             StringRef text) {
-  for (yaml::KeyValueNode &kv : *mapping) {
-    auto *keyNode = dyn_cast_or_null<yaml::ScalarNode>(kv.getKey());
-    if (!keyNode) {
-      Value where;
-      where.range = kv.getSourceRange();
-      return errorAt(where, section.empty() ? "config" : section,
-                     "expected a scalar key");
-    }
-    SmallString<32> storage;
-    std::string name = keyNode->getValue(storage).str();
-    std::string path = section.empty() ? name : (section + "." + name).str();
-    SMRange keyRange = keyNode->getSourceRange();
-    if (section.empty() && inlineModelStart)
-      closeInlineModel(text, keyRange.Start.getPointer());
-    yaml::Node *node = kv.getValue();
+Error Parser::collectMapping(const config::YNode &mapping, StringRef section) {
+  using config::YNode;
+  // The names allowed here, each once: at the top level the keys without a
+  // section and the section names, in a section its leaves.
+  SmallVector<StringRef> known;
+  for (const KeyInfo &k : kKeys) {
+    StringRef here = section.empty()
+                         ? (sectionOf(k.path).empty() ? k.path
+                                                      : sectionOf(k.path))
+                         : (sectionOf(k.path) == section ? leafOf(k.path)
+                                                         : StringRef());
+    if (!here.empty() && !is_contained(known, here))
+      known.push_back(here);
+  }
+  auto pathOf = [&](StringRef name) {
+    return section.empty() ? name.str() : (section + "." + name).str();
+  };
+  std::string notScalar =
+      (section.empty() ? StringRef("config") : section).str() +
+      ": expected a scalar key";
+  auto unknown = [&](StringRef name) {
+    if (!section.empty())
+      return section.str() + ": " + unknownKeyMessage(name, known);
+    if (is_contained(plan::clusterConfigKeys(), name))
+      return "'" + name.str() +
+             "' is a key of the cluster schema, not of the training "
+             "config: give it in the file of `llmc plan --cluster` (or "
+             "as a flag of llmc plan)";
+    return unknownKeyMessage(name, known);
+  };
+  auto duplicate = [&](StringRef name, const YNode &firstKey, const YNode &) {
+    return pathOf(name) + ": duplicate key (first given on line " +
+           std::to_string(file.line(firstKey.range.Start)) + ")";
+  };
+  config::KeyRules rules;
+  rules.known = known;
+  rules.notScalar = notScalar;
+  rules.unknown = unknown;
+  rules.duplicate = duplicate;
+  return config::forEachKey(
+      file, mapping, rules,
+      [&](StringRef name, const YNode &key, const YNode &node) -> Error {
+        std::string path = pathOf(name);
+        if (section.empty() && inlineModelStart)
+          closeInlineModel(key.range.Start.getPointer());
 
-    // A section: a mapping of its keys, or a scalar naming it (`optimizer:
-    // sgd` is `optimizer: {name: sgd}`).
-    bool isSection = section.empty() && any_of(kKeys, [&](const KeyInfo &k) {
-                       return sectionOf(k.path) == name;
-                     });
-    if (isSection) {
-      if (auto *inner = dyn_cast_or_null<yaml::MappingNode>(node)) {
-        if (Error err = collectMapping(inner, name, text))
-          return err;
-        continue;
-      }
-      bool scalar = node && isa<yaml::ScalarNode>(node);
-      if (const KeyInfo *k = !scalar ? nullptr : [&]() -> const KeyInfo * {
+        // A section: a mapping of its keys, or a scalar naming it
+        // (`optimizer: sgd` is `optimizer: {name: sgd}`).
+        bool isSection =
+            section.empty() && any_of(kKeys, [&](const KeyInfo &k) {
+              return sectionOf(k.path) == name;
+            });
+        if (isSection) {
+          if (node.kind == YNode::Kind::Mapping)
+            return collectMapping(node, name);
+          if (node.kind == YNode::Kind::Scalar)
             for (const KeyInfo &k : kKeys)
               if (k.path == path + ".name")
-                return &k;
-            return nullptr;
-          }()) {
-        if (Error err = collectValue(*k, node, keyRange, text))
-          return err;
-        keyRanges[k->key] = keyRange;
-        continue;
-      }
-      Value where;
-      where.range = node ? node->getSourceRange() : keyRange;
-      return errorAt(where, name,
-                     "expected a mapping, got " +
-                         (node ? describeNode(node) : StringRef("nothing")));
-    }
-
-    const KeyInfo *found = nullptr;
-    SmallVector<StringRef> known; // the names allowed here, each once
-    for (const KeyInfo &k : kKeys) {
-      StringRef here = section.empty()
-                           ? (sectionOf(k.path).empty() ? k.path
-                                                        : sectionOf(k.path))
-                           : (sectionOf(k.path) == section ? leafOf(k.path)
-                                                           : StringRef());
-      if (here.empty() || is_contained(known, here))
-        continue;
-      known.push_back(here);
-      if (here == name && (section.empty() ? k.path == name
-                                           : sectionOf(k.path) == section))
-        found = &k;
-    }
-    if (!found) {
-      std::string message = unknownKeyMessage(name, known);
-      if (!section.empty())
-        message = section.str() + ": " + message;
-      else if (is_contained(plan::clusterConfigKeys(), name))
-        message = "'" + name +
-                  "' is a key of the cluster schema, not of the training "
-                  "config: give it in the file of `llmc plan --cluster` (or "
-                  "as a flag of llmc plan)";
-      std::string out;
-      raw_string_ostream os(out);
-      sm.PrintMessage(os, keyRange.Start, SourceMgr::DK_Error, message,
-                      ArrayRef<SMRange>(keyRange), {}, false);
-      return makeError(out);
-    }
-    if (keyRanges.count(found->key)) {
-      unsigned line = sm.getLineAndColumn(keyRanges[found->key].Start).first;
-      Value where;
-      where.range = keyRange;
-      return errorAt(where, path,
-                     "duplicate key (first given on line " + Twine(line) +
-                         ")");
-    }
-    keyRanges[found->key] = keyRange;
-    if (!node) {
-      Value where;
-      where.range = keyRange;
-      return errorAt(where, path, "missing value");
-    }
-    if (Error err = collectValue(*found, node, keyRange, text))
-      return err;
-  }
-  return Error::success();
+                return collectValue(k, node);
+          Value where;
+          where.range = node.range;
+          return errorAt(where, name,
+                         "expected a mapping, got " + node.describe());
+        }
+        for (const KeyInfo &k : kKeys)
+          if (k.path == path)
+            return collectValue(k, node);
+        llvm_unreachable("forEachKey lets only known keys through");
+      });
 }
 
-Error Parser::collectFile(yaml::Stream &stream, StringRef text) {
-  yaml::document_iterator doc = stream.begin();
-  yaml::Node *root = doc != stream.end() ? doc->getRoot() : nullptr;
-  auto *mapping = dyn_cast_or_null<yaml::MappingNode>(root);
-  if (!mapping) {
-    Value where;
-    if (root && !isa<yaml::NullNode>(root))
-      where.range = root->getSourceRange();
-    return errorAt(where, "config",
-                   "expected a mapping of training config keys at the top "
-                   "level");
-  }
-  if (Error err = collectMapping(mapping, "", text))
+Error Parser::collectFile(const config::YNode &root) {
+  if (Error err = collectMapping(root, ""))
     return err;
   if (inlineModelStart)
-    closeInlineModel(text, text.end());
-  while (++doc != stream.end()) {
-    yaml::Node *extra = doc->getRoot();
-    if (extra && !isa<yaml::NullNode>(extra)) {
-      Value where;
-      where.range = extra->getSourceRange();
-      return errorAt(where, "config", "expected a single YAML document");
-    }
-  }
-  return Error::success();
+    closeInlineModel(file.text().end());
+  return file.singleDocument();
 }
 
 Error Parser::collectFlags(ArrayRef<std::string> flags) {
@@ -1066,8 +989,7 @@ Expected<TrainingConfig> Parser::apply() {
     if (!value.flag.empty()) {
       c.origins[k.path.str()] = "--" + value.flag;
     } else if (value.range.Start.isValid()) {
-      auto [line, col] = sm.getLineAndColumn(value.range.Start);
-      c.origins[k.path.str()] = formatv("{0}:{1}:{2}", bufferName, line, col);
+      c.origins[k.path.str()] = file.where(value.range.Start);
     }
   }
   if (Error err = validate(c))
@@ -1100,26 +1022,12 @@ Expected<TrainingConfig>
 mlir::llmc::parseTrainingConfig(StringRef text, StringRef bufferName,
                                 StringRef baseDir, ArrayRef<std::string> flags,
                                 TrainingConfigUse use) {
-  SourceMgr sm;
-  YamlDiagnostic capture;
-  sm.setDiagHandler(YamlDiagnostic::capture, &capture);
-  std::unique_ptr<MemoryBuffer> buffer =
-      MemoryBuffer::getMemBufferCopy(text, bufferName);
-  // Our own messages go through a second SourceMgr over the same bytes: the
-  // first one hands everything to the YAML diagnostic capture.
-  SourceMgr printer;
-  printer.AddNewSourceBuffer(
-      MemoryBuffer::getMemBuffer(buffer->getMemBufferRef()), SMLoc());
-  {
-    yaml::Stream stream(buffer->getMemBufferRef(), sm, false);
-    if (!stream.validate() || capture.seen)
-      return makeError(capture.seen
-                           ? capture.message
-                           : (bufferName + ": error: invalid YAML").str());
-  }
-  yaml::Stream stream(buffer->getMemBufferRef(), sm, false);
-  Parser parser(printer, bufferName, baseDir, use);
-  if (Error err = parser.collectFile(stream, buffer->getBuffer()))
+  config::YamlFile file(text, bufferName);
+  Expected<const config::YNode *> root = file.root("training config keys");
+  if (!root)
+    return root.takeError();
+  Parser parser(file, baseDir, use);
+  if (Error err = parser.collectFile(**root))
     return std::move(err);
   if (Error err = parser.collectFlags(flags))
     return std::move(err);
@@ -1129,10 +1037,10 @@ mlir::llmc::parseTrainingConfig(StringRef text, StringRef bufferName,
 Expected<TrainingConfig>
 mlir::llmc::loadTrainingConfig(StringRef path, ArrayRef<std::string> flags,
                                 TrainingConfigUse use) {
-  ErrorOr<std::unique_ptr<MemoryBuffer>> file = MemoryBuffer::getFile(path);
-  if (std::error_code ec = file.getError())
-    return createStringError(ec, "cannot read training config '" + path +
-                                     "': " + ec.message());
+  Expected<std::unique_ptr<MemoryBuffer>> file =
+      config::readFile(path, "training config");
+  if (!file)
+    return file.takeError();
   return parseTrainingConfig((*file)->getBuffer(), path,
                              sys::path::parent_path(path), flags, use);
 }
