@@ -11,7 +11,7 @@ namespace mlir::llmc {
 
 /// Static shape of one forward call: `batch` sequences of `seqLen` tokens.
 struct ForwardShape {
-  int64_t batch = 4;
+  int64_t batch = kDefaultMicroBatchSize;
   int64_t seqLen = 0; // 0: the config's seq_len.
 };
 

@@ -12,6 +12,11 @@
 #include <string>
 
 namespace mlir {
+
+/// Sequences per forward call (the micro-batch) when none is given: the
+/// training config's micro_batch_size, the compiled model's batch
+/// (ForwardShape) and `llmc emit|info|compile --batch` all start here.
+constexpr int64_t kDefaultMicroBatchSize = 4;
 namespace llmc {
 
 enum class Activation {

@@ -126,7 +126,7 @@ struct TrainingConfig {
   ::llmc::LrSchedule schedule;
 
   int64_t globalBatchSize = 0; // 0: micro_batch_size
-  int64_t microBatchSize = 4;
+  int64_t microBatchSize = kDefaultMicroBatchSize;
   int64_t seqLen = 0; // 0: the model's seq_len
   ::llmc::BatchRampup batchRampup;
   ::llmc::SeqLenWarmup seqLenWarmup;

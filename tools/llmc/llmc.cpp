@@ -112,7 +112,8 @@ static cl::opt<uint64_t>
     seed("seed",
          cl::desc("Seed of the sampler and of the initialization when no "
                   "--weights are given (default 1337)"),
-         cl::init(1337), cl::sub(generateCmd), cl::sub(inspectCmd));
+         cl::init(::llmc::runtime::SamplingOptions().seed),
+         cl::sub(generateCmd), cl::sub(inspectCmd));
 static cl::opt<int> numThreads("threads",
                                cl::desc("CPU threads (default: all)"),
                                cl::init(0), cl::sub(generateCmd),
@@ -155,7 +156,8 @@ static cl::opt<int64_t> batchSize("batch",
                                   cl::desc("Sequences per forward call, when "
                                            "the model is a config or preset "
                                            "(default 4)"),
-                                  cl::init(4), cl::sub(emitCmd),
+                                  cl::init(ForwardShape().batch),
+                                  cl::sub(emitCmd),
                                   cl::sub(infoCmd), cl::sub(compileCmd));
 static cl::opt<int64_t>
     seqLen("seq-len",
