@@ -181,14 +181,25 @@ static Offset<fb::Kernel> encodeKernel(FlatBufferBuilder &b,
   return out.Finish();
 }
 
+/// A library step's views in the order `visit` (a kir::forEach*View)
+/// lists them: the schema's `views`, read back in the same order.
+template <typename Visit>
+static Offset<flatbuffers::Vector<Offset<fb::View>>>
+encodeViews(FlatBufferBuilder &b, Visit visit) {
+  std::vector<Offset<fb::View>> views;
+  visit([&](const char *, const kir::View &view, kir::ViewRole,
+            const std::vector<int64_t> &) {
+    views.push_back(encodeView(b, view));
+  });
+  return b.CreateVector(views);
+}
+
 static Offset<fb::GemmStep> encodeGemm(FlatBufferBuilder &b,
                                        const kir::GemmStep &gemm) {
   const auto &[batch, m, n, k, transA, transB, a, bView, c, epilogue,
                accumulate, epilogueKind, epilogueBias, epilogueAux] = gemm;
-  auto aOffset = encodeView(b, a), bOffset = encodeView(b, bView),
-       cOffset = encodeView(b, c);
-  auto biasOffset = encodeView(b, epilogueBias),
-       auxOffset = encodeView(b, epilogueAux);
+  auto views = encodeViews(
+      b, [&](auto &&fn) { kir::forEachGemmView(gemm, fn); });
   fb::GemmStepBuilder out(b);
   out.add_batch(batch);
   out.add_m(m);
@@ -196,14 +207,10 @@ static Offset<fb::GemmStep> encodeGemm(FlatBufferBuilder &b,
   out.add_k(k);
   out.add_trans_a(transA);
   out.add_trans_b(transB);
-  out.add_a(aOffset);
-  out.add_b(bOffset);
-  out.add_c(cOffset);
   out.add_epilogue(epilogue);
   out.add_accumulate(accumulate);
   out.add_epilogue_kind(fb::EpilogueKind(epilogueKind));
-  out.add_epilogue_bias(biasOffset);
-  out.add_epilogue_aux(auxOffset);
+  out.add_views(views);
   return out.Finish();
 }
 
@@ -211,9 +218,8 @@ static Offset<fb::AttentionStep>
 encodeAttention(FlatBufferBuilder &b, const kir::AttentionStep &attention) {
   const auto &[batch, heads, seq, headDim, scale, causal, q, k, v, outView,
                lse] = attention;
-  auto qOffset = encodeView(b, q), kOffset = encodeView(b, k),
-       vOffset = encodeView(b, v), outOffset = encodeView(b, outView),
-       lseOffset = encodeView(b, lse);
+  auto views = encodeViews(
+      b, [&](auto &&fn) { kir::forEachAttentionView(attention, fn); });
   fb::AttentionStepBuilder out(b);
   out.add_batch(batch);
   out.add_heads(heads);
@@ -221,11 +227,7 @@ encodeAttention(FlatBufferBuilder &b, const kir::AttentionStep &attention) {
   out.add_head_dim(headDim);
   out.add_scale(scale);
   out.add_causal(causal);
-  out.add_q(qOffset);
-  out.add_k(kOffset);
-  out.add_v(vOffset);
-  out.add_out(outOffset);
-  out.add_lse(lseOffset);
+  out.add_views(views);
   return out.Finish();
 }
 
@@ -233,11 +235,8 @@ static Offset<fb::AttentionGradStep>
 encodeAttentionGrad(FlatBufferBuilder &b, const kir::AttentionGradStep &grad) {
   const auto &[batch, heads, seq, headDim, scale, causal, dout, q, k, v,
                outView, lse, dq, dk, dv] = grad;
-  auto doutOffset = encodeView(b, dout), qOffset = encodeView(b, q),
-       kOffset = encodeView(b, k), vOffset = encodeView(b, v),
-       outOffset = encodeView(b, outView), lseOffset = encodeView(b, lse),
-       dqOffset = encodeView(b, dq), dkOffset = encodeView(b, dk),
-       dvOffset = encodeView(b, dv);
+  auto views = encodeViews(
+      b, [&](auto &&fn) { kir::forEachAttentionGradView(grad, fn); });
   fb::AttentionGradStepBuilder out(b);
   out.add_batch(batch);
   out.add_heads(heads);
@@ -245,15 +244,7 @@ encodeAttentionGrad(FlatBufferBuilder &b, const kir::AttentionGradStep &grad) {
   out.add_head_dim(headDim);
   out.add_scale(scale);
   out.add_causal(causal);
-  out.add_dout(doutOffset);
-  out.add_q(qOffset);
-  out.add_k(kOffset);
-  out.add_v(vOffset);
-  out.add_out(outOffset);
-  out.add_lse(lseOffset);
-  out.add_dq(dqOffset);
-  out.add_dk(dkOffset);
-  out.add_dv(dvOffset);
+  out.add_views(views);
   return out.Finish();
 }
 
@@ -261,16 +252,14 @@ static Offset<fb::EmbeddingGradStep>
 encodeEmbeddingGrad(FlatBufferBuilder &b, const kir::EmbeddingGradStep &grad) {
   const auto &[positions, rows, channels, ids, gradView, outView,
                accumulate] = grad;
-  auto idsOffset = encodeView(b, ids), gradOffset = encodeView(b, gradView),
-       outOffset = encodeView(b, outView);
+  auto views = encodeViews(
+      b, [&](auto &&fn) { kir::forEachEmbeddingGradView(grad, fn); });
   fb::EmbeddingGradStepBuilder out(b);
   out.add_positions(positions);
   out.add_rows(rows);
   out.add_channels(channels);
-  out.add_ids(idsOffset);
-  out.add_grad(gradOffset);
-  out.add_out(outOffset);
   out.add_accumulate(accumulate);
+  out.add_views(views);
   return out.Finish();
 }
 
@@ -482,6 +471,10 @@ private:
   llvm::Expected<kir::Kernel> decodeKernel(size_t index, const fb::Kernel &def);
   llvm::Expected<kir::Step> decodeStep(size_t index, const fb::Step &def);
   static kir::View decodeView(const fb::View *def);
+  template <typename Visit>
+  llvm::Error decodeViews(const std::string &what,
+                          const flatbuffers::Vector<Offset<fb::View>> *views,
+                          Visit visit);
 
   llvm::StringRef name;
 };
@@ -579,6 +572,26 @@ kir::View Decoder::decodeView(const fb::View *def) {
   return view;
 }
 
+/// Fills a library step's views from the schema's `views`, in the order
+/// `visit` (a kir::forEach*View) lists them; the counts must agree.
+template <typename Visit>
+llvm::Error
+Decoder::decodeViews(const std::string &what,
+                     const flatbuffers::Vector<Offset<fb::View>> *views,
+                     Visit visit) {
+  size_t stored = views ? views->size() : 0, listed = 0;
+  visit([&](const char *, kir::View &view, kir::ViewRole,
+            const std::vector<int64_t> &) {
+    if (listed < stored)
+      view = decodeView(views->Get(listed));
+    ++listed;
+  });
+  if (listed != stored)
+    return fail(what + " stores " + llvm::Twine(stored) +
+                " views, its kind has " + llvm::Twine(listed));
+  return llvm::Error::success();
+}
+
 llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
                                               const fb::Step &def) {
   kir::Step step;
@@ -601,9 +614,6 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     out.k = g->k();
     out.transA = g->trans_a();
     out.transB = g->trans_b();
-    out.a = decodeView(g->a());
-    out.b = decodeView(g->b());
-    out.c = decodeView(g->c());
     out.epilogue = g->epilogue();
     out.accumulate = g->accumulate();
     if (!inRange(g->epilogue_kind()))
@@ -611,8 +621,10 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
                   llvm::Twine(unsigned(g->epilogue_kind())) +
                   ", which this llmc does not know");
     out.epilogueKind = kir::EpilogueKind(g->epilogue_kind());
-    out.epilogueBias = decodeView(g->epilogue_bias());
-    out.epilogueAux = decodeView(g->epilogue_aux());
+    if (llvm::Error err = decodeViews(what, g->views(), [&](auto &&fn) {
+          kir::forEachGemmView(out, fn);
+        }))
+      return std::move(err);
   } else if (const fb::AttentionStep *a = def.op_as_AttentionStep()) {
     step.kind = kir::StepKind::Attention;
     kir::AttentionStep &out = step.attention;
@@ -622,11 +634,10 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     out.headDim = a->head_dim();
     out.scale = a->scale();
     out.causal = a->causal();
-    out.q = decodeView(a->q());
-    out.k = decodeView(a->k());
-    out.v = decodeView(a->v());
-    out.out = decodeView(a->out());
-    out.lse = decodeView(a->lse());
+    if (llvm::Error err = decodeViews(what, a->views(), [&](auto &&fn) {
+          kir::forEachAttentionView(out, fn);
+        }))
+      return std::move(err);
   } else if (const fb::AttentionGradStep *a = def.op_as_AttentionGradStep()) {
     step.kind = kir::StepKind::AttentionGrad;
     kir::AttentionGradStep &out = step.attentionGrad;
@@ -636,25 +647,21 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     out.headDim = a->head_dim();
     out.scale = a->scale();
     out.causal = a->causal();
-    out.dout = decodeView(a->dout());
-    out.q = decodeView(a->q());
-    out.k = decodeView(a->k());
-    out.v = decodeView(a->v());
-    out.out = decodeView(a->out());
-    out.lse = decodeView(a->lse());
-    out.dq = decodeView(a->dq());
-    out.dk = decodeView(a->dk());
-    out.dv = decodeView(a->dv());
+    if (llvm::Error err = decodeViews(what, a->views(), [&](auto &&fn) {
+          kir::forEachAttentionGradView(out, fn);
+        }))
+      return std::move(err);
   } else if (const fb::EmbeddingGradStep *e = def.op_as_EmbeddingGradStep()) {
     step.kind = kir::StepKind::EmbeddingGrad;
     kir::EmbeddingGradStep &out = step.embeddingGrad;
     out.positions = e->positions();
     out.rows = e->rows();
     out.channels = e->channels();
-    out.ids = decodeView(e->ids());
-    out.grad = decodeView(e->grad());
-    out.out = decodeView(e->out());
     out.accumulate = e->accumulate();
+    if (llvm::Error err = decodeViews(what, e->views(), [&](auto &&fn) {
+          kir::forEachEmbeddingGradView(out, fn);
+        }))
+      return std::move(err);
   }
   return step;
 }

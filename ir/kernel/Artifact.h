@@ -29,7 +29,8 @@ namespace llmc::kir {
 /// 4: the RoundF16 and RoundBF16 ops (casts to f16/bf16 inside kernels).
 /// 5: initial values of State buffers (the loss scale).
 /// 6: GEMM epilogue kinds and their bias and aux views.
-constexpr uint32_t kArtifactFormatVersion = 6;
+/// 7: a library step's views as one list in kir::forEach*View's order.
+constexpr uint32_t kArtifactFormatVersion = 7;
 
 /// The FlatBuffers file identifier (bytes 8-11 of a file) and the usual
 /// file extension, without the dot.

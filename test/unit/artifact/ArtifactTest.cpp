@@ -924,6 +924,22 @@ TEST_F(ArtifactTest, UnknownEnumValues) {
     EXPECT_EQ(errorOf(deserializeProgram(bytes, "a")),
               "a: step 1 has kind 9, which this llmc does not know");
   }
+  {
+    // A GEMM step that stores fewer views than forEachGemmView lists (the
+    // vector's length shortened in place, with a valid checksum).
+    std::vector<uint8_t> bytes = serializeProgram(makeProgram());
+    auto *gemm = const_cast<fb::GemmStep *>(
+        nestedProgram(bytes)->mutable_steps()->GetMutableObject(1)
+            ->op_as_GemmStep());
+    ASSERT_NE(gemm, nullptr);
+    auto *views = gemm->mutable_views();
+    ASSERT_EQ(views->size(), 3u);
+    uint8_t *length = const_cast<uint8_t *>(views->Data()) - sizeof(uint32_t);
+    flatbuffers::WriteScalar<uint32_t>(length, 2);
+    reseal(bytes);
+    EXPECT_EQ(errorOf(deserializeProgram(bytes, "a")),
+              "a: step 1 stores 2 views, its kind has 3");
+  }
 }
 
 TEST_F(ArtifactTest, InvalidProgramIsRefusedWithTheVerifierMessage) {
