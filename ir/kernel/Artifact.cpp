@@ -214,6 +214,19 @@ static Offset<fb::GemmStep> encodeGemm(FlatBufferBuilder &b,
   return out.Finish();
 }
 
+/// The fields attention and its gradient share, into either table.
+template <typename Builder>
+static void encodeAttentionShape(Builder &out, int64_t batch, int64_t heads,
+                                 int64_t seq, int64_t headDim, float scale,
+                                 bool causal) {
+  out.add_batch(batch);
+  out.add_heads(heads);
+  out.add_seq(seq);
+  out.add_head_dim(headDim);
+  out.add_scale(scale);
+  out.add_causal(causal);
+}
+
 static Offset<fb::AttentionStep>
 encodeAttention(FlatBufferBuilder &b, const kir::AttentionStep &attention) {
   const auto &[batch, heads, seq, headDim, scale, causal, q, k, v, outView,
@@ -221,12 +234,7 @@ encodeAttention(FlatBufferBuilder &b, const kir::AttentionStep &attention) {
   auto views = encodeViews(
       b, [&](auto &&fn) { kir::forEachAttentionView(attention, fn); });
   fb::AttentionStepBuilder out(b);
-  out.add_batch(batch);
-  out.add_heads(heads);
-  out.add_seq(seq);
-  out.add_head_dim(headDim);
-  out.add_scale(scale);
-  out.add_causal(causal);
+  encodeAttentionShape(out, batch, heads, seq, headDim, scale, causal);
   out.add_views(views);
   return out.Finish();
 }
@@ -238,12 +246,7 @@ encodeAttentionGrad(FlatBufferBuilder &b, const kir::AttentionGradStep &grad) {
   auto views = encodeViews(
       b, [&](auto &&fn) { kir::forEachAttentionGradView(grad, fn); });
   fb::AttentionGradStepBuilder out(b);
-  out.add_batch(batch);
-  out.add_heads(heads);
-  out.add_seq(seq);
-  out.add_head_dim(headDim);
-  out.add_scale(scale);
-  out.add_causal(causal);
+  encodeAttentionShape(out, batch, heads, seq, headDim, scale, causal);
   out.add_views(views);
   return out.Finish();
 }
@@ -592,6 +595,18 @@ Decoder::decodeViews(const std::string &what,
   return llvm::Error::success();
 }
 
+/// The fields attention and its gradient share (kir::AttentionStep and
+/// kir::AttentionGradStep, the schema's tables of the same names).
+template <typename Out, typename Def>
+static void decodeAttentionShape(Out &out, const Def &def) {
+  out.batch = def.batch();
+  out.heads = def.heads();
+  out.seq = def.seq();
+  out.headDim = def.head_dim();
+  out.scale = def.scale();
+  out.causal = def.causal();
+}
+
 llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
                                               const fb::Step &def) {
   kir::Step step;
@@ -628,12 +643,7 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
   } else if (const fb::AttentionStep *a = def.op_as_AttentionStep()) {
     step.kind = kir::StepKind::Attention;
     kir::AttentionStep &out = step.attention;
-    out.batch = a->batch();
-    out.heads = a->heads();
-    out.seq = a->seq();
-    out.headDim = a->head_dim();
-    out.scale = a->scale();
-    out.causal = a->causal();
+    decodeAttentionShape(out, *a);
     if (llvm::Error err = decodeViews(what, a->views(), [&](auto &&fn) {
           kir::forEachAttentionView(out, fn);
         }))
@@ -641,12 +651,7 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
   } else if (const fb::AttentionGradStep *a = def.op_as_AttentionGradStep()) {
     step.kind = kir::StepKind::AttentionGrad;
     kir::AttentionGradStep &out = step.attentionGrad;
-    out.batch = a->batch();
-    out.heads = a->heads();
-    out.seq = a->seq();
-    out.headDim = a->head_dim();
-    out.scale = a->scale();
-    out.causal = a->causal();
+    decodeAttentionShape(out, *a);
     if (llvm::Error err = decodeViews(what, a->views(), [&](auto &&fn) {
           kir::forEachAttentionGradView(out, fn);
         }))
