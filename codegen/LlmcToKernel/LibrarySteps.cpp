@@ -204,6 +204,33 @@ FailureOr<int32_t> Lowering::lowerGemmEpilogue(FusionOp fusionOp,
   return int32_t(program.kernels.size() - 1);
 }
 
+namespace {
+/// A [batch, heads, seq, headDim] view of a rank-3 ([batch, seq, headDim]:
+/// one head, stride 0) or rank-4 tensor, as attention steps take them.
+View attentionView(const TensorView &view, int64_t rank) {
+  View result;
+  result.buffer = view.buffer;
+  result.offset = view.offset;
+  result.strides.assign(view.strides.begin(), view.strides.end());
+  if (rank == 3) // [batch, seq, ...]: one head
+    result.strides.insert(result.strides.begin() + 1, 0);
+  return result;
+}
+
+/// The shape, scale and masking attention and its gradient share, from q
+/// and the op's attributes.
+template <typename Step, typename Op>
+void setAttentionShape(Step &step, const TensorView &q, Op op) {
+  int64_t rank = q.shape.size();
+  step.batch = q.shape[0];
+  step.heads = rank == 4 ? q.shape[1] : 1;
+  step.seq = q.shape[rank - 2];
+  step.headDim = q.shape[rank - 1];
+  step.scale = op.getScale().convertToFloat();
+  step.causal = op.getCausal();
+}
+} // namespace
+
 LogicalResult Lowering::lowerAttention(AttentionOp op) {
   SmallVector<TensorView> qkv;
   for (Value operand : {op.getQuery(), op.getKey(), op.getValue()}) {
@@ -231,21 +258,10 @@ LogicalResult Lowering::lowerAttention(AttentionOp op) {
                             "of one element type");
   orderLikeTransposeUser(op.getResult(), *out);
   auto toView = [&](const TensorView &view) {
-    View result;
-    result.buffer = view.buffer;
-    result.offset = view.offset;
-    result.strides.assign(view.strides.begin(), view.strides.end());
-    if (rank == 3) // [batch, seq, ...]: one head
-      result.strides.insert(result.strides.begin() + 1, 0);
-    return result;
+    return attentionView(view, rank);
   };
   AttentionStep step;
-  step.batch = qkv[0].shape[0];
-  step.heads = rank == 4 ? qkv[0].shape[1] : 1;
-  step.seq = qkv[0].shape[rank - 2];
-  step.headDim = qkv[0].shape[rank - 1];
-  step.scale = op.getScale().convertToFloat();
-  step.causal = op.getCausal();
+  setAttentionShape(step, qkv[0], op);
   step.q = toView(qkv[0]);
   step.k = toView(qkv[1]);
   step.v = toView(qkv[2]);
@@ -296,21 +312,10 @@ LogicalResult Lowering::lowerAttentionGrad(AttentionGradOp op) {
       return op.emitOpError("code generation needs the gradient, q, k, v, "
                             "the output and the results of one element type");
   auto toView = [&](const TensorView &view) {
-    View result;
-    result.buffer = view.buffer;
-    result.offset = view.offset;
-    result.strides.assign(view.strides.begin(), view.strides.end());
-    if (rank == 3) // [batch, seq, ...]: one head
-      result.strides.insert(result.strides.begin() + 1, 0);
-    return result;
+    return attentionView(view, rank);
   };
   ::llmc::kir::AttentionGradStep step;
-  step.batch = in[1].shape[0];
-  step.heads = rank == 4 ? in[1].shape[1] : 1;
-  step.seq = in[1].shape[rank - 2];
-  step.headDim = in[1].shape[rank - 1];
-  step.scale = op.getScale().convertToFloat();
-  step.causal = op.getCausal();
+  setAttentionShape(step, in[1], op);
   step.dout = toView(in[0]);
   step.q = toView(in[1]);
   step.k = toView(in[2]);
