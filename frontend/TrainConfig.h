@@ -20,6 +20,7 @@
 
 #include "frontend/ModelConfig.h"
 #include "frontend/Schedule.h"
+#include "ir/TrainingDefaults.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
@@ -42,11 +43,15 @@ namespace llmc {
 struct OptimizerConfig {
   enum class Kind { AdamW, SGD };
   Kind kind = Kind::AdamW;
-  double beta1 = 0.9, beta2 = 0.95, epsilon = 1e-8;
-  double weightDecay = 0.1; // decoupled (Loshchilov & Hutter)
-  double momentum = 0.9;    // SGD
-  bool nesterov = false;    // SGD
-  double maxGradNorm = 1.0; // clip by global norm; 0 turns clipping off
+  double beta1 = mlir::llmc::defaults::kAdamBeta1;
+  double beta2 = mlir::llmc::defaults::kAdamBeta2;
+  double epsilon = mlir::llmc::defaults::kAdamEpsilon;
+  // Decoupled (Loshchilov & Hutter).
+  double weightDecay = mlir::llmc::defaults::kWeightDecay;
+  double momentum = mlir::llmc::defaults::kSgdMomentum; // SGD
+  bool nesterov = false;                                // SGD
+  // Clip by global norm; 0 turns clipping off.
+  double maxGradNorm = mlir::llmc::defaults::kMaxGradNorm;
   /// Weight decay on biases and norm weights (rank-1 parameters) too.
   bool decayNormsAndBiases = false;
 };
@@ -64,11 +69,11 @@ struct PrecisionConfig {
 /// `hysteresis` overflows (never below `minScale`) and multiplied by it
 /// after `window` clean steps in a row.
 struct LossScaleConfig {
-  double initialScalePower = 16;
-  int64_t window = 1000;
-  int64_t hysteresis = 2;
-  double minScale = 1;
-  double factor = 2;
+  double initialScalePower = mlir::llmc::defaults::kLossScaleInitialPower;
+  int64_t window = mlir::llmc::defaults::kLossScaleWindow;
+  int64_t hysteresis = mlir::llmc::defaults::kLossScaleHysteresis;
+  double minScale = mlir::llmc::defaults::kLossScaleMin;
+  double factor = mlir::llmc::defaults::kLossScaleFactor;
   bool consecutiveHysteresis = false;
 };
 
