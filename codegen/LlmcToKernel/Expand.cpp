@@ -607,8 +607,7 @@ LogicalResult Lowering::lowerGroup(Operation *anchor, StringRef name,
     if (isa<LayerNormOp, RmsNormOp, SoftmaxOp, ReduceSumOp, ReduceMeanOp,
             ReduceMaxOp>(op))
       shaped = op->getOperand(0);
-    else if (isa<SoftmaxGradOp, LayerNormGradOp, RmsNormGradOp,
-                 CrossEntropyGradOp>(op))
+    else if (op->hasTrait<OpTrait::llmc::RowGradient>())
       shaped = op->getResult(0);
     if (shaped) {
       auto shape = cast<RankedTensorType>(shaped.getType());

@@ -175,7 +175,7 @@ void Lowering::planAccumulation(Value result, BlockArgument target) {
       Operation *top = func.getBody().front().findAncestorOpInBlock(*user);
       if (!top || positions.lookup(top) >= first)
         return;
-      if (isa<ReshapeOp, TransposeOp, SliceOp, BroadcastOp>(user))
+      if (user->hasTrait<OpTrait::llmc::View>())
         worklist.push_back(user->getResult(0));
     }
   }
@@ -204,7 +204,7 @@ std::optional<TensorView> Lowering::inPlaceTarget(Value result,
       Operation *top = func.getBody().front().findAncestorOpInBlock(*user);
       if (!top || positions.lookup(top) > at)
         return std::nullopt;
-      if (isa<ReshapeOp, TransposeOp, SliceOp, BroadcastOp>(user))
+      if (user->hasTrait<OpTrait::llmc::View>())
         worklist.push_back(user->getResult(0));
     }
   }

@@ -95,7 +95,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
     storedInPlace.insert(op->getResult(0));
     return success();
   }
-  if (isa<ReshapeOp, TransposeOp, SliceOp, BroadcastOp>(op))
+  if (op->hasTrait<OpTrait::llmc::View>())
     return lowerView(op);
   if (isa<MatmulOp, BatchMatmulOp>(op))
     return lowerGemm(op, nullptr, {});
