@@ -67,4 +67,20 @@ def Llmc_FusionKindAttr : EnumAttr<Llmc_Dialect, Llmc_FusionKind,
   let assemblyFormat = "$value";
 }
 
+// How llmc.all_reduce and llmc.reduce_scatter combine the ranks' tensors.
+def Llmc_CollectiveReduction : I32EnumAttr<"CollectiveReduction",
+    "how a collective combines the ranks' tensors", [
+      I32EnumAttrCase<"Sum", 0, "sum">,
+      I32EnumAttrCase<"Avg", 1, "avg">,
+      I32EnumAttrCase<"Max", 2, "max">
+    ]> {
+  let cppNamespace = "::mlir::llmc";
+  let genSpecializedAttr = 0;
+}
+def Llmc_CollectiveReductionAttr : EnumAttr<Llmc_Dialect,
+                                            Llmc_CollectiveReduction,
+                                            "collective_reduction"> {
+  let assemblyFormat = "$value";
+}
+
 #endif // LLMC_BASE_TD

@@ -959,6 +959,110 @@ mlir::llmc::getOpNamesOfAmpCategory(AmpCategory category) {
 }
 
 //===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+bool mlir::llmc::isMeshAxis(StringRef axis) {
+  return llvm::is_contained(kMeshAxes, axis);
+}
+
+// Checks `axis` and `axis_size`; returns the size.
+static FailureOr<int64_t> meshAxisSize(const Inference &inf) {
+  auto axis = inf.required<StringAttr>("axis", "a string");
+  FailureOr<int64_t> size = inf.i64Attr("axis_size");
+  if (failed(axis) || failed(size))
+    return failure();
+  if (!isMeshAxis(axis->getValue()))
+    return inf.fail("axis '", axis->getValue(),
+                    "' is not a mesh axis (dp, tp or pp)");
+  if (*size < 1)
+    return inf.fail("axis_size must be at least 1, got ", *size);
+  return *size;
+}
+
+// Checks `dim` against the input's rank; returns it.
+static FailureOr<int64_t> collectiveDim(const Inference &inf,
+                                        RankedTensorType input) {
+  FailureOr<int64_t> dim = inf.i64Attr("dim");
+  if (failed(dim))
+    return failure();
+  if (*dim < 0 || *dim >= input.getRank())
+    return inf.fail("dim ", *dim, " is out of range for rank ",
+                    input.getRank());
+  return *dim;
+}
+
+LogicalResult AllReduceOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  Inference inf = inference<AllReduceOp>(loc, adaptor.getAttributes());
+  auto input = inf.floatTensor(adaptor.getInput(), "input");
+  if (failed(input) || failed(meshAxisSize(inf)))
+    return failure();
+  results.push_back(*input);
+  return success();
+}
+
+LogicalResult
+ReduceScatterOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
+  Inference inf = inference<ReduceScatterOp>(loc, adaptor.getAttributes());
+  auto input = inf.floatTensor(adaptor.getInput(), "input");
+  if (failed(input))
+    return failure();
+  FailureOr<int64_t> size = meshAxisSize(inf);
+  FailureOr<int64_t> dim = collectiveDim(inf, *input);
+  if (failed(size) || failed(dim))
+    return failure();
+  SmallVector<int64_t> shape(input->getShape());
+  if (shape[*dim] % *size != 0)
+    return inf.fail("dimension ", *dim, " of size ", shape[*dim],
+                    " does not split into ", *size, " equal blocks");
+  shape[*dim] /= *size;
+  results.push_back(RankedTensorType::get(shape, input->getElementType()));
+  return success();
+}
+
+LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  Inference inf = inference<AllGatherOp>(loc, adaptor.getAttributes());
+  auto input = inf.tensor(adaptor.getInput(), "input");
+  if (failed(input))
+    return failure();
+  FailureOr<int64_t> size = meshAxisSize(inf);
+  FailureOr<int64_t> dim = collectiveDim(inf, *input);
+  if (failed(size) || failed(dim))
+    return failure();
+  SmallVector<int64_t> shape(input->getShape());
+  shape[*dim] *= *size;
+  results.push_back(RankedTensorType::get(shape, input->getElementType()));
+  return success();
+}
+
+LogicalResult
+BroadcastFromOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
+  Inference inf = inference<BroadcastFromOp>(loc, adaptor.getAttributes());
+  auto input = inf.tensor(adaptor.getInput(), "input");
+  if (failed(input))
+    return failure();
+  FailureOr<int64_t> size = meshAxisSize(inf);
+  FailureOr<int64_t> root = inf.i64Attr("root");
+  if (failed(size) || failed(root))
+    return failure();
+  if (*root < 0 || *root >= *size)
+    return inf.fail("root ", *root, " is not a rank of an axis of size ",
+                    *size);
+  results.push_back(*input);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//
 

@@ -42,6 +42,11 @@ bool isIdElementType(Type type);
 /// dims end at the last.
 bool isRowReduction(Operation *op);
 
+/// The axes of the device mesh a collective runs on: data, tensor and
+/// pipeline parallel.
+inline constexpr StringLiteral kMeshAxes[] = {"dp", "tp", "pp"};
+bool isMeshAxis(StringRef axis);
+
 /// How llmc-amp chooses an op's compute type, from its AMP trait.
 enum class AmpCategory { Allow, Deny, Follow, Exempt };
 AmpCategory getAmpCategory(OperationName name);

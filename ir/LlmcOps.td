@@ -790,6 +790,102 @@ def Llmc_CrossEntropyGradOp : Llmc_Op<"cross_entropy_grad",
 }
 
 //===----------------------------------------------------------------------===//
+// Collectives: communication between the ranks of one mesh axis
+//===----------------------------------------------------------------------===//
+
+// A collective runs on every rank of one axis of the device mesh ("dp" data
+// parallel, "tp" tensor parallel, "pp" pipeline parallel), whose size it
+// carries so that shapes verify. Each rank's program holds the same
+// collectives in the same order; a collective is not Pure (no side-effect
+// interface), so no pass merges, drops or reorders it: the sharding pass
+// gathers a parameter twice on purpose (before the forward and again before
+// the backward) and every rank must issue what every other rank issues.
+// Their VJPs follow SPMD semantics: the objective is the sum over the ranks
+// of each rank's own result, so all_gather and reduce_scatter (sum) are each
+// other's VJP and all_reduce (sum) is its own.
+class Llmc_CollectiveOp<string mnemonic, list<Trait> traits = []>
+    : Llmc_Op<mnemonic, !listconcat([Llmc_AmpExempt, InferTypeOpAdaptor],
+                                    traits)>;
+
+def Llmc_AllReduceOp : Llmc_CollectiveOp<"all_reduce", [Differentiable]> {
+  let summary = "Combines a tensor over the ranks of a mesh axis";
+  let description = [{
+    Every rank gets the elementwise sum, average or maximum of the input
+    over the `axis_size` ranks of `axis`. Example (data-parallel gradient
+    averaging over 4 ranks):
+    ```mlir
+    %g = llmc.all_reduce %local avg on "dp" size 4 : tensor<768x3072xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input,
+                       Llmc_CollectiveReductionAttr:$reduction,
+                       StrAttr:$axis, I64Attr:$axis_size);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `` $reduction `on` $axis `size` $axis_size attr-dict `:` type($input)
+  }];
+}
+
+def Llmc_ReduceScatterOp : Llmc_CollectiveOp<"reduce_scatter",
+                                             [Differentiable]> {
+  let summary = "Combines a tensor over a mesh axis, each rank keeping a block";
+  let description = [{
+    Cuts dimension `dim` of the input into `axis_size` equal blocks; rank r
+    gets block r of the sum, average or maximum over the ranks. Example
+    (ZeRO-2 gradient sharding over 4 ranks):
+    ```mlir
+    %g = llmc.reduce_scatter %flat avg dim 0 on "dp" size 4 : tensor<4096xf32>
+    // %g : tensor<1024xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input,
+                       Llmc_CollectiveReductionAttr:$reduction, I64Attr:$dim,
+                       StrAttr:$axis, I64Attr:$axis_size);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `` $reduction `dim` $dim `on` $axis `size` $axis_size attr-dict `:`
+    type($input)
+  }];
+}
+
+def Llmc_AllGatherOp : Llmc_CollectiveOp<"all_gather", [Differentiable]> {
+  let summary = "Concatenates the ranks' tensors along one dimension";
+  let description = [{
+    Every rank gets the inputs of the `axis_size` ranks of `axis`
+    concatenated along `dim`, rank 0's first. Example (ZeRO-3 parameter
+    gathering over 4 ranks):
+    ```mlir
+    %p = llmc.all_gather %shard dim 0 on "dp" size 4 : tensor<1024xf32>
+    // %p : tensor<4096xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_AnyTensor:$input, I64Attr:$dim, StrAttr:$axis,
+                       I64Attr:$axis_size);
+  let results = (outs Llmc_AnyTensor:$result);
+  let assemblyFormat = [{
+    $input `dim` $dim `on` $axis `size` $axis_size attr-dict `:` type($input)
+  }];
+}
+
+// Named broadcast_from: llmc.broadcast is the shape broadcast.
+def Llmc_BroadcastFromOp : Llmc_CollectiveOp<"broadcast_from"> {
+  let summary = "Every rank of a mesh axis gets one rank's tensor";
+  let description = [{
+    Every rank gets the input of rank `root` of `axis`. Example:
+    ```mlir
+    %w = llmc.broadcast_from %init root 0 on "dp" size 4 : tensor<768xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_AnyTensor:$input, I64Attr:$root, StrAttr:$axis,
+                       I64Attr:$axis_size);
+  let results = (outs Llmc_AnyTensor:$result);
+  let assemblyFormat = [{
+    $input `root` $root `on` $axis `size` $axis_size attr-dict `:`
+    type($input)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
 // Fusion: groups of ops that code generation turns into one kernel
 //===----------------------------------------------------------------------===//
 

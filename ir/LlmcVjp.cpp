@@ -442,3 +442,45 @@ FailureOr<Grads> ReduceMaxOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
   Value share = DivOp::create(b, loc, g, count);
   return Grads{MulOp::create(b, loc, isMax, share)};
 }
+
+//===----------------------------------------------------------------------===//
+// Collectives (SPMD: the objective is the sum over the ranks of each rank's
+// result, so the gradient of a rank's input sums what every rank's result
+// received)
+//===----------------------------------------------------------------------===//
+
+// y = reduce(x_0, ..., x_{n-1}) on every rank: dx_r = sum_s dy_s for a sum,
+// and 1/n of it for an average. A maximum has no rule.
+FailureOr<Grads> AllReduceOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
+  if (getReduction() == CollectiveReduction::Max)
+    return emitOpError("has no gradient rule for a maximum");
+  return Grads{AllReduceOp::create(b, getLoc(), resultGrads[0],
+                                   getReductionAttr(), getAxisAttr(),
+                                   getAxisSizeAttr())};
+}
+
+// Rank r's block of the reduction: dx_s = the gathered blocks of every
+// rank's dy (scaled by 1/n for an average).
+FailureOr<Grads> ReduceScatterOp::buildVjp(OpBuilder &b,
+                                           ValueRange resultGrads) {
+  if (getReduction() == CollectiveReduction::Max)
+    return emitOpError("has no gradient rule for a maximum");
+  Location loc = getLoc();
+  Value gathered = AllGatherOp::create(b, loc, resultGrads[0], getDimAttr(),
+                                       getAxisAttr(), getAxisSizeAttr());
+  if (getReduction() == CollectiveReduction::Avg)
+    gathered = MulOp::create(
+        b, loc, gathered,
+        scalar(b, loc, tensorType(gathered).getElementType(),
+               1.0 / double(getAxisSize())));
+  return Grads{gathered};
+}
+
+// Rank r's input is block r of every rank's result: dx_r = sum_s dy_s[r],
+// a reduce-scatter.
+FailureOr<Grads> AllGatherOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
+  return Grads{ReduceScatterOp::create(
+      b, getLoc(), resultGrads[0],
+      CollectiveReductionAttr::get(getContext(), CollectiveReduction::Sum),
+      getDimAttr(), getAxisAttr(), getAxisSizeAttr())};
+}

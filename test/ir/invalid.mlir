@@ -963,3 +963,81 @@ func.func @dropout_negative_stream(%x: tensor<4x8xf32>) {
   return
 }
 
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+// Tests that a collective runs on a mesh axis.
+func.func @collective_unknown_axis(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'llmc.all_reduce' op axis 'ep' is not a mesh axis (dp, tp or pp)}}
+  %0 = llmc.all_reduce %x sum on "ep" size 2 : tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that an axis has at least one rank.
+func.func @collective_empty_axis(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'llmc.all_gather' op axis_size must be at least 1, got 0}}
+  %0 = llmc.all_gather %x dim 0 on "dp" size 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that reduce_scatter splits its dimension evenly.
+func.func @reduce_scatter_uneven(%x: tensor<6x4xf32>) {
+  // expected-error @+1 {{'llmc.reduce_scatter' op dimension 0 of size 6 does not split into 4 equal blocks}}
+  %0 = llmc.reduce_scatter %x sum dim 0 on "dp" size 4 : tensor<6x4xf32>
+  return
+}
+
+// -----
+
+// Tests that the gathered dimension exists.
+func.func @all_gather_dim_out_of_range(%x: tensor<6x4xf32>) {
+  // expected-error @+1 {{'llmc.all_gather' op dim 2 is out of range for rank 2}}
+  %0 = llmc.all_gather %x dim 2 on "dp" size 2 : tensor<6x4xf32>
+  return
+}
+
+// -----
+
+// Tests that reductions are of data tensors.
+func.func @all_reduce_ids(%x: tensor<6xi32>) {
+  // expected-error @+1 {{'llmc.all_reduce' op input must have element type f32, f16 or bf16, got 'i32'}}
+  %0 = llmc.all_reduce %x sum on "dp" size 2 : tensor<6xi32>
+  return
+}
+
+// -----
+
+// Tests that the root of a broadcast is a rank of its axis.
+func.func @broadcast_from_bad_root(%x: tensor<6xf32>) {
+  // expected-error @+1 {{'llmc.broadcast_from' op root 2 is not a rank of an axis of size 2}}
+  %0 = llmc.broadcast_from %x root 2 on "dp" size 2 : tensor<6xf32>
+  return
+}
+
+// -----
+
+// Tests that a declared result type must match the inferred one.
+func.func @all_gather_wrong_result(%x: tensor<2xf32>) {
+  // expected-error @+2 {{'llmc.all_gather' op inferred type(s) 'tensor<4xf32>' are incompatible with return type(s) of operation 'tensor<2xf32>'}}
+  // expected-error @+1 {{'llmc.all_gather' op failed to infer returned types}}
+  %0 = "llmc.all_gather"(%x) {dim = 0 : i64, axis = "dp", axis_size = 2 : i64} : (tensor<2xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// Tests an unknown reduction.
+func.func @all_reduce_bad_reduction(%x: tensor<6xf32>) {
+  // expected-error @+2 {{expected ::mlir::llmc::CollectiveReduction to be one of: sum, avg, max}}
+  // expected-error @+1 {{failed to parse Llmc_CollectiveReductionAttr parameter 'value'}}
+  %0 = llmc.all_reduce %x min on "dp" size 2 : tensor<6xf32>
+  return
+}

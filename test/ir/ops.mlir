@@ -297,3 +297,37 @@ func.func @cross_entropy_grad(%dloss: tensor<f32>, %logits: tensor<2x8x50xbf16>,
   %0 = llmc.cross_entropy_grad %dloss, %logits, %targets, %lse : tensor<f32>, tensor<2x8x50xbf16>, tensor<2x8xi32>, tensor<2x8xf32>
   return %0 : tensor<2x8x50xbf16>
 }
+
+// Tests the collectives: all_reduce keeps the type, reduce_scatter divides
+// and all_gather multiplies dimension `dim` by the axis size.
+// CHECK-LABEL: func.func @collectives(
+// CHECK-SAME: %[[G:[a-z0-9]+]]: tensor<8x6xf32>, %[[S:[a-z0-9]+]]: tensor<2x6xbf16>, %[[IDS:[a-z0-9]+]]: tensor<3xi32>
+// CHECK-NEXT: %[[SUM:.*]] = llmc.all_reduce %[[G]] sum on "dp" size 4 : tensor<8x6xf32>
+// CHECK-NEXT: %[[AVG:.*]] = llmc.all_reduce %[[G]] avg on "tp" size 2 : tensor<8x6xf32>
+// CHECK-NEXT: %[[MAX:.*]] = llmc.all_reduce %[[G]] max on "pp" size 1 : tensor<8x6xf32>
+// CHECK-NEXT: %[[RS:.*]] = llmc.reduce_scatter %[[G]] avg dim 0 on "dp" size 4 : tensor<8x6xf32>
+// CHECK-NEXT: %[[RS1:.*]] = llmc.reduce_scatter %[[G]] sum dim 1 on "dp" size 3 : tensor<8x6xf32>
+// CHECK-NEXT: %[[AG:.*]] = llmc.all_gather %[[S]] dim 0 on "dp" size 4 : tensor<2x6xbf16>
+// CHECK-NEXT: %[[BC:.*]] = llmc.broadcast_from %[[IDS]] root 1 on "dp" size 2 : tensor<3xi32>
+// CHECK-NEXT: return %[[SUM]], %[[AVG]], %[[MAX]], %[[RS]], %[[RS1]], %[[AG]], %[[BC]] : tensor<8x6xf32>, tensor<8x6xf32>, tensor<8x6xf32>, tensor<2x6xf32>, tensor<8x2xf32>, tensor<8x6xbf16>, tensor<3xi32>
+func.func @collectives(%g: tensor<8x6xf32>, %s: tensor<2x6xbf16>, %ids: tensor<3xi32>) -> (tensor<8x6xf32>, tensor<8x6xf32>, tensor<8x6xf32>, tensor<2x6xf32>, tensor<8x2xf32>, tensor<8x6xbf16>, tensor<3xi32>) {
+  %sum = llmc.all_reduce %g sum on "dp" size 4 : tensor<8x6xf32>
+  %avg = llmc.all_reduce %g avg on "tp" size 2 : tensor<8x6xf32>
+  %max = llmc.all_reduce %g max on "pp" size 1 : tensor<8x6xf32>
+  %rs = llmc.reduce_scatter %g avg dim 0 on "dp" size 4 : tensor<8x6xf32>
+  %rs1 = llmc.reduce_scatter %g sum dim 1 on "dp" size 3 : tensor<8x6xf32>
+  %ag = llmc.all_gather %s dim 0 on "dp" size 4 : tensor<2x6xbf16>
+  %bc = llmc.broadcast_from %ids root 1 on "dp" size 2 : tensor<3xi32>
+  return %sum, %avg, %max, %rs, %rs1, %ag, %bc : tensor<8x6xf32>, tensor<8x6xf32>, tensor<8x6xf32>, tensor<2x6xf32>, tensor<8x2xf32>, tensor<8x6xbf16>, tensor<3xi32>
+}
+
+// Tests that identical collectives are not merged (they are not Pure: every
+// rank must issue each one).
+// CHECK-LABEL: func.func @collectives_not_merged(
+// CHECK: llmc.all_gather
+// CHECK: llmc.all_gather
+func.func @collectives_not_merged(%s: tensor<2xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %a = llmc.all_gather %s dim 0 on "dp" size 2 : tensor<2xf32>
+  %b = llmc.all_gather %s dim 0 on "dp" size 2 : tensor<2xf32>
+  return %a, %b : tensor<4xf32>, tensor<4xf32>
+}

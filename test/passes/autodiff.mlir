@@ -514,3 +514,42 @@ func.func @forward(%x: tensor<4xf32> {llmc.param = "x"}, %ids: tensor<4xi32> {ll
   %loss = llmc.reduce_sum %x dims [0] : tensor<4xf32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// Tests the collectives' rules (SPMD: the objective sums every rank's
+// loss): all_gather's gradient is a reduce_scatter (sum) of the gathered
+// gradient, reduce_scatter (avg)'s an all_gather scaled by 1/size, and
+// all_reduce (sum)'s an all_reduce (sum).
+// CHECK-LABEL: func.func @grad_step(
+// CHECK-SAME: %[[P:[a-z0-9]+]]: tensor<2x3xf32> {llmc.param = "p"}
+// CHECK: %[[G:.*]] = llmc.all_gather %[[P]] dim 0 on "dp" size 4 : tensor<2x3xf32>
+// CHECK: %[[R:.*]] = llmc.all_reduce %[[G]] sum on "dp" size 4 : tensor<8x3xf32>
+// CHECK: %[[S:.*]] = llmc.reduce_scatter %[[R]] avg dim 1 on "dp" size 3 : tensor<8x3xf32>
+// CHECK: %[[DS:.*]] = llmc.broadcast
+// CHECK: %[[DSG:.*]] = llmc.all_gather %[[DS]] dim 1 on "dp" size 3 : tensor<8x1xf32>
+// CHECK: %[[DR:.*]] = llmc.mul %[[DSG]], %{{.*}} : tensor<8x3xf32>, tensor<f32>
+// CHECK: %[[DG:.*]] = llmc.all_reduce %[[DR]] sum on "dp" size 4 : tensor<8x3xf32>
+// CHECK: %[[DP:.*]] = llmc.reduce_scatter %[[DG]] sum dim 0 on "dp" size 4 : tensor<8x3xf32>
+// CHECK: return %{{.*}}, %[[DP]]
+func.func @forward(%p: tensor<2x3xf32> {llmc.param = "p"},
+                   %tokens: tensor<2x3xi32> {llmc.input = "tokens"},
+                   %targets: tensor<2x3xi32> {llmc.input = "targets"}) -> tensor<f32> {
+  %g = llmc.all_gather %p dim 0 on "dp" size 4 : tensor<2x3xf32>
+  %r = llmc.all_reduce %g sum on "dp" size 4 : tensor<8x3xf32>
+  %s = llmc.reduce_scatter %r avg dim 1 on "dp" size 3 : tensor<8x3xf32>
+  %loss = llmc.reduce_sum %s dims [0, 1] : tensor<8x1xf32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Tests that an all_reduce max has no gradient.
+func.func @forward(%p: tensor<2x3xf32> {llmc.param = "p"},
+                   %tokens: tensor<2x3xi32> {llmc.input = "tokens"},
+                   %targets: tensor<2x3xi32> {llmc.input = "targets"}) -> tensor<f32> {
+  // expected-error @+1 {{'llmc.all_reduce' op has no gradient rule for a maximum}}
+  %r = llmc.all_reduce %p max on "dp" size 4 : tensor<2x3xf32>
+  %loss = llmc.reduce_sum %r dims [0, 1] : tensor<2x3xf32>
+  return %loss : tensor<f32>
+}
