@@ -12,6 +12,8 @@ packages=(
   libopenblas-dev libblis-pthread-dev      # CPU BLAS peers: bench/sgemm-peers
   libdnnl-dev                              # oneDNN, the third peer
   flatbuffers-compiler libflatbuffers-dev  # the artifact format
+  openmpi-bin libopenmpi-dev               # MPI collectives (runtime/Comm),
+                                           # mpirun for multi-rank runs/tests
 )
 
 missing=()

@@ -1,5 +1,6 @@
 # lit configuration of the llmc regression tests (FileCheck over llmc-opt and llmc).
 import os
+import shutil
 import sys
 
 import lit.formats
@@ -18,3 +19,11 @@ config.substitutions.append(("%llmc_src", config.llmc_src_root))
 if config.cuda_toolkit:
     config.available_features.add("cuda-toolkit")
 config.substitutions.append(("%python", sys.executable))
+
+# MPI jobs (test/comm/): %mpirun is scripts/mpirun.sh, which sets what Open
+# MPI needs here (root, oversubscription, shared memory); `mpi` when mpirun
+# is installed (scripts/setup.sh: openmpi-bin).
+config.substitutions.append(
+    ("%mpirun", "bash " + os.path.join(config.llmc_src_root, "scripts/mpirun.sh")))
+if shutil.which("mpirun"):
+    config.available_features.add("mpi")
