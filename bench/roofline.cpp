@@ -191,6 +191,9 @@ std::vector<Cost> programCosts(const kir::Program &program) {
                           double(e.rows) * e.channels);
       break;
     }
+    case kir::StepKind::CollectiveStart:
+    case kir::StepKind::CollectiveWait:
+      continue; // communication: not on the GPU's roofline
     }
     costs.push_back(cost);
   }

@@ -3,6 +3,7 @@
 // gradient and embedding gradient.
 
 #include "codegen/LlmcToKernel/LoweringState.h"
+#include "ir/kernel/MemoryPlan.h"
 
 namespace mlir::llmc::lowering {
 
@@ -113,7 +114,7 @@ LogicalResult Lowering::lowerGemm(Operation *matmul, Operation *fusion,
       storedInPlace.insert(fusion->getResult(0));
     }
     step.gemm = std::move(gemm);
-    program.steps.push_back(std::move(step));
+    appendStep(std::move(step));
     return success();
   }
 
@@ -156,7 +157,7 @@ LogicalResult Lowering::lowerGemm(Operation *matmul, Operation *fusion,
     views[fusion ? fusion->getResult(0) : matmul->getResult(0)] = *c;
   }
   step.gemm = std::move(gemm);
-  program.steps.push_back(std::move(step));
+  appendStep(std::move(step));
   return success();
 }
 
@@ -273,7 +274,7 @@ LogicalResult Lowering::lowerAttention(AttentionOp op) {
   s.kind = StepKind::Attention;
   s.attention = std::move(step);
   s.origin = nameOf(op.getResult());
-  program.steps.push_back(std::move(s));
+  appendStep(std::move(s));
   return success();
 }
 
@@ -329,7 +330,7 @@ LogicalResult Lowering::lowerAttentionGrad(AttentionGradOp op) {
   s.kind = StepKind::AttentionGrad;
   s.attentionGrad = std::move(step);
   s.origin = nameOf(op.getResult(0));
-  program.steps.push_back(std::move(s));
+  appendStep(std::move(s));
   return success();
 }
 
@@ -381,10 +382,108 @@ LogicalResult Lowering::lowerEmbeddingGrad(EmbeddingGradOp op) {
   s.kind = StepKind::EmbeddingGrad;
   s.embeddingGrad = std::move(step);
   s.origin = nameOf(op.getResult());
-  program.steps.push_back(std::move(s));
+  appendStep(std::move(s));
   if (resultDtype != DType::F32)
     views[op.getResult()] =
         copyContiguous(*out, nameOf(op.getResult()), resultDtype);
+  return success();
+}
+
+/// The wait of the collective started at step `start`.
+static Step waitFor(const Program &program, int32_t start) {
+  Step wait;
+  wait.kind = StepKind::CollectiveWait;
+  wait.collective = program.steps[start].collective;
+  wait.collective.start = start;
+  wait.origin = program.steps[start].origin;
+  return wait;
+}
+
+void Lowering::appendStep(Step step) {
+  std::vector<int32_t> touched = ::llmc::kir::buffersOfStep(program, step);
+  auto touches = [&](int32_t buffer) {
+    return llvm::is_contained(touched, buffer);
+  };
+  SmallVector<int32_t> stillInFlight;
+  for (int32_t start : collectivesInFlight) {
+    const ::llmc::kir::CollectiveStep &c = program.steps[start].collective;
+    if (touches(c.input.buffer) || touches(c.output.buffer))
+      program.steps.push_back(waitFor(program, start));
+    else
+      stillInFlight.push_back(start);
+  }
+  collectivesInFlight = std::move(stillInFlight);
+  program.steps.push_back(std::move(step));
+}
+
+void Lowering::completeCollectives() {
+  for (int32_t start : collectivesInFlight)
+    program.steps.push_back(waitFor(program, start));
+  collectivesInFlight.clear();
+}
+
+LogicalResult Lowering::lowerCollective(Operation *op) {
+  using ::llmc::kir::CollectiveKind;
+  using ::llmc::kir::Reduction;
+  Value input = op->getOperand(0), result = op->getResult(0);
+  FailureOr<TensorView> in = viewOf(input);
+  if (failed(in))
+    return failure();
+  ::llmc::kir::CollectiveStep c;
+  auto reduction = [](CollectiveReduction r) {
+    switch (r) {
+    case CollectiveReduction::Sum:
+      return Reduction::Sum;
+    case CollectiveReduction::Avg:
+      return Reduction::Avg;
+    case CollectiveReduction::Max:
+      return Reduction::Max;
+    }
+    return Reduction::Sum;
+  };
+  std::optional<int64_t> dim;
+  if (auto r = dyn_cast<AllReduceOp>(op)) {
+    c.kind = CollectiveKind::AllReduce;
+    c.reduction = reduction(r.getReduction());
+  } else if (auto r = dyn_cast<ReduceScatterOp>(op)) {
+    c.kind = CollectiveKind::ReduceScatter;
+    c.reduction = reduction(r.getReduction());
+    dim = r.getDim();
+  } else if (auto g = dyn_cast<AllGatherOp>(op)) {
+    c.kind = CollectiveKind::AllGather;
+    dim = g.getDim();
+  } else {
+    c.kind = CollectiveKind::Broadcast;
+    c.root = cast<BroadcastFromOp>(op).getRoot();
+  }
+  c.axis = op->getAttrOfType<StringAttr>("axis").str();
+  c.axisSize = op->getAttrOfType<IntegerAttr>("axis_size").getInt();
+  // Rank r's block along `dim` is a contiguous run of elements when every
+  // dimension before `dim` has size 1.
+  if (dim && product(ArrayRef<int64_t>(in->shape).take_front(*dim)) != 1)
+    return op->emitOpError("along dim ")
+           << *dim << " needs the dimensions before it to have size 1 "
+           << "(transpose the blocked dimension to the front)";
+  if (ArrayRef<int64_t>(in->strides) !=
+      ArrayRef<int64_t>(contiguousStrides(in->shape)))
+    *in = copyContiguous(*in, nameOf(input));
+  FailureOr<TensorView> out = newTensor(result, nameOf(result));
+  if (failed(out))
+    return failure();
+  c.count = product(in->shape);
+  c.input.buffer = in->buffer;
+  c.input.offset = in->offset;
+  c.input.strides = {1};
+  c.output.buffer = out->buffer;
+  c.output.offset = out->offset;
+  c.output.strides = {1};
+  views[result] = *out;
+  Step s;
+  s.kind = StepKind::CollectiveStart;
+  s.collective = std::move(c);
+  s.origin = nameOf(result);
+  appendStep(std::move(s));
+  collectivesInFlight.push_back(program.steps.size() - 1);
   return success();
 }
 } // namespace mlir::llmc::lowering

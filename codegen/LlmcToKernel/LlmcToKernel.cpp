@@ -110,6 +110,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
                              ce.getLse());
   if (auto concat = dyn_cast<ConcatOp>(op))
     return lowerConcat(concat);
+  if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastFromOp>(op))
+    return lowerCollective(op);
   if (auto fusion = dyn_cast<FusionOp>(op)) {
     Block &body = fusion.getBody().front();
     SmallVector<Operation *> ops;
@@ -327,6 +329,7 @@ FailureOr<Program> Lowering::run() {
     if (failed(lowerOp(&op)))
       return failure();
   }
+  completeCollectives();
   for (auto [buffer, bound] : idBounds)
     program.buffers[buffer].idBound = bound;
   ::llmc::kir::planMemory(program);

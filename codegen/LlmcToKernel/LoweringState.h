@@ -200,8 +200,15 @@ private:
     step.kind = StepKind::Kernel;
     step.kernel = program.kernels.size() - 1;
     step.origin = origin.str();
-    program.steps.push_back(std::move(step));
+    appendStep(std::move(step));
   }
+  /// Appends `step` to the schedule (its kernels already in the program),
+  /// first completing every collective in flight whose input or output it
+  /// touches: a collective's wait comes as late as the data allows, so the
+  /// steps between overlap the communication.
+  void appendStep(Step step);
+  /// Appends the waits of the collectives still in flight.
+  void completeCollectives();
 
   /// The view of a value, materializing splat constants and fills (which
   /// kernels otherwise read as constants) on first use.
@@ -227,6 +234,9 @@ private:
   LogicalResult lowerAttention(AttentionOp op);
   LogicalResult lowerAttentionGrad(AttentionGradOp op);
   LogicalResult lowerEmbeddingGrad(EmbeddingGradOp op);
+  /// all_reduce, reduce_scatter, all_gather, broadcast_from: a
+  /// CollectiveStart now, its wait placed by appendStep.
+  LogicalResult lowerCollective(Operation *op);
   /// The weight (result 1) and bias (result 2) gradients of a layer_norm_grad
   /// or rms_norm_grad: sums over the leading dims, one kernel over
   /// [C, rows] whose row walks down a column. `wanted`: result number and
@@ -358,6 +368,8 @@ private:
   DenseMap<Operation *, unsigned> positions; // block order of top-level ops
   DenseMap<Value, TensorView> views;
   DenseMap<Value, double> splats; // constants and fills not in memory
+  // The CollectiveStart steps whose wait is not scheduled yet.
+  SmallVector<int32_t> collectivesInFlight;
   // While expanding a kernel: the scalars and dimension maps of its values,
   // and the outer value each block argument stands for.
   DenseMap<Value, int32_t> scalars;

@@ -81,7 +81,11 @@ static_assert(same(fb::StepOp::KernelStep, 1 + int(kir::StepKind::Kernel)) &&
                    1 + int(kir::StepKind::AttentionGrad)) &&
               same(fb::StepOp::EmbeddingGradStep,
                    1 + int(kir::StepKind::EmbeddingGrad)) &&
-              same(fb::StepOp::MAX, 1 + int(kir::StepKind::EmbeddingGrad)));
+              same(fb::StepOp::CollectiveStartStep,
+                   1 + int(kir::StepKind::CollectiveStart)) &&
+              same(fb::StepOp::CollectiveWaitStep,
+                   1 + int(kir::StepKind::CollectiveWait)) &&
+              same(fb::StepOp::MAX, 1 + int(kir::StepKind::CollectiveWait)));
 static_assert(kArtifactIdentifier.size() == flatbuffers::kFileIdentifierLength);
 
 //===----------------------------------------------------------------------===//
@@ -267,11 +271,30 @@ encodeEmbeddingGrad(FlatBufferBuilder &b, const kir::EmbeddingGradStep &grad) {
 }
 
 /// Stores only the payload of the step's kind; the others read back as
+static Offset<fb::CollectiveStartStep>
+encodeCollective(FlatBufferBuilder &b, const kir::CollectiveStep &c) {
+  // `start` is the wait's: a start step stores -1, which is not written.
+  const auto &[kind, reduction, axis, axisSize, root, count, input, output,
+               start] = c;
+  auto axisString = b.CreateString(axis);
+  auto views =
+      encodeViews(b, [&](auto &&fn) { kir::forEachCollectiveView(c, fn); });
+  fb::CollectiveStartStepBuilder out(b);
+  out.add_kind(uint8_t(kind));
+  out.add_reduction(uint8_t(reduction));
+  out.add_axis(axisString);
+  out.add_axis_size(axisSize);
+  out.add_root(root);
+  out.add_count(count);
+  out.add_views(views);
+  return out.Finish();
+}
+
 /// their defaults.
 static Offset<fb::Step> encodeStep(FlatBufferBuilder &b,
                                    const kir::Step &step) {
   const auto &[kind, kernel, gemm, attention, attentionGrad, embeddingGrad,
-               origin] = step;
+               collective, origin] = step;
   fb::StepOp type = fb::StepOp::NONE;
   Offset<void> op;
   switch (kind) {
@@ -298,6 +321,17 @@ static Offset<fb::Step> encodeStep(FlatBufferBuilder &b,
     type = fb::StepOp::EmbeddingGradStep;
     op = encodeEmbeddingGrad(b, embeddingGrad).Union();
     break;
+  case kir::StepKind::CollectiveStart:
+    type = fb::StepOp::CollectiveStartStep;
+    op = encodeCollective(b, collective).Union();
+    break;
+  case kir::StepKind::CollectiveWait: {
+    fb::CollectiveWaitStepBuilder out(b);
+    out.add_start(collective.start);
+    type = fb::StepOp::CollectiveWaitStep;
+    op = out.Finish().Union();
+    break;
+  }
   }
   // A kind outside kir::StepKind is written as NONE, which readers refuse.
   auto originString = b.CreateString(origin);
@@ -667,6 +701,33 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
           kir::forEachEmbeddingGradView(out, fn);
         }))
       return std::move(err);
+  } else if (const fb::CollectiveStartStep *c =
+                 def.op_as_CollectiveStartStep()) {
+    step.kind = kir::StepKind::CollectiveStart;
+    kir::CollectiveStep &out = step.collective;
+    if (c->kind() > uint8_t(kir::CollectiveKind::Broadcast) ||
+        c->reduction() > uint8_t(kir::Reduction::Max))
+      return fail(what + " has a collective kind or reduction this llmc "
+                         "does not know");
+    out.kind = kir::CollectiveKind(c->kind());
+    out.reduction = kir::Reduction(c->reduction());
+    out.axis = toString(c->axis());
+    out.axisSize = c->axis_size();
+    out.root = c->root();
+    out.count = c->count();
+    if (out.axisSize < 1 || out.count < 0 ||
+        !llvm::checkedMul(out.count, out.axisSize))
+      return fail(what + " has a collective of " + llvm::Twine(out.count) +
+                  " elements on an axis of size " +
+                  llvm::Twine(out.axisSize));
+    if (llvm::Error err = decodeViews(what, c->views(), [&](auto &&fn) {
+          kir::forEachCollectiveView(out, fn);
+        }))
+      return std::move(err);
+  } else if (const fb::CollectiveWaitStep *w = def.op_as_CollectiveWaitStep()) {
+    // Its fields are its start's, copied once every step is read.
+    step.kind = kir::StepKind::CollectiveWait;
+    step.collective.start = w->start();
   }
   return step;
 }
@@ -701,6 +762,17 @@ llvm::Expected<kir::Program> Decoder::decode(const fb::ProgramDef &def) {
         return out.takeError();
       program.steps.push_back(std::move(*out));
     }
+  for (auto [index, step] : llvm::enumerate(program.steps)) {
+    if (step.kind != kir::StepKind::CollectiveWait)
+      continue;
+    int32_t start = step.collective.start;
+    if (start < 0 || size_t(start) >= index ||
+        program.steps[start].kind != kir::StepKind::CollectiveStart)
+      return fail("step " + llvm::Twine(index) + " waits for step " +
+                  llvm::Twine(start) + ", which is no earlier collective");
+    step.collective = program.steps[start].collective;
+    step.collective.start = start;
+  }
   program.arenaBytes = def.arena_bytes();
   return program;
 }

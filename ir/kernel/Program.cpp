@@ -5,6 +5,7 @@
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <initializer_list>
 
 using namespace llmc::kir;
@@ -26,6 +27,8 @@ public:
   std::string run();
 
 private:
+  /// A CollectiveStart or CollectiveWait at step `index`.
+  bool checkCollective(size_t index, const std::string &what);
   bool checkBuffer(int32_t buffer, const llvm::Twine &what) {
     if (buffer >= 0 && size_t(buffer) < program.buffers.size())
       return true;
@@ -102,6 +105,121 @@ bool ProgramVerifier::checkKernel(int32_t index, const llvm::Twine &what) {
          << dtypeName(program.buffers[access.buffer].dtype) << " buffer";
       return false;
     }
+  }
+  return true;
+}
+
+/// Whether two steps describe the same collective (a wait's copy of its
+/// start).
+static bool sameCollective(const CollectiveStep &a, const CollectiveStep &b) {
+  auto sameView = [](const View &x, const View &y) {
+    return x.buffer == y.buffer && x.offset == y.offset &&
+           x.strides == y.strides;
+  };
+  return a.kind == b.kind && a.reduction == b.reduction && a.axis == b.axis &&
+         a.axisSize == b.axisSize && a.root == b.root && a.count == b.count &&
+         sameView(a.input, b.input) && sameView(a.output, b.output);
+}
+
+/// The buffers a step reads and writes.
+static void stepBuffers(const Program &program, const Step &step,
+                        std::vector<int32_t> &reads,
+                        std::vector<int32_t> &writes) {
+  auto kernelBuffers = [&](int32_t index) {
+    const Kernel &kernel = program.kernels[index];
+    for (const Instr &instr : kernel.body) {
+      if (instr.op == Op::Load)
+        reads.push_back(kernel.operands[instr.operand].buffer);
+      if (instr.op == Op::Store)
+        writes.push_back(kernel.operands[instr.operand].buffer);
+    }
+  };
+  if (step.kind == StepKind::Kernel)
+    kernelBuffers(step.kernel);
+  if (step.kind == StepKind::Gemm && step.gemm.epilogue >= 0)
+    kernelBuffers(step.gemm.epilogue);
+  forEachView(step, [&](const char *, const View &view, ViewRole role,
+                        const std::vector<int64_t> &) {
+    if (role != ViewRole::Written)
+      reads.push_back(view.buffer);
+    if (role != ViewRole::Read)
+      writes.push_back(view.buffer);
+  });
+}
+
+bool ProgramVerifier::checkCollective(size_t index, const std::string &what) {
+  const Step &step = program.steps[index];
+  const CollectiveStep &c = step.collective;
+  if (c.axis.empty() || c.axisSize < 1 || c.count < 0 ||
+      (c.kind == CollectiveKind::ReduceScatter && c.count % c.axisSize != 0) ||
+      (c.kind == CollectiveKind::Broadcast &&
+       (c.root < 0 || c.root >= c.axisSize))) {
+    os << what << ": " << collectiveKindName(c.kind) << " of " << c.count
+       << " elements on axis '" << c.axis << "' of size " << c.axisSize
+       << " (root " << c.root << ") is malformed";
+    return false;
+  }
+  if (c.input.strides != std::vector<int64_t>{1} ||
+      c.output.strides != std::vector<int64_t>{1}) {
+    os << what << ": a collective's input and output are contiguous";
+    return false;
+  }
+  DType in = program.buffers[c.input.buffer].dtype;
+  DType out = program.buffers[c.output.buffer].dtype;
+  bool reduces = c.kind == CollectiveKind::AllReduce ||
+                 c.kind == CollectiveKind::ReduceScatter;
+  if (in != out || (reduces && !isFloat(in))) {
+    os << what << ": " << collectiveKindName(c.kind) << " from "
+       << dtypeName(in) << " to " << dtypeName(out)
+       << " (one dtype, a float one to reduce)";
+    return false;
+  }
+  if (c.input.buffer == c.output.buffer) {
+    os << what << ": a collective's input and output are different buffers";
+    return false;
+  }
+  if (step.kind == StepKind::CollectiveStart) {
+    if (c.start != -1) {
+      os << what << ": a collective start names a start step";
+      return false;
+    }
+    // Exactly one wait completes it; between the two no step reads or
+    // writes the output or writes the input.
+    int waits = 0;
+    for (size_t later = index + 1; later < program.steps.size(); ++later) {
+      const Step &other = program.steps[later];
+      if (other.kind == StepKind::CollectiveWait &&
+          other.collective.start == int32_t(index)) {
+        ++waits;
+        continue;
+      }
+      if (waits > 0)
+        continue;
+      std::vector<int32_t> reads, writes;
+      stepBuffers(program, other, reads, writes);
+      auto touches = [](const std::vector<int32_t> &list, int32_t buffer) {
+        return std::find(list.begin(), list.end(), buffer) != list.end();
+      };
+      if (touches(reads, c.output.buffer) || touches(writes, c.output.buffer) ||
+          touches(writes, c.input.buffer)) {
+        os << what << ": step " << later << " uses the buffers of the "
+           << collectiveKindName(c.kind) << " in flight";
+        return false;
+      }
+    }
+    if (waits != 1) {
+      os << what << ": a collective start needs exactly one wait after it, "
+         << "it has " << waits;
+      return false;
+    }
+    return true;
+  }
+  if (c.start < 0 || size_t(c.start) >= index ||
+      program.steps[c.start].kind != StepKind::CollectiveStart ||
+      !sameCollective(program.steps[c.start].collective, c)) {
+    os << what << ": a collective wait must follow its start and repeat it "
+       << "(start " << c.start << ")";
+    return false;
   }
   return true;
 }
@@ -229,6 +347,11 @@ std::string ProgramVerifier::run() {
         return message;
       break;
     }
+    case StepKind::CollectiveStart:
+    case StepKind::CollectiveWait:
+      if (!checkCollective(index, what))
+        return message;
+      break;
     case StepKind::EmbeddingGrad: {
       const EmbeddingGradStep &e = step.embeddingGrad;
       DType ids = program.buffers[e.ids.buffer].dtype;
@@ -248,6 +371,45 @@ std::string ProgramVerifier::run() {
     }
   }
   return message;
+}
+
+const char *llmc::kir::collectiveKindName(CollectiveKind kind) {
+  switch (kind) {
+  case CollectiveKind::AllReduce:
+    return "all_reduce";
+  case CollectiveKind::ReduceScatter:
+    return "reduce_scatter";
+  case CollectiveKind::AllGather:
+    return "all_gather";
+  case CollectiveKind::Broadcast:
+    return "broadcast";
+  }
+  return "?";
+}
+
+const char *llmc::kir::reductionName(Reduction reduction) {
+  switch (reduction) {
+  case Reduction::Sum:
+    return "sum";
+  case Reduction::Avg:
+    return "avg";
+  case Reduction::Max:
+    return "max";
+  }
+  return "?";
+}
+
+int64_t CollectiveStep::outputCount() const {
+  switch (kind) {
+  case CollectiveKind::ReduceScatter:
+    return axisSize > 0 ? count / axisSize : 0;
+  case CollectiveKind::AllGather:
+    return count * axisSize;
+  case CollectiveKind::AllReduce:
+  case CollectiveKind::Broadcast:
+    return count;
+  }
+  return count;
 }
 
 const char *llmc::kir::epilogueKindName(EpilogueKind kind) {
@@ -372,6 +534,24 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
       printViews(os, step);
       break;
     }
+    case StepKind::CollectiveStart:
+    case StepKind::CollectiveWait: {
+      const CollectiveStep &c = step.collective;
+      if (step.kind == StepKind::CollectiveStart)
+        os << "start ";
+      else
+        os << "wait (step " << c.start << ") ";
+      os << collectiveKindName(c.kind);
+      if (c.kind == CollectiveKind::AllReduce ||
+          c.kind == CollectiveKind::ReduceScatter)
+        os << " " << reductionName(c.reduction);
+      if (c.kind == CollectiveKind::Broadcast)
+        os << " root " << c.root;
+      os << " on " << c.axis << " size " << c.axisSize << " count " << c.count
+         << " bytes " << c.count * dtypeBytes(program.buffers[c.input.buffer].dtype);
+      printViews(os, step);
+      break;
+    }
     case StepKind::EmbeddingGrad: {
       const EmbeddingGradStep &e = step.embeddingGrad;
       os << "embedding_grad positions " << e.positions << " rows " << e.rows
@@ -420,6 +600,9 @@ int64_t llmc::kir::countFlops(const Program &program) {
     case StepKind::EmbeddingGrad:
       flops += step.embeddingGrad.positions * step.embeddingGrad.channels;
       break;
+    case StepKind::CollectiveStart:
+    case StepKind::CollectiveWait:
+      break; // communication, not arithmetic
     }
   }
   return flops;

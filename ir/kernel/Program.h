@@ -145,8 +145,47 @@ struct EmbeddingGradStep {
   bool accumulate = false;
 };
 
+/// The collectives of the llmc dialect (llmc.all_reduce, reduce_scatter,
+/// all_gather, broadcast_from).
+enum class CollectiveKind : uint8_t { AllReduce, ReduceScatter, AllGather,
+                                      Broadcast };
+enum class Reduction : uint8_t { Sum, Avg, Max };
+
+/// "all_reduce", "reduce_scatter", "all_gather", "broadcast".
+const char *collectiveKindName(CollectiveKind kind);
+/// "sum", "avg", "max".
+const char *reductionName(Reduction reduction);
+
+/// Communication between the `axisSize` ranks of mesh axis `axis` ("dp",
+/// "tp", "pp"), on contiguous elements of one dtype (the buffers'):
+///   AllReduce      output[i] = reduce over ranks of input[i], i < count
+///   ReduceScatter  output[i] = reduce over ranks of input[r*count/size + i]
+///                  on rank r, i < count / axisSize
+///   AllGather      output[s*count + i] = input[i] of rank s, i < count
+///   Broadcast      output[i] = input[i] of rank `root`
+/// (`count`: the input's elements). A collective is two steps: a
+/// CollectiveStart issues it and returns, and a CollectiveWait (with a copy
+/// of the start's fields and `start`, the start step's index) completes it.
+/// The steps between them run while the data moves (the backward overlaps
+/// the gradient all-reduce); both steps name the input and the output, so
+/// the memory plan keeps the two alive, untouched, from start to wait.
+struct CollectiveStep {
+  CollectiveKind kind = CollectiveKind::AllReduce;
+  Reduction reduction = Reduction::Sum; // AllReduce, ReduceScatter
+  std::string axis;
+  int64_t axisSize = 1;
+  int64_t root = 0;  // Broadcast
+  int64_t count = 0; // input elements
+  View input, output; // strides {1}
+  int32_t start = -1; // CollectiveWait: its CollectiveStart's step index
+
+  /// The output's elements.
+  int64_t outputCount() const;
+};
+
 enum class StepKind : uint8_t { Kernel, Gemm, Attention, AttentionGrad,
-                                EmbeddingGrad };
+                                EmbeddingGrad, CollectiveStart,
+                                CollectiveWait };
 
 struct Step {
   StepKind kind = StepKind::Kernel;
@@ -155,6 +194,7 @@ struct Step {
   AttentionStep attention;
   AttentionGradStep attentionGrad;
   EmbeddingGradStep embeddingGrad;
+  CollectiveStep collective; // CollectiveStart, CollectiveWait
   std::string origin; // the llmc ops this step runs, for people
 };
 
@@ -221,6 +261,13 @@ void forEachEmbeddingGradView(E &e, Fn &&fn) {
      std::vector<int64_t>{e.rows, e.channels});
 }
 
+template <typename C, typename Fn>
+void forEachCollectiveView(C &c, Fn &&fn) {
+  fn("input", c.input, ViewRole::Read, std::vector<int64_t>{c.count});
+  fn("output", c.output, ViewRole::Written,
+     std::vector<int64_t>{c.outputCount()});
+}
+
 /// The views of `step`'s library call (none for a kernel step).
 template <typename S, typename Fn> void forEachView(S &step, Fn &&fn) {
   switch (step.kind) {
@@ -237,6 +284,10 @@ template <typename S, typename Fn> void forEachView(S &step, Fn &&fn) {
     break;
   case StepKind::EmbeddingGrad:
     forEachEmbeddingGradView(step.embeddingGrad, fn);
+    break;
+  case StepKind::CollectiveStart:
+  case StepKind::CollectiveWait:
+    forEachCollectiveView(step.collective, fn);
     break;
   }
 }

@@ -306,7 +306,27 @@ kir::Program makeProgram() {
   eg.accumulate = true;
   embeddingGrad.origin = "llmc.embedding_grad";
 
-  p.steps = {embedStep, gemm, attention, attentionGrad, embeddingGrad};
+  // A reduce-scatter (avg) of the logits over 2 ranks of "tp" into the
+  // first 64 elements of dqkv, issued and then completed. Every field has
+  // a non-default value (root too, which a reduce-scatter does not read).
+  kir::Step collective;
+  collective.kind = kir::StepKind::CollectiveStart;
+  kir::CollectiveStep &rs = collective.collective;
+  rs.kind = kir::CollectiveKind::ReduceScatter;
+  rs.reduction = kir::Reduction::Avg;
+  rs.axis = "tp";
+  rs.axisSize = 2;
+  rs.root = 1;
+  rs.count = 128;
+  rs.input = view(kLogits, 0, {1});
+  rs.output = view(kDqkv, 0, {1});
+  collective.origin = "llmc.reduce_scatter";
+  kir::Step wait = collective;
+  wait.kind = kir::StepKind::CollectiveWait;
+  wait.collective.start = 5;
+
+  p.steps = {embedStep,     gemm,       attention, attentionGrad,
+             embeddingGrad, collective, wait};
   return p;
 }
 
@@ -382,7 +402,7 @@ void expectSameKernel(const kir::Kernel &x, const kir::Kernel &y) {
 /// leaves them at their defaults, so they compare too.
 void expectSameStep(const kir::Step &x, const kir::Step &y) {
   const auto &[kind, kernel, gemm, attention, attentionGrad, embeddingGrad,
-               origin] = x;
+               collective, origin] = x;
   EXPECT_EQ(kind, y.kind);
   EXPECT_EQ(kernel, y.kernel);
   EXPECT_EQ(origin, y.origin);
@@ -452,6 +472,20 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
     expectSameView(grad, t.grad, "embedding_grad grad");
     expectSameView(out, t.out, "embedding_grad out");
     EXPECT_EQ(accumulate, t.accumulate);
+  }
+  {
+    const auto &[collectiveKind, reduction, axis, axisSize, root, count, input,
+                 output, start] = collective;
+    const kir::CollectiveStep &t = y.collective;
+    EXPECT_EQ(collectiveKind, t.kind);
+    EXPECT_EQ(reduction, t.reduction);
+    EXPECT_EQ(axis, t.axis);
+    EXPECT_EQ(axisSize, t.axisSize);
+    EXPECT_EQ(root, t.root);
+    EXPECT_EQ(count, t.count);
+    expectSameView(input, t.input, "collective input");
+    expectSameView(output, t.output, "collective output");
+    EXPECT_EQ(start, t.start);
   }
 }
 

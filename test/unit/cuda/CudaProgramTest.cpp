@@ -392,6 +392,10 @@ void runSchedule(const kir::Program &program, Memory &memory,
     case kir::StepKind::EmbeddingGrad:
       runEmbeddingGrad(step.embeddingGrad, program, memory);
       break;
+    case kir::StepKind::CollectiveStart:
+    case kir::StepKind::CollectiveWait:
+      ADD_FAILURE() << "a single-device program has no collectives";
+      break;
     }
   }
 }
