@@ -72,6 +72,14 @@ llmc::compileTraining(mlir::ModuleOp module,
     scaling.consecutiveHysteresis = lossScale.consecutiveHysteresis;
   }
 
+  const ParallelConfig &parallel = training.parallel;
+  if (parallel.dp > 1) {
+    mlir::llmc::ShardPassOptions &shard = pipeline.shard.emplace();
+    shard.dp = parallel.dp;
+    shard.zero = parallel.zero;
+    shard.bucketMb = parallel.bucketMb;
+  }
+
   const RematConfig &remat = training.remat;
   if (remat.policy != RematConfig::Policy::None) {
     mlir::llmc::RematPassOptions &rematOptions = pipeline.remat.emplace();
@@ -101,6 +109,14 @@ llmc::compileTraining(mlir::ModuleOp module,
                                      " to kernels failed (see the "
                                      "diagnostics above)");
     *program = std::move(*lowered);
+  }
+  if (auto noSync =
+          module.lookupSymbol<mlir::func::FuncOp>("grad_step_no_sync")) {
+    mlir::FailureOr<kir::Program> lowered = mlir::llmc::lowerToProgram(noSync);
+    if (mlir::failed(lowered))
+      return llvm::createStringError("lowering @grad_step_no_sync to kernels "
+                                     "failed (see the diagnostics above)");
+    programs.gradStepNoSync = std::move(*lowered);
   }
   return programs;
 }

@@ -35,11 +35,17 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/Error.h"
 
+#include <optional>
+
 
 namespace llmc {
 
 struct TrainingPrograms {
   kir::Program forward, gradStep, updateStep;
+  /// With data parallelism (dp > 1): @grad_step_no_sync, the grad step
+  /// without gradient communication, for the micro-batches before a step's
+  /// last. Unset otherwise.
+  std::optional<kir::Program> gradStepNoSync;
 };
 
 /// Runs llmc-autodiff, llmc-optimizer and the compile pipeline on `module`

@@ -81,6 +81,10 @@ enum class Key {
   LossScaleConsecutiveHysteresis,
   Remat,
   RematBudget,
+  ParallelDp,
+  ParallelZero,
+  ParallelBucketMb,
+  ParallelTimeout,
   Dropout,
   Threads,
   Device,
@@ -120,7 +124,8 @@ struct KeyInfo {
 // Sections whose keys are flags by their leaf name (when no other key has
 // the same leaf); keys of other sections are flags by their whole path
 // (`--batch-size-rampup-start`).
-constexpr StringRef kLeafFlagSections[] = {"optimizer", "schedule", "data"};
+constexpr StringRef kLeafFlagSections[] = {"optimizer", "schedule", "data",
+                                           "parallel"};
 
 const KeyInfo kKeys[] = {
     {Key::Model, "model", Kind::Model, "PRESET|FILE|{...}",
@@ -222,6 +227,16 @@ const KeyInfo kKeys[] = {
      "remat_budget) (none)"},
     {Key::RematBudget, "remat_budget", Kind::Bytes, "SIZE",
      "remat budget: the planned activation peak must fit, e.g. 512MiB"},
+    {Key::ParallelDp, "parallel.dp", Kind::Positive, "N",
+     "data-parallel ranks (llmc-shard); must equal the launcher's world "
+     "size, e.g. mpirun -np N (default: the world size)"},
+    {Key::ParallelZero, "parallel.zero", Kind::NonNegative, "0-3",
+     "ZeRO stage: 0 replicates all state (DDP) (0)"},
+    {Key::ParallelBucketMb, "parallel.bucket_mb", Kind::Number, "X",
+     "gradient all-reduce bucket cap in MiB, DDP's bucket_cap_mb (25)"},
+    {Key::ParallelTimeout, "parallel.timeout", Kind::Number, "SECONDS",
+     "a collective that makes no progress this long names the rank that "
+     "did not arrive and stops the job (30)"},
     {Key::Dropout, "dropout", Kind::Number, "X",
      "overrides the model's dropout rate"},
     {Key::Threads, "threads", Kind::NonNegative, "N",
@@ -836,6 +851,21 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
     c.remat.budgetBytes = *bytes;
     return Error::success();
   }
+  case Key::ParallelDp:
+    return getInt(c.parallel.dp, 1);
+  case Key::ParallelZero:
+    if (Error err = getInt(c.parallel.zero, 0))
+      return err;
+    if (c.parallel.zero > 3)
+      return fail("ZeRO stage " + text + " does not exist; expected 0, 1, 2 "
+                  "or 3");
+    return Error::success();
+  case Key::ParallelBucketMb:
+    return getNumber(text, c.parallel.bucketMb, 1.0 / 1024, 1 << 20, false,
+                     "a size in MiB in [1/1024, 2^20]");
+  case Key::ParallelTimeout:
+    return getNumber(text, c.parallel.timeoutSeconds, 0.1, 86400, false,
+                     "seconds in [0.1, 86400]");
   case Key::Dropout: {
     double rate = 0;
     if (Error err = getNumber(text, rate, 0, 1, true, "a value in [0, 1)"))
@@ -1005,6 +1035,7 @@ Expected<TrainingConfig> Parser::apply() {
   options.precision = precision;
   options.lossScale = lossScale;
   options.remat = remat;
+  options.parallel = parallel;
   return options;
 }
 
@@ -1141,6 +1172,10 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
   os << "remat: " << ::llmc::stringifyRematPolicy(c.remat.policy) << "\n";
   if (c.remat.policy == RematConfig::Policy::Budget)
     os << "remat_budget: " << c.remat.budgetBytes << "\n";
+  os << "parallel:\n"
+     << "  dp: " << c.parallel.dp << "\n  zero: " << c.parallel.zero
+     << "\n  bucket_mb: " << formatDouble(c.parallel.bucketMb)
+     << "\n  timeout: " << formatDouble(c.parallel.timeoutSeconds) << "\n";
   os
      << "threads: " << c.threads << "\n"
      << "device: " << c.device << "\n"

@@ -93,12 +93,26 @@ llvm::StringRef stringifyPrecision(PrecisionConfig::Kind kind);
 llvm::StringRef stringifyRematPolicy(RematConfig::Policy policy);
 std::optional<RematConfig::Policy> parseRematPolicy(llvm::StringRef name);
 
+/// Seconds a collective may make no progress before the job stops with the
+/// rank that did not arrive (runtime/Comm): under a minute to detect a hung
+/// or dead rank, well above the skew of ranks doing the same work.
+constexpr double kDefaultCollectiveTimeoutSeconds = 30;
+
+/// Data parallelism and ZeRO (llmc-shard), and the collectives' timeout.
+struct ParallelConfig {
+  int64_t dp = 1; // 1 also when not given: `llmc run` sets the world size
+  int64_t zero = 0;
+  double bucketMb = mlir::llmc::defaults::kGradientBucketMb;
+  double timeoutSeconds = kDefaultCollectiveTimeoutSeconds;
+};
+
 /// Everything that shapes the compiled training step besides the model.
 struct TrainingOptions {
   OptimizerConfig optimizer;
   PrecisionConfig precision;
   LossScaleConfig lossScale;
   RematConfig remat;
+  ParallelConfig parallel;
 };
 
 } // namespace llmc
@@ -150,6 +164,7 @@ struct TrainingConfig {
   ::llmc::PrecisionConfig precision;
   ::llmc::LossScaleConfig lossScale; // fp16 only
   ::llmc::RematConfig remat;
+  ::llmc::ParallelConfig parallel;
   std::optional<double> dropout; // overrides the model's dropout
   int64_t threads = 0;           // 0: every hardware thread
   std::string device = "cpu";    // cpu or cuda

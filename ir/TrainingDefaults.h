@@ -25,6 +25,9 @@ constexpr int64_t kLossScaleHysteresis = 2;
 constexpr double kLossScaleMin = 1;
 constexpr double kLossScaleFactor = 2;
 
+// Data parallelism (llmc-shard): DDP's bucket_cap_mb.
+constexpr double kGradientBucketMb = 25;
+
 } // namespace mlir::llmc::defaults
 
 #endif // LLMC_IR_TRAININGDEFAULTS_H

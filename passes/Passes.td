@@ -150,6 +150,38 @@ def OptimizerPass : Pass<"llmc-optimizer", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::llmc::LlmcDialect"];
 }
 
+def ShardPass : Pass<"llmc-shard", "mlir::ModuleOp"> {
+  let summary = "Data parallelism and ZeRO: the training step as a program of every rank";
+  let description = [{
+    Runs after `llmc-optimizer` (and before `llmc-loss-scaling`, which then
+    sees the reduced gradient norm). With `dp` ranks on mesh axis "dp",
+    each rank runs the same `@grad_step` on its own part of the global
+    batch, and the gradients are averaged across the ranks:
+
+    - `zero=0` (DDP): `@grad_step` all-reduces (avg) the accumulated
+      gradients in buckets of whole gradients, in the order the backward
+      produces them (reverse parameter order, as DDP's buckets), each
+      issued right after its last gradient is computed, so the all-reduce
+      overlaps the rest of the backward. `@grad_step_no_sync` is the old
+      step (local accumulation only, DDP's no_sync), for every micro-batch
+      of a step but the last.
+
+    `bucket-mb` caps a bucket (MiB of gradients, DDP's bucket_cap_mb); a
+    gradient larger than the cap is a bucket of its own. `dp=1` changes
+    nothing.
+  }];
+  let options = [
+    Option<"dp", "dp", "int64_t", /*default=*/"1",
+           "Data-parallel ranks (the size of mesh axis dp)">,
+    Option<"zero", "zero", "int64_t", /*default=*/"0",
+           "ZeRO stage: 0 replicates everything (DDP)">,
+    Option<"bucketMb", "bucket-mb", "double",
+           /*default=*/"::mlir::llmc::defaults::kGradientBucketMb",
+           "Gradient bucket cap in MiB (DDP's bucket_cap_mb)">
+  ];
+  let dependentDialects = ["mlir::llmc::LlmcDialect"];
+}
+
 def LossScalingPass : Pass<"llmc-loss-scaling", "mlir::ModuleOp"> {
   let summary = "Dynamic loss scaling inside the compiled training step";
   let description = [{

@@ -35,6 +35,13 @@ void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
   pm.addPass(createAutodiffPass());
   // The optimizer consumes @grad_step's gradients and adds @update_step.
   pm.addPass(createOptimizerPass(options.optimizer));
+  // Sharding makes the optimizer's steps programs of every data-parallel
+  // rank (gradient collectives, ZeRO's sharded state). Before loss
+  // scaling, whose overflow test then reads the gradient norm already
+  // reduced across the ranks, and before remat and fusion, which treat the
+  // collectives as fixed points.
+  if (options.shard)
+    pm.addPass(createShardPass(*options.shard));
   // Loss scaling rewrites both steps the optimizer leaves: the scaled seed
   // of @grad_step, and the unscaling, overflow test and skipped update of
   // @update_step (which must exist first).

@@ -22,6 +22,9 @@ struct TrainingPipelineOptions {
   /// Mixed precision; unset trains in f32 and llmc-amp does not run.
   std::optional<AmpPassOptions> amp;
   OptimizerPassOptions optimizer;
+  /// Data parallelism and ZeRO; unset (or dp 1): llmc-shard changes
+  /// nothing.
+  std::optional<ShardPassOptions> shard;
   /// Dynamic loss scaling (fp16); unset: llmc-loss-scaling does not run.
   std::optional<LossScalingPassOptions> lossScaling;
   /// Activation checkpointing; unset (policy none): llmc-remat does not run.

@@ -191,6 +191,19 @@ static cl::opt<bool> rematReport(
              "--remat-budget) and print planned peaks and extra FLOPs side "
              "by side instead of writing an artifact"),
     cl::sub(compileCmd));
+static cl::opt<int64_t> compileDp(
+    "dp",
+    cl::desc("Data-parallel ranks the training step is sharded for "
+             "(llmc-shard; 1: one process)"),
+    cl::init(1), cl::value_desc("N"), cl::sub(compileCmd));
+static cl::opt<int64_t> compileZero(
+    "zero", cl::desc("ZeRO stage of the sharded step (0: DDP)"), cl::init(0),
+    cl::value_desc("0-3"), cl::sub(compileCmd));
+static cl::opt<double> compileBucketMb(
+    "bucket-mb",
+    cl::desc("Gradient all-reduce bucket cap in MiB (DDP's bucket_cap_mb)"),
+    cl::init(::mlir::llmc::defaults::kGradientBucketMb), cl::value_desc("X"),
+    cl::sub(compileCmd));
 static cl::opt<bool> summaryOnly("summary",
                                  cl::desc("Omit the per-tensor table"),
                                  cl::sub(infoCmd));
@@ -428,9 +441,16 @@ static int runCompile(MLIRContext &context) {
                 "' for --target (cpu, cuda)");
   bool training = compileFunction != "forward";
   if (training && compileFunction != "grad_step" &&
+      compileFunction != "grad_step_no_sync" &&
       compileFunction != "update_step")
     return fail("unknown function '" + compileFunction +
-                "' for --function (forward, grad_step, update_step)");
+                "' for --function (forward, grad_step, grad_step_no_sync, "
+                "update_step)");
+  if ((compileDp != 1 || compileZero != 0) && !training)
+    return fail("--dp and --zero shard the training step: use them with "
+                "--function grad_step or update_step");
+  if (compileFunction == "grad_step_no_sync" && compileDp == 1)
+    return fail("grad_step_no_sync exists with --dp 2 or more");
   int64_t budgetBytes = 0;
   if (!rematBudget.empty()) {
     std::optional<int64_t> bytes = ::llmc::parseByteSize(rematBudget);
@@ -455,6 +475,12 @@ static int runCompile(MLIRContext &context) {
     PassManager pm(&context);
     TrainingPipelineOptions trainingOptions;
     trainingOptions.plannedPeak = plannedPeakBytes;
+    if (compileDp != 1 || compileZero != 0) {
+      ShardPassOptions &shard = trainingOptions.shard.emplace();
+      shard.dp = compileDp;
+      shard.zero = compileZero;
+      shard.bucketMb = compileBucketMb;
+    }
     if (compileRemat != "none") {
       RematPassOptions &remat = trainingOptions.remat.emplace();
       remat.policy = compileRemat;

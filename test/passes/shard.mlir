@@ -1,0 +1,47 @@
+// RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=4 bucket-mb=0.06' | FileCheck %s
+// RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | llmc-opt --llmc-autodiff --llmc-optimizer --llmc-shard | FileCheck %s --check-prefix=ONE
+// RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=2' | FileCheck %s --check-prefix=WHOLE
+// RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | not llmc-opt --llmc-shard=dp=2 2>&1 | FileCheck %s --check-prefix=ORDER
+// RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | not llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=0' 2>&1 | FileCheck %s --check-prefix=DP0
+// RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | not llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=2 zero=4' 2>&1 | FileCheck %s --check-prefix=ZERO
+// RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | not llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=2 bucket-mb=0' 2>&1 | FileCheck %s --check-prefix=BUCKET
+
+// DDP on 4 ranks with buckets of 0.06 MiB (15728 floats): the gradients in
+// the order the backward produces them (ln_f first, the position table
+// wpe last), whole gradients per bucket, each bucket
+// concatenated, all-reduced (avg) right after its last gradient and cut
+// back into the results. The first bucket is ln_f's two vectors and the
+// last block's c_proj bias; the 64x256 c_proj weight (16384 floats, over
+// the cap) is a bucket of its own.
+// CHECK-LABEL: func.func @grad_step(
+// CHECK: %[[B0:.*]] = llmc.concat %{{.*}}, %{{.*}}, %{{.*}} dim 0 : tensor<64xf32>, tensor<64xf32>, tensor<64xf32>
+// CHECK-NEXT: %[[R0:.*]] = llmc.all_reduce %[[B0]] avg on "dp" size 4 {llmc.bucket = 0 : i64} : tensor<192xf32>
+// CHECK: llmc.all_reduce %{{.*}} avg on "dp" size 4 {llmc.bucket = 1 : i64} : tensor<16384xf32>
+// CHECK: llmc.all_reduce %{{.*}} avg on "dp" size 4 {llmc.bucket = 2 : i64} : tensor<256xf32>
+// The backward goes on between the buckets:
+// CHECK: llmc.matmul
+// CHECK: llmc.all_reduce %{{.*}} avg on "dp" size 4 {llmc.bucket = 3 : i64}
+// CHECK: llmc.all_reduce %{{.*}} avg on "dp" size 4 {llmc.bucket = 12 : i64} : tensor<4096xf32>
+// CHECK-NOT: llmc.all_reduce
+// CHECK: return
+// The step without communication, for the micro-batches before the last:
+// CHECK-LABEL: func.func @grad_step_no_sync(
+// CHECK-NOT: llmc.all_reduce
+// CHECK-LABEL: func.func @update_step(
+// CHECK-NOT: llmc.all_reduce
+
+// dp=1 (the default) changes nothing.
+// ONE-NOT: llmc.all_reduce
+// ONE-NOT: grad_step_no_sync
+
+// The default cap (25 MiB) holds the whole tiny model: one bucket, after
+// the last gradient (wte's).
+// WHOLE-LABEL: func.func @grad_step(
+// WHOLE: llmc.all_reduce %{{.*}} avg on "dp" size 2 {llmc.bucket = 0 : i64} : tensor<{{[0-9]+}}xf32>
+// WHOLE-NOT: llmc.all_reduce
+// WHOLE-LABEL: func.func @grad_step_no_sync(
+
+// ORDER: error: llmc-shard needs @grad_step and @update_step: run llmc-optimizer first
+// DP0: error: llmc-shard: dp must be at least 1, got 0
+// ZERO: error: llmc-shard: zero must be 0, 1, 2 or 3, got 4
+// BUCKET: error: llmc-shard: bucket-mb must be positive, got 0
