@@ -8,6 +8,7 @@
 #define LLMC_RUNTIME_BACKEND_H
 
 #include "ir/kernel/Program.h"
+#include "runtime/Collectives.h"
 #include "runtime/Weights.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -36,6 +37,15 @@ public:
   virtual llvm::Error set(llvm::StringRef name, const HostTensor &tensor) = 0;
 };
 
+/// The collectives of an executor's runs so far: how many, the bytes each
+/// rank sent into them, and the seconds the runs stood waiting for them
+/// (communication that did not overlap compute).
+struct CollectiveStats {
+  int64_t collectives = 0;
+  int64_t bytes = 0;
+  double waitSeconds = 0;
+};
+
 class Executor {
 public:
   virtual ~Executor() = default;
@@ -54,7 +64,14 @@ public:
   TensorMap states() const;
   /// The (seed, step) of the program's random ops; none: nothing to do.
   virtual void setRng(uint64_t seed, uint64_t step) = 0;
-  /// Runs the schedule once.
+  /// The communicators the program's collective steps run on (checked by
+  /// checkMesh); without one, a program with collectives on an axis of
+  /// more than one rank does not run. The mesh must outlive the executor.
+  virtual llvm::Error setMesh(const Mesh &mesh) = 0;
+  virtual CollectiveStats collectiveStats() const { return {}; }
+  /// Runs the schedule once. A collective that fails (a rank that died or
+  /// hangs) is an error naming the rank; the communicator is then broken
+  /// and the job must end.
   virtual llvm::Error run() = 0;
   /// An output, or any buffer a binding names, as a host tensor.
   virtual llvm::Expected<HostTensor> output(llvm::StringRef name) const = 0;

@@ -570,11 +570,21 @@ void CpuExecutor::runEmbeddingGrad(const kir::EmbeddingGradStep &e) {
   });
 }
 
+llvm::Error CpuExecutor::setMesh(const Mesh &newMesh) {
+  if (llvm::Error error = checkMesh(prog, newMesh))
+    return error;
+  mesh = newMesh;
+  return llvm::Error::success();
+}
+
 llvm::Error CpuExecutor::run() {
   if (llvm::Error error = checkIds())
     return error;
+  if (llvm::Error error = checkMesh(prog, mesh))
+    return error;
   using Clock = std::chrono::steady_clock;
-  for (const kir::Step &step : prog.steps) {
+  tickets.assign(prog.steps.size(), 0);
+  for (auto [index, step] : llvm::enumerate(prog.steps)) {
     Clock::time_point start = profiling ? Clock::now() : Clock::time_point();
     double *bucket = nullptr;
     switch (step.kind) {
@@ -598,8 +608,28 @@ llvm::Error CpuExecutor::run() {
       runEmbeddingGrad(step.embeddingGrad);
       bucket = &stepProfile.embeddingGradSeconds;
       break;
+    case kir::StepKind::CollectiveStart: {
+      const kir::CollectiveStep &c = step.collective;
+      kir::DType dtype = prog.buffers[c.input.buffer].dtype;
+      int64_t size = kir::dtypeBytes(dtype);
+      tickets[index] = startCollective(
+          mesh, c, dtype, base(c.input.buffer) + c.input.offset * size,
+          base(c.output.buffer) + c.output.offset * size);
+      ++collectives.collectives;
+      collectives.bytes += c.count * size;
+      break;
     }
-    if (profiling)
+    case kir::StepKind::CollectiveWait: {
+      Clock::time_point waitStart = Clock::now();
+      if (llvm::Error error = waitCollective(mesh, step.collective,
+                                             tickets[step.collective.start]))
+        return error;
+      collectives.waitSeconds +=
+          std::chrono::duration<double>(Clock::now() - waitStart).count();
+      break;
+    }
+    }
+    if (profiling && bucket)
       *bucket += std::chrono::duration<double>(Clock::now() - start).count();
   }
   if (profiling)

@@ -57,8 +57,12 @@ public:
   /// nothing for a program without.
   void setRng(uint64_t seed, uint64_t step) override;
 
+  llvm::Error setMesh(const Mesh &mesh) override;
+  CollectiveStats collectiveStats() const override { return collectives; }
+
   /// Runs the schedule once. Fails (before running anything) if an input
-  /// id lies outside the table it indexes.
+  /// id lies outside the table it indexes. Collectives run on the mesh's
+  /// communicators while the steps between their start and wait compute.
   llvm::Error run() override;
 
   /// An output (loss, logits) or any buffer named by a binding (params,
@@ -105,6 +109,9 @@ private:
   std::vector<std::vector<float>> scratch;
   bool profiling = false;
   StepProfile stepProfile;
+  Mesh mesh;
+  std::vector<comm::Ticket> tickets; // per CollectiveStart step
+  CollectiveStats collectives;
 };
 
 /// Loads the program's kernels from the kernel cache, or compiles them with

@@ -133,17 +133,29 @@ Trainer::Trainer(TrainerOptions options, TrainerPrograms programs,
     : options(std::move(options)), programs(std::move(programs)),
       data(std::move(data)), store(std::move(store)) {}
 
-llvm::Expected<Executor *> Trainer::gradStep(int64_t seqLen) {
-  auto it = gradSteps.find(seqLen);
+llvm::Expected<Executor *> Trainer::gradStep(int64_t seqLen, bool sync) {
+  auto it = gradSteps.find({seqLen, sync});
   if (it != gradSteps.end())
     return it->second.get();
   llvm::Expected<std::unique_ptr<Executor>> executor =
-      programs.gradStepFor(seqLen);
+      programs.gradStepFor(seqLen, sync);
   if (!executor)
     return executor.takeError();
   Executor *raw = executor->get();
-  gradSteps[seqLen] = std::move(*executor);
+  gradSteps[{seqLen, sync}] = std::move(*executor);
   return raw;
+}
+
+llvm::Expected<std::vector<float>>
+Trainer::gatherFloats(std::vector<float> local) {
+  if (!options.dp)
+    return local;
+  std::vector<float> all(local.size() * options.dp->size());
+  comm::Ticket ticket = options.dp->allGather(
+      local.data(), all.data(), int64_t(local.size()), kir::DType::F32);
+  if (llvm::Error err = options.dp->wait(ticket))
+    return std::move(err);
+  return all;
 }
 
 llvm::Expected<Checkpoint> Trainer::checkpoint() const {
@@ -241,6 +253,8 @@ void llmc::runtime::readMetricLines(llvm::StringRef text, int64_t beforeStep,
 }
 
 llvm::Error Trainer::appendMetrics(const std::string &line) {
+  if (!writes())
+    return llvm::Error::success();
   std::string path = joinPath(options.outDir, "metrics.jsonl");
   std::error_code ec;
   llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Append);
@@ -259,6 +273,8 @@ llvm::Error Trainer::appendMetrics(const std::string &line) {
 }
 
 llvm::Error Trainer::writePlot() {
+  if (!writes())
+    return llvm::Error::success();
   std::string svg =
       renderLossPlot(trainPoints, valPoints,
                      llvm::sys::path::filename(options.outDir));
@@ -269,6 +285,9 @@ llvm::Error Trainer::writePlot() {
 }
 
 llvm::Error Trainer::writeCheckpointNow() {
+  // Data parallelism without ZeRO: every rank holds the same state.
+  if (!writes())
+    return llvm::Error::success();
   std::string dir = joinPath(options.outDir, "checkpoints");
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return llvm::createStringError(ec, "cannot create '" + dir +
@@ -296,9 +315,12 @@ llvm::Expected<double> Trainer::evaluate(std::string &sample) {
   double loss = NAN;
   int64_t batches = std::min(options.evalSteps, data.valBatches);
   if (batches > 0) {
-    double sum = 0;
+    // Rank r evaluates batches r, r + n, ...; the losses are gathered and
+    // summed in batch order, as one process sums them.
+    const int64_t n = dpSize(), perRank = (batches + n - 1) / n;
+    std::vector<float> mine(perRank, 0.0f);
     std::vector<int32_t> tokens, targets;
-    for (int64_t i = 0; i < batches; ++i) {
+    for (int64_t i = dpRank(), j = 0; i < batches; i += n, ++j) {
       data.valBatch(i, tokens, targets);
       if (llvm::Error err =
               eval.setTensor("tokens", tokenTensor(tokens, batch, seqLen)))
@@ -311,12 +333,18 @@ llvm::Expected<double> Trainer::evaluate(std::string &sample) {
       llvm::Expected<double> value = scalarOutput(eval, "loss");
       if (!value)
         return value.takeError();
-      sum += *value;
+      mine[j] = float(*value);
     }
+    llvm::Expected<std::vector<float>> all = gatherFloats(std::move(mine));
+    if (!all)
+      return all.takeError();
+    double sum = 0;
+    for (int64_t i = 0; i < batches; ++i)
+      sum += double((*all)[(i % n) * perRank + i / n]);
     loss = sum / double(batches);
   }
   sample.clear();
-  if (options.sampleTokens > 0) {
+  if (options.sampleTokens > 0 && writes()) {
     std::vector<int32_t> context = data.samplePrompt;
     SamplingOptions sampling;
     sampling.temperature = 0.8;
@@ -342,7 +370,7 @@ llvm::Error Trainer::run() {
     return llvm::Error::success();
   }
   // metrics.jsonl restarts with the lines a resume keeps (none when fresh).
-  {
+  if (writes()) {
     std::string kept;
     for (const std::string &line : keptMetricLines)
       kept += line + "\n";
@@ -430,39 +458,72 @@ llvm::Error Trainer::run() {
       intervalEvalSeconds += seconds;
     }
 
+    if (options.beforeStep)
+      options.beforeStep(currentStep);
     StepShape shape = options.stepShape(currentStep, consumedSamples);
     const int64_t microBatches = shape.globalBatch / options.microBatch;
     const int64_t stepTokens = shape.globalBatch * shape.seqLen;
+    // This rank's micro-batches: a contiguous share [first, first + mine).
+    const int64_t ranks = dpSize();
+    if (microBatches % ranks != 0)
+      return llvm::createStringError(llvm::formatv(
+          "step {0}: the global batch of {1} sequences is {2} micro-batches "
+          "of {3}, which do not split over {4} data-parallel ranks; make the "
+          "global batch a multiple of micro_batch_size * dp",
+          currentStep, shape.globalBatch, microBatches, options.microBatch,
+          ranks));
+    const int64_t mine = microBatches / ranks, first = dpRank() * mine;
     Clock::time_point compileStart = Clock::now();
-    llvm::Expected<Executor *> grad = gradStep(shape.seqLen);
+    // With data parallelism the last micro-batch communicates its
+    // gradients; the ones before only accumulate (no_sync).
+    llvm::Expected<Executor *> grad = gradStep(shape.seqLen, true);
     if (!grad)
       return grad.takeError();
+    Executor *noSync = *grad;
+    if (options.dp && mine > 1) {
+      llvm::Expected<Executor *> local = gradStep(shape.seqLen, false);
+      if (!local)
+        return local.takeError();
+      noSync = *local;
+    }
     double compileSeconds = secondsSince(compileStart);
     evalSeconds += compileSeconds;
     intervalEvalSeconds += compileSeconds;
-    double lossSum = 0;
+    std::vector<float> losses;
     for (int64_t m = 0; m < microBatches; ++m) {
       data.next(shape.seqLen, tokens, targets);
+      if (m < first || m >= first + mine)
+        continue; // another rank's
+      Executor &step = m == first + mine - 1 ? **grad : *noSync;
       int64_t batch = options.microBatch;
-      if (llvm::Error err = (*grad)->setTensor(
+      if (llvm::Error err = step.setTensor(
               "tokens", tokenTensor(tokens, batch, shape.seqLen)))
         return err;
-      if (llvm::Error err = (*grad)->setTensor(
+      if (llvm::Error err = step.setTensor(
               "targets", tokenTensor(targets, batch, shape.seqLen)))
         return err;
-      if (llvm::Error err =
-              setScalar(**grad, "dloss", 1.0 / double(microBatches)))
+      // Each rank averages its own micro-batches; the gradient all-reduce
+      // averages over the ranks.
+      if (llvm::Error err = setScalar(step, "dloss", 1.0 / double(mine)))
         return err;
-      // Each micro-batch of each step gets its own dropout masks.
-      (*grad)->setRng(options.seed,
-                      uint64_t(currentStep * maxMicroBatches + m));
-      if (llvm::Error err = (*grad)->run())
+      // Each micro-batch of each step gets its own dropout masks (numbered
+      // globally, so that data parallelism draws the same ones).
+      step.setRng(options.seed, uint64_t(currentStep * maxMicroBatches + m));
+      if (llvm::Error err = step.run())
         return err;
-      llvm::Expected<double> loss = scalarOutput(**grad, "loss");
+      llvm::Expected<double> loss = scalarOutput(step, "loss");
       if (!loss)
         return loss.takeError();
-      lossSum += *loss;
+      losses.push_back(float(*loss));
     }
+    // Summed in the global order of the micro-batches on every rank.
+    llvm::Expected<std::vector<float>> allLosses =
+        gatherFloats(std::move(losses));
+    if (!allLosses)
+      return allLosses.takeError();
+    double lossSum = 0;
+    for (float value : *allLosses)
+      lossSum += double(value);
     double loss = lossSum / double(microBatches);
 
     double lr = options.learningRate(currentStep);
@@ -541,8 +602,8 @@ llvm::Error Trainer::run() {
     consumedSamples += shape.globalBatch;
     consumedTokens += stepTokens;
     intervalTokens += stepTokens;
-    intervalFlops +=
-        double(flops(**grad)) * microBatches + double(flops(update));
+    intervalFlops += double(flops(**grad)) * microBatches +
+                     double(flops(update)) * ranks;
     int64_t step = currentStep++;
     checkpointWritten = false;
 
@@ -616,6 +677,22 @@ llvm::Error Trainer::run() {
       return err;
   if (llvm::Error err = writePlot())
     return err;
+  if (log && options.dp) {
+    CollectiveStats total;
+    for (const auto &entry : gradSteps) {
+      CollectiveStats stats = entry.second->collectiveStats();
+      total.collectives += stats.collectives;
+      total.bytes += stats.bytes;
+      total.waitSeconds += stats.waitSeconds;
+    }
+    int64_t steps = std::max<int64_t>(currentStep - firstStep, 1);
+    *log << llvm::format(
+        "data parallel: %.1f collectives and %.2f MiB per step and rank; "
+        "waited %.1f ms per step for them (the rest overlapped compute)\n",
+        double(total.collectives) / steps,
+        double(total.bytes) / steps / (1 << 20),
+        total.waitSeconds / steps * 1e3);
+  }
   if (log)
     *log << llvm::format("done: %lld steps, %lld tokens in %s\n",
                          (long long)(currentStep - firstStep),

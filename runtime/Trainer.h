@@ -11,6 +11,7 @@
 
 #include "runtime/Checkpoint.h"
 #include "runtime/Backend.h"
+#include "runtime/Comm/Communicator.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
@@ -64,6 +65,16 @@ struct TrainerOptions {
   std::map<std::string, std::string> configSections;
   /// Progress lines and samples; null: quiet.
   llvm::raw_ostream *log = nullptr;
+  /// Data parallelism: the ranks of mesh axis "dp" (null: one process).
+  /// Each rank runs its contiguous share of every step's micro-batches
+  /// (the loader on every rank reads them all and skips the others', so
+  /// positions and checkpoints agree); losses are gathered so that every
+  /// rank sums them in the global order; rank 0 alone logs and writes
+  /// metrics, the plot, samples and checkpoints.
+  comm::Communicator *dp = nullptr;
+  /// Called before each step (fault-injection tests stop or kill a rank
+  /// here); null: nothing.
+  std::function<void(int64_t step)> beforeStep;
 };
 
 /// The data, through callbacks (the command adapts its loader).
@@ -89,9 +100,13 @@ struct TrainerData {
 
 /// The compiled programs, all bound to one TensorStore.
 struct TrainerPrograms {
-  /// The grad step for a sequence length (called once per length; the
-  /// trainer caches what it returns).
-  std::function<llvm::Expected<std::unique_ptr<Executor>>(int64_t seqLen)>
+  /// The grad step for a sequence length (called once per length and
+  /// kind; the trainer caches what it returns). `sync` false: the step
+  /// without gradient communication (DDP's no_sync: @grad_step_no_sync)
+  /// for the micro-batches before a step's last, asked for only with
+  /// data parallelism.
+  std::function<llvm::Expected<std::unique_ptr<Executor>>(int64_t seqLen,
+                                                          bool sync)>
       gradStepFor;
   std::unique_ptr<Executor> updateStep;
   /// @forward at the full length without dropout: evaluation.
@@ -129,7 +144,13 @@ public:
   const std::vector<MetricPoint> &valLosses() const { return valPoints; }
 
 private:
-  llvm::Expected<Executor *> gradStep(int64_t seqLen);
+  llvm::Expected<Executor *> gradStep(int64_t seqLen, bool sync);
+  int dpRank() const { return options.dp ? options.dp->rank() : 0; }
+  int dpSize() const { return options.dp ? options.dp->size() : 1; }
+  /// Rank 0 writes metrics, plots and checkpoints; the others only train.
+  bool writes() const { return dpRank() == 0; }
+  /// Every rank's `local` values, rank 0's first (one process: `local`).
+  llvm::Expected<std::vector<float>> gatherFloats(std::vector<float> local);
   llvm::Expected<double> evaluate(std::string &sample);
   llvm::Error writeCheckpointNow();
   llvm::Error appendMetrics(const std::string &line);
@@ -139,7 +160,7 @@ private:
   TrainerPrograms programs;
   TrainerData data;
   std::shared_ptr<TensorStore> store;
-  std::map<int64_t, std::unique_ptr<Executor>> gradSteps;
+  std::map<std::pair<int64_t, bool>, std::unique_ptr<Executor>> gradSteps;
   int64_t currentStep = 0;
   int64_t consumedSamples = 0;
   int64_t consumedTokens = 0;

@@ -105,6 +105,9 @@ public:
 
   /// Runs the schedule once and waits for it. Fails (before running
   /// anything) if an input id lies outside the table it indexes.
+  /// Collective steps do not run on CUDA yet (create() refuses them); a
+  /// program without any accepts any mesh.
+  llvm::Error setMesh(const Mesh &mesh) override;
   llvm::Error run() override;
 
   /// An output, parameter, state or input, as stored.

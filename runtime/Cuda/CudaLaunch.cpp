@@ -278,6 +278,14 @@ llvm::Error LaunchPlanner::planStep(size_t index, const kir::Step &step) {
     return planAttention(index, step);
   case kir::StepKind::EmbeddingGrad:
     return planEmbeddingGrad(index, step);
+  case kir::StepKind::CollectiveStart:
+  case kir::StepKind::CollectiveWait:
+    // Collectives on the GPU belong to the NCCL communicator on its own
+    // stream, ordered with this one by events: not wired up yet.
+    return llvm::createStringError(llvm::formatv(
+        "step {0} ('{1}'): the CUDA executor does not run collectives yet "
+        "(data parallelism runs on --device cpu)",
+        index, step.origin));
   }
   return llvm::Error::success();
 }
@@ -667,6 +675,9 @@ llvm::Error CudaExecutor::enqueueSchedule(bool timed) {
         return error;
       break;
     }
+    case kir::StepKind::CollectiveStart:
+    case kir::StepKind::CollectiveWait:
+      break; // refused by the launch planner
     }
     if (timed)
       cu.eventRecord(im.stepEvents[2 * index + 1], im.stream);

@@ -15,6 +15,7 @@
 #include "passes/Pipelines.h"
 #include "ir/kernel/AtomicFile.h"
 #include "runtime/Checkpoint.h"
+#include "runtime/Comm/Communicator.h"
 #include "runtime/Generate.h"
 #include "runtime/Trainer.h"
 #ifdef LLMC_HAVE_NVRTC
@@ -37,8 +38,11 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/WithColor.h"
+#include "llvm/Support/xxhash.h"
 
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 
 using namespace mlir;
 using namespace mlir::llmc;
@@ -58,6 +62,13 @@ int fail(const llvm::Twine &message) {
   return 1;
 }
 int fail(llvm::Error error) { return fail(llvm::toString(std::move(error))); }
+
+std::string toMessage(llvm::Error error) {
+  return llvm::toString(std::move(error));
+}
+std::string toMessage(const llvm::Twine &text) { return text.str(); }
+std::string toMessage(const std::string &text) { return text; }
+std::string toMessage(const char *text) { return text; }
 
 void printUsage(llvm::raw_ostream &os) {
   os << "usage: llmc run CONFIG.yaml [--resume[=CHECKPOINT]] [--KEY VALUE "
@@ -151,6 +162,10 @@ struct Device {
   std::shared_ptr<rt::CudaPersistentStore> cudaStore;
 #endif
   int threads = 0;
+  /// Where progress lines go: stdout on rank 0, nowhere on the others.
+  llvm::raw_ostream *log = &llvm::outs();
+  /// The communicators of the mesh axes the programs' collectives use.
+  rt::Mesh mesh;
 };
 
 llvm::Expected<Device> openDevice(const TrainingConfig &config) {
@@ -189,7 +204,9 @@ makeExecutor(::llmc::kir::Program program, const Device &device,
         std::move(program), ::llmc::cuda::cudaCompiler(), options);
     if (!executor)
       return executor.takeError();
-    llvm::outs() << llvm::format(
+    if (llvm::Error err = (*executor)->setMesh(device.mesh))
+      return std::move(err);
+    *device.log << llvm::format(
         "llmc run: %-24s %3zu kernels for the GPU (%.2f s)\n",
         what.str().c_str(), numKernels,
         std::chrono::duration<double>(std::chrono::steady_clock::now() -
@@ -208,7 +225,9 @@ makeExecutor(::llmc::kir::Program program, const Device &device,
       &stats, {}, std::move(store));
   if (!executor)
     return executor.takeError();
-  llvm::outs() << llvm::format(
+  if (llvm::Error err = (*executor)->setMesh(device.mesh))
+    return std::move(err);
+  *device.log << llvm::format(
       "llmc run: %-24s %3zu kernels %s (%.2f s)\n", what.str().c_str(),
       kernels.size(), stats.hit ? "from the kernel cache" : "JIT-compiled",
       stats.hit ? stats.loadSeconds : stats.compileSeconds + stats.loadSeconds);
@@ -308,9 +327,84 @@ int runTrainCommand(int argc, char **argv) {
   if (!loaded)
     return fail(loaded.takeError());
   TrainingConfig config = std::move(*loaded);
+
+  // The ranks: one process, or the world of a launcher (mpirun, srun).
+  ::llmc::runtime::comm::CommOptions commOptions;
+  commOptions.timeoutSeconds = config.parallel.timeoutSeconds;
+  llvm::Expected<std::unique_ptr<rt::comm::Communicator>> createdWorld =
+      rt::comm::createWorld(commOptions);
+  if (!createdWorld)
+    return fail(createdWorld.takeError());
+  std::unique_ptr<rt::comm::Communicator> world = std::move(*createdWorld);
+  const int rank = world->rank(), worldSize = world->size();
+  // From here on an error on one rank ends the job: the other ranks may be
+  // waiting in a collective for this one.
+  auto fail = [&](auto &&error) -> int {
+    std::string text = toMessage(std::forward<decltype(error)>(error));
+    if (worldSize == 1)
+      return ::fail(text);
+    // Collectives' errors name their rank already.
+    if (!llvm::StringRef(text).starts_with("rank "))
+      text = "rank " + std::to_string(rank) + ": " + text;
+    ::fail(text);
+    llvm::errs().flush();
+    world->abort(1); // ends every rank of the job
+    return 1;
+  };
+  if (config.origins.count("parallel.dp")) {
+    if (config.parallel.dp != worldSize)
+      return fail(llvm::formatv(
+          "parallel.dp is {0} but the job has {1} rank{2}{3}",
+          config.parallel.dp, worldSize, worldSize == 1 ? "" : "s",
+          worldSize == 1
+              ? llvm::formatv(": start it with a launcher, e.g. "
+                              "scripts/mpirun.sh -np {0} llmc run ...",
+                              config.parallel.dp)
+                    .str()
+              : std::string()).str());
+  } else {
+    config.parallel.dp = worldSize;
+  }
   if (printConfig) {
-    printTrainingConfig(config, llvm::outs());
+    if (rank == 0)
+      printTrainingConfig(config, llvm::outs());
     return 0;
+  }
+  llvm::raw_ostream &out = rank == 0 ? llvm::outs() : llvm::nulls();
+  if (worldSize > 1) {
+    // Every rank must train the same thing: the resolved configs' hashes
+    // are compared before anything else happens.
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    printTrainingConfig(config, os);
+    int64_t hash = int64_t(llvm::xxh3_64bits(text));
+    std::vector<int64_t> hashes(worldSize);
+    rt::comm::Ticket ticket = world->allGather(
+        &hash, hashes.data(), 1, ::llmc::kir::DType::I64);
+    if (llvm::Error err = world->wait(ticket))
+      return fail(std::move(err));
+    for (int other = 0; other < worldSize; ++other)
+      if (hashes[other] != hashes[0])
+        return fail(llvm::formatv(
+            "the config of rank {0} differs from rank 0's (resolved config "
+            "hash {1:x} vs {2:x}): every rank must run the same config and "
+            "flags",
+            other, uint64_t(hashes[other]), uint64_t(hashes[0])).str());
+    out << llvm::format("llmc run: %d ranks (%s), data parallel dp=%d, "
+                        "zero %lld, gradient buckets of %g MiB\n",
+                        worldSize, world->backend(), worldSize,
+                        (long long)config.parallel.zero,
+                        config.parallel.bucketMb);
+  }
+  // Mesh axis dp: every rank of the world (tensor and pipeline parallelism
+  // will split the world into several axes).
+  std::unique_ptr<rt::comm::Communicator> dpAxis;
+  if (worldSize > 1) {
+    llvm::Expected<std::unique_ptr<rt::comm::Communicator>> split =
+        world->split(0, rank, "dp");
+    if (!split)
+      return fail(split.takeError());
+    dpAxis = std::move(*split);
   }
 
   // 2. The data.
@@ -402,6 +496,9 @@ int runTrainCommand(int argc, char **argv) {
   llvm::Expected<Device> device = openDevice(config);
   if (!device)
     return fail(device.takeError());
+  device->log = &out;
+  if (dpAxis)
+    device->mesh.axes["dp"] = dpAxis.get();
 
   auto compileStart = std::chrono::steady_clock::now();
   llvm::Expected<OwningOpRef<ModuleOp>> module =
@@ -414,7 +511,7 @@ int runTrainCommand(int argc, char **argv) {
   if (!programs)
     return fail(programs.takeError());
   std::string modelName = info.name.empty() ? "model" : info.name;
-  llvm::outs() << llvm::formatv(
+  out << llvm::formatv(
       "llmc run: model {0}: {1} parameters in {2} tensors; training step "
       "({4}, remat {5}) built and lowered in {3:f2} s\n",
       modelName, info.numParameters, info.parameters.size(),
@@ -481,7 +578,27 @@ int runTrainCommand(int argc, char **argv) {
   if (!val)
     options.evalSteps = 0;
   options.configSections = sections;
-  options.log = &llvm::outs();
+  options.log = rank == 0 ? &llvm::outs() : nullptr;
+  options.dp = dpAxis.get();
+  // LLMC_FAULT_INJECT=kill:RANK:STEP or hang:RANK:STEP kills (SIGKILL) or
+  // stops (SIGSTOP) that rank before that step: how the tests prove that
+  // the other ranks stop with a message naming it instead of hanging.
+  if (const char *fault = std::getenv("LLMC_FAULT_INJECT")) {
+    llvm::SmallVector<llvm::StringRef> parts;
+    llvm::StringRef(fault).split(parts, ':');
+    int64_t faultRank = -1, faultStep = -1;
+    if (parts.size() != 3 || (parts[0] != "kill" && parts[0] != "hang") ||
+        parts[1].getAsInteger(10, faultRank) ||
+        parts[2].getAsInteger(10, faultStep))
+      return fail(llvm::Twine("LLMC_FAULT_INJECT='") + fault +
+                  "': expected kill:RANK:STEP or hang:RANK:STEP");
+    int signal = parts[0] == "kill" ? SIGKILL : SIGSTOP;
+    if (faultRank == rank)
+      options.beforeStep = [signal, faultStep](int64_t step) {
+        if (step == faultStep)
+          raise(signal);
+      };
+  }
 
   rt::TrainerData trainerData;
   int64_t fullSeqLen = config.seqLen;
@@ -539,11 +656,21 @@ int runTrainCommand(int argc, char **argv) {
   trainerPrograms.sampler = std::move(sampler);
   auto firstGrad = std::make_shared<std::unique_ptr<rt::Executor>>(
       std::move(*grad));
+  auto firstNoSync = std::make_shared<std::optional<::llmc::kir::Program>>(
+      std::move(programs->gradStepNoSync));
   trainerPrograms.gradStepFor =
-      [&, firstGrad](int64_t seqLen)
+      [&, firstGrad, firstNoSync](int64_t seqLen, bool sync)
       -> llvm::Expected<std::unique_ptr<rt::Executor>> {
-    if (seqLen == config.seqLen && *firstGrad)
+    std::string what =
+        llvm::formatv("grad step{0} (T={1})", sync ? "" : " no_sync", seqLen)
+            .str();
+    if (seqLen == config.seqLen && sync && *firstGrad)
       return std::move(*firstGrad);
+    if (seqLen == config.seqLen && !sync && firstNoSync->has_value()) {
+      ::llmc::kir::Program program = std::move(**firstNoSync);
+      firstNoSync->reset();
+      return makeExecutor(std::move(program), *device, what);
+    }
     llvm::Expected<OwningOpRef<ModuleOp>> shorter =
         source.build(seqLen, /*withDropout=*/true);
     if (!shorter)
@@ -552,8 +679,12 @@ int runTrainCommand(int argc, char **argv) {
         ::llmc::compileTraining(**shorter, config.training());
     if (!compiled)
       return compiled.takeError();
-    return makeExecutor(std::move(compiled->gradStep), *device,
-                        llvm::formatv("grad step (T={0})", seqLen).str());
+    if (!sync && !compiled->gradStepNoSync)
+      return llvm::createStringError("the training step has no "
+                                     "@grad_step_no_sync");
+    return makeExecutor(sync ? std::move(compiled->gradStep)
+                             : std::move(*compiled->gradStepNoSync),
+                        *device, what);
   };
 
   rt::Trainer trainer(std::move(options), std::move(trainerPrograms),
@@ -561,14 +692,14 @@ int runTrainCommand(int argc, char **argv) {
   if (checkpoint) {
     if (llvm::Error err = trainer.resume(*checkpoint, resume))
       return fail(std::move(err));
-    llvm::outs() << "llmc run: resumed from " << resume << " at step "
+    out << "llmc run: resumed from " << resume << " at step "
                  << checkpoint->step << "\n";
   }
 
-  // 7. Everything checked: now OUT is written.
-  if (std::error_code ec = llvm::sys::fs::create_directories(config.out))
-    return fail("cannot create '" + config.out + "': " + ec.message());
-  {
+  // 7. Everything checked: now OUT is written (by rank 0).
+  if (rank == 0) {
+    if (std::error_code ec = llvm::sys::fs::create_directories(config.out))
+      return fail("cannot create '" + config.out + "': " + ec.message());
     std::string text;
     llvm::raw_string_ostream os(text);
     printTrainingConfig(config, os);
@@ -579,7 +710,7 @@ int runTrainCommand(int argc, char **argv) {
       return fail(std::move(err));
   }
   int64_t microBatches = config.globalBatchSize / config.microBatchSize;
-  llvm::outs() << llvm::format(
+  out << llvm::format(
       "llmc run: %lld steps of %lld x %lld tokens (%lld micro-batch%s of "
       "%lld), %s, %s lr %g -> %g; data: %zu train / %zu val tokens (%s); "
       "out: %s\n",

@@ -481,7 +481,7 @@ struct TrainerRun {
     auto first =
         std::make_shared<std::unique_ptr<runtime::Executor>>(std::move(*grad));
     trainerPrograms.gradStepFor =
-        [first](int64_t) -> llvm::Expected<std::unique_ptr<runtime::Executor>> {
+        [first](int64_t, bool) -> llvm::Expected<std::unique_ptr<runtime::Executor>> {
       return std::move(*first);
     };
     trainerPrograms.updateStep = std::move(*update);
