@@ -11,7 +11,9 @@
 //                              count them in Adam's step)
 // and rewrites
 //   @grad_step:   dloss -> dloss * loss_scale, where the backward sweep is
-//                 seeded, so the accumulated gradients carry the scale;
+//                 seeded, so the accumulated gradients carry the scale (and
+//                 @grad_step_no_sync, llmc-shard's step without
+//                 communication, the same way);
 //   @update_step: every gradient read -> gradient * (1 / loss_scale), so the
 //                 norm, the clipping and the update see unscaled gradients;
 //                 finite = is_finite(grad_norm); each parameter and optimizer
@@ -125,6 +127,11 @@ public:
     }
     if (failed(scaleGradStep(gradStep)) || failed(scaleUpdateStep(updateStep)))
       return signalPassFailure();
+    // Data parallelism's step without communication (llmc-shard) runs the
+    // micro-batches before a step's last: its gradients carry the scale too.
+    if (auto noSync = module.lookupSymbol<func::FuncOp>("grad_step_no_sync"))
+      if (failed(scaleGradStep(noSync)))
+        return signalPassFailure();
   }
 
 private:

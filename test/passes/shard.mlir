@@ -1,6 +1,7 @@
 // RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=4 bucket-mb=0.06' | FileCheck %s
 // RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | llmc-opt --llmc-autodiff --llmc-optimizer --llmc-shard | FileCheck %s --check-prefix=ONE
 // RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=2' | FileCheck %s --check-prefix=WHOLE
+// RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=2' --llmc-loss-scaling | FileCheck %s --check-prefix=SCALED
 // RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | not llmc-opt --llmc-shard=dp=2 2>&1 | FileCheck %s --check-prefix=ORDER
 // RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | not llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=0' 2>&1 | FileCheck %s --check-prefix=DP0
 // RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | not llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=2 zero=4' 2>&1 | FileCheck %s --check-prefix=ZERO
@@ -40,6 +41,13 @@
 // WHOLE: llmc.all_reduce %{{.*}} avg on "dp" size 2 {llmc.bucket = 0 : i64} : tensor<{{[0-9]+}}xf32>
 // WHOLE-NOT: llmc.all_reduce
 // WHOLE-LABEL: func.func @grad_step_no_sync(
+
+// fp16: loss scaling seeds both grad steps with the scaled dloss, so that
+// the micro-batches of a step accumulate gradients of one scale.
+// SCALED-LABEL: func.func @grad_step(
+// SCALED-SAME: llmc.state = "loss_scale"
+// SCALED-LABEL: func.func @grad_step_no_sync(
+// SCALED-SAME: llmc.state = "loss_scale"
 
 // ORDER: error: llmc-shard needs @grad_step and @update_step: run llmc-optimizer first
 // DP0: error: llmc-shard: dp must be at least 1, got 0
