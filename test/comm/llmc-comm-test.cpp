@@ -8,11 +8,12 @@
 //       "llmc-comm-test: N checks passed on M ranks (mpi)"; exit 1 if any
 //       rank saw a wrong value.
 //   llmc-comm-test --fault=stop|sleep|kill|exit [--fault-rank=1]
-//                  [--fault-at=3] [--fault-axis=world|dp]
+//                  [--fault-at=3] [--fault-axis=world|dp] [--fault-count=N]
 //       rank --fault-rank stops (SIGSTOP), sleeps forever, is killed
 //       (SIGKILL) or exits with status 3 just before collective #fault-at;
 //       every other rank prints what wait() reports and calls abort(1).
-//       With --fault-axis=dp the collectives run on a split by rank % 2.
+//       With --fault-axis=dp the collectives run on a split by rank % 2;
+//       they all-reduce --fault-count floats (1; from 65536 llmc's ring).
 //   llmc-comm-test --nccl-id
 //       an NCCL unique id made on rank 0 reaches every rank (no GPU needed).
 //   llmc-comm-test --nccl [--device=N]
@@ -63,6 +64,9 @@ static cl::opt<int> faultAt("fault-at",
 static cl::opt<std::string>
     faultAxis("fault-axis", cl::desc("world | dp (split by rank % 2)"),
               cl::init("world"));
+static cl::opt<int64_t> faultCount(
+    "fault-count", cl::desc("floats in each all-reduce of a fault run"),
+    cl::init(1));
 static cl::opt<bool> ncclId("nccl-id",
                             cl::desc("share an NCCL unique id from rank 0"));
 static cl::opt<bool> ncclRun("nccl",
@@ -549,10 +553,13 @@ int runFault(Communicator &world) {
     split = std::move(*made);
     comm = split.get();
   }
-  float x = 1, y = 0;
+  std::vector<float> x(faultCount, 1.0f), y(faultCount);
+  auto allReduce = [&] {
+    return comm->allReduce(x.data(), y.data(), faultCount, DType::F32,
+                           ReduceOp::Sum);
+  };
   while (comm->started() + 1 < faultAt)
-    if (llvm::Error error = comm->wait(comm->allReduce(
-            &x, &y, 1, DType::F32, ReduceOp::Sum))) {
+    if (llvm::Error error = comm->wait(allReduce())) {
       llvm::errs() << llvm::toString(std::move(error)) + "\n";
       world.abort(1);
     }
@@ -577,7 +584,7 @@ int runFault(Communicator &world) {
     llvm::errs() << llvm::toString(std::move(error)) + "\n";
     world.abort(1);
   };
-  check(comm->wait(comm->allReduce(&x, &y, 1, DType::F32, ReduceOp::Sum)));
+  check(comm->wait(allReduce()));
   check(world.barrier());
   llvm::outs() << "rank " << rank << ": no fault detected\n";
   return 0;
