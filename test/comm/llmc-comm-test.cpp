@@ -8,12 +8,23 @@
 //       "llmc-comm-test: N checks passed on M ranks (mpi)"; exit 1 if any
 //       rank saw a wrong value.
 //   llmc-comm-test --fault=stop|sleep|kill|exit [--fault-rank=1]
-//                  [--fault-at=3] [--fault-axis=world|dp]
+//                  [--fault-at=3] [--fault-axis=world|dp] [--fault-count=N]
 //       rank --fault-rank stops (SIGSTOP), sleeps forever, is killed
 //       (SIGKILL) or exits with status 3 just before collective #fault-at;
 //       every other rank prints what wait() reports and calls abort(1).
-//       With --fault-axis=dp the collectives run on a split by rank % 2.
+//       With --fault-axis=dp the collectives run on a split by rank % 2;
+//       they all-reduce --fault-count floats (1; from 65536 llmc's ring).
+//   llmc-comm-test --nccl-id
+//       an NCCL unique id made on rank 0 reaches every rank (no GPU needed).
+//   llmc-comm-test --nccl [--device=N]
+//       an NCCL communicator over the world on device N (default: the
+//       local rank): collectives on device buffers checked like the MPI
+//       ones. Without a GPU every rank prints why it cannot create one.
 #include "runtime/Comm/Communicator.h"
+#ifdef LLMC_HAVE_NCCL
+#include "runtime/Comm/NcclCommunicator.h"
+#include "runtime/Cuda/CudaApi.h"
+#endif
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -53,6 +64,16 @@ static cl::opt<int> faultAt("fault-at",
 static cl::opt<std::string>
     faultAxis("fault-axis", cl::desc("world | dp (split by rank % 2)"),
               cl::init("world"));
+static cl::opt<int64_t> faultCount(
+    "fault-count", cl::desc("floats in each all-reduce of a fault run"),
+    cl::init(1));
+static cl::opt<bool> ncclId("nccl-id",
+                            cl::desc("share an NCCL unique id from rank 0"));
+static cl::opt<bool> ncclRun("nccl",
+                             cl::desc("collectives on an NCCL communicator"));
+static cl::opt<int> ncclDevice(
+    "device", cl::desc("the CUDA device of --nccl (default: the local rank)"),
+    cl::init(-1));
 
 namespace {
 
@@ -532,10 +553,13 @@ int runFault(Communicator &world) {
     split = std::move(*made);
     comm = split.get();
   }
-  float x = 1, y = 0;
+  std::vector<float> x(faultCount, 1.0f), y(faultCount);
+  auto allReduce = [&] {
+    return comm->allReduce(x.data(), y.data(), faultCount, DType::F32,
+                           ReduceOp::Sum);
+  };
   while (comm->started() + 1 < faultAt)
-    if (llvm::Error error = comm->wait(comm->allReduce(
-            &x, &y, 1, DType::F32, ReduceOp::Sum))) {
+    if (llvm::Error error = comm->wait(allReduce())) {
       llvm::errs() << llvm::toString(std::move(error)) + "\n";
       world.abort(1);
     }
@@ -560,11 +584,122 @@ int runFault(Communicator &world) {
     llvm::errs() << llvm::toString(std::move(error)) + "\n";
     world.abort(1);
   };
-  check(comm->wait(comm->allReduce(&x, &y, 1, DType::F32, ReduceOp::Sum)));
+  check(comm->wait(allReduce()));
   check(world.barrier());
   llvm::outs() << "rank " << rank << ": no fault detected\n";
   return 0;
 }
+
+#ifdef LLMC_HAVE_NCCL
+int runNcclId(Communicator &world) {
+  llvm::Expected<const NcclApi *> nccl = loadNccl();
+  if (!nccl) {
+    llvm::errs() << llvm::toString(nccl.takeError()) + "\n";
+    return 1;
+  }
+  llvm::Expected<ncclUniqueId> id = shareUniqueId(world, **nccl);
+  if (!id) {
+    llvm::errs() << llvm::toString(id.takeError()) + "\n";
+    return 1;
+  }
+  // Every rank holds rank 0's id: compare hashes.
+  uint64_t hash = fnv1a(&*id, sizeof(ncclUniqueId));
+  std::vector<uint64_t> hashes(world.size());
+  Checker check;
+  check.rank = world.rank();
+  if (check.wait(world, world.allGather(&hash, hashes.data(), 1, DType::I64),
+                 "id hashes"))
+    check.expectEqual(hashes, std::vector<uint64_t>(world.size(), hash),
+                      "the same NCCL unique id on every rank");
+  if (world.rank() == 0 && check.failures == 0)
+    llvm::outs() << "nccl " << ncclVersionString((*nccl)->version)
+                 << ": the unique id of rank 0 reached all " << world.size()
+                 << " ranks\n";
+  return check.failures == 0 ? 0 : 1;
+}
+
+/// Collectives on device buffers, against the same references as on MPI.
+int runNccl(Communicator &world) {
+  int device = ncclDevice;
+  if (device < 0) {
+    const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    device = local ? std::atoi(local) : 0;
+  }
+  llvm::Expected<std::unique_ptr<Communicator>> made =
+      createNccl(world, device, {});
+  if (!made) {
+    llvm::errs() << llvm::toString(made.takeError()) + "\n";
+    return 1;
+  }
+  Communicator &nccl = **made;
+  const cuda::DriverApi &cu = *llvm::cantFail(cuda::loadDriver());
+  int rank = nccl.rank(), size = nccl.size();
+  Checker check;
+  check.rank = rank;
+  int64_t count = largeCount;
+  // Device buffers: count * size floats in and out.
+  CUdeviceptr in = 0, out = 0;
+  size_t bytes = sizeof(float) * count * size;
+  if (cu.memAlloc(&in, bytes) != CUDA_SUCCESS ||
+      cu.memAlloc(&out, bytes) != CUDA_SUCCESS) {
+    llvm::errs() << "rank " + std::to_string(rank) + ": cuMemAlloc failed\n";
+    return 1;
+  }
+  auto upload = [&](const std::vector<float> &host) {
+    cu.memcpyHtoDAsync(in, host.data(), host.size() * sizeof(float), nullptr);
+    cu.ctxSynchronize();
+  };
+  auto download = [&](int64_t n) {
+    std::vector<float> host(n);
+    cu.memcpyDtoHAsync(host.data(), out, n * sizeof(float), nullptr);
+    cu.ctxSynchronize();
+    return host;
+  };
+  void *inPtr = reinterpret_cast<void *>(in);
+  void *outPtr = reinterpret_cast<void *>(out);
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+    std::string what = describe("nccl all_reduce", DType::F32, op, count,
+                                false);
+    upload(values<float>(rank, 0, count));
+    if (check.wait(nccl, nccl.allReduce(inPtr, outPtr, count, DType::F32, op),
+                   what))
+      check.expectEqual(download(count),
+                        reduced<float>(size, op, 0, count), what);
+    what = describe("nccl reduce_scatter", DType::F32, op, count, false);
+    upload(values<float>(rank, 0, count * size));
+    if (check.wait(nccl, nccl.reduceScatter(inPtr, outPtr, count, DType::F32,
+                                            op),
+                   what))
+      check.expectEqual(download(count),
+                        reduced<float>(size, op, rank * count, count), what);
+  }
+  upload(values<float>(rank, 0, count));
+  if (check.wait(nccl, nccl.allGather(inPtr, outPtr, count, DType::F32),
+                 "nccl all_gather")) {
+    std::vector<float> want;
+    for (int r = 0; r < size; ++r) {
+      std::vector<float> part = values<float>(r, 0, count);
+      want.insert(want.end(), part.begin(), part.end());
+    }
+    check.expectEqual(download(count * size), want, "nccl all_gather");
+  }
+  upload(values<float>(rank, 0, count));
+  if (check.wait(nccl, nccl.broadcast(inPtr, count, DType::F32, size - 1),
+                 "nccl broadcast")) {
+    cu.memcpyDtoDAsync(out, in, count * sizeof(float), nullptr);
+    check.expectEqual(download(count), values<float>(size - 1, 0, count),
+                      "nccl broadcast");
+  }
+  if (llvm::Error error = nccl.barrier())
+    check.fail("nccl barrier: " + llvm::toString(std::move(error)));
+  cu.memFree(in);
+  cu.memFree(out);
+  if (rank == 0 && check.failures == 0)
+    llvm::outs() << "llmc-comm-test: " << check.checks
+                 << " nccl checks passed on " << size << " ranks\n";
+  return check.failures == 0 ? 0 : 1;
+}
+#endif
 
 } // namespace
 
@@ -584,7 +719,17 @@ int main(int argc, char **argv) {
                  << "\n";
     return 1;
   }
-  int status = fault.empty() ? runChecks(**world) : runFault(**world);
+  int status;
+  if (ncclId || ncclRun) {
+#ifdef LLMC_HAVE_NCCL
+    status = ncclId ? runNcclId(**world) : runNccl(**world);
+#else
+    llvm::errs() << "llmc-comm-test: built without NCCL (no CUDA toolkit)\n";
+    status = 2;
+#endif
+  } else {
+    status = fault.empty() ? runChecks(**world) : runFault(**world);
+  }
   world->reset();
   return status;
 }
