@@ -110,13 +110,21 @@ llmc::compileTraining(mlir::ModuleOp module,
                                      "diagnostics above)");
     *program = std::move(*lowered);
   }
-  if (auto noSync =
-          module.lookupSymbol<mlir::func::FuncOp>("grad_step_no_sync")) {
-    mlir::FailureOr<kir::Program> lowered = mlir::llmc::lowerToProgram(noSync);
+  // The functions llmc-shard adds when it shards the step.
+  for (auto [name, program] :
+       {std::pair<const char *, std::optional<kir::Program> *>{
+            "grad_step_no_sync", &programs.gradStepNoSync},
+        {"shard_init", &programs.shardInit},
+        {"shard_gather", &programs.shardGather}}) {
+    auto func = module.lookupSymbol<mlir::func::FuncOp>(name);
+    if (!func)
+      continue;
+    mlir::FailureOr<kir::Program> lowered = mlir::llmc::lowerToProgram(func);
     if (mlir::failed(lowered))
-      return llvm::createStringError("lowering @grad_step_no_sync to kernels "
-                                     "failed (see the diagnostics above)");
-    programs.gradStepNoSync = std::move(*lowered);
+      return llvm::createStringError(llvm::Twine("lowering @") + name +
+                                     " to kernels failed (see the "
+                                     "diagnostics above)");
+    *program = std::move(*lowered);
   }
   return programs;
 }

@@ -53,6 +53,17 @@ struct Gradient {
   int64_t bytes = 0;
 };
 
+/// One parameter's place in ZeRO's layout (PyTorch FSDP's): flattened,
+/// padded with zeros to size * ranks, rank r holding elements
+/// [r * size, (r + 1) * size).
+struct Shard {
+  std::string name;
+  RankedTensorType type;     // the parameter's
+  int64_t elements = 0;      // the parameter's
+  int64_t size = 0;          // each rank's shard: ceil(elements / ranks)
+  RankedTensorType shardType;
+};
+
 int64_t elementsOf(Type type) {
   return cast<RankedTensorType>(type).getNumElements();
 }
@@ -91,16 +102,30 @@ public:
     }
     if (dp == 1)
       return; // one rank: nothing to communicate
-    if (zero != 0) {
-      module.emitError("llmc-shard: ZeRO stage ")
-          << int64_t(zero) << " is not implemented yet; zero=0 (DDP) is";
+    if (zero == 3) {
+      module.emitError("llmc-shard: ZeRO stage 3 is not implemented yet; "
+                       "zero 0 (DDP), 1 and 2 are");
       return signalPassFailure();
     }
     FailureOr<SmallVector<Gradient>> grads = readGradients(gradStep);
     if (failed(grads))
       return signalPassFailure();
-    keepNoSyncCopy(module, gradStep);
-    allReduceInBuckets(gradStep, *grads);
+    if (zero == 0) {
+      keepNoSyncCopy(module, gradStep);
+      allReduceInBuckets(gradStep, *grads);
+      return;
+    }
+    // ZeRO-1 accumulates full gradients locally before the last
+    // micro-batch; ZeRO-2 reduce-scatters every micro-batch's.
+    if (zero == 1)
+      keepNoSyncCopy(module, gradStep);
+    SmallVector<Shard> shards = shardLayout(gradStep);
+    reduceScatterInBuckets(gradStep, *grads, shards);
+    if (failed(shardUpdateStep(module, updateStep, shards)))
+      return signalPassFailure();
+    updateStep = module.lookupSymbol<func::FuncOp>("update_step");
+    buildShardInit(module, updateStep, shards);
+    buildShardGather(module, updateStep, shards);
   }
 
 private:
@@ -225,6 +250,580 @@ private:
         offset += g->elements;
       }
     }
+  }
+
+  //===--------------------------------------------------------------------===//
+  // ZeRO-1 and ZeRO-2
+  //===--------------------------------------------------------------------===//
+  //
+  // Every parameter is sharded by itself (FSDP2's per-parameter layout, the
+  // flat padded FSDP layout of one parameter): rank r owns elements
+  // [r * s, (r + 1) * s) of the flattened parameter padded to ranks * s.
+  // Collectives move many parameters at once without knowing the rank: a
+  // bucket's full tensors are interleaved as [ranks, S] (row r: every
+  // parameter's block r, S the sum of their shard sizes) and
+  // reduce-scattered, which leaves each rank the concatenation of its
+  // shards; an all-gather of that concatenation gives [ranks, S] back.
+  // State the optimizer keeps per rank:
+  //   shard.<p>           the rank's f32 master copy of p (DeepSpeed's
+  //                       fp32 partition), which the update steps
+  //   shard.<state>.<p>   its block of each optimizer state (adam_m, ...)
+  //   grad.shard.<p>      its block of the averaged gradient
+  // ZeRO-1 keeps the full gradient buffers grad.<p> to accumulate the
+  // micro-batches before a step's last without communicating; ZeRO-2 has
+  // none. @update_step updates the blocks (the gradient norm is
+  // all-reduced first), all-gathers the new master blocks into the full
+  // parameters, and zeroes the gradient blocks. @shard_init and
+  // @shard_gather move state between the full layout of a checkpoint and
+  // the blocks.
+
+  SmallVector<Shard> shardLayout(func::FuncOp gradStep) {
+    SmallVector<Shard> shards;
+    for (unsigned i = 0; i < gradStep.getNumArguments(); ++i) {
+      auto name = gradStep.getArgAttrOfType<StringAttr>(i, "llmc.param");
+      if (!name)
+        continue;
+      Shard s;
+      s.name = name.str();
+      s.type = cast<RankedTensorType>(gradStep.getArgument(i).getType());
+      s.elements = s.type.getNumElements();
+      s.size = (s.elements + dp - 1) / dp;
+      s.shardType = RankedTensorType::get({s.size}, s.type.getElementType());
+      shards.push_back(std::move(s));
+    }
+    return shards;
+  }
+
+  static const Shard *findShard(ArrayRef<Shard> shards, StringRef name) {
+    for (const Shard &s : shards)
+      if (s.name == name)
+        return &s;
+    return nullptr;
+  }
+
+  /// `full` (a tensor of s's parameter's shape) as [ranks, s.size]: flat,
+  /// zero padded.
+  Value asBlocks(OpBuilder &b, Location loc, Value full, const Shard &s) {
+    Type elem = s.type.getElementType();
+    Value flat = ReshapeOp::create(
+        b, loc, RankedTensorType::get({s.elements}, elem), full);
+    int64_t padded = s.size * dp;
+    if (padded > s.elements) {
+      Value zeros = FillOp::create(
+          b, loc, RankedTensorType::get({padded - s.elements}, elem),
+          b.getF64FloatAttr(0.0));
+      flat = ConcatOp::create(b, loc, ValueRange{flat, zeros},
+                              b.getI64IntegerAttr(0));
+    }
+    return ReshapeOp::create(b, loc, RankedTensorType::get({dp, s.size}, elem),
+                             flat);
+  }
+
+  /// The full tensors of `shards` interleaved as [ranks * S].
+  Value interleave(OpBuilder &b, Location loc, ArrayRef<Value> fulls,
+                   ArrayRef<const Shard *> shards) {
+    SmallVector<Value> blocks;
+    int64_t total = 0;
+    for (auto [full, s] : llvm::zip(fulls, shards)) {
+      blocks.push_back(asBlocks(b, loc, full, *s));
+      total += s->size;
+    }
+    Value joined = blocks.size() == 1
+                       ? blocks.front()
+                       : ConcatOp::create(b, loc, blocks,
+                                          b.getI64IntegerAttr(1))
+                             .getResult();
+    Type elem = shards.front()->type.getElementType();
+    return ReshapeOp::create(b, loc,
+                             RankedTensorType::get({dp * total}, elem),
+                             joined);
+  }
+
+  /// The full tensors back from an interleaved [ranks * S].
+  SmallVector<Value> deinterleave(OpBuilder &b, Location loc, Value flat,
+                                  ArrayRef<const Shard *> shards) {
+    int64_t total = 0;
+    for (const Shard *s : shards)
+      total += s->size;
+    Type elem = shards.front()->type.getElementType();
+    Value blocks = ReshapeOp::create(
+        b, loc, RankedTensorType::get({dp, total}, elem), flat);
+    SmallVector<Value> fulls;
+    int64_t offset = 0;
+    for (const Shard *s : shards) {
+      Value mine = blocks;
+      if (shards.size() > 1)
+        mine = SliceOp::create(b, loc, blocks,
+                               b.getDenseI64ArrayAttr({0, offset}),
+                               b.getDenseI64ArrayAttr({dp, s->size}));
+      Value padded = ReshapeOp::create(
+          b, loc, RankedTensorType::get({dp * s->size}, elem), mine);
+      Value flatParam = padded;
+      if (dp * s->size > s->elements)
+        flatParam = SliceOp::create(b, loc, padded, b.getDenseI64ArrayAttr({0}),
+                                    b.getDenseI64ArrayAttr({s->elements}));
+      fulls.push_back(ReshapeOp::create(b, loc, s->type, flatParam));
+      offset += s->size;
+    }
+    return fulls;
+  }
+
+  /// A concatenation of shards [S] cut into each parameter's shard.
+  SmallVector<Value> splitShards(OpBuilder &b, Location loc, Value joined,
+                                 ArrayRef<const Shard *> shards) {
+    if (shards.size() == 1)
+      return {joined};
+    SmallVector<Value> parts;
+    int64_t offset = 0;
+    for (const Shard *s : shards) {
+      parts.push_back(SliceOp::create(b, loc, joined,
+                                      b.getDenseI64ArrayAttr({offset}),
+                                      b.getDenseI64ArrayAttr({s->size})));
+      offset += s->size;
+    }
+    return parts;
+  }
+
+  Value joinShards(OpBuilder &b, Location loc, ArrayRef<Value> parts) {
+    if (parts.size() == 1)
+      return parts.front();
+    return ConcatOp::create(b, loc, parts, b.getI64IntegerAttr(0));
+  }
+
+  CollectiveReductionAttr reduction(OpBuilder &b, CollectiveReduction r) {
+    return CollectiveReductionAttr::get(b.getContext(), r);
+  }
+
+  /// Buckets of at most `bucket-mb` MiB, whole tensors, in the given order.
+  template <typename T>
+  SmallVector<SmallVector<T *>> bucketsOf(MutableArrayRef<T> items,
+                                          function_ref<int64_t(const T &)>
+                                              bytes) {
+    const int64_t cap = int64_t(bucketMb * 1024 * 1024);
+    SmallVector<SmallVector<T *>> buckets;
+    int64_t filled = 0;
+    for (T &item : items) {
+      if (buckets.empty() || (filled > 0 && filled + bytes(item) > cap)) {
+        buckets.emplace_back();
+        filled = 0;
+      }
+      buckets.back().push_back(&item);
+      filled += bytes(item);
+    }
+    return buckets;
+  }
+
+  /// Inserts argument `name` (an `llmc.state`) after the last state or
+  /// parameter argument of `func`; returns it.
+  BlockArgument addStateArgument(func::FuncOp func, Type type,
+                                 StringRef name) {
+    unsigned index = 0;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (func.getArgAttr(i, "llmc.param") || func.getArgAttr(i, "llmc.state"))
+        index = i + 1;
+    OpBuilder b(func.getContext());
+    if (failed(func.insertArgument(
+            index, type,
+            b.getDictionaryAttr(
+                b.getNamedAttr("llmc.state", b.getStringAttr(name))),
+            func.getLoc())))
+      llvm_unreachable("inserting an argument of a function with a body");
+    return func.getArgument(index);
+  }
+
+  /// Replaces `func`'s results with `values`, each updating and naming the
+  /// buffer in `updates` (empty: `outputs` names a plain output).
+  void setResults(func::FuncOp func, ArrayRef<Value> values,
+                  ArrayRef<std::pair<std::string, bool>> names) {
+    auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+    ret->setOperands(values);
+    SmallVector<Type> types;
+    for (Value v : values)
+      types.push_back(v.getType());
+    func.setFunctionType(
+        FunctionType::get(func.getContext(), func.getArgumentTypes(), types));
+    OpBuilder b(func.getContext());
+    SmallVector<DictionaryAttr> attrs;
+    for (const auto &[name, update] : names) {
+      SmallVector<NamedAttribute> entries = {
+          b.getNamedAttr("llmc.output", b.getStringAttr(name))};
+      if (update)
+        entries.push_back(b.getNamedAttr("llmc.updates", b.getStringAttr(name)));
+      attrs.push_back(b.getDictionaryAttr(entries));
+    }
+    func.setAllResultAttrs(attrs);
+  }
+
+  /// @grad_step: each bucket's gradients (ZeRO-1: the accumulated sums,
+  /// ZeRO-2: this micro-batch's) reduce-scattered (avg) right after the last
+  /// of them, each rank adding its blocks into grad.shard.<p>.
+  void reduceScatterInBuckets(func::FuncOp gradStep,
+                              SmallVector<Gradient> &grads,
+                              ArrayRef<Shard> shards) {
+    llvm::stable_sort(grads, [](const Gradient &a, const Gradient &b) {
+      return a.produced < b.produced;
+    });
+    auto buckets = bucketsOf<Gradient>(
+        grads, [](const Gradient &g) { return g.bytes; });
+    Block &body = gradStep.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    // Results: the loss and other outputs stay; each grad.<p> becomes zeros
+    // (ZeRO-1: the full buffer is drained into the shard) or goes (ZeRO-2);
+    // grad.shard.<p> updates follow.
+    SmallVector<Value> results;
+    SmallVector<std::pair<std::string, bool>> names;
+    DenseSet<unsigned> gradResults;
+    for (const Gradient &g : grads)
+      gradResults.insert(g.result);
+    for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
+      if (gradResults.contains(index))
+        continue;
+      auto output = gradStep.getResultAttrOfType<StringAttr>(index,
+                                                             "llmc.output");
+      results.push_back(value);
+      names.push_back({output ? output.str() : "loss",
+                       bool(gradStep.getResultAttr(index, "llmc.updates"))});
+    }
+    SmallVector<BlockArgument> fullBuffers;
+    for (auto [index, bucket] : llvm::enumerate(buckets)) {
+      Operation *last = nullptr;
+      for (Gradient *g : bucket)
+        if (Operation *op = g->fresh.getDefiningOp())
+          if (!last || last->isBeforeInBlock(op))
+            last = op;
+      SmallVector<Value> sources;
+      SmallVector<const Shard *> layout;
+      for (Gradient *g : bucket) {
+        if (zero == 1) {
+          if (last)
+            g->add->moveAfter(last);
+          else
+            g->add->moveBefore(&body.front());
+          last = g->add;
+          sources.push_back(g->add.getResult());
+        } else {
+          sources.push_back(g->fresh);
+        }
+        layout.push_back(findShard(shards, g->name));
+      }
+      OpBuilder b(gradStep.getContext());
+      if (last)
+        b.setInsertionPointAfter(last);
+      else
+        b.setInsertionPointToStart(&body);
+      Location loc = NameLoc::get(
+          b.getStringAttr("grad_bucket." + std::to_string(index)));
+      Value flat = interleave(b, loc, sources, layout);
+      Value scattered = ReduceScatterOp::create(
+          b, loc, flat, reduction(b, CollectiveReduction::Avg),
+          b.getI64IntegerAttr(0), b.getStringAttr(kAxis),
+          b.getI64IntegerAttr(dp));
+      scattered.getDefiningOp()->setAttr("llmc.bucket",
+                                         b.getI64IntegerAttr(int64_t(index)));
+      SmallVector<Value> parts = splitShards(b, loc, scattered, layout);
+      for (auto [g, part, s] : llvm::zip(bucket, parts, layout)) {
+        std::string name = "grad.shard." + g->name;
+        BlockArgument acc = addStateArgument(gradStep, s->shardType, name);
+        results.push_back(AddOp::create(b, loc, acc, part));
+        names.push_back({name, true});
+        if (zero == 1) {
+          results.push_back(
+              FillOp::create(b, loc, s->type, b.getF64FloatAttr(0.0)));
+          names.push_back({"grad." + g->name, true});
+        }
+      }
+    }
+    setResults(gradStep, results, names);
+    if (zero == 2) {
+      // ZeRO-2 holds no full gradients: llmc-optimizer's sums and their
+      // buffers go.
+      for (Gradient &g : grads)
+        g.add->erase();
+      for (int i = int(gradStep.getNumArguments()) - 1; i >= 0; --i) {
+        auto name = gradStep.getArgAttrOfType<StringAttr>(i, "llmc.state");
+        if (name && name.getValue().starts_with("grad.") &&
+            !name.getValue().starts_with("grad.shard."))
+          (void)gradStep.eraseArgument(i);
+      }
+    }
+  }
+
+  /// The type of `type` (a parameter's or its state's) as a shard, by
+  /// element count (one size per count for a given number of ranks).
+  static RankedTensorType shardTypeOf(ArrayRef<Shard> shards, Type type) {
+    auto tensor = cast<RankedTensorType>(type);
+    for (const Shard &s : shards)
+      if (s.type.getNumElements() == tensor.getNumElements() &&
+          s.type.getElementType() == tensor.getElementType())
+        return s.shardType;
+    return tensor;
+  }
+
+  /// Re-derives the result types of `op` (a copy of @update_step's whose
+  /// operands became shards).
+  LogicalResult retype(Operation *op, ArrayRef<Shard> shards) {
+    if (auto fill = dyn_cast<FillOp>(op)) {
+      if (cast<RankedTensorType>(fill.getType()).getRank() > 0)
+        fill.getResult().setType(shardTypeOf(shards, fill.getType()));
+      return success();
+    }
+    if (auto reduce = dyn_cast<ReduceSumOp>(op)) {
+      // A sum over every dimension (the gradient norm's): over the shard.
+      int64_t rank = cast<RankedTensorType>(reduce.getInput().getType())
+                         .getRank();
+      SmallVector<int64_t> dims = llvm::to_vector(llvm::seq<int64_t>(0, rank));
+      reduce->setAttr("dims", OpBuilder(op).getDenseI64ArrayAttr(dims));
+    }
+    if (auto infer = dyn_cast<InferTypeOpInterface>(op)) {
+      SmallVector<Type> types;
+      if (failed(infer.inferReturnTypes(
+              op->getContext(), op->getLoc(), op->getOperands(),
+              op->getAttrDictionary(), op->getPropertiesStorage(),
+              op->getRegions(), types)))
+        return failure();
+      for (auto [result, type] : llvm::zip(op->getResults(), types))
+        result.setType(type);
+      return success();
+    }
+    if (op->hasTrait<OpTrait::SameOperandsAndResultType>()) {
+      op->getResult(0).setType(op->getOperand(0).getType());
+      return success();
+    }
+    return op->emitOpError("llmc-shard cannot shard this op of @update_step");
+  }
+
+  /// The parameter a state argument of @update_step belongs to:
+  /// "<kind>.<param>" (adam_m.h.0.attn.c_attn.weight).
+  static const Shard *ownerOf(ArrayRef<Shard> shards, StringRef state) {
+    auto [kind, param] = state.split('.');
+    return findShard(shards, param);
+  }
+
+  /// @update_step on the rank's blocks: see the ZeRO comment above.
+  LogicalResult shardUpdateStep(ModuleOp module, func::FuncOp old,
+                                ArrayRef<Shard> shards) {
+    MLIRContext *ctx = module.getContext();
+    OpBuilder b(ctx);
+    b.setInsertionPointAfter(old);
+    // Arguments: full parameters (the all-gather's targets), master
+    // blocks, gradient blocks, optimizer-state blocks, scalar inputs.
+    SmallVector<Type> argTypes;
+    SmallVector<DictionaryAttr> argAttrs;
+    auto addArg = [&](Type type, StringRef kind, StringRef name) {
+      argTypes.push_back(type);
+      argAttrs.push_back(b.getDictionaryAttr(
+          b.getNamedAttr(kind, b.getStringAttr(name))));
+      return argTypes.size() - 1;
+    };
+    DenseMap<unsigned, unsigned> newIndexOf; // old argument -> new argument
+    SmallVector<unsigned> fullParams;
+    for (const Shard &s : shards)
+      fullParams.push_back(addArg(s.type, "llmc.param", s.name));
+    for (unsigned i = 0; i < old.getNumArguments(); ++i) {
+      if (auto p = old.getArgAttrOfType<StringAttr>(i, "llmc.param")) {
+        const Shard *s = findShard(shards, p.getValue());
+        newIndexOf[i] = addArg(s->shardType, "llmc.state", "shard." + s->name);
+      }
+    }
+    for (unsigned i = 0; i < old.getNumArguments(); ++i) {
+      auto state = old.getArgAttrOfType<StringAttr>(i, "llmc.state");
+      if (!state)
+        continue;
+      StringRef name = state.getValue();
+      bool grad = name.starts_with("grad.");
+      const Shard *s = grad ? findShard(shards, name.drop_front(5))
+                            : ownerOf(shards, name);
+      if (!s)
+        return old.emitError("llmc-shard: state '")
+               << name << "' belongs to no parameter";
+      std::string shardName = grad ? "grad.shard." + s->name
+                                   : ("shard." + name).str();
+      newIndexOf[i] = addArg(s->shardType, "llmc.state", shardName);
+    }
+    for (unsigned i = 0; i < old.getNumArguments(); ++i)
+      if (auto input = old.getArgAttrOfType<StringAttr>(i, "llmc.input"))
+        newIndexOf[i] = addArg(old.getArgument(i).getType(), "llmc.input",
+                               input.getValue());
+
+    auto func = func::FuncOp::create(b, old.getLoc(), "update_step",
+                                     FunctionType::get(ctx, argTypes, {}));
+    for (auto [i, attrs] : llvm::enumerate(argAttrs))
+      func.setArgAttrs(i, attrs);
+    Block *body = func.addEntryBlock();
+    IRMapping mapping;
+    for (auto [from, to] : newIndexOf)
+      mapping.map(old.getArgument(from), body->getArgument(to));
+    b.setInsertionPointToStart(body);
+    for (Operation &op : old.getBody().front().without_terminator()) {
+      Operation *copy = b.clone(op, mapping);
+      if (failed(retype(copy, shards)))
+        return failure();
+    }
+
+    // Results, by what each old one updated or named.
+    auto oldRet = cast<func::ReturnOp>(old.getBody().front().getTerminator());
+    Location loc = old.getLoc();
+    SmallVector<Value> results;
+    SmallVector<std::pair<std::string, bool>> names;
+    DenseMap<StringRef, Value> newMasters;
+    for (auto [index, value] : llvm::enumerate(oldRet.getOperands())) {
+      Value mapped = mapping.lookup(value);
+      auto update = old.getResultAttrOfType<StringAttr>(index, "llmc.updates");
+      auto output = old.getResultAttrOfType<StringAttr>(index, "llmc.output");
+      if (!update) {
+        // The gradient norm: the blocks' sums of squares are summed over
+        // the ranks before the square root.
+        if (output && output.getValue() == "grad_norm") {
+          auto root = mapped.getDefiningOp<SqrtOp>();
+          if (!root)
+            return old.emitError("llmc-shard: grad_norm is not a square root");
+          OpBuilder at(root);
+          Value total = AllReduceOp::create(
+              at, loc, root.getInput(), reduction(at, CollectiveReduction::Sum),
+              at.getStringAttr(kAxis), at.getI64IntegerAttr(dp));
+          root->setOperand(0, total);
+        }
+        results.push_back(mapped);
+        names.push_back({output ? output.str() : "result", false});
+        continue;
+      }
+      StringRef name = update.getValue();
+      if (const Shard *s = findShard(shards, name)) {
+        results.push_back(mapped);
+        names.push_back({"shard." + s->name, true});
+        newMasters[s->name] = mapped;
+      } else if (name.starts_with("grad.")) {
+        results.push_back(mapped);
+        names.push_back({("grad.shard." + name.drop_front(5)).str(), true});
+      } else {
+        results.push_back(mapped);
+        names.push_back({("shard." + name).str(), true});
+      }
+    }
+    // The new parameters: master blocks all-gathered in buckets.
+    SmallVector<Shard> ordered(shards.begin(), shards.end());
+    auto buckets = bucketsOf<Shard>(ordered, [](const Shard &s) {
+      return s.type.getNumElements() * 4;
+    });
+    for (auto [index, bucket] : llvm::enumerate(buckets)) {
+      Location at = NameLoc::get(
+          b.getStringAttr("param_bucket." + std::to_string(index)));
+      SmallVector<Value> parts;
+      SmallVector<const Shard *> layout;
+      for (Shard *s : bucket) {
+        parts.push_back(newMasters.lookup(s->name));
+        layout.push_back(s);
+      }
+      Value gathered = AllGatherOp::create(
+          b, at, joinShards(b, at, parts), b.getI64IntegerAttr(0),
+          b.getStringAttr(kAxis), b.getI64IntegerAttr(dp));
+      for (auto [s, full] :
+           llvm::zip(bucket, deinterleave(b, at, gathered, layout))) {
+        results.push_back(full);
+        names.push_back({s->name, true});
+      }
+    }
+    func::ReturnOp::create(b, loc, results);
+    setResults(func, results, names);
+    old.erase();
+    return success();
+  }
+
+  /// @shard_init(params, full optimizer states as inputs): every rank's
+  /// blocks of them, by a reduce-scatter (max) of identical tensors, which
+  /// is an exact copy of the rank's block. Run once, after the weights are
+  /// set or a checkpoint is read.
+  void buildShardInit(ModuleOp module, func::FuncOp update,
+                      ArrayRef<Shard> shards) {
+    MLIRContext *ctx = module.getContext();
+    OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+    SmallVector<Type> argTypes;
+    SmallVector<std::pair<std::string, std::string>> args; // kind, name
+    // Sources: each parameter, and each optimizer state in full.
+    SmallVector<std::pair<std::string, const Shard *>> targets;
+    for (const Shard &s : shards) {
+      argTypes.push_back(s.type);
+      args.push_back({"llmc.param", s.name});
+      targets.push_back({"shard." + s.name, &s});
+    }
+    for (unsigned i = 0; i < update.getNumArguments(); ++i) {
+      auto state = update.getArgAttrOfType<StringAttr>(i, "llmc.state");
+      if (!state || !state.getValue().starts_with("shard."))
+        continue;
+      StringRef full = state.getValue().drop_front(6);
+      const Shard *owner = findShard(shards, full);
+      if (owner)
+        continue; // a master block: from the parameter
+      owner = ownerOf(shards, full);
+      argTypes.push_back(owner->type);
+      args.push_back({"llmc.input", full.str()});
+      targets.push_back({state.str(), owner});
+    }
+    auto func = func::FuncOp::create(b, module.getLoc(), "shard_init",
+                                     FunctionType::get(ctx, argTypes, {}));
+    for (auto [i, arg] : llvm::enumerate(args))
+      func.setArgAttr(i, arg.first, b.getStringAttr(arg.second));
+    Block *body = func.addEntryBlock();
+    b.setInsertionPointToStart(body);
+    Location loc = NameLoc::get(b.getStringAttr("shard_init"));
+    SmallVector<Value> results;
+    SmallVector<std::pair<std::string, bool>> names;
+    for (auto [i, target] : llvm::enumerate(targets)) {
+      const Shard *s = target.second;
+      Value flat = interleave(b, loc, {body->getArgument(i)}, {s});
+      results.push_back(ReduceScatterOp::create(
+          b, loc, flat, reduction(b, CollectiveReduction::Max),
+          b.getI64IntegerAttr(0), b.getStringAttr(kAxis),
+          b.getI64IntegerAttr(dp)));
+      names.push_back({target.first, true});
+    }
+    // The updated blocks are state: bind each as an argument of its own.
+    for (auto [i, target] : llvm::enumerate(targets))
+      addStateArgument(func, target.second->shardType, target.first);
+    func::ReturnOp::create(b, loc, results);
+    setResults(func, results, names);
+  }
+
+  /// @shard_gather(optimizer-state blocks) -> the full states, named as
+  /// one process names them, for checkpoints (the parameters are full on
+  /// every rank already).
+  void buildShardGather(ModuleOp module, func::FuncOp update,
+                        ArrayRef<Shard> shards) {
+    MLIRContext *ctx = module.getContext();
+    OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+    SmallVector<Type> argTypes;
+    SmallVector<std::string> argNames;
+    SmallVector<std::pair<std::string, const Shard *>> states;
+    for (unsigned i = 0; i < update.getNumArguments(); ++i) {
+      auto state = update.getArgAttrOfType<StringAttr>(i, "llmc.state");
+      if (!state || !state.getValue().starts_with("shard."))
+        continue;
+      StringRef full = state.getValue().drop_front(6);
+      if (findShard(shards, full))
+        continue; // master blocks equal the full parameters' blocks
+      const Shard *owner = ownerOf(shards, full);
+      argTypes.push_back(owner->shardType);
+      argNames.push_back(state.str());
+      states.push_back({full.str(), owner});
+    }
+    auto func = func::FuncOp::create(b, module.getLoc(), "shard_gather",
+                                     FunctionType::get(ctx, argTypes, {}));
+    for (auto [i, name] : llvm::enumerate(argNames))
+      func.setArgAttr(i, "llmc.state", b.getStringAttr(name));
+    Block *body = func.addEntryBlock();
+    b.setInsertionPointToStart(body);
+    Location loc = NameLoc::get(b.getStringAttr("shard_gather"));
+    SmallVector<Value> results;
+    SmallVector<std::pair<std::string, bool>> names;
+    for (auto [i, state] : llvm::enumerate(states)) {
+      Value gathered = AllGatherOp::create(
+          b, loc, body->getArgument(i), b.getI64IntegerAttr(0),
+          b.getStringAttr(kAxis), b.getI64IntegerAttr(dp));
+      results.push_back(deinterleave(b, loc, gathered, {state.second}).front());
+      names.push_back({state.first, false});
+    }
+    func::ReturnOp::create(b, loc, results);
+    setResults(func, results, names);
   }
 };
 

@@ -167,16 +167,48 @@ llvm::Expected<Checkpoint> Trainer::checkpoint() const {
   c.lr = lastLr;
   c.loaderPosition = data.savePosition ? data.savePosition() : "";
   c.config = options.configSections;
-  // Gradients are zero between steps (the update step zeroes them).
+  // Gradients are zero between steps (the update step zeroes them). ZeRO's
+  // blocks are stored as the full tensors one process has, so that any
+  // world size and stage can resume them.
   for (const std::string &name : store->names()) {
-    if (llvm::StringRef(name).starts_with("grad."))
+    if (llvm::StringRef(name).starts_with("grad.") ||
+        llvm::StringRef(name).starts_with("shard."))
       continue;
     llvm::Expected<HostTensor> tensor = store->get(name);
     if (!tensor)
       return tensor.takeError();
     c.tensors[name] = std::move(*tensor);
   }
+  if (programs.shardGather) {
+    Executor &gather = *programs.shardGather;
+    if (llvm::Error err = gather.run())
+      return std::move(err);
+    for (const kir::Binding &output : gather.program().outputs) {
+      llvm::Expected<HostTensor> tensor = gather.output(output.name);
+      if (!tensor)
+        return tensor.takeError();
+      c.tensors[output.name] = std::move(*tensor);
+    }
+  }
   return c;
+}
+
+llvm::Error Trainer::initializeShards() {
+  shardsInitialized = true;
+  if (!programs.shardInit)
+    return llvm::Error::success();
+  Executor &init = *programs.shardInit;
+  for (const kir::Binding &input : init.program().inputs) {
+    const kir::Buffer &buffer = init.program().buffers[input.buffer];
+    auto it = pendingFullStates.find(input.name);
+    HostTensor tensor = it != pendingFullStates.end()
+                            ? it->second
+                            : HostTensor::zeros(buffer.dtype, buffer.shape);
+    if (llvm::Error err = init.setTensor(input.name, tensor))
+      return err;
+  }
+  pendingFullStates.clear();
+  return init.run();
 }
 
 llvm::Error Trainer::resume(const Checkpoint &c, llvm::StringRef source) {
@@ -190,9 +222,10 @@ llvm::Error Trainer::resume(const Checkpoint &c, llvm::StringRef source) {
         "\n(model, optimizer and data must match; steps, intervals and the "
         "output directory may change)");
   // The checkpoint must hold exactly the persistent tensors the programs
-  // use (gradients aside).
+  // use (gradients aside; ZeRO's blocks come from full tensors).
   for (const std::string &name : store->names()) {
-    if (llvm::StringRef(name).starts_with("grad."))
+    if (llvm::StringRef(name).starts_with("grad.") ||
+        llvm::StringRef(name).starts_with("shard."))
       continue;
     auto it = c.tensors.find(name);
     if (it == c.tensors.end())
@@ -203,11 +236,21 @@ llvm::Error Trainer::resume(const Checkpoint &c, llvm::StringRef source) {
       return llvm::createStringError(source + ": " +
                                      llvm::toString(std::move(err)));
   }
-  for (const auto &entry : c.tensors)
-    if (!store->contains(entry.first))
+  pendingFullStates.clear();
+  for (const auto &entry : c.tensors) {
+    if (store->contains(entry.first))
+      continue;
+    // ZeRO: a full optimizer state becomes this rank's block.
+    bool sharded = false;
+    if (programs.shardInit)
+      for (const kir::Binding &input : programs.shardInit->program().inputs)
+        sharded = sharded || input.name == entry.first;
+    if (!sharded)
       return llvm::createStringError(source + ": the checkpoint has a tensor '" +
                                      entry.first +
                                      "' that the model does not have");
+    pendingFullStates[entry.first] = entry.second;
+  }
   if (data.restorePosition)
     if (llvm::Error err = data.restorePosition(c.loaderPosition))
       return llvm::createStringError(source + ": data loader position: " +
@@ -285,16 +328,17 @@ llvm::Error Trainer::writePlot() {
 }
 
 llvm::Error Trainer::writeCheckpointNow() {
-  // Data parallelism without ZeRO: every rank holds the same state.
+  // Every rank takes part (ZeRO gathers its blocks); rank 0 writes the
+  // full state, which every rank holds the same of.
+  llvm::Expected<Checkpoint> c = checkpoint();
+  if (!c)
+    return c.takeError();
   if (!writes())
     return llvm::Error::success();
   std::string dir = joinPath(options.outDir, "checkpoints");
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return llvm::createStringError(ec, "cannot create '" + dir +
                                            "': " + ec.message());
-  llvm::Expected<Checkpoint> c = checkpoint();
-  if (!c)
-    return c.takeError();
   std::string path = joinPath(dir, checkpointFileName(currentStep));
   if (llvm::Error err = writeCheckpoint(path, *c))
     return err;
@@ -381,6 +425,9 @@ llvm::Error Trainer::run() {
       return err;
   }
 
+  if (!shardsInitialized)
+    if (llvm::Error err = initializeShards())
+      return err;
   const int64_t maxMicroBatches = options.maxGlobalBatch / options.microBatch;
   // Dynamic loss scaling (fp16): the update step reports an overflow and
   // then skips the update, which Adam's step count t must not count.
@@ -480,7 +527,7 @@ llvm::Error Trainer::run() {
     if (!grad)
       return grad.takeError();
     Executor *noSync = *grad;
-    if (options.dp && mine > 1) {
+    if (options.dp && mine > 1 && options.accumulateWithoutSync) {
       llvm::Expected<Executor *> local = gradStep(shape.seqLen, false);
       if (!local)
         return local.takeError();

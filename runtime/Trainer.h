@@ -72,6 +72,10 @@ struct TrainerOptions {
   /// rank sums them in the global order; rank 0 alone logs and writes
   /// metrics, the plot, samples and checkpoints.
   comm::Communicator *dp = nullptr;
+  /// Whether the micro-batches before a step's last skip the gradient
+  /// communication (DDP and ZeRO-1: the no_sync grad step); ZeRO-2
+  /// reduce-scatters every micro-batch's gradients.
+  bool accumulateWithoutSync = true;
   /// Called before each step (fault-injection tests stop or kill a rank
   /// here); null: nothing.
   std::function<void(int64_t step)> beforeStep;
@@ -113,6 +117,11 @@ struct TrainerPrograms {
   std::unique_ptr<Executor> eval;
   /// The same for one sequence, for samples (null: `eval` samples).
   std::unique_ptr<Executor> sampler;
+  /// ZeRO: each rank's blocks of the parameters and of the full optimizer
+  /// states given as its inputs (run once, before the first step), and the
+  /// full optimizer states from the blocks (its outputs, for checkpoints).
+  /// Null without ZeRO.
+  std::unique_ptr<Executor> shardInit, shardGather;
 };
 
 /// One logged training step or evaluation, as metrics.jsonl holds it.
@@ -153,6 +162,9 @@ private:
   llvm::Expected<std::vector<float>> gatherFloats(std::vector<float> local);
   llvm::Expected<double> evaluate(std::string &sample);
   llvm::Error writeCheckpointNow();
+  /// ZeRO: fills the rank's blocks from the store's parameters and the
+  /// full optimizer states of a resumed checkpoint (zeros when fresh).
+  llvm::Error initializeShards();
   llvm::Error appendMetrics(const std::string &line);
   llvm::Error writePlot();
 
@@ -168,6 +180,10 @@ private:
   std::vector<MetricPoint> trainPoints, valPoints;
   std::vector<std::string> keptMetricLines; // from before a resume
   bool metricsStarted = false;
+  // ZeRO: the full optimizer states of the checkpoint resumed from, until
+  // initializeShards hands them to @shard_init.
+  TensorMap pendingFullStates;
+  bool shardsInitialized = false;
 };
 
 /// The loss curves as a standalone SVG: axes with ticks, the training loss

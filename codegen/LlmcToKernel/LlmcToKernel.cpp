@@ -192,6 +192,10 @@ LogicalResult Lowering::lowerResults(func::ReturnOp ret) {
         program.buffers[view->buffer].numElements() == product(view->shape);
     if (!whole)
       *view = copyContiguous(*view, nameOf(value));
+    // A whole buffer seen through a reshape (a flat vector returned as a
+    // matrix) takes the result's shape: runtimes read outputs by buffer.
+    program.buffers[view->buffer].shape.assign(view->shape.begin(),
+                                               view->shape.end());
     std::string name = output  ? output.str()
                        : index < 2 ? names[index]
                                    : "result" + std::to_string(index);

@@ -2,6 +2,9 @@
 // RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | llmc-opt --llmc-autodiff --llmc-optimizer --llmc-shard | FileCheck %s --check-prefix=ONE
 // RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=2' | FileCheck %s --check-prefix=WHOLE
 // RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=2' --llmc-loss-scaling | FileCheck %s --check-prefix=SCALED
+// RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=4 zero=1' | FileCheck %s --check-prefixes=ZERO12,ZERO1
+// RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=4 zero=2' | FileCheck %s --check-prefixes=ZERO12,ZERO2
+// RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | not llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=4 zero=3' 2>&1 | FileCheck %s --check-prefix=ZERO3
 // RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | not llmc-opt --llmc-shard=dp=2 2>&1 | FileCheck %s --check-prefix=ORDER
 // RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | not llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=0' 2>&1 | FileCheck %s --check-prefix=DP0
 // RUN: llmc emit-model %llmc_src/examples/tiny.yaml --batch 1 --seq-len 8 | not llmc-opt --llmc-autodiff --llmc-optimizer '--llmc-shard=dp=2 zero=4' 2>&1 | FileCheck %s --check-prefix=ZERO
@@ -48,6 +51,48 @@
 // SCALED-SAME: llmc.state = "loss_scale"
 // SCALED-LABEL: func.func @grad_step_no_sync(
 // SCALED-SAME: llmc.state = "loss_scale"
+
+// ZeRO-1/2 on 4 ranks (the tiny model's 120576 parameters in one bucket,
+// padded per parameter to a multiple of 4: 30144 per rank). @grad_step
+// interleaves the gradients as [4, 30144] (row r: each parameter's block
+// r) and reduce-scatters them (avg): rank r adds its blocks into
+// grad.shard.<p>. ZeRO-1 sums into the full grad.<p> first and drains it
+// (zeros); ZeRO-2 has no full gradient buffers, and no no_sync step.
+// ZERO12-LABEL: func.func @grad_step(
+// ZERO1-SAME: llmc.state = "grad.wte"
+// ZERO2-NOT: llmc.state = "grad.wte"
+// ZERO12-SAME: llmc.state = "grad.shard.wte"
+// ZERO12: llmc.concat {{.*}} dim 1 : tensor<4x16xf32>, tensor<4x16xf32>
+// ZERO12: %[[RS:.*]] = llmc.reduce_scatter %{{.*}} avg dim 0 on "dp" size 4 {llmc.bucket = 0 : i64} : tensor<120576xf32>
+// ZERO12: llmc.slice %[[RS]] offsets [0] sizes [16] : tensor<30144xf32>
+// ZERO1: llmc.fill 0.000000e+00 : tensor<256x64xf32>
+// ZERO12: return
+// ZERO1-LABEL: func.func @grad_step_no_sync(
+// ZERO2-NOT: @grad_step_no_sync
+// @update_step works on the blocks: the master copy shard.<p>, the
+// optimizer states' blocks and the gradient's; the sum of squares is
+// all-reduced before the norm's square root; the new master blocks are
+// all-gathered into the full parameters.
+// ZERO12-LABEL: func.func @update_step(
+// ZERO12-SAME: tensor<4096xf32> {llmc.state = "shard.wte"}
+// ZERO12-SAME: tensor<4096xf32> {llmc.state = "grad.shard.wte"}
+// ZERO12-SAME: tensor<4096xf32> {llmc.state = "shard.adam_m.wte"}
+// ZERO12-SAME: -> (tensor<f32> {llmc.output = "grad_norm"}, tensor<4096xf32> {llmc.output = "shard.wte", llmc.updates = "shard.wte"}
+// ZERO12: %[[SUM:.*]] = llmc.all_reduce %{{.*}} sum on "dp" size 4 : tensor<f32>
+// ZERO12-NEXT: llmc.sqrt %[[SUM]] : tensor<f32>
+// ZERO12: llmc.all_gather %{{.*}} dim 0 on "dp" size 4 : tensor<30144xf32>
+// @shard_init cuts the blocks from full tensors (a reduce-scatter (max) of
+// identical tensors: an exact copy of the block); @shard_gather gathers
+// the optimizer states back for checkpoints.
+// ZERO12-LABEL: func.func @shard_init(
+// ZERO12-SAME: tensor<256x64xf32> {llmc.input = "adam_m.wte"}
+// ZERO12: llmc.reduce_scatter %{{.*}} max dim 0 on "dp" size 4 : tensor<16384xf32>
+// ZERO12-LABEL: func.func @shard_gather(
+// ZERO12-SAME: tensor<4096xf32> {llmc.state = "shard.adam_m.wte"}
+// ZERO12-SAME: -> (tensor<256x64xf32> {llmc.output = "adam_m.wte"}
+// ZERO12: llmc.all_gather %{{.*}} dim 0 on "dp" size 4 : tensor<4096xf32>
+
+// ZERO3: error: llmc-shard: ZeRO stage 3 is not implemented yet; zero 0 (DDP), 1 and 2 are
 
 // ORDER: error: llmc-shard needs @grad_step and @update_step: run llmc-optimizer first
 // DP0: error: llmc-shard: dp must be at least 1, got 0

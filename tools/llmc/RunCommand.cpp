@@ -580,6 +580,7 @@ int runTrainCommand(int argc, char **argv) {
   options.configSections = sections;
   options.log = rank == 0 ? &llvm::outs() : nullptr;
   options.dp = dpAxis.get();
+  options.accumulateWithoutSync = config.parallel.zero < 2;
   // LLMC_FAULT_INJECT=kill:RANK:STEP or hang:RANK:STEP kills (SIGKILL) or
   // stops (SIGSTOP) that rank before that step: how the tests prove that
   // the other ranks stop with a message naming it instead of hanging.
@@ -654,6 +655,19 @@ int runTrainCommand(int argc, char **argv) {
   trainerPrograms.updateStep = std::move(*update);
   trainerPrograms.eval = std::move(*eval);
   trainerPrograms.sampler = std::move(sampler);
+  for (auto [program, executor, what] :
+       {std::tuple<std::optional<::llmc::kir::Program> *,
+                   std::unique_ptr<rt::Executor> *, const char *>{
+            &programs->shardInit, &trainerPrograms.shardInit, "shard init"},
+        {&programs->shardGather, &trainerPrograms.shardGather,
+         "shard gather"}}) {
+    if (!*program)
+      continue;
+    auto created = makeExecutor(std::move(**program), *device, what);
+    if (!created)
+      return fail(created.takeError());
+    *executor = std::move(*created);
+  }
   auto firstGrad = std::make_shared<std::unique_ptr<rt::Executor>>(
       std::move(*grad));
   auto firstNoSync = std::make_shared<std::optional<::llmc::kir::Program>>(
