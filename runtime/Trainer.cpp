@@ -2,6 +2,7 @@
 #include "runtime/Trainer.h"
 
 #include "ir/kernel/AtomicFile.h"
+#include "ir/kernel/MemoryPlan.h"
 #include "runtime/Generate.h"
 
 #include "llvm/ADT/SmallString.h"
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <set>
 
 using namespace llmc;
 using namespace llmc::runtime;
@@ -739,6 +741,31 @@ llvm::Error Trainer::run() {
         double(total.collectives) / steps,
         double(total.bytes) / steps / (1 << 20),
         total.waitSeconds / steps * 1e3);
+    // What this rank holds, as allocated in the store, and the largest
+    // arena of the programs that train (llmc compile --dp prints the plan).
+    std::vector<kir::PersistentTensor> tensors;
+    std::set<std::string> params;
+    for (const auto &entry : gradSteps)
+      for (const kir::Binding &p : entry.second->program().params)
+        params.insert(p.name);
+    for (const std::string &name : store->names()) {
+      llvm::Expected<HostTensor> tensor = store->get(name);
+      if (!tensor)
+        return tensor.takeError();
+      tensors.push_back({name, params.count(name) > 0,
+                         tensor->numElements() * kir::dtypeBytes(tensor->dtype)});
+    }
+    kir::PersistentBytes bytes = kir::classifyPersistent(tensors);
+    int64_t arena = programs.updateStep->program().arenaBytes;
+    for (const auto &entry : gradSteps)
+      arena = std::max(arena, entry.second->program().arenaBytes);
+    *log << llvm::format(
+        "memory per rank: parameters %lld B, master partition %lld B, "
+        "gradients %lld B, optimizer state %lld B, other %lld B; largest "
+        "training arena %lld B\n",
+        (long long)bytes.parameters, (long long)bytes.master,
+        (long long)bytes.gradients, (long long)bytes.optimizer,
+        (long long)bytes.other, (long long)arena);
   }
   if (log)
     *log << llvm::format("done: %lld steps, %lld tokens in %s\n",

@@ -49,11 +49,25 @@ StateBytes plan::shardStates(const StateBytes &perParameter, double parameters,
   // ZeRO (Rajbhandari et al. 2020): stage 1 partitions the optimizer states
   // (master weights included), stage 2 also the gradients, stage 3 also
   // the weights, each over the data-parallel ranks.
+  // As llmc-shard (and DeepSpeed) implement it: with the optimizer state
+  // partitioned, the optimizer steps an fp32 copy of the rank's partition
+  // of the weights even when the weights are fp32 (DeepSpeed's
+  // single_partition_of_fp32_groups), and stage 1 keeps the full gradients
+  // (micro-batches accumulate locally) next to the averaged partition they
+  // are reduced into.
   StateBytes result;
   double d = static_cast<double>(dp);
+  bool partitioned = zero >= 1 && dp > 1;
+  double master = perParameter.master;
+  if (partitioned && master == 0)
+    master = 4;
   result.weights = parameters * perParameter.weights / (zero >= 3 ? d : 1);
-  result.gradients = parameters * perParameter.gradients / (zero >= 2 ? d : 1);
-  result.master = parameters * perParameter.master / (zero >= 1 ? d : 1);
+  if (partitioned && zero == 1)
+    result.gradients = parameters * perParameter.gradients * (1 + 1 / d);
+  else
+    result.gradients =
+        parameters * perParameter.gradients / (zero >= 2 ? d : 1);
+  result.master = parameters * master / (zero >= 1 ? d : 1);
   result.optimizer = parameters * perParameter.optimizer / (zero >= 1 ? d : 1);
   return result;
 }

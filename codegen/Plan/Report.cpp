@@ -235,12 +235,26 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
   bool half = isHalf(train.precision);
   stateRow("weights", half ? "weights, 16-bit" : "weights, fp32",
            perParameter.weights, mem.states.weights, layout.zero >= 3);
-  stateRow("gradients",
-           perParameter.gradients == 4 ? "gradients, fp32"
-                                       : "gradients, 16-bit",
-           perParameter.gradients, mem.states.gradients, layout.zero >= 2);
-  if (half)
-    stateRow("master_weights", "master weights, fp32", perParameter.master,
+  std::string gradients =
+      perParameter.gradients == 4 ? "gradients, fp32" : "gradients, 16-bit";
+  if (layout.zero == 1 && layout.dp > 1)
+    // Full gradients to accumulate micro-batches locally, then the rank's
+    // averaged partition (llmc-shard's ZeRO-1).
+    memory.rows.push_back(
+        {"gradients",
+         formatv("{0} ({1} B/param + {1} B/param / {2})",
+                 gradients, shortNumber(perParameter.gradients), layout.dp)
+             .str(),
+         mem.states.gradients, "bytes", stateSource});
+  else
+    stateRow("gradients", gradients, perParameter.gradients,
+             mem.states.gradients, layout.zero >= 2);
+  if (half || mem.states.master > 0)
+    stateRow("master_weights",
+             half ? "master weights, fp32"
+                  : "master weights, fp32 partition the optimizer steps",
+             mem.states.master / std::max(mem.parameters, 1.0) *
+                 (layout.zero >= 1 ? layout.dp : 1),
              mem.states.master, layout.zero >= 1);
   stateRow("optimizer_states",
            train.optimizer == Optimizer::AdamW       ? "AdamW m and v, fp32"

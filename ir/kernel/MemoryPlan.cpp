@@ -2,6 +2,7 @@
 #include "ir/kernel/MemoryPlan.h"
 
 #include <algorithm>
+#include <set>
 #include <numeric>
 
 using namespace llmc::kir;
@@ -99,4 +100,44 @@ MemoryPlanStats llmc::kir::memoryPlanStats(const Program &program) {
   for (int64_t bytes : live)
     stats.liveLowerBound = std::max(stats.liveLowerBound, bytes);
   return stats;
+}
+
+PersistentBytes
+llmc::kir::classifyPersistent(const std::vector<PersistentTensor> &tensors) {
+  std::set<std::string> params, seen;
+  for (const PersistentTensor &t : tensors)
+    if (t.parameter)
+      params.insert(t.name);
+  PersistentBytes bytes;
+  auto startsWith = [](const std::string &name, const char *prefix) {
+    return name.rfind(prefix, 0) == 0;
+  };
+  for (const PersistentTensor &t : tensors) {
+    if (!seen.insert(t.name).second)
+      continue;
+    if (t.parameter)
+      bytes.parameters += t.bytes;
+    else if (startsWith(t.name, "grad."))
+      bytes.gradients += t.bytes;
+    else if (startsWith(t.name, "shard.") && params.count(t.name.substr(6)))
+      bytes.master += t.bytes;
+    else if (startsWith(t.name, "shard.") || startsWith(t.name, "adam_m.") ||
+             startsWith(t.name, "adam_v.") || startsWith(t.name, "momentum."))
+      bytes.optimizer += t.bytes;
+    else
+      bytes.other += t.bytes;
+  }
+  return bytes;
+}
+
+std::vector<PersistentTensor>
+llmc::kir::persistentTensors(const std::vector<const Program *> &programs) {
+  std::vector<PersistentTensor> tensors;
+  std::set<std::string> seen;
+  for (const Program *program : programs)
+    for (const Buffer &buffer : program->buffers)
+      if (isPersistent(buffer.kind) && seen.insert(buffer.name).second)
+        tensors.push_back({buffer.name, buffer.kind == BufferKind::Param,
+                           buffer.bytes()});
+  return tensors;
 }

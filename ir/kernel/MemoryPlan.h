@@ -6,6 +6,9 @@
 
 #include "ir/kernel/Program.h"
 
+#include <string>
+#include <vector>
+
 namespace llmc::kir {
 
 struct MemoryPlanStats {
@@ -27,6 +30,33 @@ MemoryPlanStats memoryPlanStats(const Program &program);
 /// The buffers a step reads or writes (its kernel's operands, library
 /// views and its epilogue's operands).
 std::vector<int32_t> buffersOfStep(const Program &program, const Step &step);
+
+/// The persistent memory of one rank of a training run, by what it holds:
+/// parameters, the fp32 partition of them the optimizer steps (ZeRO's
+/// `shard.<p>`), gradients (`grad.*`: full buffers and ZeRO's blocks),
+/// optimizer state (moments, and ZeRO's `shard.<state>.<p>` blocks) and the
+/// rest (the loss scale). The names are llmc-optimizer's and llmc-shard's.
+struct PersistentBytes {
+  int64_t parameters = 0, master = 0, gradients = 0, optimizer = 0,
+          other = 0;
+  int64_t total() const {
+    return parameters + master + gradients + optimizer + other;
+  }
+};
+
+/// One named persistent tensor and its size.
+struct PersistentTensor {
+  std::string name;
+  bool parameter = false;
+  int64_t bytes = 0;
+};
+
+/// Sums `tensors` by kind (each name counts once).
+PersistentBytes classifyPersistent(const std::vector<PersistentTensor> &tensors);
+
+/// The Param and State buffers of `programs` (one run's), each name once.
+std::vector<PersistentTensor>
+persistentTensors(const std::vector<const Program *> &programs);
 
 } // namespace llmc::kir
 

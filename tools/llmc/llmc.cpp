@@ -502,6 +502,36 @@ static int runCompile(MLIRContext &context) {
   FailureOr<::llmc::kir::Program> program = lowerToProgram(function);
   if (failed(program))
     return 1;
+  if (compileDp > 1) {
+    // What one rank holds: the persistent tensors of every program of the
+    // sharded step (each name once) and this program's arena.
+    std::vector<::llmc::kir::Program> others;
+    for (const char *name : {"grad_step", "grad_step_no_sync", "update_step",
+                             "shard_init", "shard_gather"}) {
+      auto other = module->lookupSymbol<func::FuncOp>(name);
+      if (!other || name == compileFunction)
+        continue;
+      FailureOr<::llmc::kir::Program> lowered = lowerToProgram(other);
+      if (failed(lowered))
+        return 1;
+      others.push_back(std::move(*lowered));
+    }
+    std::vector<const ::llmc::kir::Program *> all = {&*program};
+    for (const ::llmc::kir::Program &other : others)
+      all.push_back(&other);
+    ::llmc::kir::PersistentBytes bytes =
+        ::llmc::kir::classifyPersistent(::llmc::kir::persistentTensors(all));
+    llvm::outs() << llvm::format(
+        "per rank (dp %lld, zero %lld): parameters %lld B, master partition "
+        "%lld B, gradients %lld B, optimizer state %lld B, other %lld B; "
+        "@%s arena %lld B (planned peak); total %lld B\n",
+        (long long)compileDp, (long long)compileZero,
+        (long long)bytes.parameters, (long long)bytes.master,
+        (long long)bytes.gradients, (long long)bytes.optimizer,
+        (long long)bytes.other, compileFunction.c_str(),
+        (long long)program->arenaBytes,
+        (long long)(bytes.total() + program->arenaBytes));
+  }
   if (std::optional<RematSummary> remat = getRematSummary(function))
     printRematSummary(*remat, *program);
   if (compileTo == "kernels") {

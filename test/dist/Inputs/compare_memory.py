@@ -1,0 +1,48 @@
+"""Checks that one rank's persistent memory agrees three ways.
+
+usage: compare_memory.py COMPILE.txt RUN.txt PLAN.json
+
+COMPILE.txt holds `llmc compile --dp N` output (its "per rank" line: the
+plan of the compiled programs), RUN.txt `llmc run`'s output under mpirun
+(its "memory per rank" line: the tensors the runtime's store allocated),
+PLAN.json `llmc plan --json` (its memory rows). Parameters, master
+partition, gradients and optimizer state must be equal, byte for byte.
+Prints the figures; exits 1 on a difference.
+"""
+import json
+import re
+import sys
+
+KINDS = ("parameters", "master partition", "gradients", "optimizer state")
+
+
+def figures(path, marker):
+    for line in open(path):
+        if marker in line:
+            return {k: int(re.search(k + r" (\d+) B", line).group(1))
+                    for k in KINDS}
+    raise SystemExit(f"no '{marker}' line in {path}")
+
+
+def main():
+    compiled = figures(sys.argv[1], "per rank (")
+    measured = figures(sys.argv[2], "memory per rank:")
+    memory = json.load(open(sys.argv[3]))["memory"]
+    planned = {
+        "parameters": memory["weights"]["value"],
+        "master partition": memory.get("master_weights", {"value": 0})["value"],
+        "gradients": memory["gradients"]["value"],
+        "optimizer state": memory["optimizer_states"]["value"],
+    }
+    ok = True
+    for kind in KINDS:
+        same = compiled[kind] == measured[kind] == round(planned[kind])
+        ok = ok and same
+        print(f"{kind}: compiled {compiled[kind]} B, measured "
+              f"{measured[kind]} B, llmc plan {round(planned[kind])} B"
+              f"{'' if same else '  MISMATCH'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
