@@ -26,9 +26,16 @@ ampOptions(const llmc::PrecisionConfig &precision) {
 } // namespace
 
 llvm::Expected<llmc::kir::Program>
-llmc::compileForward(mlir::ModuleOp module, const PrecisionConfig &precision) {
+llmc::compileForward(mlir::ModuleOp module, const TrainingOptions &training) {
   mlir::PassManager pm(module.getContext());
-  mlir::llmc::buildCompilePipeline(pm, ampOptions(precision));
+  std::optional<mlir::llmc::ShardPassOptions> shard;
+  if (training.parallel.dp > 1 && training.parallel.zero == 3) {
+    shard.emplace();
+    shard->dp = training.parallel.dp;
+    shard->zero = training.parallel.zero;
+    shard->bucketMb = training.parallel.bucketMb;
+  }
+  mlir::llmc::buildCompilePipeline(pm, ampOptions(training.precision), shard);
   if (mlir::failed(pm.run(module)))
     return llvm::createStringError("the compile pipeline failed (see the "
                                    "diagnostics above)");

@@ -61,10 +61,11 @@ llvm::Expected<TrainingPrograms>
 compileTraining(mlir::ModuleOp module, const TrainingOptions &options);
 
 /// @forward alone, in the run's precision (the compile pipeline with
-/// llmc-amp for fp16/bf16): what a training run evaluates and samples with
-/// when it needs a forward of another shape or without dropout.
+/// llmc-amp for fp16/bf16) and, with ZeRO-3, on the rank's parameter
+/// blocks: what a training run evaluates and samples with when it needs a
+/// forward of another shape or without dropout.
 llvm::Expected<kir::Program> compileForward(mlir::ModuleOp module,
-                                            const PrecisionConfig &precision);
+                                            const TrainingOptions &training);
 
 } // namespace llmc
 

@@ -8,7 +8,8 @@
 using namespace mlir;
 
 void mlir::llmc::buildCompilePipeline(
-    OpPassManager &pm, const std::optional<AmpPassOptions> &amp) {
+    OpPassManager &pm, const std::optional<AmpPassOptions> &amp,
+    const std::optional<ShardPassOptions> &shard) {
   // First: every later pass assumes @forward(params..., tokens, targets)
   // -> loss made of llmc ops, so a module that is not one stops here with
   // a diagnostic instead of failing somewhere deep in the pipeline.
@@ -16,6 +17,10 @@ void mlir::llmc::buildCompilePipeline(
   // Mixed precision types the ops, so it comes before fusion groups them.
   if (amp)
     pm.addPass(createAmpPass(*amp));
+  // ZeRO-3's forward gathers the parameters it reads (after the casts,
+  // before fusion, as in the training pipeline).
+  if (shard)
+    pm.addPass(createShardPass(*shard));
   // Last: fusion decides the kernels, so every graph pass that rewrites ops
   // runs before it; code generation lowers each llmc.fusion to a kernel.
   pm.addPass(createFusionPass());

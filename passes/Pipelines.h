@@ -13,9 +13,11 @@ namespace mlir::llmc {
 /// What `llmc compile` runs on a model module. Registered as
 /// `llmc-compile-pipeline` so that lit tests run exactly the same passes.
 /// With `amp`, the forward runs in mixed precision as a training run of that
-/// precision evaluates it.
+/// precision evaluates it. With `shard` (ZeRO-3), its parameters are the
+/// rank's blocks, gathered where the forward reads them.
 void buildCompilePipeline(OpPassManager &pm,
-                          const std::optional<AmpPassOptions> &amp = {});
+                          const std::optional<AmpPassOptions> &amp = {},
+                          const std::optional<ShardPassOptions> &shard = {});
 
 /// The options of the training passes, one field per pass.
 struct TrainingPipelineOptions {

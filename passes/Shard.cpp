@@ -29,6 +29,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 
+#include <map>
+
 namespace mlir::llmc {
 #define GEN_PASS_DEF_SHARDPASS
 #include "passes/Passes.h.inc"
@@ -95,17 +97,20 @@ public:
     }
     auto gradStep = module.lookupSymbol<func::FuncOp>("grad_step");
     auto updateStep = module.lookupSymbol<func::FuncOp>("update_step");
-    if (!gradStep || !updateStep) {
+    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    // ZeRO-3 shards the parameters themselves, so a forward alone (the
+    // evaluation of a ZeRO-3 run) is sharded too.
+    bool forwardOnly = zero == 3 && forward && !gradStep && !updateStep;
+    if ((!gradStep || !updateStep) && !forwardOnly) {
       module.emitError("llmc-shard needs @grad_step and @update_step: run "
                        "llmc-optimizer first");
       return signalPassFailure();
     }
     if (dp == 1)
       return; // one rank: nothing to communicate
-    if (zero == 3) {
-      module.emitError("llmc-shard: ZeRO stage 3 is not implemented yet; "
-                       "zero 0 (DDP), 1 and 2 are");
-      return signalPassFailure();
+    if (forwardOnly) {
+      gatherParameters(forward, shardLayout(forward));
+      return;
     }
     FailureOr<SmallVector<Gradient>> grads = readGradients(gradStep);
     if (failed(grads))
@@ -121,6 +126,11 @@ public:
       keepNoSyncCopy(module, gradStep);
     SmallVector<Shard> shards = shardLayout(gradStep);
     reduceScatterInBuckets(gradStep, *grads, shards);
+    if (zero == 3) {
+      gatherParameters(gradStep, shards);
+      if (forward)
+        gatherParameters(forward, shards);
+    }
     if (failed(shardUpdateStep(module, updateStep, shards)))
       return signalPassFailure();
     updateStep = module.lookupSymbol<func::FuncOp>("update_step");
@@ -534,8 +544,8 @@ private:
       }
     }
     setResults(gradStep, results, names);
-    if (zero == 2) {
-      // ZeRO-2 holds no full gradients: llmc-optimizer's sums and their
+    if (zero >= 2) {
+      // ZeRO-2 and 3 hold no full gradients: llmc-optimizer's sums and their
       // buffers go.
       for (Gradient &g : grads)
         g.add->erase();
@@ -545,6 +555,148 @@ private:
             !name.getValue().starts_with("grad.shard."))
           (void)gradStep.eraseArgument(i);
       }
+    }
+  }
+
+  /// The transformer block a parameter belongs to ("h.3" of
+  /// "h.3.attn.c_attn.weight"), or "" for the rest (embeddings, final norm,
+  /// classifier): ZeRO-3 gathers parameters a block at a time, as FSDP
+  /// wraps each block.
+  static std::string unitOf(StringRef name) {
+    auto [head, rest] = name.split('.');
+    auto [index, tail] = rest.split('.');
+    unsigned block;
+    if (head == "h" && !tail.empty() && !index.getAsInteger(10, block))
+      return (head + "." + index).str();
+    return "";
+  }
+
+  /// ZeRO-3: `func`'s parameter arguments become their blocks
+  /// (`shard.<p>`, llmc.state); each unit's parameters are all-gathered
+  /// before the first of them is read by the forward, one unit ahead (the
+  /// gather of unit k+1 is issued before unit k's first op, so it overlaps
+  /// unit k's compute), and gathered again the same way for the backward
+  /// (ops after the loss), so no full parameter lives from the forward to
+  /// the backward.
+  void gatherParameters(func::FuncOp func, ArrayRef<Shard> shards) {
+    Block &body = func.getBody().front();
+    DenseMap<Operation *, unsigned> position;
+    for (auto [index, op] : llvm::enumerate(body))
+      position[&op] = index;
+    // The loss (the first result) ends the forward.
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    unsigned lossEnd = position.size();
+    if (func.getName() != "forward")
+      if (Operation *loss = ret.getOperand(0).getDefiningOp())
+        lossEnd = position.lookup(loss);
+    struct Use {
+      OpOperand *operand;
+      bool backward;
+    };
+    // Per unit: its parameters' arguments and uses.
+    struct Unit {
+      std::string name;
+      SmallVector<std::pair<BlockArgument, const Shard *>> params;
+      unsigned first[2] = {~0u, ~0u}; // first use in forward, backward
+    };
+    SmallVector<Unit> units;
+    auto unitFor = [&](StringRef name) -> Unit & {
+      for (Unit &u : units)
+        if (u.name == name)
+          return u;
+      units.push_back({name.str(), {}, {~0u, ~0u}});
+      return units.back();
+    };
+    for (BlockArgument arg : func.getArguments()) {
+      auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                    "llmc.param");
+      if (!name)
+        continue;
+      Unit &unit = unitFor(unitOf(name.getValue()));
+      unit.params.push_back({arg, findShard(shards, name.getValue())});
+      for (OpOperand &use : arg.getUses()) {
+        Operation *owner = body.findAncestorOpInBlock(*use.getOwner());
+        unsigned at = position.lookup(owner);
+        bool backward = at > lossEnd;
+        unit.first[backward] = std::min(unit.first[backward], at);
+      }
+    }
+    std::vector<Operation *> ops;
+    for (Operation &op : body)
+      ops.push_back(&op);
+    // Per phase, the units in the order they are first read; each unit's
+    // gather goes before the first op of the unit read before it.
+    std::map<std::pair<unsigned, bool>, Value> gathered; // (param arg, phase)
+    for (bool backward : {false, true}) {
+      SmallVector<Unit *> order;
+      for (Unit &u : units)
+        if (u.first[backward] != ~0u)
+          order.push_back(&u);
+      llvm::stable_sort(order, [&](Unit *a, Unit *b) {
+        return a->first[backward] < b->first[backward];
+      });
+      for (auto [k, unit] : llvm::enumerate(order)) {
+        unsigned at = k == 0 ? unit->first[backward]
+                             : order[k - 1]->first[backward];
+        OpBuilder b(ops[at]);
+        Location loc = NameLoc::get(b.getStringAttr(
+            std::string(backward ? "backward" : "forward") + ".gather." +
+            (unit->name.empty() ? std::string("rest") : unit->name)));
+        SmallVector<Value> parts;
+        SmallVector<const Shard *> layout;
+        for (auto [arg, shard] : unit->params) {
+          BlockArgument block =
+              addStateArgument(func, shard->shardType, "shard." + shard->name);
+          parts.push_back(block);
+          layout.push_back(shard);
+        }
+        Value all = AllGatherOp::create(
+            b, loc, joinShards(b, loc, parts), b.getI64IntegerAttr(0),
+            b.getStringAttr(kAxis), b.getI64IntegerAttr(dp));
+        for (auto [param, full] : llvm::zip(
+                 unit->params, deinterleave(b, loc, all, layout)))
+          gathered[{param.first.getArgNumber(), backward}] = full;
+      }
+    }
+    // Each read of a parameter takes its phase's gathered value; then the
+    // parameter arguments go (their blocks were added above, once per
+    // phase: the second one is the same state).
+    SmallVector<unsigned> paramArgs;
+    for (BlockArgument arg : func.getArguments())
+      if (func.getArgAttr(arg.getArgNumber(), "llmc.param"))
+        paramArgs.push_back(arg.getArgNumber());
+    for (unsigned index : paramArgs) {
+      BlockArgument arg = func.getArgument(index);
+      for (OpOperand &use : llvm::make_early_inc_range(arg.getUses())) {
+        Operation *owner = body.findAncestorOpInBlock(*use.getOwner());
+        bool backward = position.count(owner) &&
+                        position.lookup(owner) > lossEnd;
+        use.set(gathered.at({index, backward}));
+      }
+    }
+    mergeDuplicateStates(func);
+    for (int i = int(func.getNumArguments()) - 1; i >= 0; --i)
+      if (func.getArgAttr(i, "llmc.param"))
+        (void)func.eraseArgument(i);
+  }
+
+  /// Arguments bound to the same state (a block added once per phase):
+  /// the later ones' uses go to the first, and they go.
+  void mergeDuplicateStates(func::FuncOp func) {
+    llvm::StringMap<BlockArgument> first;
+    for (int i = 0; i < int(func.getNumArguments()); ++i) {
+      auto name = func.getArgAttrOfType<StringAttr>(i, "llmc.state");
+      if (!name)
+        continue;
+      auto [it, inserted] = first.try_emplace(name.getValue(),
+                                              func.getArgument(i));
+      if (!inserted)
+        func.getArgument(i).replaceAllUsesWith(it->second);
+    }
+    for (int i = int(func.getNumArguments()) - 1; i >= 0; --i) {
+      auto name = func.getArgAttrOfType<StringAttr>(i, "llmc.state");
+      if (name && first.lookup(name.getValue()) != func.getArgument(i))
+        (void)func.eraseArgument(i);
     }
   }
 
@@ -616,9 +768,10 @@ private:
       return argTypes.size() - 1;
     };
     DenseMap<unsigned, unsigned> newIndexOf; // old argument -> new argument
-    SmallVector<unsigned> fullParams;
-    for (const Shard &s : shards)
-      fullParams.push_back(addArg(s.type, "llmc.param", s.name));
+    // ZeRO-3 keeps no full parameters: the master blocks are the weights.
+    if (zero < 3)
+      for (const Shard &s : shards)
+        addArg(s.type, "llmc.param", s.name);
     for (unsigned i = 0; i < old.getNumArguments(); ++i) {
       if (auto p = old.getArgAttrOfType<StringAttr>(i, "llmc.param")) {
         const Shard *s = findShard(shards, p.getValue());
@@ -700,8 +853,11 @@ private:
         names.push_back({("shard." + name).str(), true});
       }
     }
-    // The new parameters: master blocks all-gathered in buckets.
+    // The new parameters: master blocks all-gathered in buckets (ZeRO-3
+    // gathers them where the steps read them).
     SmallVector<Shard> ordered(shards.begin(), shards.end());
+    if (zero == 3)
+      ordered.clear();
     auto buckets = bucketsOf<Shard>(ordered, [](const Shard &s) {
       return s.type.getNumElements() * 4;
     });
@@ -743,7 +899,8 @@ private:
     SmallVector<std::pair<std::string, const Shard *>> targets;
     for (const Shard &s : shards) {
       argTypes.push_back(s.type);
-      args.push_back({"llmc.param", s.name});
+      // ZeRO-3 has no full parameters in the store: they come as inputs.
+      args.push_back({zero == 3 ? "llmc.input" : "llmc.param", s.name});
       targets.push_back({"shard." + s.name, &s});
     }
     for (unsigned i = 0; i < update.getNumArguments(); ++i) {
@@ -799,9 +956,12 @@ private:
       if (!state || !state.getValue().starts_with("shard."))
         continue;
       StringRef full = state.getValue().drop_front(6);
-      if (findShard(shards, full))
-        continue; // master blocks equal the full parameters' blocks
-      const Shard *owner = ownerOf(shards, full);
+      const Shard *owner = findShard(shards, full);
+      // Below ZeRO-3 master blocks equal the full parameters' blocks.
+      if (owner && zero < 3)
+        continue;
+      if (!owner)
+        owner = ownerOf(shards, full);
       argTypes.push_back(owner->shardType);
       argNames.push_back(state.str());
       states.push_back({full.str(), owner});

@@ -363,11 +363,14 @@ llvm::Expected<double> Trainer::evaluate(std::string &sample) {
   if (batches > 0) {
     // Rank r evaluates batches r, r + n, ...; the losses are gathered and
     // summed in batch order, as one process sums them.
+    // Every rank runs as many batches (a sharded forward has collectives):
+    // one past the end evaluates batch 0 again and is not counted.
     const int64_t n = dpSize(), perRank = (batches + n - 1) / n;
     std::vector<float> mine(perRank, 0.0f);
     std::vector<int32_t> tokens, targets;
-    for (int64_t i = dpRank(), j = 0; i < batches; i += n, ++j) {
-      data.valBatch(i, tokens, targets);
+    for (int64_t j = 0; j < perRank; ++j) {
+      int64_t i = dpRank() + j * n;
+      data.valBatch(i < batches ? i : 0, tokens, targets);
       if (llvm::Error err =
               eval.setTensor("tokens", tokenTensor(tokens, batch, seqLen)))
         return std::move(err);
@@ -390,7 +393,9 @@ llvm::Expected<double> Trainer::evaluate(std::string &sample) {
     loss = sum / double(batches);
   }
   sample.clear();
-  if (options.sampleTokens > 0 && writes()) {
+  // Every rank samples (the same text: a sharded forward needs them all);
+  // rank 0 prints it.
+  if (options.sampleTokens > 0) {
     std::vector<int32_t> context = data.samplePrompt;
     SamplingOptions sampling;
     sampling.temperature = 0.8;

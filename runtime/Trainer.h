@@ -141,6 +141,13 @@ public:
   /// (the error names what differs).
   llvm::Error resume(const Checkpoint &checkpoint, llvm::StringRef source);
 
+  /// ZeRO: full tensors (the seeded parameters of a ZeRO-3 run) that
+  /// @shard_init cuts every rank's blocks from before the first step.
+  void setFullTensors(TensorMap tensors) {
+    for (auto &entry : tensors)
+      pendingFullStates[entry.first] = std::move(entry.second);
+  }
+
   /// Trains until maxSteps.
   llvm::Error run();
 

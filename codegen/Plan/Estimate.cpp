@@ -59,7 +59,8 @@ StateBytes plan::shardStates(const StateBytes &perParameter, double parameters,
   double d = static_cast<double>(dp);
   bool partitioned = zero >= 1 && dp > 1;
   double master = perParameter.master;
-  if (partitioned && master == 0)
+  // (ZeRO-3 in fp32: the partition is the weights themselves.)
+  if (partitioned && master == 0 && zero < 3)
     master = 4;
   result.weights = parameters * perParameter.weights / (zero >= 3 ? d : 1);
   if (partitioned && zero == 1)

@@ -121,9 +121,14 @@ llmc::kir::classifyPersistent(const std::vector<PersistentTensor> &tensors) {
       bytes.gradients += t.bytes;
     else if (startsWith(t.name, "shard.") && params.count(t.name.substr(6)))
       bytes.master += t.bytes;
-    else if (startsWith(t.name, "shard.") || startsWith(t.name, "adam_m.") ||
-             startsWith(t.name, "adam_v.") || startsWith(t.name, "momentum."))
+    else if (startsWith(t.name, "adam_m.") || startsWith(t.name, "adam_v.") ||
+             startsWith(t.name, "momentum.") ||
+             startsWith(t.name, "shard.adam_m.") ||
+             startsWith(t.name, "shard.adam_v.") ||
+             startsWith(t.name, "shard.momentum."))
       bytes.optimizer += t.bytes;
+    else if (startsWith(t.name, "shard."))
+      bytes.parameters += t.bytes; // ZeRO-3: the blocks are the weights
     else
       bytes.other += t.bytes;
   }

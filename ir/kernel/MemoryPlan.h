@@ -32,7 +32,8 @@ MemoryPlanStats memoryPlanStats(const Program &program);
 std::vector<int32_t> buffersOfStep(const Program &program, const Step &step);
 
 /// The persistent memory of one rank of a training run, by what it holds:
-/// parameters, the fp32 partition of them the optimizer steps (ZeRO's
+/// parameters (ZeRO-3: their blocks `shard.<p>`), the fp32 partition of
+/// them the optimizer steps beside full parameters (ZeRO-1/2's
 /// `shard.<p>`), gradients (`grad.*`: full buffers and ZeRO's blocks),
 /// optimizer state (moments, and ZeRO's `shard.<state>.<p>` blocks) and the
 /// rest (the loss scale). The names are llmc-optimizer's and llmc-shard's.

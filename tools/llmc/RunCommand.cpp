@@ -538,7 +538,7 @@ int runTrainCommand(int argc, char **argv) {
     if (!evalModule)
       return fail(evalModule.takeError());
     llvm::Expected<::llmc::kir::Program> lowered =
-        ::llmc::compileForward(**evalModule, config.precision);
+        ::llmc::compileForward(**evalModule, config.training());
     if (!lowered)
       return fail(lowered.takeError());
     evalProgram = std::move(*lowered);
@@ -557,7 +557,7 @@ int runTrainCommand(int argc, char **argv) {
     if (!samplerModule)
       return fail(samplerModule.takeError());
     llvm::Expected<::llmc::kir::Program> lowered =
-        ::llmc::compileForward(**samplerModule, config.precision);
+        ::llmc::compileForward(**samplerModule, config.training());
     if (!lowered)
       return fail(lowered.takeError());
     auto created = makeExecutor(std::move(*lowered), *device,
@@ -568,10 +568,30 @@ int runTrainCommand(int argc, char **argv) {
   }
 
   // 5. Weights: a checkpoint, --init-from, or the seeded initialization.
-  if (!checkpoint)
+  //    ZeRO-3 has no full parameters to set: the seeded ones go to the
+  //    trainer, which cuts every rank's blocks from them.
+  bool zero3 = worldSize > 1 && config.parallel.zero == 3;
+  std::optional<rt::TensorMap> initialParams;
+  if (!checkpoint && zero3) {
+    if (!config.initFrom.empty())
+      return fail("init_from with ZeRO-3 is not supported yet: start from a "
+                  "checkpoint of `llmc run` (--resume) instead");
+    std::vector<rt::ParamSpec> specs;
+    for (const ParameterInfo &param : info.parameters)
+      specs.push_back({param.name, std::vector<int64_t>(param.type.getShape().begin(), param.type.getShape().end())});
+    llvm::Expected<rt::Gpt2Dims> dims = rt::modelDims((*eval)->program());
+    if (!dims)
+      return fail(dims.takeError());
+    llvm::Expected<rt::TensorMap> params =
+        rt::initGpt2(specs, dims->nLayer, config.seed);
+    if (!params)
+      return fail(params.takeError());
+    initialParams = std::move(*params);
+  } else if (!checkpoint) {
     if (llvm::Error err =
             rt::loadWeights(**eval, config.initFrom, config.seed))
       return fail(std::move(err));
+  }
 
   // 6. The trainer.
   rt::TrainerOptions options = trainerOptions(config);
@@ -703,6 +723,8 @@ int runTrainCommand(int argc, char **argv) {
 
   rt::Trainer trainer(std::move(options), std::move(trainerPrograms),
                       std::move(trainerData), device->store);
+  if (initialParams)
+    trainer.setFullTensors(std::move(*initialParams));
   if (checkpoint) {
     if (llvm::Error err = trainer.resume(*checkpoint, resume))
       return fail(std::move(err));
