@@ -121,8 +121,7 @@ llmc::compileTraining(mlir::ModuleOp module,
   for (auto [name, program] :
        {std::pair<const char *, std::optional<kir::Program> *>{
             "grad_step_no_sync", &programs.gradStepNoSync},
-        {"shard_init", &programs.shardInit},
-        {"shard_gather", &programs.shardGather}}) {
+        {"shard_init", &programs.shardInit}}) {
     auto func = module.lookupSymbol<mlir::func::FuncOp>(name);
     if (!func)
       continue;

@@ -46,11 +46,10 @@ struct TrainingPrograms {
   /// without gradient communication, for the micro-batches before a step's
   /// last. Unset otherwise.
   std::optional<kir::Program> gradStepNoSync;
-  /// With ZeRO (stage 1 or more): @shard_init (each rank's blocks of the
-  /// parameters and of full optimizer states given as inputs) and
-  /// @shard_gather (the full optimizer states from the blocks, for
-  /// checkpoints). Unset otherwise.
-  std::optional<kir::Program> shardInit, shardGather;
+  /// With ZeRO (stage 1 or more): @shard_init, each rank's blocks of the
+  /// parameters and of full optimizer states given as inputs. Unset
+  /// otherwise.
+  std::optional<kir::Program> shardInit;
 };
 
 /// Runs llmc-autodiff, llmc-optimizer and the compile pipeline on `module`

@@ -135,7 +135,6 @@ public:
       return signalPassFailure();
     updateStep = module.lookupSymbol<func::FuncOp>("update_step");
     buildShardInit(module, updateStep, shards);
-    buildShardGather(module, updateStep, shards);
   }
 
 private:
@@ -283,9 +282,8 @@ private:
   // micro-batches before a step's last without communicating; ZeRO-2 has
   // none. @update_step updates the blocks (the gradient norm is
   // all-reduced first), all-gathers the new master blocks into the full
-  // parameters, and zeroes the gradient blocks. @shard_init and
-  // @shard_gather move state between the full layout of a checkpoint and
-  // the blocks.
+  // parameters, and zeroes the gradient blocks. @shard_init cuts the
+  // blocks from full tensors (the seeded weights, a checkpoint's state).
 
   SmallVector<Shard> shardLayout(func::FuncOp gradStep) {
     SmallVector<Shard> shards;
@@ -937,51 +935,6 @@ private:
     // The updated blocks are state: bind each as an argument of its own.
     for (auto [i, target] : llvm::enumerate(targets))
       addStateArgument(func, target.second->shardType, target.first);
-    func::ReturnOp::create(b, loc, results);
-    setResults(func, results, names);
-  }
-
-  /// @shard_gather(optimizer-state blocks) -> the full states, named as
-  /// one process names them, for checkpoints (the parameters are full on
-  /// every rank already).
-  void buildShardGather(ModuleOp module, func::FuncOp update,
-                        ArrayRef<Shard> shards) {
-    MLIRContext *ctx = module.getContext();
-    OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
-    SmallVector<Type> argTypes;
-    SmallVector<std::string> argNames;
-    SmallVector<std::pair<std::string, const Shard *>> states;
-    for (unsigned i = 0; i < update.getNumArguments(); ++i) {
-      auto state = update.getArgAttrOfType<StringAttr>(i, "llmc.state");
-      if (!state || !state.getValue().starts_with("shard."))
-        continue;
-      StringRef full = state.getValue().drop_front(6);
-      const Shard *owner = findShard(shards, full);
-      // Below ZeRO-3 master blocks equal the full parameters' blocks.
-      if (owner && zero < 3)
-        continue;
-      if (!owner)
-        owner = ownerOf(shards, full);
-      argTypes.push_back(owner->shardType);
-      argNames.push_back(state.str());
-      states.push_back({full.str(), owner});
-    }
-    auto func = func::FuncOp::create(b, module.getLoc(), "shard_gather",
-                                     FunctionType::get(ctx, argTypes, {}));
-    for (auto [i, name] : llvm::enumerate(argNames))
-      func.setArgAttr(i, "llmc.state", b.getStringAttr(name));
-    Block *body = func.addEntryBlock();
-    b.setInsertionPointToStart(body);
-    Location loc = NameLoc::get(b.getStringAttr("shard_gather"));
-    SmallVector<Value> results;
-    SmallVector<std::pair<std::string, bool>> names;
-    for (auto [i, state] : llvm::enumerate(states)) {
-      Value gathered = AllGatherOp::create(
-          b, loc, body->getArgument(i), b.getI64IntegerAttr(0),
-          b.getStringAttr(kAxis), b.getI64IntegerAttr(dp));
-      results.push_back(deinterleave(b, loc, gathered, {state.second}).front());
-      names.push_back({state.first, false});
-    }
     func::ReturnOp::create(b, loc, results);
     setResults(func, results, names);
   }

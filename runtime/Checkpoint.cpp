@@ -141,6 +141,8 @@ llvm::Error llmc::runtime::writeCheckpoint(llvm::StringRef path,
           j.attribute(name, text);
       });
       j.attribute("file_bytes", fileBytes);
+      if (!checkpoint.manifest.empty())
+        j.attribute("shards", checkpoint.manifest);
       j.attributeArray("tensors", [&] {
         for (const Placed &p : placed)
           j.object([&] {
@@ -262,6 +264,8 @@ llvm::Expected<Checkpoint> llmc::runtime::readCheckpoint(llvm::StringRef path) {
   if (std::optional<llvm::StringRef> position =
           root->getString("loader_position"))
     c.loaderPosition = position->str();
+  if (std::optional<llvm::StringRef> manifest = root->getString("shards"))
+    c.manifest = manifest->str();
   if (const llvm::json::Object *config = root->getObject("config"))
     for (const auto &[name, text] : *config)
       if (std::optional<llvm::StringRef> s = text.getAsString())
@@ -355,9 +359,200 @@ llvm::Error llmc::runtime::pruneCheckpoints(llvm::StringRef dir, int64_t keep) {
   if (keep <= 0)
     return llvm::Error::success();
   std::vector<std::string> paths = listCheckpoints(dir);
-  for (size_t i = 0; i + keep < paths.size(); ++i)
-    if (std::error_code ec = llvm::sys::fs::remove(paths[i]))
-      return llvm::createStringError(ec, "cannot remove old checkpoint '" +
-                                             paths[i] + "': " + ec.message());
+  for (size_t i = 0; i + keep < paths.size(); ++i) {
+    // The per-rank files first: a main file without them would be a
+    // checkpoint that cannot resume.
+    llvm::StringRef stem = llvm::sys::path::stem(paths[i]);
+    std::error_code ec;
+    std::vector<std::string> ranks;
+    for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      llvm::StringRef name = llvm::sys::path::filename(it->path());
+      if (name.starts_with((stem + ".rank-").str()) && name.ends_with(".ckpt"))
+        ranks.push_back(it->path());
+    }
+    ranks.push_back(paths[i]);
+    for (const std::string &path : ranks)
+      if (std::error_code ec = llvm::sys::fs::remove(path))
+        return llvm::createStringError(ec, "cannot remove old checkpoint '" +
+                                               path + "': " + ec.message());
+  }
   return llvm::Error::success();
+}
+
+std::string llmc::runtime::checkpointShardFileName(int64_t step, int rank,
+                                                   int worldSize) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "step-%06lld.rank-%d-of-%d.ckpt",
+                (long long)step, rank, worldSize);
+  return name;
+}
+
+std::string ShardManifest::toJson() const {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  llvm::json::OStream j(os);
+  j.object([&] {
+    j.attribute("world_size", worldSize);
+    j.attributeArray("files", [&] {
+      for (const File &f : files)
+        j.object([&] {
+          j.attribute("rank", f.rank);
+          j.attribute("name", f.name);
+          j.attribute("bytes", f.bytes);
+          j.attribute("xxh3", hex(f.xxh3));
+        });
+    });
+    j.attributeObject("blocks", [&] {
+      for (const auto &[name, block] : blocks)
+        j.attributeObject(name, [&] {
+          j.attribute("full", block.full);
+          j.attributeArray("shape", [&] {
+            for (int64_t d : block.shape)
+              j.value(d);
+          });
+        });
+    });
+  });
+  return text;
+}
+
+llvm::Expected<ShardManifest>
+ShardManifest::fromJson(llvm::StringRef text) {
+  auto bad = [](const llvm::Twine &what) {
+    return llvm::createStringError("malformed shard manifest: " + what);
+  };
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
+  if (!json)
+    return bad(llvm::toString(json.takeError()));
+  const llvm::json::Object *root = json->getAsObject();
+  if (!root)
+    return bad("not an object");
+  ShardManifest m;
+  std::optional<int64_t> world = root->getInteger("world_size");
+  const llvm::json::Array *files = root->getArray("files");
+  const llvm::json::Object *blocks = root->getObject("blocks");
+  if (!world || *world < 1 || !files || !blocks)
+    return bad("no world_size, files or blocks");
+  m.worldSize = int(*world);
+  for (const llvm::json::Value &value : *files) {
+    const llvm::json::Object *f = value.getAsObject();
+    std::optional<int64_t> rank = f ? f->getInteger("rank") : std::nullopt;
+    std::optional<int64_t> bytes = f ? f->getInteger("bytes") : std::nullopt;
+    std::optional<llvm::StringRef> name =
+        f ? f->getString("name") : std::nullopt;
+    std::optional<llvm::StringRef> digest =
+        f ? f->getString("xxh3") : std::nullopt;
+    uint64_t xxh3 = 0;
+    if (!rank || !bytes || !name || !digest ||
+        digest->getAsInteger(16, xxh3) || name->contains('/'))
+      return bad("a file entry lacks rank, name, bytes or xxh3");
+    m.files.push_back({int(*rank), name->str(), *bytes, xxh3});
+  }
+  if (int(m.files.size()) != m.worldSize)
+    return bad("it lists " + llvm::Twine(m.files.size()) + " files for " +
+               llvm::Twine(m.worldSize) + " ranks");
+  for (const auto &[name, value] : *blocks) {
+    const llvm::json::Object *b = value.getAsObject();
+    std::optional<llvm::StringRef> full =
+        b ? b->getString("full") : std::nullopt;
+    const llvm::json::Array *shape = b ? b->getArray("shape") : nullptr;
+    if (!full || !shape)
+      return bad("block '" + name.str() + "' lacks full or shape");
+    Block block;
+    block.full = full->str();
+    for (const llvm::json::Value &d : *shape) {
+      std::optional<int64_t> extent = d.getAsInteger();
+      if (!extent || *extent < 0)
+        return bad("block '" + name.str() + "' has a bad shape");
+      block.shape.push_back(*extent);
+    }
+    m.blocks[name.str()] = std::move(block);
+  }
+  return m;
+}
+
+llvm::Expected<std::pair<int64_t, uint64_t>>
+llmc::runtime::fileDigest(llvm::StringRef path) {
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+      llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                  /*RequiresNullTerminator=*/false);
+  if (!file)
+    return llvm::createStringError(file.getError(),
+                                   "cannot read '" + path +
+                                       "': " + file.getError().message());
+  llvm::StringRef bytes = (*file)->getBuffer();
+  return std::make_pair(int64_t(bytes.size()),
+                        uint64_t(llvm::xxh3_64bits(bytes)));
+}
+
+llvm::Expected<TensorMap>
+llmc::runtime::readShardedTensors(const Checkpoint &main,
+                                  llvm::StringRef mainPath) {
+  llvm::Expected<ShardManifest> manifest =
+      ShardManifest::fromJson(main.manifest);
+  if (!manifest)
+    return llvm::createStringError(mainPath + ": " +
+                                   llvm::toString(manifest.takeError()));
+  llvm::StringRef dir = llvm::sys::path::parent_path(mainPath);
+  // Each rank's blocks, in rank order.
+  std::vector<TensorMap> ranks(manifest->worldSize);
+  for (const ShardManifest::File &f : manifest->files) {
+    llvm::SmallString<256> path(dir);
+    llvm::sys::path::append(path, f.name);
+    std::string what = llvm::formatv("checkpoint shard '{0}' (rank {1} of {2})",
+                                     path, f.rank, manifest->worldSize)
+                           .str();
+    if (f.rank < 0 || f.rank >= manifest->worldSize)
+      return llvm::createStringError(mainPath + ": " + what +
+                                     ": no such rank");
+    if (!llvm::sys::fs::exists(path))
+      return llvm::createStringError(what + " is missing");
+    llvm::Expected<std::pair<int64_t, uint64_t>> digest = fileDigest(path);
+    if (!digest)
+      return digest.takeError();
+    if (digest->first != f.bytes || digest->second != f.xxh3)
+      return llvm::createStringError(
+          what + " does not match the manifest of '" + mainPath + "' (" +
+          llvm::Twine(digest->first) + " bytes, xxh3 " + hex(digest->second) +
+          "; expected " + llvm::Twine(f.bytes) + " bytes, xxh3 " +
+          hex(f.xxh3) + "): it is damaged or from another save");
+    llvm::Expected<Checkpoint> shard = readCheckpoint(path);
+    if (!shard)
+      return shard.takeError();
+    if (shard->step != main.step)
+      return llvm::createStringError(what + " is of step " +
+                                     llvm::Twine(shard->step) + ", not " +
+                                     llvm::Twine(main.step));
+    ranks[f.rank] = std::move(shard->tensors);
+  }
+  TensorMap full;
+  for (const auto &[blockName, block] : manifest->blocks) {
+    int64_t elements = 1;
+    for (int64_t d : block.shape)
+      elements *= d;
+    std::vector<char> bytes;
+    kir::DType dtype = kir::DType::F32;
+    for (int rank = 0; rank < manifest->worldSize; ++rank) {
+      auto it = ranks[rank].find(blockName);
+      if (it == ranks[rank].end())
+        return llvm::createStringError(
+            mainPath + ": rank " + llvm::Twine(rank) + "'s file has no block '" +
+            blockName + "'");
+      dtype = it->second.dtype;
+      bytes.insert(bytes.end(), it->second.bytes.begin(),
+                   it->second.bytes.end());
+    }
+    int64_t need = elements * kir::dtypeBytes(dtype);
+    if (int64_t(bytes.size()) < need)
+      return llvm::createStringError(mainPath + ": the blocks of '" +
+                                     blockName + "' hold fewer than the " +
+                                     llvm::Twine(elements) + " elements of " +
+                                     block.full);
+    bytes.resize(need); // the padding goes
+    HostTensor tensor = HostTensor::zeros(dtype, block.shape);
+    tensor.bytes = std::move(bytes);
+    full[block.full] = std::move(tensor);
+  }
+  return full;
 }

@@ -48,7 +48,48 @@ struct Checkpoint {
   /// Parameters and optimizer state (every persistent tensor but the
   /// gradients, which are zero between steps), by name.
   TensorMap tensors;
+  /// A ZeRO run's checkpoint: its blocks are in one file per rank next to
+  /// this one (`tensors` has the rest), and this JSON says which (see
+  /// ShardManifest). Empty for a checkpoint of one file.
+  std::string manifest;
 };
+
+/// The per-rank files of a ZeRO checkpoint, as its main file records them:
+/// the world size, each rank's file (name, bytes, XXH3-64 of the whole
+/// file) and, per block tensor (`shard.<name>`), the full tensor it is a
+/// block of (PyTorch FSDP's flat padded layout: rank r holds elements
+/// [r*s, (r+1)*s) of the flattened tensor padded to ranks*s).
+struct ShardManifest {
+  struct File {
+    int rank = 0;
+    std::string name; // in the main file's directory
+    int64_t bytes = 0;
+    uint64_t xxh3 = 0;
+  };
+  struct Block {
+    std::string full;           // the full tensor's name
+    std::vector<int64_t> shape; // and shape
+  };
+  int worldSize = 1;
+  std::vector<File> files;
+  std::map<std::string, Block> blocks; // by block name (shard.<full>)
+
+  std::string toJson() const;
+  static llvm::Expected<ShardManifest> fromJson(llvm::StringRef text);
+};
+
+/// "step-000100.rank-3-of-8.ckpt".
+std::string checkpointShardFileName(int64_t step, int rank, int worldSize);
+
+/// The full tensors of a ZeRO checkpoint's blocks: reads every rank's file
+/// the manifest of `main` (read from `mainPath`) lists, checks its size
+/// and checksum, and joins each tensor's blocks in rank order. A missing,
+/// truncated or corrupt rank file is an error naming it and its rank.
+llvm::Expected<TensorMap> readShardedTensors(const Checkpoint &main,
+                                             llvm::StringRef mainPath);
+
+/// Size and XXH3-64 of a whole file, for the manifest.
+llvm::Expected<std::pair<int64_t, uint64_t>> fileDigest(llvm::StringRef path);
 
 /// XXH3-64 of the config sections, in name order.
 uint64_t hashConfigSections(const std::map<std::string, std::string> &config);
@@ -72,7 +113,8 @@ std::string checkpointFileName(int64_t step);
 /// missing directory has none.
 std::vector<std::string> listCheckpoints(llvm::StringRef dir);
 
-/// Removes all but the last `keep` checkpoints of `dir` (keep 0: none).
+/// Removes all but the last `keep` checkpoints of `dir` (keep 0: none),
+/// with their per-rank files.
 llvm::Error pruneCheckpoints(llvm::StringRef dir, int64_t keep);
 
 } // namespace llmc::runtime

@@ -3,6 +3,7 @@
 
 #include "ir/kernel/AtomicFile.h"
 #include "ir/kernel/MemoryPlan.h"
+#include "runtime/Checkpoint.h"
 #include "runtime/Generate.h"
 
 #include "llvm/ADT/SmallString.h"
@@ -181,17 +182,6 @@ llvm::Expected<Checkpoint> Trainer::checkpoint() const {
       return tensor.takeError();
     c.tensors[name] = std::move(*tensor);
   }
-  if (programs.shardGather) {
-    Executor &gather = *programs.shardGather;
-    if (llvm::Error err = gather.run())
-      return std::move(err);
-    for (const kir::Binding &output : gather.program().outputs) {
-      llvm::Expected<HostTensor> tensor = gather.output(output.name);
-      if (!tensor)
-        return tensor.takeError();
-      c.tensors[output.name] = std::move(*tensor);
-    }
-  }
   return c;
 }
 
@@ -213,7 +203,16 @@ llvm::Error Trainer::initializeShards() {
   return init.run();
 }
 
-llvm::Error Trainer::resume(const Checkpoint &c, llvm::StringRef source) {
+llvm::Error Trainer::resume(const Checkpoint &main, llvm::StringRef source) {
+  // A ZeRO checkpoint's blocks, joined into the full tensors.
+  Checkpoint c = main;
+  if (!main.manifest.empty()) {
+    llvm::Expected<TensorMap> full = readShardedTensors(main, source);
+    if (!full)
+      return full.takeError();
+    for (auto &entry : *full)
+      c.tensors[entry.first] = std::move(entry.second);
+  }
   std::string difference =
       describeConfigDifference(c.config, options.configSections);
   if (!difference.empty())
@@ -330,17 +329,55 @@ llvm::Error Trainer::writePlot() {
 }
 
 llvm::Error Trainer::writeCheckpointNow() {
-  // Every rank takes part (ZeRO gathers its blocks); rank 0 writes the
-  // full state, which every rank holds the same of.
   llvm::Expected<Checkpoint> c = checkpoint();
   if (!c)
     return c.takeError();
-  if (!writes())
-    return llvm::Error::success();
   std::string dir = joinPath(options.outDir, "checkpoints");
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return llvm::createStringError(ec, "cannot create '" + dir +
                                            "': " + ec.message());
+  if (options.dp && programs.shardInit) {
+    // ZeRO: every rank writes its blocks of the tensors @shard_init cuts;
+    // the files' sizes and checksums go into rank 0's manifest, and the
+    // main file, written last, makes the checkpoint.
+    Checkpoint mine;
+    mine.step = c->step;
+    mine.seed = c->seed;
+    mine.config = c->config;
+    ShardManifest manifest;
+    manifest.worldSize = dpSize();
+    for (const kir::Binding &input : programs.shardInit->program().inputs) {
+      std::string block = "shard." + input.name;
+      llvm::Expected<HostTensor> tensor = store->get(block);
+      if (!tensor)
+        return tensor.takeError();
+      mine.tensors[block] = std::move(*tensor);
+      manifest.blocks[block] = {
+          input.name,
+          programs.shardInit->program().buffers[input.buffer].shape};
+    }
+    std::string name =
+        checkpointShardFileName(currentStep, dpRank(), dpSize());
+    std::string path = joinPath(dir, name);
+    if (llvm::Error err = writeCheckpoint(path, mine))
+      return err;
+    llvm::Expected<std::pair<int64_t, uint64_t>> digest = fileDigest(path);
+    if (!digest)
+      return digest.takeError();
+    int64_t local[2] = {digest->first, int64_t(digest->second)};
+    std::vector<int64_t> all(2 * dpSize());
+    comm::Ticket ticket =
+        options.dp->allGather(local, all.data(), 2, kir::DType::I64);
+    if (llvm::Error err = options.dp->wait(ticket))
+      return err;
+    for (int rank = 0; rank < dpSize(); ++rank)
+      manifest.files.push_back(
+          {rank, checkpointShardFileName(currentStep, rank, dpSize()),
+           all[2 * rank], uint64_t(all[2 * rank + 1])});
+    c->manifest = manifest.toJson();
+  }
+  if (!writes())
+    return llvm::Error::success();
   std::string path = joinPath(dir, checkpointFileName(currentStep));
   if (llvm::Error err = writeCheckpoint(path, *c))
     return err;

@@ -118,10 +118,12 @@ struct TrainerPrograms {
   /// The same for one sequence, for samples (null: `eval` samples).
   std::unique_ptr<Executor> sampler;
   /// ZeRO: each rank's blocks of the parameters and of the full optimizer
-  /// states given as its inputs (run once, before the first step), and the
-  /// full optimizer states from the blocks (its outputs, for checkpoints).
-  /// Null without ZeRO.
-  std::unique_ptr<Executor> shardInit, shardGather;
+  /// states given as its inputs (run once, before the first step). Null
+  /// without ZeRO. A ZeRO checkpoint is one file per rank with its blocks
+  /// and rank 0's main file with the rest and a manifest of them; a resume
+  /// joins the blocks into full tensors, so any world size and stage can
+  /// continue it.
+  std::unique_ptr<Executor> shardInit;
 };
 
 /// One logged training step or evaluation, as metrics.jsonl holds it.

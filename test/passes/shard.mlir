@@ -83,15 +83,10 @@
 // ZERO12-NEXT: llmc.sqrt %[[SUM]] : tensor<f32>
 // ZERO12: llmc.all_gather %{{.*}} dim 0 on "dp" size 4 : tensor<30144xf32>
 // @shard_init cuts the blocks from full tensors (a reduce-scatter (max) of
-// identical tensors: an exact copy of the block); @shard_gather gathers
-// the optimizer states back for checkpoints.
+// identical tensors: an exact copy of the block).
 // ZERO12-LABEL: func.func @shard_init(
 // ZERO12-SAME: tensor<256x64xf32> {llmc.input = "adam_m.wte"}
 // ZERO12: llmc.reduce_scatter %{{.*}} max dim 0 on "dp" size 4 : tensor<16384xf32>
-// ZERO12-LABEL: func.func @shard_gather(
-// ZERO12-SAME: tensor<4096xf32> {llmc.state = "shard.adam_m.wte"}
-// ZERO12-SAME: -> (tensor<256x64xf32> {llmc.output = "adam_m.wte"}
-// ZERO12: llmc.all_gather %{{.*}} dim 0 on "dp" size 4 : tensor<4096xf32>
 
 // ZeRO-3: the parameters are blocks too (shard.<p>, no llmc.param left).
 // The forward gathers them a unit at a time: the rest (embeddings, final
@@ -116,8 +111,6 @@
 // ZERO3-NOT: llmc.all_gather
 // ZERO3-LABEL: func.func @shard_init(
 // ZERO3-SAME: tensor<256x64xf32> {llmc.input = "wte"}
-// ZERO3-LABEL: func.func @shard_gather(
-// ZERO3-SAME: {llmc.output = "wte"}
 
 // A forward alone (a ZeRO-3 run's evaluation) is sharded the same way.
 // FORWARD3-LABEL: func.func @forward(

@@ -675,18 +675,12 @@ int runTrainCommand(int argc, char **argv) {
   trainerPrograms.updateStep = std::move(*update);
   trainerPrograms.eval = std::move(*eval);
   trainerPrograms.sampler = std::move(sampler);
-  for (auto [program, executor, what] :
-       {std::tuple<std::optional<::llmc::kir::Program> *,
-                   std::unique_ptr<rt::Executor> *, const char *>{
-            &programs->shardInit, &trainerPrograms.shardInit, "shard init"},
-        {&programs->shardGather, &trainerPrograms.shardGather,
-         "shard gather"}}) {
-    if (!*program)
-      continue;
-    auto created = makeExecutor(std::move(**program), *device, what);
+  if (programs->shardInit) {
+    auto created =
+        makeExecutor(std::move(*programs->shardInit), *device, "shard init");
     if (!created)
       return fail(created.takeError());
-    *executor = std::move(*created);
+    trainerPrograms.shardInit = std::move(*created);
   }
   auto firstGrad = std::make_shared<std::unique_ptr<rt::Executor>>(
       std::move(*grad));

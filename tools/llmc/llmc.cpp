@@ -507,7 +507,7 @@ static int runCompile(MLIRContext &context) {
     // sharded step (each name once) and this program's arena.
     std::vector<::llmc::kir::Program> others;
     for (const char *name : {"grad_step", "grad_step_no_sync", "update_step",
-                             "shard_init", "shard_gather"}) {
+                             "shard_init"}) {
       auto other = module->lookupSymbol<func::FuncOp>(name);
       if (!other || name == compileFunction)
         continue;
