@@ -231,7 +231,8 @@ const KeyInfo kKeys[] = {
      "data-parallel ranks (llmc-shard); must equal the launcher's world "
      "size, e.g. mpirun -np N (default: the world size)"},
     {Key::ParallelZero, "parallel.zero", Kind::NonNegative, "0-3",
-     "ZeRO stage: 0 replicates all state (DDP) (0)"},
+     "ZeRO stage: 0 replicates all state (DDP), 1 shards the optimizer "
+     "state, 2 also the gradients, 3 also the parameters (0)"},
     {Key::ParallelBucketMb, "parallel.bucket_mb", Kind::Number, "X",
      "gradient all-reduce bucket cap in MiB, DDP's bucket_cap_mb (25)"},
     {Key::ParallelTimeout, "parallel.timeout", Kind::Number, "SECONDS",
