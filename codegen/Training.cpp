@@ -23,18 +23,26 @@ ampOptions(const llmc::PrecisionConfig &precision) {
   amp.deny.assign(precision.deny.begin(), precision.deny.end());
   return amp;
 }
+/// llmc-shard's options; none for one process.
+std::optional<mlir::llmc::ShardPassOptions>
+shardOptions(const llmc::ParallelConfig &parallel) {
+  if (parallel.dp <= 1)
+    return std::nullopt;
+  mlir::llmc::ShardPassOptions shard;
+  shard.dp = parallel.dp;
+  shard.zero = parallel.zero;
+  shard.bucketMb = parallel.bucketMb;
+  return shard;
+}
 } // namespace
 
 llvm::Expected<llmc::kir::Program>
 llmc::compileForward(mlir::ModuleOp module, const TrainingOptions &training) {
   mlir::PassManager pm(module.getContext());
+  // Only ZeRO-3 changes the forward (its parameters are blocks).
   std::optional<mlir::llmc::ShardPassOptions> shard;
-  if (training.parallel.dp > 1 && training.parallel.zero == 3) {
-    shard.emplace();
-    shard->dp = training.parallel.dp;
-    shard->zero = training.parallel.zero;
-    shard->bucketMb = training.parallel.bucketMb;
-  }
+  if (training.parallel.zero == 3)
+    shard = shardOptions(training.parallel);
   mlir::llmc::buildCompilePipeline(pm, ampOptions(training.precision), shard);
   if (mlir::failed(pm.run(module)))
     return llvm::createStringError("the compile pipeline failed (see the "
@@ -79,13 +87,7 @@ llmc::compileTraining(mlir::ModuleOp module,
     scaling.consecutiveHysteresis = lossScale.consecutiveHysteresis;
   }
 
-  const ParallelConfig &parallel = training.parallel;
-  if (parallel.dp > 1) {
-    mlir::llmc::ShardPassOptions &shard = pipeline.shard.emplace();
-    shard.dp = parallel.dp;
-    shard.zero = parallel.zero;
-    shard.bucketMb = parallel.bucketMb;
-  }
+  pipeline.shard = shardOptions(training.parallel);
 
   const RematConfig &remat = training.remat;
   if (remat.policy != RematConfig::Policy::None) {
