@@ -87,6 +87,13 @@ llvm::Expected<Gpt2Dims> modelDims(const kir::Program &program);
 llvm::Error loadWeights(Executor &executor, llvm::StringRef path,
                         uint64_t seed);
 
+/// The weights loadWeights sets, as host tensors, for the parameters
+/// `specs` of the model of `program` (its config gives the layer count):
+/// what a ZeRO-3 run cuts each rank's blocks from.
+llvm::Expected<TensorMap> readWeights(llvm::ArrayRef<ParamSpec> specs,
+                                      const kir::Program &program,
+                                      llvm::StringRef path, uint64_t seed);
+
 } // namespace llmc::runtime
 
 #endif // LLMC_RUNTIME_BACKEND_H

@@ -991,17 +991,23 @@ llvm::Expected<Gpt2Dims> modelDims(const kir::Program &program) {
 llvm::Error loadWeights(Executor &executor,
                                        llvm::StringRef path, uint64_t seed) {
   const kir::Program &program = executor.program();
+  std::vector<ParamSpec> specs;
+  for (const kir::Binding &param : program.params)
+    specs.push_back({param.name, program.buffers[param.buffer].shape});
+  llvm::Expected<TensorMap> tensors = readWeights(specs, program, path, seed);
+  if (!tensors)
+    return tensors.takeError();
+  return executor.setParams(*tensors, path.empty() ? "initialization" : path);
+}
+
+llvm::Expected<TensorMap> readWeights(llvm::ArrayRef<ParamSpec> specs,
+                                      const kir::Program &program,
+                                      llvm::StringRef path, uint64_t seed) {
   if (path.empty()) {
-    std::vector<ParamSpec> specs;
-    for (const kir::Binding &param : program.params)
-      specs.push_back({param.name, program.buffers[param.buffer].shape});
     llvm::Expected<Gpt2Dims> dims = modelDims(program);
     if (!dims)
       return dims.takeError();
-    llvm::Expected<TensorMap> params = initGpt2(specs, dims->nLayer, seed);
-    if (!params)
-      return params.takeError();
-    return executor.setParams(*params, "initialization");
+    return initGpt2(specs, dims->nLayer, seed);
   }
   // The format by its first bytes (only those are read here; the reader of
   // the format reads the rest): llm.c checkpoints start with the int32
@@ -1032,7 +1038,7 @@ llvm::Error loadWeights(Executor &executor,
     if (!checkpoint)
       return checkpoint.takeError();
     TensorMap params;
-    for (const kir::Binding &param : program.params) {
+    for (const ParamSpec &param : specs) {
       auto it = checkpoint->tensors.find(param.name);
       if (it == checkpoint->tensors.end())
         return llvm::createStringError(
@@ -1049,9 +1055,7 @@ llvm::Error loadWeights(Executor &executor,
   } else {
     tensors = readSafetensors(path);
   }
-  if (!tensors)
-    return tensors.takeError();
-  return executor.setParams(*tensors, path);
+  return tensors;
 }
 
 llvm::Error Executor::setParams(const TensorMap &tensors,

@@ -572,22 +572,16 @@ int runTrainCommand(int argc, char **argv) {
   }
 
   // 5. Weights: a checkpoint, --init-from, or the seeded initialization.
-  //    ZeRO-3 has no full parameters to set: the seeded ones go to the
-  //    trainer, which cuts every rank's blocks from them.
+  //    ZeRO-3 has no full parameters to set: they go to the trainer,
+  //    which cuts every rank's blocks from them.
   bool zero3 = worldSize > 1 && config.parallel.zero == 3;
   std::optional<rt::TensorMap> initialParams;
   if (!checkpoint && zero3) {
-    if (!config.initFrom.empty())
-      return fail("init_from with ZeRO-3 is not supported yet: start from a "
-                  "checkpoint of `llmc run` (--resume) instead");
     std::vector<rt::ParamSpec> specs;
     for (const ParameterInfo &param : info.parameters)
       specs.push_back({param.name, std::vector<int64_t>(param.type.getShape().begin(), param.type.getShape().end())});
-    llvm::Expected<rt::Gpt2Dims> dims = rt::modelDims((*eval)->program());
-    if (!dims)
-      return fail(dims.takeError());
-    llvm::Expected<rt::TensorMap> params =
-        rt::initGpt2(specs, dims->nLayer, config.seed);
+    llvm::Expected<rt::TensorMap> params = rt::readWeights(
+        specs, (*eval)->program(), config.initFrom, config.seed);
     if (!params)
       return fail(params.takeError());
     initialParams = std::move(*params);
