@@ -369,6 +369,10 @@ int runTrainCommand(int argc, char **argv) {
   } else {
     config.parallel.dp = worldSize;
   }
+  if (worldSize == 1 && config.parallel.zero > 0)
+    llvm::errs() << "llmc run: warning: parallel.zero " << config.parallel.zero
+                 << " shards state over data-parallel ranks; one process "
+                    "holds it all\n";
   if (printConfig) {
     if (rank == 0)
       printTrainingConfig(config, llvm::outs());
