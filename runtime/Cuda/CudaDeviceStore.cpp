@@ -44,11 +44,11 @@ llvm::Expected<CUcontext> llmc::cuda::enterContext(const cuda::DriverApi &cu, in
 //===----------------------------------------------------------------------===//
 
 llvm::Expected<std::shared_ptr<CudaPersistentStore>>
-CudaPersistentStore::create() {
+CudaPersistentStore::create(int device) {
   llvm::Expected<const cuda::DriverApi *> cu = cuda::loadDriver();
   if (!cu)
     return cu.takeError();
-  llvm::Expected<CUcontext> context = cuda::enterContext(**cu, 0);
+  llvm::Expected<CUcontext> context = cuda::enterContext(**cu, device);
   if (!context)
     return context.takeError();
   return std::shared_ptr<CudaPersistentStore>(new CudaPersistentStore());

@@ -39,7 +39,10 @@ namespace llmc::runtime {
 /// executors use.
 class CudaPersistentStore : public TensorStore {
 public:
-  static llvm::Expected<std::shared_ptr<CudaPersistentStore>> create();
+  /// On CUDA device `device` (its primary context; executors of the store
+  /// must use the same device).
+  static llvm::Expected<std::shared_ptr<CudaPersistentStore>>
+  create(int device = 0);
   ~CudaPersistentStore() override;
   CudaPersistentStore(const CudaPersistentStore &) = delete;
   CudaPersistentStore &operator=(const CudaPersistentStore &) = delete;

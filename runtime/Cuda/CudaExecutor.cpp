@@ -100,7 +100,11 @@ CudaExecutor::create(kir::Program program, const cuda::CudaCompileFn &compile,
   const kir::Program &prog = executor->prog;
   Impl &impl = *executor->impl;
   CudaExecutorInfo &info = executor->creationInfo;
-  executor->useGraphs = options.useGraphs;
+  // A collective's start and wait are host calls: no graph replay.
+  bool collectives = llvm::any_of(prog.steps, [](const kir::Step &step) {
+    return step.kind == kir::StepKind::CollectiveStart;
+  });
+  executor->useGraphs = options.useGraphs && !collectives;
   impl.cu = &cu;
   impl.allowTf32 = options.allowTf32;
   llvm::Expected<CUcontext> context =
@@ -307,13 +311,34 @@ llvm::Error CudaExecutor::checkIds() const {
 //===----------------------------------------------------------------------===//
 // Running
 //===----------------------------------------------------------------------===//
-llvm::Error CudaExecutor::setMesh(const Mesh &mesh) {
-  return checkMesh(prog, mesh);
+/// Every collective of `program` has a communicator in `mesh` (on a
+/// device there is no host copy for an axis of one rank).
+static llvm::Error checkDeviceMesh(const kir::Program &program,
+                                   const Mesh &mesh) {
+  if (llvm::Error error = checkMesh(program, mesh))
+    return error;
+  for (const kir::Step &step : program.steps)
+    if (step.kind == kir::StepKind::CollectiveStart &&
+        !mesh.axis(step.collective.axis))
+      return llvm::createStringError(
+          "@" + program.function + ": no communicator for mesh axis '" +
+          step.collective.axis + "' on the GPU");
+  return llvm::Error::success();
+}
+
+llvm::Error CudaExecutor::setMesh(const Mesh &newMesh) {
+  if (llvm::Error error = checkDeviceMesh(prog, newMesh))
+    return error;
+  mesh = newMesh;
+  return llvm::Error::success();
 }
 
 llvm::Error CudaExecutor::run() {
   if (llvm::Error error = checkIds())
     return error;
+  if (llvm::Error error = checkDeviceMesh(prog, mesh))
+    return error;
+  tickets.assign(prog.steps.size(), 0);
   Impl &im = *impl;
   const cuda::DriverApi &cu = *im.cu;
   cu.ctxSetCurrent(im.context);

@@ -105,8 +105,11 @@ public:
 
   /// Runs the schedule once and waits for it. Fails (before running
   /// anything) if an input id lies outside the table it indexes.
-  /// Collective steps do not run on CUDA yet (create() refuses them); a
-  /// program without any accepts any mesh.
+  /// The communicators of collective steps take device buffers (NCCL).
+  /// A start waits for the stream's work, then issues the collective on
+  /// the communicator's stream; its wait blocks until it is done, and the
+  /// steps between run meanwhile. A program with collectives is not
+  /// replayed as a CUDA graph.
   llvm::Error setMesh(const Mesh &mesh) override;
   llvm::Error run() override;
 
@@ -137,6 +140,8 @@ private:
   std::shared_ptr<CudaPersistentStore> persistent;
   CudaExecutorInfo creationInfo;
   std::vector<uint64_t> bases;                // per buffer: device address
+  Mesh mesh;                                  // collectives' communicators
+  std::vector<comm::Ticket> tickets;          // per CollectiveStart step
   std::map<int32_t, HostTensor> hostInputs;   // input buffer -> last value
   void *graphExec = nullptr;                  // CUgraphExec
   bool useGraphs = true;

@@ -280,12 +280,9 @@ llvm::Error LaunchPlanner::planStep(size_t index, const kir::Step &step) {
     return planEmbeddingGrad(index, step);
   case kir::StepKind::CollectiveStart:
   case kir::StepKind::CollectiveWait:
-    // Collectives on the GPU belong to the NCCL communicator on its own
-    // stream, ordered with this one by events: not wired up yet.
-    return llvm::createStringError(llvm::formatv(
-        "step {0} ('{1}'): the CUDA executor does not run collectives yet "
-        "(data parallelism runs on --device cpu)",
-        index, step.origin));
+    // Run by the mesh's communicator (enqueueSchedule); nothing to plan.
+    impl.stepPlan.push_back(-1);
+    return llvm::Error::success();
   }
   return llvm::Error::success();
 }
@@ -675,9 +672,29 @@ llvm::Error CudaExecutor::enqueueSchedule(bool timed) {
         return error;
       break;
     }
-    case kir::StepKind::CollectiveStart:
+    case kir::StepKind::CollectiveStart: {
+      // The data is complete when the stream's work is; the communicator
+      // (NCCL) runs the collective on its own stream while the host goes
+      // on enqueueing the steps up to the wait.
+      if (llvm::Error error = checkDriver(cu, cu.streamSynchronize(im.stream),
+                                          "cuStreamSynchronize"))
+        return error;
+      const kir::CollectiveStep &c = step.collective;
+      kir::DType dtype = prog.buffers[c.input.buffer].dtype;
+      int64_t size = kir::dtypeBytes(dtype);
+      tickets[index] = startCollective(
+          mesh, c, dtype,
+          reinterpret_cast<const void *>(bases[c.input.buffer] +
+                                         c.input.offset * size),
+          reinterpret_cast<void *>(bases[c.output.buffer] +
+                                   c.output.offset * size));
+      break;
+    }
     case kir::StepKind::CollectiveWait:
-      break; // refused by the launch planner
+      if (llvm::Error error = waitCollective(mesh, step.collective,
+                                             tickets[step.collective.start]))
+        return error;
+      break;
     }
     if (timed)
       cu.eventRecord(im.stepEvents[2 * index + 1], im.stream);

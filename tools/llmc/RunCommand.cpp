@@ -20,6 +20,8 @@
 #include "runtime/Trainer.h"
 #ifdef LLMC_HAVE_NVRTC
 #include "codegen/KernelToCuda/CudaCompiler.h"
+#include "runtime/Comm/NcclCommunicator.h"
+#include "runtime/Cuda/CudaApi.h"
 #include "runtime/Cuda/CudaExecutor.h"
 #endif
 
@@ -166,11 +168,25 @@ struct Device {
   std::shared_ptr<rt::CudaPersistentStore> cudaStore;
 #endif
   int threads = 0;
+  int cudaDevice = 0; // --device cuda: the GPU of this rank
   /// Where progress lines go: stdout on rank 0, nowhere on the others.
   llvm::raw_ostream *log = &llvm::outs();
   /// The communicators of the mesh axes the programs' collectives use.
   rt::Mesh mesh;
 };
+
+/// This process's index among the ranks on its machine, as launchers tell
+/// it (Open MPI, Slurm, MPICH, torchrun); 0 without one.
+int localRank() {
+  for (const char *name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                           "MPI_LOCALRANKID", "LOCAL_RANK"})
+    if (const char *value = std::getenv(name)) {
+      int rank = 0;
+      if (!llvm::StringRef(value).getAsInteger(10, rank) && rank >= 0)
+        return rank;
+    }
+  return 0;
+}
 
 llvm::Expected<Device> openDevice(const TrainingConfig &config) {
   Device device;
@@ -181,7 +197,16 @@ llvm::Expected<Device> openDevice(const TrainingConfig &config) {
     return device;
   }
 #ifdef LLMC_HAVE_NVRTC
-  auto store = rt::CudaPersistentStore::create();
+  // One GPU per rank of a machine: local rank r takes device r mod count.
+  llvm::Expected<const ::llmc::cuda::DriverApi *> driver =
+      ::llmc::cuda::loadDriver();
+  if (!driver)
+    return driver.takeError();
+  int count = 0;
+  if ((*driver)->init(0) == CUDA_SUCCESS)
+    (*driver)->deviceGetCount(&count);
+  device.cudaDevice = count > 0 ? localRank() % count : 0;
+  auto store = rt::CudaPersistentStore::create(device.cudaDevice);
   if (!store)
     return store.takeError();
   device.cudaStore = *store;
@@ -202,6 +227,7 @@ makeExecutor(::llmc::kir::Program program, const Device &device,
   if (device.cudaStore) {
     rt::CudaExecutorOptions options;
     options.store = device.cudaStore;
+    options.device = device.cudaDevice;
     size_t numKernels = program.kernels.size();
     auto start = std::chrono::steady_clock::now();
     auto executor = rt::CudaExecutor::create(
@@ -505,8 +531,20 @@ int runTrainCommand(int argc, char **argv) {
   if (!device)
     return fail(device.takeError());
   device->log = &out;
+  // The programs' collectives: on the host's MPI communicator, or on the
+  // GPU through NCCL (its unique id shared over MPI).
+  std::unique_ptr<rt::comm::Communicator> deviceAxis;
+#ifdef LLMC_HAVE_NVRTC
+  if (dpAxis && device->cudaStore) {
+    llvm::Expected<std::unique_ptr<rt::comm::Communicator>> nccl =
+        rt::comm::createNccl(*dpAxis, device->cudaDevice, commOptions);
+    if (!nccl)
+      return fail(nccl.takeError());
+    deviceAxis = std::move(*nccl);
+  }
+#endif
   if (dpAxis)
-    device->mesh.axes["dp"] = dpAxis.get();
+    device->mesh.axes["dp"] = deviceAxis ? deviceAxis.get() : dpAxis.get();
 
   auto compileStart = std::chrono::steady_clock::now();
   llvm::Expected<OwningOpRef<ModuleOp>> module =
