@@ -270,10 +270,14 @@ def alone(kind, nbytes):
     reduce-scatters and all-gathers (Open MPI's) as half an Open MPI
     all-reduce of the full tensor (a ring's reduce-scatter or all-gather is
     half its all-reduce)."""
+    # A size whose bandwidth printed as 0.00 GB/s (a few bytes: the norm's
+    # all-reduce) costs its latency, not bandwidth: counted as 0 here.
     if kind == "all_reduce":
-        return nbytes / (closest(ring, nbytes)[2] * 1e9)
+        bw = closest(ring, nbytes)[2]
+        return nbytes / (bw * 1e9) if bw > 0 else 0.0
     full = nbytes * dp if kind == "all_gather" else nbytes
-    return 0.5 * full / (closest(ompi, full)[2] * 1e9)
+    bw = closest(ompi, full)[2]
+    return 0.5 * full / (bw * 1e9) if bw > 0 else 0.0
 
 def coll(zero, function):
     out = []
