@@ -6,7 +6,6 @@
 #include "runtime/Cuda/CudaApi.h"
 #include "runtime/Cuda/CudaDeviceStore.h"
 
-#include <dlfcn.h>
 
 #include <chrono>
 #include <cstring>
@@ -21,13 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-template <typename Fn>
-void bind(void *library, Fn &slot, const char *symbol, std::string &missing) {
-  slot = reinterpret_cast<Fn>(dlsym(library, symbol));
-  if (!slot && missing.empty())
-    missing = symbol;
-}
-
 struct NcclState {
   NcclApi api{};
   std::string error; // empty when loaded
@@ -41,15 +33,8 @@ NcclState loadNcclOnce() {
 #endif
   names.push_back("/usr/local/cuda/lib64/libnccl.so.2");
   names.push_back("/usr/local/cuda/lib/libnccl.so.2");
-  void *library = nullptr;
   std::string tried;
-  for (const std::string &name : names) {
-    library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (library)
-      break;
-    const char *why = dlerror();
-    tried += "\n  " + (why ? std::string(why) : name);
-  }
+  void *library = cuda::openFirstLibrary(names, tried);
   if (!library) {
     state.error = "NCCL (libnccl.so.2) not found; install NCCL (the CUDA "
                   "toolkit's, or libnccl2) or add its directory to "
@@ -59,7 +44,8 @@ NcclState loadNcclOnce() {
   }
   std::string missing;
   NcclApi &a = state.api;
-#define LLMC_BIND(member, name) bind(library, a.member, #name, missing)
+#define LLMC_BIND(member, name) \
+  cuda::bindSymbol(library, a.member, #name, missing)
   LLMC_BIND(getVersion, ncclGetVersion);
   LLMC_BIND(getUniqueId, ncclGetUniqueId);
   LLMC_BIND(commInitRank, ncclCommInitRank);
@@ -84,28 +70,6 @@ NcclState loadNcclOnce() {
                   " is older than llmc needs (2.18 or later, for ncclAvg "
                   "and ncclCommGetAsyncError)";
   return state;
-}
-
-/// Driver functions the table in runtime/Cuda lacks, from the same library.
-struct DriverExtras {
-  decltype(&::cuEventQuery) eventQuery = nullptr;
-  decltype(&::cuStreamWaitEvent) streamWaitEvent = nullptr;
-};
-
-const DriverExtras &driverExtras() {
-  static const DriverExtras extras = [] {
-    DriverExtras e;
-    // loadDriver() has opened it; RTLD_NOLOAD takes that handle.
-    if (void *library =
-            dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) {
-      e.eventQuery =
-          reinterpret_cast<decltype(e.eventQuery)>(dlsym(library, "cuEventQuery"));
-      e.streamWaitEvent = reinterpret_cast<decltype(e.streamWaitEvent)>(
-          dlsym(library, "cuStreamWaitEvent"));
-    }
-    return e;
-  }();
-  return extras;
 }
 
 llvm::Error checkNccl(const NcclApi &nccl, ncclResult_t result,
@@ -234,7 +198,7 @@ Ticket NcclCommunicator::start(const char *kind, const std::string &invalid,
   if (computeStream) {
     // The collective starts after the work queued on the compute stream.
     cu->eventRecord(event, computeStream);
-    driverExtras().streamWaitEvent(stream, event, 0);
+    cu->streamWaitEvent(stream, event, 0);
   }
   ncclResult_t result = enqueue();
   if (result != ncclSuccess && result != ncclInProgress) {
@@ -317,7 +281,7 @@ llvm::Error NcclCommunicator::wait(Ticket ticket) {
   auto sleep = std::chrono::microseconds(10);
   std::string error;
   while (broken.empty()) {
-    CUresult query = driverExtras().eventQuery(entry.done);
+    CUresult query = cu->eventQuery(entry.done);
     if (query == CUDA_SUCCESS)
       break;
     if (query != CUDA_ERROR_NOT_READY) {
@@ -441,9 +405,6 @@ NcclCommunicator::create(Communicator &bootstrap, int device,
     else
       local = llvm::toString(driver.takeError());
   }
-  if (local.empty() &&
-      (!driverExtras().eventQuery || !driverExtras().streamWaitEvent))
-    local = "the CUDA driver lacks cuEventQuery or cuStreamWaitEvent";
   if (local.empty()) {
     if (llvm::Expected<CUcontext> entered =
             cuda::enterContext(*cu, device, &cuDevice))

@@ -14,15 +14,26 @@ using namespace llmc::cuda;
 #define LLMC_STRINGIFY_EXPANDED(name) #name
 #define LLMC_SYMBOL(name) LLMC_STRINGIFY_EXPANDED(name)
 
-namespace {
-
-/// dlsym into `slot`; on failure records the first missing symbol.
-template <typename Fn>
-void bind(void *library, Fn &slot, const char *symbol, std::string &missing) {
-  slot = reinterpret_cast<Fn>(dlsym(library, symbol));
-  if (!slot && missing.empty())
-    missing = symbol;
+void *llmc::cuda::openFirstLibrary(const std::vector<std::string> &names,
+                                   std::string &tried) {
+  for (const std::string &name : names) {
+    if (void *library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))
+      return library;
+    const char *why = dlerror();
+    tried += "\n  " + (why ? std::string(why) : name);
+  }
+  return nullptr;
 }
+
+void *llmc::cuda::lookupSymbol(void *library, const char *symbol,
+                               std::string &missing) {
+  void *address = dlsym(library, symbol);
+  if (!address && missing.empty())
+    missing = symbol;
+  return address;
+}
+
+namespace {
 
 struct DriverState {
   DriverApi api{};
@@ -42,7 +53,8 @@ DriverState loadDriverOnce() {
   }
   std::string missing;
   DriverApi &a = state.api;
-#define LLMC_BIND(member, name) bind(library, a.member, LLMC_SYMBOL(name), missing)
+#define LLMC_BIND(member, name) \
+  bindSymbol(library, a.member, LLMC_SYMBOL(name), missing)
   LLMC_BIND(init, cuInit);
   LLMC_BIND(driverGetVersion, cuDriverGetVersion);
   LLMC_BIND(getErrorName, cuGetErrorName);
@@ -84,6 +96,8 @@ DriverState loadDriverOnce() {
   LLMC_BIND(eventRecord, cuEventRecord);
   LLMC_BIND(eventSynchronize, cuEventSynchronize);
   LLMC_BIND(eventElapsedTime, cuEventElapsedTime);
+  LLMC_BIND(eventQuery, cuEventQuery);
+  LLMC_BIND(streamWaitEvent, cuStreamWaitEvent);
 #undef LLMC_BIND
   if (!missing.empty()) {
     state.error = "the CUDA driver (libcuda.so.1) lacks " + missing +
@@ -108,7 +122,6 @@ struct CublasState {
 
 CublasState loadCublasOnce() {
   CublasState state;
-  void *library = nullptr;
   std::string tried;
   // The loader's search path first, then the toolkit this llmc was built
   // against (its lib64 is often not on the search path).
@@ -117,13 +130,7 @@ CublasState loadCublasOnce() {
   names.push_back(std::string(LLMC_CUDA_LIBRARY_DIR) + "/libcublasLt.so.13");
 #endif
   names.push_back("/usr/local/cuda/lib64/libcublasLt.so.13");
-  for (const std::string &name : names) {
-    library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (library)
-      break;
-    const char *why = dlerror();
-    tried += "\n  " + (why ? std::string(why) : name);
-  }
+  void *library = openFirstLibrary(names, tried);
   if (!library) {
     state.error = "cuBLASLt (libcublasLt.so.13) not found; install the CUDA "
                   "13 toolkit's cuBLAS or add its lib64 directory to "
@@ -133,7 +140,7 @@ CublasState loadCublasOnce() {
   }
   std::string missing;
   CublasLtApi &a = state.api;
-#define LLMC_BIND(member, name) bind(library, a.member, #name, missing)
+#define LLMC_BIND(member, name) bindSymbol(library, a.member, #name, missing)
   LLMC_BIND(create, cublasLtCreate);
   LLMC_BIND(destroy, cublasLtDestroy);
   LLMC_BIND(getVersion, cublasLtGetVersion);

@@ -13,6 +13,7 @@
 #include "llvm/Support/Error.h"
 
 #include <string>
+#include <vector>
 
 namespace llmc::cuda {
 
@@ -60,6 +61,8 @@ struct DriverApi {
   decltype(&::cuEventRecord) eventRecord;
   decltype(&::cuEventSynchronize) eventSynchronize;
   decltype(&::cuEventElapsedTime) eventElapsedTime;
+  decltype(&::cuEventQuery) eventQuery;
+  decltype(&::cuStreamWaitEvent) streamWaitEvent;
 };
 
 /// The cuBLASLt functions llmc uses.
@@ -81,6 +84,23 @@ struct CublasLtApi {
   decltype(&::cublasLtMatmulAlgoGetHeuristic) matmulAlgoGetHeuristic;
   decltype(&::cublasLtMatmul) matmul;
 };
+
+/// dlopen()s the first of `names` that loads (RTLD_NOW | RTLD_LOCAL); null
+/// when none does, with `tried` listing each failure on its own line. The
+/// loaders of libcuda, cuBLASLt and NCCL share it.
+void *openFirstLibrary(const std::vector<std::string> &names,
+                       std::string &tried);
+
+/// dlsym(library, symbol); null when missing, and then `missing` names the
+/// first symbol missing so far.
+void *lookupSymbol(void *library, const char *symbol, std::string &missing);
+
+/// lookupSymbol into a typed slot of an API table.
+template <typename Fn>
+void bindSymbol(void *library, Fn &slot, const char *symbol,
+                std::string &missing) {
+  slot = reinterpret_cast<Fn>(lookupSymbol(library, symbol, missing));
+}
 
 /// Loads libcuda.so.1 once per process and calls cuInit(0). The error says
 /// "no CUDA driver (libcuda.so.1) on this machine" when the library is
