@@ -186,36 +186,30 @@ private:
     copy.setSymName("grad_step_no_sync");
   }
 
-  /// DDP: buckets of whole gradients in production order, each all-reduced
-  /// (avg) right after its last gradient.
-  void allReduceInBuckets(func::FuncOp gradStep,
-                          SmallVector<Gradient> &grads) {
+  /// The gradients in the order the backward produces them, in buckets of
+  /// whole gradients of at most `bucket-mb` MiB (DDP's buckets).
+  SmallVector<SmallVector<Gradient *>>
+  gradientBuckets(SmallVector<Gradient> &grads) {
     llvm::stable_sort(grads, [](const Gradient &a, const Gradient &b) {
       return a.produced < b.produced;
     });
-    const int64_t cap = int64_t(bucketMb * 1024 * 1024);
-    SmallVector<SmallVector<Gradient *>> buckets;
-    int64_t filled = 0;
-    for (Gradient &g : grads) {
-      if (buckets.empty() || (filled > 0 && filled + g.bytes > cap)) {
-        buckets.emplace_back();
-        filled = 0;
-      }
-      buckets.back().push_back(&g);
-      filled += g.bytes;
-    }
-    Block &body = gradStep.getBody().front();
-    auto ret = cast<func::ReturnOp>(body.getTerminator());
-    for (auto [index, bucket] : llvm::enumerate(buckets)) {
-      // After the last-produced gradient of the bucket (its producers come
-      // before it; a gradient without a producer op is an argument).
-      Operation *last = nullptr;
-      for (Gradient *g : bucket)
-        if (Operation *op = g->fresh.getDefiningOp())
-          if (!last || last->isBeforeInBlock(op))
-            last = op;
-      // The bucket's sums move up to there, in bucket order; the bucket's
-      // ops follow them.
+    return bucketsOf<Gradient>(grads,
+                               [](const Gradient &g) { return g.bytes; });
+  }
+
+  /// A builder right after the bucket's last-produced gradient (its
+  /// producers come before it; a gradient without a producer op is an
+  /// argument), where the bucket's collective is issued. With `moveSums`
+  /// llmc-optimizer's sums grad.<p> + g of the bucket move up to there
+  /// first, in bucket order, and the builder follows them.
+  OpBuilder afterBucket(Block &body, ArrayRef<Gradient *> bucket,
+                        bool moveSums) {
+    Operation *last = nullptr;
+    for (Gradient *g : bucket)
+      if (Operation *op = g->fresh.getDefiningOp())
+        if (!last || last->isBeforeInBlock(op))
+          last = op;
+    if (moveSums)
       for (Gradient *g : bucket) {
         if (last)
           g->add->moveAfter(last);
@@ -223,10 +217,28 @@ private:
           g->add->moveBefore(&body.front());
         last = g->add;
       }
-      OpBuilder b(gradStep.getContext());
+    OpBuilder b(body.getParentOp()->getContext());
+    if (last)
       b.setInsertionPointAfter(last);
-      Location loc = NameLoc::get(
-          b.getStringAttr("grad_bucket." + std::to_string(index)));
+    else
+      b.setInsertionPointToStart(&body);
+    return b;
+  }
+
+  Location bucketLoc(OpBuilder &b, size_t index) {
+    return NameLoc::get(
+        b.getStringAttr("grad_bucket." + std::to_string(index)));
+  }
+
+  /// DDP: buckets of whole gradients in production order, each all-reduced
+  /// (avg) right after its last gradient.
+  void allReduceInBuckets(func::FuncOp gradStep,
+                          SmallVector<Gradient> &grads) {
+    Block &body = gradStep.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    for (auto [index, bucket] : llvm::enumerate(gradientBuckets(grads))) {
+      OpBuilder b = afterBucket(body, bucket, /*moveSums=*/true);
+      Location loc = bucketLoc(b, index);
       SmallVector<Value> flat;
       for (Gradient *g : bucket) {
         auto type = cast<RankedTensorType>(g->add.getType());
@@ -234,16 +246,10 @@ private:
             b, loc, RankedTensorType::get({g->elements}, type.getElementType()),
             g->add.getResult()));
       }
-      Value joined = flat.size() == 1
-                         ? flat.front()
-                         : ConcatOp::create(b, loc, flat,
-                                            b.getI64IntegerAttr(0))
-                               .getResult();
       Value averaged = AllReduceOp::create(
-          b, loc, joined,
-          CollectiveReductionAttr::get(b.getContext(),
-                                       CollectiveReduction::Avg),
-          b.getStringAttr(kAxis), b.getI64IntegerAttr(dp));
+          b, loc, joinShards(b, loc, flat),
+          reduction(b, CollectiveReduction::Avg), b.getStringAttr(kAxis),
+          b.getI64IntegerAttr(dp));
       averaged.getDefiningOp()->setAttr(
           "llmc.bucket", b.getI64IntegerAttr(int64_t(index)));
       int64_t offset = 0;
@@ -468,11 +474,7 @@ private:
   void reduceScatterInBuckets(func::FuncOp gradStep,
                               SmallVector<Gradient> &grads,
                               ArrayRef<Shard> shards) {
-    llvm::stable_sort(grads, [](const Gradient &a, const Gradient &b) {
-      return a.produced < b.produced;
-    });
-    auto buckets = bucketsOf<Gradient>(
-        grads, [](const Gradient &g) { return g.bytes; });
+    auto buckets = gradientBuckets(grads);
     Block &body = gradStep.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     // Results: the loss and other outputs stay; each grad.<p> becomes zeros
@@ -492,35 +494,15 @@ private:
       names.push_back({output ? output.str() : "loss",
                        bool(gradStep.getResultAttr(index, "llmc.updates"))});
     }
-    SmallVector<BlockArgument> fullBuffers;
     for (auto [index, bucket] : llvm::enumerate(buckets)) {
-      Operation *last = nullptr;
-      for (Gradient *g : bucket)
-        if (Operation *op = g->fresh.getDefiningOp())
-          if (!last || last->isBeforeInBlock(op))
-            last = op;
+      OpBuilder b = afterBucket(body, bucket, /*moveSums=*/zero == 1);
+      Location loc = bucketLoc(b, index);
       SmallVector<Value> sources;
       SmallVector<const Shard *> layout;
       for (Gradient *g : bucket) {
-        if (zero == 1) {
-          if (last)
-            g->add->moveAfter(last);
-          else
-            g->add->moveBefore(&body.front());
-          last = g->add;
-          sources.push_back(g->add.getResult());
-        } else {
-          sources.push_back(g->fresh);
-        }
+        sources.push_back(zero == 1 ? g->add.getResult() : g->fresh);
         layout.push_back(findShard(shards, g->name));
       }
-      OpBuilder b(gradStep.getContext());
-      if (last)
-        b.setInsertionPointAfter(last);
-      else
-        b.setInsertionPointToStart(&body);
-      Location loc = NameLoc::get(
-          b.getStringAttr("grad_bucket." + std::to_string(index)));
       Value flat = interleave(b, loc, sources, layout);
       Value scattered = ReduceScatterOp::create(
           b, loc, flat, reduction(b, CollectiveReduction::Avg),
