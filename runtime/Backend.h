@@ -32,6 +32,9 @@ public:
   virtual std::vector<std::string> names() const = 0;
   /// A host copy of tensor `name`; an error if there is none.
   virtual llvm::Expected<HostTensor> get(llvm::StringRef name) const = 0;
+  /// The bytes tensor `name` takes in the store (no copy); an error if
+  /// there is none.
+  virtual llvm::Expected<int64_t> bytes(llvm::StringRef name) const = 0;
   /// Copies `tensor` into `name`; dtype and shape must agree with an
   /// existing tensor.
   virtual llvm::Error set(llvm::StringRef name, const HostTensor &tensor) = 0;

@@ -69,6 +69,14 @@ std::vector<std::string> PersistentStore::names() const {
   return result;
 }
 
+llvm::Expected<int64_t> PersistentStore::bytes(llvm::StringRef name) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = entries.find(name);
+  if (it == entries.end())
+    return llvm::createStringError("no persistent tensor '" + name + "'");
+  return it->second.bytes;
+}
+
 llvm::Expected<HostTensor> PersistentStore::get(llvm::StringRef name) const {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = entries.find(name);

@@ -45,6 +45,7 @@ public:
   std::vector<std::string> names() const override;
   /// A copy of tensor `name`; an error if there is none.
   llvm::Expected<HostTensor> get(llvm::StringRef name) const override;
+  llvm::Expected<int64_t> bytes(llvm::StringRef name) const override;
   /// Copies `tensor` into `name` (binding it first, so dtype and shape must
   /// agree with an existing tensor).
   llvm::Error set(llvm::StringRef name, const HostTensor &tensor) override;

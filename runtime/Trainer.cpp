@@ -791,11 +791,10 @@ llvm::Error Trainer::run() {
       for (const kir::Binding &p : entry.second->program().params)
         params.insert(p.name);
     for (const std::string &name : store->names()) {
-      llvm::Expected<HostTensor> tensor = store->get(name);
-      if (!tensor)
-        return tensor.takeError();
-      tensors.push_back({name, params.count(name) > 0,
-                         tensor->numElements() * kir::dtypeBytes(tensor->dtype)});
+      llvm::Expected<int64_t> size = store->bytes(name);
+      if (!size)
+        return size.takeError();
+      tensors.push_back({name, params.count(name) > 0, *size});
     }
     kir::PersistentBytes bytes = kir::classifyPersistent(tensors);
     int64_t arena = programs.updateStep->program().arenaBytes;

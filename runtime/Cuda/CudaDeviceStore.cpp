@@ -129,6 +129,15 @@ std::vector<std::string> CudaPersistentStore::names() const {
   return result;
 }
 
+llvm::Expected<int64_t>
+CudaPersistentStore::bytes(llvm::StringRef name) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = entries.find(name);
+  if (it == entries.end())
+    return llvm::createStringError("no persistent tensor '" + name + "'");
+  return int64_t(it->second.bytes);
+}
+
 llvm::Expected<HostTensor>
 CudaPersistentStore::get(llvm::StringRef name) const {
   std::lock_guard<std::mutex> lock(mutex);

@@ -56,6 +56,7 @@ public:
   bool contains(llvm::StringRef name) const override;
   std::vector<std::string> names() const override;
   llvm::Expected<HostTensor> get(llvm::StringRef name) const override;
+  llvm::Expected<int64_t> bytes(llvm::StringRef name) const override;
   llvm::Error set(llvm::StringRef name, const HostTensor &tensor) override;
 
 private:
