@@ -604,6 +604,14 @@ private:
     std::vector<Operation *> ops;
     for (Operation &op : body)
       ops.push_back(&op);
+    // Each parameter's block: one state argument, gathered in both phases.
+    llvm::StringMap<Value> blocks;
+    auto blockOf = [&](const Shard *shard) {
+      Value &block = blocks[shard->name];
+      if (!block)
+        block = addStateArgument(func, shard->shardType, "shard." + shard->name);
+      return block;
+    };
     // Per phase, the units in the order they are first read; each unit's
     // gather goes before the first op of the unit read before it.
     std::map<std::pair<unsigned, bool>, Value> gathered; // (param arg, phase)
@@ -625,9 +633,7 @@ private:
         SmallVector<Value> parts;
         SmallVector<const Shard *> layout;
         for (auto [arg, shard] : unit->params) {
-          BlockArgument block =
-              addStateArgument(func, shard->shardType, "shard." + shard->name);
-          parts.push_back(block);
+          parts.push_back(blockOf(shard));
           layout.push_back(shard);
         }
         Value all = AllGatherOp::create(
@@ -639,8 +645,7 @@ private:
       }
     }
     // Each read of a parameter takes its phase's gathered value; then the
-    // parameter arguments go (their blocks were added above, once per
-    // phase: the second one is the same state).
+    // parameter arguments go.
     SmallVector<unsigned> paramArgs;
     for (BlockArgument arg : func.getArguments())
       if (func.getArgAttr(arg.getArgNumber(), "llmc.param"))
@@ -654,30 +659,9 @@ private:
         use.set(gathered.at({index, backward}));
       }
     }
-    mergeDuplicateStates(func);
     for (int i = int(func.getNumArguments()) - 1; i >= 0; --i)
       if (func.getArgAttr(i, "llmc.param"))
         (void)func.eraseArgument(i);
-  }
-
-  /// Arguments bound to the same state (a block added once per phase):
-  /// the later ones' uses go to the first, and they go.
-  void mergeDuplicateStates(func::FuncOp func) {
-    llvm::StringMap<BlockArgument> first;
-    for (int i = 0; i < int(func.getNumArguments()); ++i) {
-      auto name = func.getArgAttrOfType<StringAttr>(i, "llmc.state");
-      if (!name)
-        continue;
-      auto [it, inserted] = first.try_emplace(name.getValue(),
-                                              func.getArgument(i));
-      if (!inserted)
-        func.getArgument(i).replaceAllUsesWith(it->second);
-    }
-    for (int i = int(func.getNumArguments()) - 1; i >= 0; --i) {
-      auto name = func.getArgAttrOfType<StringAttr>(i, "llmc.state");
-      if (name && first.lookup(name.getValue()) != func.getArgument(i))
-        (void)func.eraseArgument(i);
-    }
   }
 
   /// The type of `type` (a parameter's or its state's) as a shard, by
