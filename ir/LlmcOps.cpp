@@ -980,16 +980,29 @@ static FailureOr<int64_t> meshAxisSize(const Inference &inf) {
   return *size;
 }
 
-// Checks `dim` against the input's rank; returns it.
-static FailureOr<int64_t> collectiveDim(const Inference &inf,
-                                        RankedTensorType input) {
+// The shape of `input` with dimension `dim` cut into axis_size blocks
+// (reduce_scatter: `gather` false, one block) or joined from them
+// (all_gather), after checking the axis and `dim`.
+static FailureOr<RankedTensorType> blockedType(const Inference &inf,
+                                               RankedTensorType input,
+                                               bool gather) {
+  FailureOr<int64_t> size = meshAxisSize(inf);
   FailureOr<int64_t> dim = inf.i64Attr("dim");
-  if (failed(dim))
+  if (failed(size) || failed(dim))
     return failure();
   if (*dim < 0 || *dim >= input.getRank())
     return inf.fail("dim ", *dim, " is out of range for rank ",
                     input.getRank());
-  return *dim;
+  SmallVector<int64_t> shape(input.getShape());
+  if (gather) {
+    shape[*dim] *= *size;
+  } else {
+    if (shape[*dim] % *size != 0)
+      return inf.fail("dimension ", *dim, " of size ", shape[*dim],
+                      " does not split into ", *size, " equal blocks");
+    shape[*dim] /= *size;
+  }
+  return RankedTensorType::get(shape, input.getElementType());
 }
 
 LogicalResult AllReduceOp::inferReturnTypes(MLIRContext *,
@@ -1012,16 +1025,10 @@ ReduceScatterOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
   auto input = inf.floatTensor(adaptor.getInput(), "input");
   if (failed(input))
     return failure();
-  FailureOr<int64_t> size = meshAxisSize(inf);
-  FailureOr<int64_t> dim = collectiveDim(inf, *input);
-  if (failed(size) || failed(dim))
+  FailureOr<RankedTensorType> result = blockedType(inf, *input, false);
+  if (failed(result))
     return failure();
-  SmallVector<int64_t> shape(input->getShape());
-  if (shape[*dim] % *size != 0)
-    return inf.fail("dimension ", *dim, " of size ", shape[*dim],
-                    " does not split into ", *size, " equal blocks");
-  shape[*dim] /= *size;
-  results.push_back(RankedTensorType::get(shape, input->getElementType()));
+  results.push_back(*result);
   return success();
 }
 
@@ -1033,13 +1040,10 @@ LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *,
   auto input = inf.tensor(adaptor.getInput(), "input");
   if (failed(input))
     return failure();
-  FailureOr<int64_t> size = meshAxisSize(inf);
-  FailureOr<int64_t> dim = collectiveDim(inf, *input);
-  if (failed(size) || failed(dim))
+  FailureOr<RankedTensorType> result = blockedType(inf, *input, true);
+  if (failed(result))
     return failure();
-  SmallVector<int64_t> shape(input->getShape());
-  shape[*dim] *= *size;
-  results.push_back(RankedTensorType::get(shape, input->getElementType()));
+  results.push_back(*result);
   return success();
 }
 
