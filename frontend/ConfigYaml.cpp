@@ -17,11 +17,12 @@ void mlir::llmc::YamlDiagnostic::capture(const SMDiagnostic &diag,
   diag.print(/*ProgName=*/nullptr, os, /*ShowColors=*/false);
 }
 
-std::string mlir::llmc::unknownKeyMessage(StringRef name,
-                                          ArrayRef<StringRef> known) {
+StringRef mlir::llmc::closestName(StringRef name, ArrayRef<StringRef> known) {
   StringRef best;
   unsigned bestDistance = 3;
   for (StringRef candidate : known) {
+    if (candidate.equals_insensitive(name))
+      return candidate;
     unsigned distance = name.edit_distance(candidate, /*AllowReplacements=*/true,
                                            /*MaxEditDistance=*/bestDistance);
     if (distance < bestDistance) {
@@ -29,6 +30,12 @@ std::string mlir::llmc::unknownKeyMessage(StringRef name,
       bestDistance = distance;
     }
   }
+  return best;
+}
+
+std::string mlir::llmc::unknownKeyMessage(StringRef name,
+                                          ArrayRef<StringRef> known) {
+  StringRef best = closestName(name, known);
   if (!best.empty())
     return ("unknown key '" + name + "' (did you mean '" + best + "'?)").str();
   return ("unknown key '" + name + "'; known keys: " + join(known, ", ")).str();

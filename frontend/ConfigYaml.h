@@ -48,8 +48,14 @@ struct YamlDiagnostic {
   static void capture(const llvm::SMDiagnostic &diag, void *self);
 };
 
-/// "unknown key 'x' (did you mean 'y'?)" for a near miss (edit distance
-/// below 3), else "unknown key 'x'; known keys: a, b, ...".
+/// The name of `known` nearest to `name` when it is a near miss (edit
+/// distance below 3, or a case-insensitive match), else empty: what
+/// "did you mean" suggests for keys, presets and flags.
+llvm::StringRef closestName(llvm::StringRef name,
+                            llvm::ArrayRef<llvm::StringRef> known);
+
+/// "unknown key 'x' (did you mean 'y'?)" for a near miss (closestName),
+/// else "unknown key 'x'; known keys: a, b, ...".
 std::string unknownKeyMessage(llvm::StringRef name,
                               llvm::ArrayRef<llvm::StringRef> known);
 

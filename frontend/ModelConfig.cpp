@@ -124,6 +124,12 @@ std::optional<ModelConfig> getModelPreset(StringRef name) {
   return std::nullopt;
 }
 
+std::string describePresetsFor(StringRef name) {
+  std::string list = "presets: " + join(getModelPresetNames(), ", ");
+  StringRef best = closestName(name, getModelPresetNames());
+  return best.empty() ? list : "did you mean '" + best.str() + "'? " + list;
+}
+
 ArrayRef<StringRef> getModelPresetNames() {
   static const auto names = [] {
     std::array<StringRef, std::size(kPresets)> result;
@@ -311,8 +317,8 @@ Error ConfigParser::applyKey(Key key, ModelConfig &config) {
     std::optional<ModelConfig> preset = getModelPreset(*text);
     if (!preset)
       return error(
-          range, "preset: unknown preset '" + *text +
-                     "'; known presets: " + join(getModelPresetNames(), ", "));
+          range, "preset: unknown preset '" + *text + "'; " +
+                     describePresetsFor(*text));
     config = std::move(*preset);
     return Error::success();
   }

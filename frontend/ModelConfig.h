@@ -63,6 +63,9 @@ llvm::StringRef stringifyPosition(Position position);
 std::optional<ModelConfig> getModelPreset(llvm::StringRef name);
 /// All preset names, in a stable order.
 llvm::ArrayRef<llvm::StringRef> getModelPresetNames();
+/// What an error about an unknown preset `name` ends with: "did you mean
+/// 'gpt2'? presets: gpt2, ..." for a near miss, else "presets: gpt2, ...".
+std::string describePresetsFor(llvm::StringRef name);
 
 /// Default MLP width: 4*nEmbd, or for SwiGLU the Llama rule 2/3 of that
 /// rounded up to a multiple of 256.

@@ -65,6 +65,7 @@ enum class Key {
   DataValFraction,
   DataTokenizer,
   LogInterval,
+  Progress,
   EvalInterval,
   EvalSteps,
   SampleTokens,
@@ -189,6 +190,10 @@ const KeyInfo kKeys[] = {
      "byte, or a GPT-2 BPE directory (vocab.json, merges.txt) (byte)"},
     {Key::LogInterval, "log_interval", Kind::Positive, "N",
      "steps between progress lines and metrics (10)"},
+    {Key::Progress, "progress", Kind::String, "auto|bar|lines",
+     "how progress shows: a live bar with tokens/s, MFU, ETA and loss "
+     "above the logged lines (bar), the lines only (lines), or bar on a "
+     "terminal and lines elsewhere (auto)"},
     {Key::EvalInterval, "eval_interval", Kind::NonNegative, "N",
      "steps between evaluations; 0: only at the end (100)"},
     {Key::EvalSteps, "eval_steps", Kind::NonNegative, "N",
@@ -659,6 +664,16 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
       c.modelSource = "(inline)";
       return Error::success();
     }
+    if (text.trim().starts_with("{")) {
+      // Inline keys on the command line: --model '{preset: gpt2, n_layer: 2}'.
+      Expected<ModelConfig> model =
+          parseModelConfig(text, "--" + value.flag);
+      if (!model)
+        return model.takeError();
+      c.model = std::move(*model);
+      c.modelSource = "(inline)";
+      return Error::success();
+    }
     c.modelSource = text.str();
     if (text.ends_with(".mlir") || text.ends_with(".yaml") ||
         text.ends_with(".yml") || text.contains('/')) {
@@ -678,8 +693,9 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
     std::optional<ModelConfig> preset = getModelPreset(text);
     if (!preset)
       return fail("'" + text +
-                  "' is neither a model file (.yaml, .mlir) nor a preset (" +
-                  join(getModelPresetNames(), ", ") + ")");
+                  "' is neither a model file (.yaml, .mlir), inline keys "
+                  "({n_layer: 2, ...}) nor a preset; " +
+                  describePresetsFor(text));
     c.model = std::move(*preset);
     return Error::success();
   }
@@ -874,6 +890,12 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
     c.dropout = rate;
     return Error::success();
   }
+  case Key::Progress:
+    if (text != "auto" && text != "bar" && text != "lines")
+      return fail("unknown progress display '" + text +
+                  "'; expected auto, bar or lines");
+    c.progress = text.str();
+    return Error::success();
   case Key::Threads:
     return getInt(c.threads, 0);
   case Key::Device:
@@ -966,8 +988,10 @@ Error Parser::validate(TrainingConfig &c) {
   // later.
   if (c.maxTokens && c.seqLen)
     c.maxSteps = c.batchSchedule().stepsForTokens(c.maxTokens);
+  // Unset, the decay ends with the run; a run shorter than its warmup
+  // (--max-steps 10 on a config that warms up for 30) stays in the warmup.
   if (c.schedule.decaySteps == 0)
-    c.schedule.decaySteps = c.maxSteps;
+    c.schedule.decaySteps = std::max(c.maxSteps, c.schedule.warmupSteps);
   if (c.schedule.decaySteps < c.schedule.warmupSteps)
     return errorAtKey(Key::DecaySteps,
                       formatv("{0} is below warmup_steps ({1})",
@@ -976,9 +1000,24 @@ Error Parser::validate(TrainingConfig &c) {
     return errorAtKey(Key::MinLr, formatv("{0} is above lr ({1})",
                                           formatDouble(c.schedule.minLr),
                                           formatDouble(c.schedule.lr)));
-  if (!c.data.val.empty() && c.data.valFraction > 0)
-    return errorAtKey(Key::DataValFraction,
-                      "give val files or val_fraction, not both");
+  // Validation files and a split of the training data exclude each other;
+  // a flag overrides the file's choice (--val on a config with
+  // val_fraction uses the files), both in one place is an error.
+  if (!c.data.val.empty() && c.data.valFraction > 0) {
+    auto fromFlag = [&](Key key) {
+      auto it = values.find(key);
+      return it != values.end() && !it->second.flag.empty();
+    };
+    bool valFlag = fromFlag(Key::DataVal);
+    bool fractionFlag = fromFlag(Key::DataValFraction);
+    if (valFlag && !fractionFlag)
+      c.data.valFraction = 0;
+    else if (fractionFlag && !valFlag)
+      c.data.val.clear();
+    else
+      return errorAtKey(Key::DataValFraction,
+                        "give val files or val_fraction, not both");
+  }
   bool mixed = c.precision.kind != PrecisionConfig::Kind::FP32;
   for (Key key : {Key::AmpAllow, Key::AmpDeny})
     if (values.count(key) && !mixed)
@@ -1149,6 +1188,7 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
   os << "  val_fraction: " << formatDouble(c.data.valFraction) << "\n"
      << "  tokenizer: \"" << yaml::escape(c.data.tokenizer) << "\"\n";
   os << "log_interval: " << c.logInterval << "\n"
+     << "progress: " << c.progress << "\n"
      << "eval_interval: " << c.evalInterval << "\n"
      << "eval_steps: " << c.evalSteps << "\n"
      << "sample_tokens: " << c.sampleTokens << "\n"

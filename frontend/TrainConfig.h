@@ -155,6 +155,7 @@ struct TrainingConfig {
   TrainDataConfig data;
 
   int64_t logInterval = 10;
+  std::string progress = "auto"; // auto (bar on a terminal), bar or lines
   int64_t evalInterval = 100; // 0: evaluate only at the end
   int64_t evalSteps = 10;
   int64_t sampleTokens = 64; // 0: no sample at evaluations

@@ -228,9 +228,9 @@ Expected<PlanModel> plan::loadPlanModel(MLIRContext &context, StringRef input) {
     how = "preset " + input.str();
   } else {
     return makeError("'" + input +
-                     "' is neither a model.mlir, a config file nor a preset "
-                     "(presets: " +
-                     join(getModelPresetNames(), ", ") + ")");
+                     "' is neither a model.mlir, a config file nor a "
+                     "preset; " +
+                     describePresetsFor(input));
   }
   Expected<PlanModel> model = analyzeModel(context, config);
   if (!model)

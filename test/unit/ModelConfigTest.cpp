@@ -497,8 +497,13 @@ TEST(ModelConfigErrors, InvalidEnumValues) {
 TEST(ModelConfigErrors, UnknownPresetListsKnownNames) {
   EXPECT_THAT(parseError("preset: gpt3\n"),
               HasSubstr("cfg.yaml:1:9: error: preset: unknown preset 'gpt3'; "
-                        "known presets: gpt2, gpt2-medium, gpt2-large, "
-                        "gpt2-xl, opt-125m, opt-1.3b, llama-7b"));
+                        "did you mean 'gpt2'? presets: gpt2, gpt2-medium, "
+                        "gpt2-large, gpt2-xl, opt-125m, opt-1.3b, llama-7b"));
+  // No near miss: the list alone. Case differences are near misses.
+  EXPECT_THAT(parseError("preset: falcon-40b\n"),
+              HasSubstr("unknown preset 'falcon-40b'; presets: gpt2,"));
+  EXPECT_THAT(parseError("preset: GPT2-XL\n"),
+              HasSubstr("did you mean 'gpt2-xl'?"));
 }
 
 TEST(ModelConfigErrors, EmptyDocument) {

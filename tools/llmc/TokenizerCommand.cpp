@@ -184,10 +184,12 @@ static int runTrain(const Arguments &args) {
   for (const auto &buffer : *buffers)
     tokens += (*tokenizer)->encode(buffer->getBuffer()).size();
   double encodeSeconds = secondsSince(start);
+  llvm::SmallString<128> vocabPath(args.output), mergesPath(args.output);
+  llvm::sys::path::append(vocabPath, "vocab.json");
+  llvm::sys::path::append(mergesPath, "merges.txt");
   llvm::outs() << llvm::formatv(
-      "wrote {0}/vocab.json and {0}/merges.txt: {1} tokens, {2} merges, "
-      "learned in {3:f2} s\n",
-      args.output, learned->tokens.size(), learned->merges.size(),
+      "wrote {0} and {1}: {2} tokens, {3} merges, learned in {4:f2} s\n",
+      vocabPath, mergesPath, learned->tokens.size(), learned->merges.size(),
       trainSeconds);
   llvm::outs() << llvm::formatv(
       "compression: {0} bytes -> {1} tokens = {2:f3} bytes/token (encoded in "

@@ -237,11 +237,8 @@ static void registerDialects(MLIRContext &context) {
 }
 
 static llvm::Error unknownPreset(llvm::StringRef name, llvm::StringRef what) {
-  std::string known;
-  llvm::raw_string_ostream os(known);
-  llvm::interleave(getModelPresetNames(), os, ", ");
-  return llvm::createStringError("'" + name + "' is " + what +
-                                 " (presets: " + known + ")");
+  return llvm::createStringError("'" + name + "' is " + what + "; " +
+                                 describePresetsFor(name));
 }
 
 /// A config file if `input` names an existing file, else a preset.
@@ -739,11 +736,18 @@ static int runGenerate() {
   llvm::outs() << prompt;
   llvm::outs().flush();
   auto start = std::chrono::steady_clock::now();
+  // On a terminal, control bytes and broken UTF-8 are shown escaped; into a
+  // pipe or file the bytes go as generated.
+  bool terminal = llvm::outs().is_displayed();
+  ::llmc::runtime::TerminalText shown;
   llvm::Error error = ::llmc::runtime::generate(
-      **executor, context, maxTokens, options, [&tok](int64_t id) {
-        llvm::outs() << tok.decodeToken(int32_t(id));
+      **executor, context, maxTokens, options, [&](int64_t id) {
+        std::string bytes = tok.decodeToken(int32_t(id));
+        llvm::outs() << (terminal ? shown.feed(bytes) : bytes);
         llvm::outs().flush();
       });
+  if (terminal)
+    llvm::outs() << shown.finish();
   llvm::outs() << "\n";
   llvm::outs().flush();
   if (error)

@@ -121,6 +121,37 @@ TEST(TrainConfigTest, FlagsOverrideTheFile) {
   EXPECT_EQ(c->seed, 9u);
 }
 
+// What a user means on the command line wins over what the file says:
+// validation files over its val_fraction, a run shorter than its warmup
+// over the default decay (which would end before the warmup), inline model
+// keys over its model.
+TEST(TrainConfigTest, FlagsWinOverTheFilesChoices) {
+  llvm::Expected<TrainingConfig> c = parse(kConfig, {"--val", "v.txt"});
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  ASSERT_EQ(c->data.val.size(), 1u);
+  EXPECT_EQ(c->data.valFraction, 0);
+
+  c = parse(with("  val_fraction: 0.1", "  val: [v.txt]"),
+            {"--val-fraction", "0.05"});
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  EXPECT_TRUE(c->data.val.empty());
+  EXPECT_DOUBLE_EQ(c->data.valFraction, 0.05);
+
+  c = parse(kConfig, {"--max-steps", "4"});
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  EXPECT_EQ(c->maxSteps, 4);
+  EXPECT_EQ(c->schedule.warmupSteps, 10);
+  EXPECT_EQ(c->schedule.decaySteps, 10);
+
+  c = parse(kConfig,
+            {"--model", "{preset: gpt2, n_layer: 2, n_embd: 64, n_head: 2}"});
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  EXPECT_EQ(c->model.nLayer, 2);
+  EXPECT_EQ(c->model.nEmbd, 64);
+  EXPECT_EQ(c->model.vocabSize, 50257);
+  EXPECT_EQ(c->modelSource, "(inline)");
+}
+
 TEST(TrainConfigTest, MaxTokensBecomesSteps) {
   llvm::Expected<TrainingConfig> c =
       parse(with("max_steps: 200", "max_tokens: 1e5"));
@@ -307,9 +338,22 @@ TEST(TrainConfigTest, Errors) {
       {kConfig, {"--seq-len-warmup-steps", "10"}, "seq_len_warmup.start: missing"},
       {kConfig, {"--seq-len-warmup-steps", "10", "--seq-len-warmup-start", "40"},
        "--seq-len-warmup-start: 40 is longer than seq_len (32)"},
-      {kConfig, {"--val", "v.txt"}, "give val files or val_fraction, not both"},
+      {with("  val_fraction: 0.1", "  val_fraction: 0.1\n  val: [v.txt]"),
+       {},
+       "give val files or val_fraction, not both"},
+      {kConfig, {"--val", "v.txt", "--val-fraction", "0.2"},
+       "give val files or val_fraction, not both"},
       {kConfig, {"--model", "gpt5"},
-       "--model: 'gpt5' is neither a model file (.yaml, .mlir) nor a preset"},
+       "--model: 'gpt5' is neither a model file (.yaml, .mlir), inline keys "
+       "({n_layer: 2, ...}) nor a preset; did you mean 'gpt2'? presets: "
+       "gpt2,"},
+      {kConfig, {"--model", "{n_layer: 2, n_hed: 4}"},
+       "--model:1:14: error: unknown key 'n_hed' (did you mean 'n_head'?)"},
+      {kConfig, {"--max-steps", "5", "--decay-steps", "5"},
+       "--decay-steps: 5 is below warmup_steps (10)"},
+      {kConfig, {"--progress", "fancy"},
+       "--progress: unknown progress display 'fancy'; expected auto, bar or "
+       "lines"},
       {kConfig, {"--model", "missing/model.yaml"},
        "missing/model.yaml'"},
       {kConfig, {"--init-from", "missing.bin"}, "--init-from: no such file '"},
