@@ -5,11 +5,10 @@
 #define LLMC_BENCH_CPUBENCH_H
 
 #include "frontend/ModelConfig.h"
+#include "runtime/SgemmPeak.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,36 +17,12 @@
 
 namespace llmc::bench {
 
-/// Best-of-5 GFLOP/s of an n^3 OpenBLAS sgemm (C = A B^T, llmc's weight
-/// layout) on `numThreads` threads; BLAS goes back to one thread after.
-inline double sgemmPeak(int n, int numThreads) {
-  using Clock = std::chrono::steady_clock;
-  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f),
-      c(size_t(n) * n);
-  openblas_set_num_threads(numThreads);
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    auto start = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f,
-                a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    best = std::min(
-        best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  openblas_set_num_threads(1);
-  return 2.0 * n * n * n / best / 1e9;
-}
-
 /// Prints which BLAS and kernels run (OpenBLAS's core and the environment
-/// that steers it), measures the 2048^3 sgemm peak on `numThreads` threads,
-/// prints it and returns it in GFLOP/s.
+/// that steers it), measures the 2048^3 sgemm peak (best of 5) on
+/// `numThreads` threads, prints it and returns it in GFLOP/s.
 inline double printBlasAndPeak(int numThreads) {
-  const char *coretype = std::getenv("OPENBLAS_CORETYPE");
-  const char *l2 = std::getenv("OPENBLAS_L2_SIZE");
-  llvm::outs() << "BLAS: OpenBLAS " << openblas_get_config() << ", core "
-               << openblas_get_corename() << " (OPENBLAS_CORETYPE="
-               << (coretype ? coretype : "unset")
-               << ", OPENBLAS_L2_SIZE=" << (l2 ? l2 : "unset") << ")\n";
-  double peak = sgemmPeak(2048, numThreads);
+  llvm::outs() << "BLAS: " << runtime::describeBlas() << "\n";
+  double peak = runtime::measureSgemmPeak(2048, numThreads, 5);
   llvm::outs() << llvm::format(
       "sgemm peak (2048^3, %d threads): %.1f GFLOP/s\n", numThreads, peak);
   return peak;

@@ -91,3 +91,106 @@ llvm::Error llmc::runtime::generate(Executor &executor,
   }
   return llvm::Error::success();
 }
+
+//===----------------------------------------------------------------------===//
+// Text for a terminal
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The length of the UTF-8 sequence that starts `text` when it is valid and
+/// complete; 0 when it is invalid; -1 when it is a valid prefix cut short.
+int utf8SequenceLength(llvm::StringRef text) {
+  auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  unsigned char lead = byte(0);
+  if (lead < 0x80)
+    return 1;
+  int length = lead >= 0xC2 && lead <= 0xDF   ? 2
+               : lead >= 0xE0 && lead <= 0xEF ? 3
+               : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                              : 0;
+  if (length == 0)
+    return 0;
+  for (int i = 1; i < length; ++i) {
+    if (size_t(i) >= text.size())
+      return -1;
+    unsigned char c = byte(i);
+    // The second byte's range excludes overlong forms, surrogates and code
+    // points above U+10FFFF.
+    unsigned char low = 0x80, high = 0xBF;
+    if (i == 1) {
+      if (lead == 0xE0)
+        low = 0xA0;
+      else if (lead == 0xED)
+        high = 0x9F;
+      else if (lead == 0xF0)
+        low = 0x90;
+      else if (lead == 0xF4)
+        high = 0x8F;
+    }
+    if (c < low || c > high)
+      return 0;
+  }
+  return length;
+}
+
+uint32_t decodeUtf8(llvm::StringRef sequence) {
+  auto byte = [&](size_t i) { return static_cast<unsigned char>(sequence[i]); };
+  if (sequence.size() == 1)
+    return byte(0);
+  uint32_t cp = byte(0) & (0x7F >> sequence.size());
+  for (size_t i = 1; i < sequence.size(); ++i)
+    cp = cp << 6 | (byte(i) & 0x3F);
+  return cp;
+}
+
+/// Characters a terminal acts on instead of showing.
+bool isControl(uint32_t cp) {
+  if (cp == '\n' || cp == '\t')
+    return false;
+  return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0x061C ||
+         cp == 0x200E || cp == 0x200F || (cp >= 0x202A && cp <= 0x202E) ||
+         (cp >= 0x2066 && cp <= 0x2069);
+}
+
+void appendEscaped(std::string &out, llvm::StringRef bytes) {
+  for (char c : bytes)
+    out += llvm::formatv("\\x{0:x-2}", static_cast<unsigned char>(c)).str();
+}
+} // namespace
+
+std::string TerminalText::feed(llvm::StringRef bytes) {
+  pending += bytes.str();
+  std::string out;
+  llvm::StringRef rest = pending;
+  while (!rest.empty()) {
+    int length = utf8SequenceLength(rest);
+    if (length < 0)
+      break; // wait for the rest of the sequence
+    if (length == 0) {
+      appendEscaped(out, rest.take_front(1));
+      rest = rest.drop_front(1);
+      continue;
+    }
+    llvm::StringRef sequence = rest.take_front(length);
+    if (isControl(decodeUtf8(sequence)))
+      appendEscaped(out, sequence);
+    else
+      out += sequence;
+    rest = rest.drop_front(length);
+  }
+  pending = rest.str();
+  return out;
+}
+
+std::string TerminalText::finish() {
+  std::string out;
+  appendEscaped(out, pending);
+  pending.clear();
+  return out;
+}
+
+std::string TerminalText::escape(llvm::StringRef text) {
+  TerminalText terminal;
+  std::string shown = terminal.feed(text);
+  return shown + terminal.finish();
+}

@@ -32,6 +32,26 @@ llvm::Error generate(Executor &executor, std::vector<int32_t> &context,
                      int64_t maxTokens, const SamplingOptions &options,
                      const std::function<void(int64_t)> &emit);
 
+/// Generated text made safe for a terminal, fed as it streams: valid UTF-8
+/// passes unchanged; bytes that are not valid UTF-8, control characters
+/// (C0 but newline and tab, DEL, C1: an untrained model emits escape
+/// sequences) and bidirectional-override characters come out as \xNN per
+/// byte. A multi-byte sequence split across two feeds is held back until it
+/// completes (a byte-level tokenizer emits one byte per token).
+class TerminalText {
+public:
+  /// The displayable form of the bytes fed so far that are complete.
+  std::string feed(llvm::StringRef bytes);
+  /// The displayable form of whatever is still held back (escaped).
+  std::string finish();
+
+  /// feed + finish of a whole text.
+  static std::string escape(llvm::StringRef text);
+
+private:
+  std::string pending;
+};
+
 } // namespace llmc::runtime
 
 #endif // LLMC_RUNTIME_GENERATE_H

@@ -111,16 +111,24 @@ std::string formatDuration(double seconds) {
   return text;
 }
 
-/// A sample as a terminal may show it: valid UTF-8, control bytes (an
-/// untrained model emits escape sequences too) as '?', newlines kept.
+/// A sample as the log shows it: made safe for a terminal (TerminalText),
+/// blank space at both ends dropped, each further line indented under the
+/// first. metrics.jsonl keeps the text as it was generated.
 std::string printable(llvm::StringRef text) {
-  std::string fixed = llvm::json::fixUTF8(text);
-  for (char &c : fixed)
-    if ((static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') ||
-        c == 0x7f)
-      c = '?';
-  return fixed;
+  std::string safe = TerminalText::escape(text);
+  llvm::StringRef trimmed = llvm::StringRef(safe).trim();
+  std::string shown;
+  for (char c : trimmed) {
+    shown += c;
+    if (c == '\n')
+      shown += "        "; // under the text after "sample: "
+  }
+  return shown;
 }
+
+/// How often the status line is redrawn at most (a tiny model takes a
+/// few milliseconds a step; a terminal need not repaint that often).
+constexpr double kStatusSeconds = 0.1;
 
 std::string formatRate(double value) {
   if (value >= 1e6)
@@ -135,6 +143,26 @@ Trainer::Trainer(TrainerOptions options, TrainerPrograms programs,
                  TrainerData data, std::shared_ptr<TensorStore> store)
     : options(std::move(options)), programs(std::move(programs)),
       data(std::move(data)), store(std::move(store)) {}
+
+double Trainer::modelFlopsUtilization(double tokensPerSecond) const {
+  if (options.peakFlops <= 0 || options.modelFlopsPerToken <= 0)
+    return 0;
+  return tokensPerSecond * options.modelFlopsPerToken /
+         (options.peakFlops * dpSize());
+}
+
+std::string Trainer::statusLine(double loss, double tokensPerSecond,
+                                double eta) const {
+  double done = double(currentStep) / double(std::max<int64_t>(
+                                          options.maxSteps, 1));
+  std::string text = llvm::formatv(
+      "{0} {1}/{2} {3,3}% | loss {4:f4} | {5} tok/s", progressBar(done, 24),
+      currentStep, options.maxSteps, int(100 * done), loss,
+      formatRate(tokensPerSecond));
+  if (double mfu = modelFlopsUtilization(tokensPerSecond); mfu > 0)
+    text += llvm::formatv(" | MFU {0:f1}%", 100 * mfu).str();
+  return text + " | ETA " + formatDuration(eta);
+}
 
 llvm::Expected<Executor *> Trainer::gradStep(int64_t seqLen, bool sync) {
   auto it = gradSteps.find({seqLen, sync});
@@ -494,10 +522,12 @@ llvm::Error Trainer::run() {
   };
 
   Clock::time_point runStart = Clock::now(), intervalStart = runStart;
+  Clock::time_point lastStatus = runStart - std::chrono::seconds(1);
   // Evaluations and compiling grad steps for new lengths are not in the
   // rates: their time is taken out.
   double evalSeconds = 0, intervalEvalSeconds = 0;
   int64_t firstStep = currentStep;
+  int64_t firstTokens = consumedTokens;
   int64_t intervalTokens = 0;
   double intervalFlops = 0;
   bool checkpointWritten = false;
@@ -705,6 +735,7 @@ llvm::Error Trainer::run() {
       double trainSeconds = secondsSince(runStart) - evalSeconds;
       double tokensPerSecond = intervalTokens / seconds;
       double gflops = intervalFlops / seconds / 1e9;
+      double mfu = modelFlopsUtilization(tokensPerSecond);
       double elapsed = secondsSince(runStart);
       double eta = trainSeconds / double(currentStep - firstStep) *
                    double(options.maxSteps - currentStep);
@@ -729,6 +760,8 @@ llvm::Error Trainer::run() {
         j.attribute("tokens", consumedTokens);
         j.attribute("tokens_per_s", tokensPerSecond);
         j.attribute("gflop_per_s", gflops);
+        if (mfu > 0)
+          j.attribute("mfu", mfu);
         j.attribute("elapsed_s", elapsed);
       });
       trainPoints.push_back({step, loss});
@@ -737,19 +770,31 @@ llvm::Error Trainer::run() {
       if (log) {
         std::string scale =
             lossScaling ? " | loss scale " + formatScale(usedScale) : "";
+        std::string mfuText =
+            mfu > 0 ? llvm::formatv(" | MFU {0:f1}%", 100 * mfu).str() : "";
         *log << llvm::format("step %6lld/%lld | loss %.4f | lr %.2e | grad "
-                             "norm %.4f%s | %s tok/s | %.2f GFLOP/s | ETA "
+                             "norm %.4f%s | %s tok/s | %.2f GFLOP/s%s | ETA "
                              "%s\n",
                              (long long)step, (long long)options.maxSteps,
                              loss, lr, *gradNorm, scale.c_str(),
                              formatRate(tokensPerSecond).c_str(), gflops,
-                             formatDuration(eta).c_str());
+                             mfuText.c_str(), formatDuration(eta).c_str());
         log->flush();
       }
       intervalStart = Clock::now();
       intervalEvalSeconds = 0;
       intervalTokens = 0;
       intervalFlops = 0;
+    }
+
+    if (options.console && secondsSince(lastStatus) >= kStatusSeconds) {
+      lastStatus = Clock::now();
+      double trainSeconds =
+          std::max(secondsSince(runStart) - evalSeconds, 1e-9);
+      double tokensPerSecond = (consumedTokens - firstTokens) / trainSeconds;
+      double eta = trainSeconds / double(currentStep - firstStep) *
+                   double(options.maxSteps - currentStep);
+      options.console->setStatus(statusLine(loss, tokensPerSecond, eta));
     }
 
     if ((options.checkpointInterval > 0 &&
@@ -760,6 +805,8 @@ llvm::Error Trainer::run() {
       checkpointWritten = true;
     }
   }
+  if (options.console)
+    options.console->clearStatus();
   if (evalDue(currentStep))
     if (llvm::Error err = runEval())
       return err;
@@ -808,11 +855,19 @@ llvm::Error Trainer::run() {
         (long long)bytes.gradients, (long long)bytes.optimizer,
         (long long)bytes.other, (long long)arena);
   }
-  if (log)
-    *log << llvm::format("done: %lld steps, %lld tokens in %s\n",
+  if (log) {
+    // This run's steps and tokens; after a resume also the whole run's.
+    *log << llvm::format("done: %lld steps, %lld tokens in %s",
                          (long long)(currentStep - firstStep),
-                         (long long)consumedTokens,
+                         (long long)(consumedTokens - firstTokens),
                          formatDuration(secondsSince(runStart)).c_str());
+    if (firstStep > 0)
+      *log << llvm::format(" (resumed at step %lld; %lld steps, %lld tokens "
+                           "since step 0)",
+                           (long long)firstStep, (long long)currentStep,
+                           (long long)consumedTokens);
+    *log << "\n";
+  }
   return llvm::Error::success();
 }
 

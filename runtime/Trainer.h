@@ -12,6 +12,7 @@
 #include "runtime/Checkpoint.h"
 #include "runtime/Backend.h"
 #include "runtime/Comm/Communicator.h"
+#include "runtime/Console.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
@@ -65,6 +66,14 @@ struct TrainerOptions {
   std::map<std::string, std::string> configSections;
   /// Progress lines and samples; null: quiet.
   llvm::raw_ostream *log = nullptr;
+  /// On a terminal: `log` itself, which also shows a live status line
+  /// (progress bar, loss, tokens/s, MFU, ETA) redrawn after every step.
+  StatusConsole *console = nullptr;
+  /// MFU: the model's training FLOPs per token at the full sequence length
+  /// (6N + 12 L h s, PaLM's definition, as `llmc plan` counts them) and the
+  /// peak FLOP/s it is measured against; 0: no MFU.
+  double modelFlopsPerToken = 0;
+  double peakFlops = 0;
   /// Data parallelism: the ranks of mesh axis "dp" (null: one process).
   /// Each rank runs its contiguous share of every step's micro-batches
   /// (the loader on every rank reads them all and skips the others', so
@@ -171,6 +180,13 @@ private:
   llvm::Expected<std::vector<float>> gatherFloats(std::vector<float> local);
   llvm::Expected<double> evaluate(std::string &sample);
   llvm::Error writeCheckpointNow();
+  /// The fraction of the peak that `tokensPerSecond` is in model FLOPs
+  /// (every rank's tokens on every rank's peak); 0 when unknown.
+  double modelFlopsUtilization(double tokensPerSecond) const;
+  /// "[=====>    ]  120/500  24% | loss 2.3412 | 55.1k tok/s | MFU 23.4% |
+  /// ETA 3.2s".
+  std::string statusLine(double loss, double tokensPerSecond,
+                         double eta) const;
   /// ZeRO: fills the rank's blocks from the store's parameters and the
   /// full optimizer states of a resumed checkpoint (zeros when fresh).
   llvm::Error initializeShards();

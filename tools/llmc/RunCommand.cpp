@@ -4,6 +4,8 @@
 // a checkpoint or initializes the weights and runs the Trainer.
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "codegen/Plan/Estimate.h"
+#include "codegen/Plan/ModelAnalysis.h"
 #include "codegen/Training.h"
 #include "frontend/Dataset.h"
 #include "frontend/GptBuilder.h"
@@ -17,6 +19,7 @@
 #include "runtime/Checkpoint.h"
 #include "runtime/Comm/Communicator.h"
 #include "runtime/Generate.h"
+#include "runtime/SgemmPeak.h"
 #include "runtime/Trainer.h"
 #ifdef LLMC_HAVE_NVRTC
 #include "codegen/KernelToCuda/CudaCompiler.h"
@@ -38,6 +41,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/xxhash.h"
@@ -45,10 +49,15 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <thread>
 
 using namespace mlir;
 using namespace mlir::llmc;
 namespace rt = ::llmc::runtime;
+
+/// The sgemm that measures the CPU's peak at start-up (the benchmarks'
+/// size: large enough for the BLAS to reach its peak, ~0.1 s a run).
+constexpr int kPeakSgemmSize = 2048;
 namespace data = ::llmc::data;
 
 namespace {
@@ -639,6 +648,42 @@ int runTrainCommand(int argc, char **argv) {
     options.evalSteps = 0;
   options.configSections = sections;
   options.log = rank == 0 ? &llvm::outs() : nullptr;
+  // Progress: on a terminal a live status line under the logged lines.
+  std::unique_ptr<rt::StatusConsole> console;
+  if (rank == 0 && (config.progress == "bar" ||
+                    (config.progress == "auto" &&
+                     llvm::outs().is_displayed()))) {
+    unsigned columns = llvm::sys::Process::StandardOutColumns();
+    console = std::make_unique<rt::StatusConsole>(llvm::outs(),
+                                                  columns ? columns : 100);
+    options.log = console.get();
+    options.console = console.get();
+  }
+  // MFU: the planner's model FLOPs per token against the sgemm peak of
+  // this machine's cores, measured now with the BLAS the kernels call
+  // (every rank at once: under mpirun they share the machine).
+  if (config.device == "cpu") {
+    llvm::Expected<plan::PlanModel> planModel =
+        config.modelMlirPath.empty()
+            ? plan::analyzeModel(context, config.model)
+            : plan::loadPlanModel(context, config.modelMlirPath);
+    if (!planModel)
+      return fail(planModel.takeError());
+    options.modelFlopsPerToken =
+        plan::modelFlopsPerToken(*planModel, config.seqLen);
+    int peakThreads = device->threads > 0
+                          ? device->threads
+                          : std::max(1, int(std::thread::hardware_concurrency()));
+    double peak = rt::measureSgemmPeak(kPeakSgemmSize, peakThreads,
+                                       /*reps=*/3);
+    options.peakFlops = peak * 1e9;
+    out << llvm::formatv(
+        "llmc run: MFU is model FLOPs ({0:e2} per token: 6N + 12 L h s) "
+        "against this machine's sgemm peak, measured now: {1:f1} GFLOP/s "
+        "({2}^3 on {3} thread(s) per rank; {4})\n",
+        options.modelFlopsPerToken, peak, kPeakSgemmSize, peakThreads,
+        rt::describeBlas());
+  }
   options.dp = dpAxis.get();
   options.accumulateWithoutSync = config.parallel.zero < 2;
   // LLMC_FAULT_INJECT=kill:RANK:STEP or hang:RANK:STEP kills (SIGKILL) or
@@ -792,6 +837,12 @@ int runTrainCommand(int argc, char **argv) {
       ::llmc::stringifyLrScheduleKind(config.schedule.kind).str().c_str(),
       config.schedule.lr, config.schedule.minLr, trainTokens->size(),
       valTokens->size(), tok.describe().c_str(), config.out.c_str());
+  if (config.maxSteps < config.schedule.warmupSteps)
+    out << llvm::format("llmc run: note: the run ends within the warmup "
+                        "(max_steps %lld < warmup_steps %lld): the learning "
+                        "rate only ramps up\n",
+                        (long long)config.maxSteps,
+                        (long long)config.schedule.warmupSteps);
   if (llvm::Error err = trainer.run())
     return fail(std::move(err));
   return 0;
