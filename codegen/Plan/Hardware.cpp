@@ -3,7 +3,10 @@
 
 #include "frontend/ConfigYaml.h"
 
+#include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 
 using namespace llvm;
@@ -116,6 +119,13 @@ std::string plan::getDefaultHardwarePath() {
   if (std::optional<std::string> env = sys::Process::GetEnv("LLMC_HARDWARE"))
     if (!env->empty())
       return *env;
+  // Installed: PREFIX/share/llmc/hardware.yaml beside PREFIX/bin/llmc;
+  // in the build tree: the source tree's examples/hardware.yaml.
+  SmallString<256> installed(sys::fs::getMainExecutable(nullptr, nullptr));
+  sys::path::remove_filename(installed);
+  sys::path::append(installed, "..", "share", "llmc", "hardware.yaml");
+  if (sys::fs::exists(installed))
+    return std::string(installed);
   return LLMC_DEFAULT_HARDWARE_FILE;
 }
 

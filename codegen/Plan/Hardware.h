@@ -50,7 +50,8 @@ llvm::Expected<HardwareTable> parseHardware(llvm::StringRef text,
                                             llvm::StringRef bufferName);
 llvm::Expected<HardwareTable> loadHardwareFile(llvm::StringRef path);
 /// The data file a build uses when none is given: $LLMC_HARDWARE if set,
-/// else examples/hardware.yaml of the source tree.
+/// else the installed PREFIX/share/llmc/hardware.yaml next to an installed
+/// llmc, else examples/hardware.yaml of the source tree.
 std::string getDefaultHardwarePath();
 /// The named GPU, or an error that names the data file to add it to.
 llvm::Expected<GpuSpec> lookupGpu(const HardwareTable &table,
