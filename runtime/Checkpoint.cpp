@@ -556,3 +556,26 @@ llmc::runtime::readShardedTensors(const Checkpoint &main,
   }
   return full;
 }
+
+llvm::Error llmc::runtime::joinShardedTensors(Checkpoint &checkpoint,
+                                              llvm::StringRef path) {
+  if (checkpoint.manifest.empty())
+    return llvm::Error::success();
+  llvm::Expected<TensorMap> full = readShardedTensors(checkpoint, path);
+  if (!full)
+    return full.takeError();
+  for (auto &entry : *full)
+    checkpoint.tensors[entry.first] = std::move(entry.second);
+  checkpoint.manifest.clear();
+  return llvm::Error::success();
+}
+
+llvm::Expected<Checkpoint> llmc::runtime::readFullCheckpoint(
+    llvm::StringRef path) {
+  llvm::Expected<Checkpoint> checkpoint = readCheckpoint(path);
+  if (!checkpoint)
+    return checkpoint.takeError();
+  if (llvm::Error error = joinShardedTensors(*checkpoint, path))
+    return std::move(error);
+  return checkpoint;
+}

@@ -88,6 +88,16 @@ std::string checkpointShardFileName(int64_t step, int rank, int worldSize);
 llvm::Expected<TensorMap> readShardedTensors(const Checkpoint &main,
                                              llvm::StringRef mainPath);
 
+/// Replaces a ZeRO checkpoint's blocks by the full tensors
+/// (readShardedTensors) and clears its manifest, so that `checkpoint`
+/// holds every parameter and optimizer state whole, whatever world size
+/// and stage it was saved with. A checkpoint of one file is left as it is.
+/// Resume, the weights loader and `llmc convert` all read through this.
+llvm::Error joinShardedTensors(Checkpoint &checkpoint, llvm::StringRef path);
+
+/// readCheckpoint, then joinShardedTensors.
+llvm::Expected<Checkpoint> readFullCheckpoint(llvm::StringRef path);
+
 /// Size and XXH3-64 of a whole file, for the manifest.
 llvm::Expected<std::pair<int64_t, uint64_t>> fileDigest(llvm::StringRef path);
 

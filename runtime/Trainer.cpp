@@ -234,13 +234,8 @@ llvm::Error Trainer::initializeShards() {
 llvm::Error Trainer::resume(const Checkpoint &main, llvm::StringRef source) {
   // A ZeRO checkpoint's blocks, joined into the full tensors.
   Checkpoint c = main;
-  if (!main.manifest.empty()) {
-    llvm::Expected<TensorMap> full = readShardedTensors(main, source);
-    if (!full)
-      return full.takeError();
-    for (auto &entry : *full)
-      c.tensors[entry.first] = std::move(entry.second);
-  }
+  if (llvm::Error err = joinShardedTensors(c, source))
+    return err;
   std::string difference =
       describeConfigDifference(c.config, options.configSections);
   if (!difference.empty())

@@ -4,6 +4,7 @@
 #include "ir/kernel/AtomicFile.h"
 #include "runtime/Backend.h"
 #include "runtime/Checkpoint.h"
+#include "runtime/HuggingFace.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/bit.h"
@@ -215,6 +216,12 @@ std::vector<float> HostTensor::toF32() const {
   default:
     llvm_unreachable("HostTensor::toF32 needs a float dtype");
   }
+}
+
+HostTensor castFloatTensor(const HostTensor &tensor, DType dtype) {
+  if (tensor.dtype == dtype)
+    return tensor;
+  return HostTensor::fromF32(tensor.toF32(), tensor.shape, dtype);
 }
 
 bool operator==(const HostTensor &lhs, const HostTensor &rhs) {
@@ -997,7 +1004,92 @@ llvm::Error loadWeights(Executor &executor,
   llvm::Expected<TensorMap> tensors = readWeights(specs, program, path, seed);
   if (!tensors)
     return tensors.takeError();
+  // Weights stored in another float precision (a bf16 file for an fp32
+  // model) are converted to the model's.
+  for (const kir::Binding &param : program.params) {
+    auto it = tensors->find(param.name);
+    DType want = program.buffers[param.buffer].dtype;
+    if (it != tensors->end() && it->second.isFloat() && kir::isFloat(want) &&
+        it->second.dtype != want)
+      it->second = castFloatTensor(it->second, want);
+  }
   return executor.setParams(*tensors, path.empty() ? "initialization" : path);
+}
+
+/// The keys of the `llmc.model` config that decide what the weights mean;
+/// the name, the compiled batch and dropout do not.
+static constexpr const char *kModelKeys[] = {
+    "n_layer",    "n_head",   "n_embd",         "seq_len",
+    "vocab_size", "ffn_hidden", "activation",   "norm",
+    "position",   "tie_embeddings", "bias",     "norm_eps",
+    "rope_theta"};
+
+/// Empty when the model a file records (`saved`, JSON) is the artifact's
+/// (`current`), else one "key: X in the file, Y in the model" line each.
+static std::string modelDifference(llvm::StringRef saved,
+                                   llvm::StringRef current) {
+  llvm::Expected<llvm::json::Value> a = llvm::json::parse(saved);
+  llvm::Expected<llvm::json::Value> b = llvm::json::parse(current);
+  if (!a || !b || !a->getAsObject() || !b->getAsObject()) {
+    if (!a)
+      llvm::consumeError(a.takeError());
+    if (!b)
+      llvm::consumeError(b.takeError());
+    return "";
+  }
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  for (const char *key : kModelKeys) {
+    const llvm::json::Value *x = a->getAsObject()->get(key);
+    const llvm::json::Value *y = b->getAsObject()->get(key);
+    if (!x || !y || *x == *y)
+      continue;
+    os << "\n  " << key << ": " << *x << " in the file, " << *y
+       << " in the model";
+  }
+  return out;
+}
+
+/// The parameters of a safetensors file: under llmc's names, or under
+/// Hugging Face GPT-2 or Llama names (what `llmc convert` writes, and the
+/// hub's files), mapped to llmc's. A file that records the llmc model it
+/// holds (metadata `llmc.model`) must be of the artifact's model.
+static llvm::Expected<TensorMap>
+readSafetensorsWeights(llvm::ArrayRef<ParamSpec> specs,
+                       const kir::Program &program, llvm::StringRef path) {
+  llvm::Expected<SafetensorsFile> file = readSafetensorsFile(path);
+  if (!file)
+    return file.takeError();
+  auto saved = file->metadata.find("llmc.model");
+  if (saved != file->metadata.end()) {
+    std::string difference = modelDifference(saved->second, program.modelJson);
+    if (!difference.empty())
+      return llvm::createStringError(
+          "'" + path + "' holds the weights of another model:" + difference);
+  }
+  bool llmcNames = llvm::all_of(specs, [&](const ParamSpec &spec) {
+    return file->tensors.count(spec.name);
+  });
+  std::optional<HfArchitecture> hf = detectHuggingFace(file->tensors);
+  if (llmcNames || !hf) {
+    for (const ParamSpec &spec : specs)
+      if (file->f64Tensors.count(spec.name))
+        return llvm::createStringError("'" + path + "': tensor '" + spec.name +
+                                       "' is F64; parameters are F32, F16 "
+                                       "or BF16");
+    return std::move(file->tensors);
+  }
+  llvm::Expected<HfModel> model = hfModelOf(program.modelJson);
+  if (!model)
+    return llvm::createStringError("'" + path + "' holds " +
+                                   hfArchitectureName(*hf) + " names, but " +
+                                   llvm::toString(model.takeError()));
+  if (model->architecture != *hf)
+    return llvm::createStringError(
+        "'" + path + "' holds " + hfArchitectureName(*hf) +
+        " names, but the artifact's model maps to " +
+        hfArchitectureName(model->architecture));
+  return fromHuggingFace(file->tensors, *model, path);
 }
 
 llvm::Expected<TensorMap> readWeights(llvm::ArrayRef<ParamSpec> specs,
@@ -1034,7 +1126,7 @@ llvm::Expected<TensorMap> readWeights(llvm::ArrayRef<ParamSpec> specs,
   if (trainingCheckpoint) {
     // The parameters of a checkpoint `llmc run` wrote; its optimizer state
     // is for resuming, not for running the model.
-    llvm::Expected<Checkpoint> checkpoint = readCheckpoint(path);
+    llvm::Expected<Checkpoint> checkpoint = readFullCheckpoint(path);
     if (!checkpoint)
       return checkpoint.takeError();
     TensorMap params;
@@ -1053,7 +1145,7 @@ llvm::Expected<TensorMap> readWeights(llvm::ArrayRef<ParamSpec> specs,
       return dims.takeError();
     tensors = readLlmcCheckpoint(path, *dims);
   } else {
-    tensors = readSafetensors(path);
+    tensors = readSafetensorsWeights(specs, program, path);
   }
   return tensors;
 }

@@ -67,6 +67,10 @@ struct HostTensor {
   std::vector<float> toF32() const;
 };
 
+/// `tensor` (F32, F16 or BF16) as `dtype` (F32, F16 or BF16), rounding to
+/// nearest even when narrowing; the same tensor when the dtypes agree.
+HostTensor castFloatTensor(const HostTensor &tensor, kir::DType dtype);
+
 bool operator==(const HostTensor &lhs, const HostTensor &rhs);
 inline bool operator!=(const HostTensor &lhs, const HostTensor &rhs) {
   return !(lhs == rhs);

@@ -242,25 +242,7 @@ LogicalResult Lowering::lowerResults(func::ReturnOp ret) {
 
 FailureOr<Program> Lowering::run() {
   program.function = func.getName().str();
-  if (auto model = func->getParentOfType<ModuleOp>()->getAttrOfType<
-                   DictionaryAttr>("llmc.model")) {
-    llvm::json::Object object;
-    for (NamedAttribute entry : model) {
-      Attribute value = entry.getValue();
-      if (auto b = dyn_cast<BoolAttr>(value))
-        object[entry.getName().str()] = b.getValue();
-      else if (auto i = dyn_cast<IntegerAttr>(value))
-        object[entry.getName().str()] = i.getInt();
-      else if (auto f = dyn_cast<FloatAttr>(value))
-        object[entry.getName().str()] = f.getValueAsDouble();
-      else if (auto s = dyn_cast<StringAttr>(value))
-        object[entry.getName().str()] = s.str();
-    }
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    os << llvm::json::Value(std::move(object));
-    program.modelJson = text;
-  }
+  program.modelJson = modelConfigJson(func->getParentOfType<ModuleOp>());
 
   for (BlockArgument arg : func.getArguments()) {
     auto type = cast<RankedTensorType>(arg.getType());
@@ -350,4 +332,26 @@ FailureOr<Program> Lowering::run() {
 mlir::FailureOr<::llmc::kir::Program>
 mlir::llmc::lowerToProgram(mlir::func::FuncOp func) {
   return lowering::Lowering(func).run();
+}
+
+std::string mlir::llmc::modelConfigJson(ModuleOp module) {
+  auto model = module->getAttrOfType<DictionaryAttr>("llmc.model");
+  if (!model)
+    return "";
+  llvm::json::Object object;
+  for (NamedAttribute entry : model) {
+    Attribute value = entry.getValue();
+    if (auto b = dyn_cast<BoolAttr>(value))
+      object[entry.getName().str()] = b.getValue();
+    else if (auto i = dyn_cast<IntegerAttr>(value))
+      object[entry.getName().str()] = i.getInt();
+    else if (auto f = dyn_cast<FloatAttr>(value))
+      object[entry.getName().str()] = f.getValueAsDouble();
+    else if (auto s = dyn_cast<StringAttr>(value))
+      object[entry.getName().str()] = s.str();
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::json::Value(std::move(object));
+  return text;
 }

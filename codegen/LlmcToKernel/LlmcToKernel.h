@@ -7,6 +7,7 @@
 #include "ir/kernel/Program.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
 
 namespace mlir::llmc {
@@ -15,6 +16,10 @@ namespace mlir::llmc {
 /// each) to a program and plans its memory. Emits a diagnostic on the op
 /// that cannot be lowered and fails.
 FailureOr<::llmc::kir::Program> lowerToProgram(func::FuncOp func);
+
+/// The module's `llmc.model` config as JSON (kir::Program::modelJson): its
+/// bool, integer, float and string entries. Empty without the attribute.
+std::string modelConfigJson(ModuleOp module);
 
 } // namespace mlir::llmc
 

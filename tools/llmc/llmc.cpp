@@ -1,5 +1,5 @@
-// llmc: the driver. Subcommands emit-model, compile, inspect, generate, info,
-// plan and presets.
+// llmc: the driver. Subcommands emit-model, compile, inspect, generate,
+// convert, info, plan and presets.
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/KernelToCuda/KernelToCuda.h"
 #ifdef LLMC_HAVE_NVRTC
@@ -21,6 +21,7 @@
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "runtime/Cuda/CudaExecutor.h"
 #endif
+#include "tools/llmc/Convert.h"
 #include "tools/llmc/Plan.h"
 #include "passes/Pipelines.h"
 #include "passes/Remat.h"
@@ -58,6 +59,15 @@ static cl::SubCommand inspectCmd(
                "offsets, the schedule, every kernel in the kernel IR");
 static cl::SubCommand generateCmd(
     "generate", "Sample text from a compiled model");
+static cl::SubCommand convertCmd(
+    "convert",
+    "Write the parameters of an llmc run checkpoint (CKPT) to OUT: "
+    "OUT.safetensors under Hugging Face names (GPT-2: GPT2Model's names "
+    "and Conv1D [in, out] weights, loadable by "
+    "GPT2LMHeadModel.from_pretrained; Llama-style: LlamaForCausalLM's "
+    "names), the llmc model and a Hugging Face config.json in its "
+    "metadata; or OUT.bin, an llm.c checkpoint (GPT-2 only). Optimizer "
+    "state is left out. llmc generate --weights reads both back");
 static cl::SubCommand
     infoCmd("info",
             "Print the parameters (per tensor and total, counted from the "
@@ -79,6 +89,25 @@ static cl::opt<std::string> artifactInput(cl::Positional, cl::Required,
                                           cl::desc("<model.llmc>"),
                                           cl::sub(inspectCmd),
                                           cl::sub(generateCmd));
+static cl::opt<std::string> convertInput(cl::Positional, cl::Required,
+                                         cl::desc("<CKPT>"),
+                                         cl::sub(convertCmd));
+static cl::opt<std::string> convertPrecision(
+    "precision",
+    cl::desc("Element type written: fp32 (the default), bf16 or fp16 "
+             "(.bin: fp32 or bf16, llm.c's versions 3 and 5)"),
+    cl::init("fp32"), cl::value_desc("fp32|bf16|fp16"), cl::sub(convertCmd));
+static cl::opt<std::string> convertNames(
+    "names",
+    cl::desc("Tensor names of a .safetensors output: hf (the default; "
+             "Hugging Face GPT-2 or Llama) or llmc (llmc's own, for models "
+             "with neither layout)"),
+    cl::init("hf"), cl::value_desc("hf|llmc"), cl::sub(convertCmd));
+static cl::opt<bool> convertWeightsOnly(
+    "weights-only",
+    cl::desc("Parameters only, no optimizer state (always so; accepted for "
+             "scripts that spell it out)"),
+    cl::sub(convertCmd));
 static cl::opt<bool> inspectRun(
     "run",
     cl::desc("Also run the forward pass once (seeded initialization) and "
@@ -86,9 +115,10 @@ static cl::opt<bool> inspectRun(
     cl::sub(inspectCmd));
 static cl::opt<std::string>
     weightsPath("weights",
-                cl::desc("Parameters: a safetensors file, an llm.c "
-                         "checkpoint or a checkpoint of llmc run (default: "
-                         "GPT-2 initialization)"),
+                cl::desc("Parameters: a safetensors file (llmc's or "
+                         "Hugging Face GPT-2/Llama names, as llmc convert "
+                         "writes them), an llm.c checkpoint or a checkpoint "
+                         "of llmc run (default: GPT-2 initialization)"),
                 cl::value_desc("file"), cl::sub(generateCmd));
 static cl::opt<std::string> prompt("prompt", cl::desc("Text to continue"),
                                    cl::init(""), cl::sub(generateCmd));
@@ -150,8 +180,10 @@ static cl::opt<std::string> compileTarget(
 static cl::opt<std::string> outputPath(
     "o",
     cl::desc("Output file (emit-model: '-' is stdout, the default; "
-             "compile: default the input's path with extension .llmc)"),
-    cl::value_desc("path"), cl::sub(emitCmd), cl::sub(compileCmd));
+             "compile: default the input's path with extension .llmc; "
+             "convert: required, .safetensors or .bin)"),
+    cl::value_desc("path"), cl::sub(emitCmd), cl::sub(compileCmd),
+    cl::sub(convertCmd));
 static cl::opt<int64_t> batchSize("batch",
                                   cl::desc("Sequences per forward call, when "
                                            "the model is a config or preset "
@@ -799,6 +831,7 @@ int main(int argc, char **argv) {
       "  llmc compile MODEL -o model.llmc       model -> artifact\n"
       "  llmc inspect model.llmc                schedule, memory, kernels\n"
       "  llmc generate model.llmc               sample text\n"
+      "  llmc convert CKPT -o OUT.safetensors   trained weights out (HF names; .bin: llm.c)\n"
       "  llmc info MODEL                        parameters and ops\n"
       "  llmc plan MODEL                        memory, time, cost, layouts\n"
       "  llmc presets [NAME]                    built-in model configs\n"
@@ -816,6 +849,15 @@ int main(int argc, char **argv) {
     return runInspect();
   if (generateCmd)
     return runGenerate();
+  if (convertCmd) {
+    if (outputPath.empty())
+      return fail("convert: -o OUT is required (OUT.safetensors or OUT.bin)");
+    ConvertOptions options{convertInput, outputPath, convertPrecision,
+                           convertNames};
+    if (llvm::Error error = convertCheckpoint(context, options, llvm::outs()))
+      return fail(std::move(error));
+    return 0;
+  }
   if (infoCmd)
     return runInfo(context);
   if (presetsCmd)
