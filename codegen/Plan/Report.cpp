@@ -371,6 +371,25 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
                                gpu->name, stringifyPrecision(train.precision),
                                request.hardwarePath, gpu->location));
   Estimate est = estimate(model, train, cluster, gpu, layout);
+  // The compiled step of this layout, when there is one: its activations
+  // and arena replace the formulas (the layouts compared stay formulas).
+  const StepPlan *step = nullptr;
+  if (request.step && request.step->batch == layout.microBatch &&
+      request.step->seqLen == est.seqLen && request.step->dp == layout.dp &&
+      request.step->zero == (layout.dp > 1 ? layout.zero : request.step->zero) &&
+      layout.tp == 1 && layout.pp == 1 && layout.remat != Remat::Attention &&
+      request.step->compiled[static_cast<unsigned>(layout.remat)])
+    step = &*request.step;
+  if (step) {
+    unsigned r = static_cast<unsigned>(layout.remat);
+    est.memory.activations = static_cast<double>(step->storedBytes[r]);
+    est.memory.workspace =
+        static_cast<double>(step->arenaBytes[r] - step->storedBytes[r]);
+    for (Remat other : {Remat::None, Remat::Selective, Remat::Full})
+      if (step->compiled[static_cast<unsigned>(other)])
+        est.activationsByRemat[static_cast<unsigned>(other)] =
+            static_cast<double>(step->storedBytes[static_cast<unsigned>(other)]);
+  }
   std::string data =
       "data file " + sys::path::filename(request.hardwarePath).str();
 
@@ -472,14 +491,24 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
                mem.microBatchesInFlight > 1 ? "es" : "")
            .str(),
        mem.activations, "bytes",
-       layout.remat == Remat::Selective
+       step ? step->source + ", what llmc-remat counts as kept"
+       : layout.remat == Remat::Selective
            ? std::string("formula: what llmc-remat selective keeps")
            : korthikanti});
-  memory.rows.push_back({"workspace",
-                         layout.zero == 3
-                             ? "workspace (a block's backward, 2 ZeRO-3 blocks)"
-                             : "workspace (a block's backward)",
-                         mem.workspace, "bytes", "formula"});
+  if (step)
+    memory.rows.push_back(
+        {"workspace",
+         "rest of the step's arena (activation gradients, logits, "
+         "temporaries" +
+             std::string(layout.zero == 3 ? ", gathered ZeRO-3 weights)"
+                                          : ")"),
+         mem.workspace, "bytes", step->source + ", arena - activations"});
+  else
+    memory.rows.push_back(
+        {"workspace",
+         layout.zero == 3 ? "workspace (a block's backward, 2 ZeRO-3 blocks)"
+                          : "workspace (a block's backward)",
+         mem.workspace, "bytes", "formula"});
   memory.rows.push_back({"reserve",
                          "reserve (CUDA context, library workspaces)",
                          mem.reserve, "bytes",
@@ -528,13 +557,23 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
               "attention outputs, 2sbh(7 + f/h) per block"
         : r == Remat::Full ? korthikanti + ": 2sbh per block"
                            : korthikanti + ": selective, sbh 34 per block";
+    bool compiled = step && step->compiled[static_cast<unsigned>(r)];
     act.rows.push_back(
         {("device_" + stringifyRemat(r)).str(),
          formatv("training, remat {0}{1}", stringifyRemat(r),
                  r == layout.remat ? " (chosen)" : "")
              .str(),
          est.activationsByRemat[static_cast<unsigned>(r)], "bytes",
-         formula + (half ? " (16-bit)" : " (fp32: twice the 16-bit terms)")});
+         compiled ? step->source + ", kept for backward"
+                  : formula + (half ? " (16-bit)"
+                                    : " (fp32: twice the 16-bit terms)")});
+    if (compiled)
+      act.rows.push_back(
+          {("step_arena_" + stringifyRemat(r)).str(),
+           formatv("  @grad_step planned peak, remat {0}", stringifyRemat(r))
+               .str(),
+           static_cast<double>(step->arenaBytes[static_cast<unsigned>(r)]),
+           "bytes", step->source});
   }
   report.sections.push_back(std::move(act));
 
@@ -727,10 +766,22 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
       report.tables.push_back(std::move(others));
   }
 
-  report.notes.push_back(
-      "activations and workspace are formulas (Korthikanti et al. 2022, "
-      "with sequence parallelism under tp) until llmc's training step "
-      "exists; the forward arena is the IR's memory plan");
+  if (step)
+    report.notes.push_back(
+        "activations: the compiled @grad_step's memory plan for this "
+        "layout; the layouts compared above are formulas (Korthikanti et "
+        "al. 2022, with sequence parallelism under tp)");
+  else
+    report.notes.push_back(
+        "activations and workspace: formulas (Korthikanti et al. 2022, "
+        "with sequence parallelism under tp); " +
+        std::string(request.step || layout.tp > 1 || layout.pp > 1 ||
+                            layout.remat == Remat::Attention ||
+                            train.precision == Precision::Fp8
+                        ? "llmc compiles no step with tensor or pipeline "
+                          "parallelism, fp8 or remat attention"
+                        : "--step-memory ir compiles the training step "
+                          "for its memory plan"));
   if (gpu)
     report.notes.push_back(
         "time: model FLOPs at the assumed MFU, plus recompute, the 1F1B "

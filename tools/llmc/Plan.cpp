@@ -76,6 +76,16 @@ cl::opt<bool> jsonOutput("json",
                          cl::desc("Print JSON: every number with its value "
                                   "in base units, unit and source"),
                          cl::sub(planCmd), cl::cat(modelCat));
+cl::opt<std::string> stepMemoryFlag(
+    "step-memory",
+    cl::desc("Where the activations of the planned layout come from: ir "
+             "compiles @grad_step (with llmc-amp, llmc-shard at the plan's "
+             "dp and ZeRO stage, and each llmc-remat policy) and reads its "
+             "memory plan; formula uses Korthikanti et al.'s; auto "
+             "(default) compiles models of up to 24 layers when llmc can "
+             "compile the layout (tp 1, pp 1, no fp8, no remat attention)"),
+    cl::value_desc("auto|ir|formula"), cl::init("auto"), cl::sub(planCmd),
+    cl::cat(modelCat));
 cl::opt<bool> listGpus("list-gpus",
                        cl::desc("List the GPUs of the data file and exit"),
                        cl::sub(planCmd), cl::cat(modelCat));
@@ -534,6 +544,38 @@ int runPlan(MLIRContext &context) {
   if (!forward)
     return fail(forward.takeError());
   request.forward = *forward;
+
+  // The compiled training step, where llmc can compile this layout.
+  // Compiling takes about 0.05 s per layer per remat policy here,
+  // whatever the shapes (GPT-2 XL's 48 layers: 7 s for the three): auto
+  // stops at 24 layers (GPT-2 medium, ~2.5 s) so that a plan stays
+  // interactive; --step-memory ir compiles any size.
+  constexpr int64_t kAutoStepLayers = 24;
+  Layout configured = getConfiguredLayout(train, cluster);
+  bool compilable =
+      canCompileStep(train.precision, configured.tp, configured.pp) &&
+      train.remat != Remat::Attention;
+  if (stepMemoryFlag != "auto" && stepMemoryFlag != "ir" &&
+      stepMemoryFlag != "formula")
+    return fail("--step-memory: unknown value '" + stepMemoryFlag +
+                "'; expected auto, ir or formula");
+  if (stepMemoryFlag == "ir" && !compilable)
+    return fail(llvm::formatv(
+        "--step-memory ir: llmc compiles no training step for this layout "
+        "(tp {0}, pp {1}, {2}, remat {3}): it needs tp 1, pp 1, fp32, tf32, "
+        "fp16 or bf16 and a remat policy of llmc-remat",
+        configured.tp, configured.pp, stringifyPrecision(train.precision),
+        stringifyRemat(train.remat)));
+  if (stepMemoryFlag == "ir" ||
+      (stepMemoryFlag == "auto" && compilable &&
+       model->config.nLayer <= kAutoStepLayers)) {
+    llvm::Expected<StepPlan> step = planTrainingStep(
+        context, *model, train.microBatch, seqLen, train.precision,
+        train.optimizer, configured.dp, configured.zero);
+    if (!step)
+      return fail(step.takeError());
+    request.step = std::move(*step);
+  }
   request.train = std::move(train);
   request.cluster = std::move(cluster);
 
