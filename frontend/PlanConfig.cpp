@@ -203,6 +203,8 @@ Expected<TrainConfig> plan::trainConfigFromRun(const TrainingConfig &run) {
                        "recomputes until the step fits remat_budget); plan "
                        "none, selective or full with --remat");
   }
+  train.checkpointInterval = run.checkpointInterval;
+  train.keepCheckpoints = run.keepCheckpoints;
   if (run.maxTokens) {
     train.tokens = static_cast<double>(run.maxTokens);
   } else {
@@ -215,8 +217,11 @@ Expected<TrainConfig> plan::trainConfigFromRun(const TrainingConfig &run) {
 
 namespace {
 constexpr StringRef kClusterKeys[] = {
-    "zero",  "tensor_parallel",    "pipeline_parallel", "gpu", "gpus_per_node",
-    "nodes", "price_per_gpu_hour", "mfu",               "reserve_gib"};
+    "zero",          "tensor_parallel",    "pipeline_parallel",
+    "gpu",           "gpus_per_node",      "nodes",
+    "price_per_gpu_hour", "mfu",           "reserve_gib",
+    "restarts",      "restart_minutes",    "storage_write_gbps",
+    "storage_read_gbps", "observed_days",  "observed_step_time"};
 } // namespace
 
 ArrayRef<StringRef> plan::clusterConfigKeys() { return kClusterKeys; }
@@ -257,12 +262,14 @@ Error plan::parseClusterConfig(StringRef text, StringRef bufferName,
     config.gpu = *value;
     config.origins["gpu"] = fields.where("gpu");
   }
-  for (auto [key, field] :
-       {std::pair<StringRef, int64_t *>{"gpus_per_node", &config.gpusPerNode},
-        {"nodes", &config.nodes}}) {
+  for (auto [key, field, min] :
+       {std::tuple<StringRef, int64_t *, int64_t>{"gpus_per_node",
+                                                  &config.gpusPerNode, 1},
+        {"nodes", &config.nodes, 1},
+        {"restarts", &config.restarts, 0}}) {
     if (!fields.has(key))
       continue;
-    Expected<int64_t> value = fields.getInt(key, 1, 1 << 20);
+    Expected<int64_t> value = fields.getInt(key, min, 1 << 20);
     if (!value)
       return value.takeError();
     *field = *value;
@@ -278,6 +285,11 @@ Error plan::parseClusterConfig(StringRef text, StringRef bufferName,
       {"price_per_gpu_hour", &config.pricePerGpuHour, 0, true, HUGE_VAL},
       {"mfu", &config.mfu, 0, false, 1},
       {"reserve_gib", &config.reserveGiB, 0, true, HUGE_VAL},
+      {"restart_minutes", &config.restartMinutes, 0, true, HUGE_VAL},
+      {"storage_write_gbps", &config.storageWriteGBps, 0, false, HUGE_VAL},
+      {"storage_read_gbps", &config.storageReadGBps, 0, false, HUGE_VAL},
+      {"observed_days", &config.observedDays, 0, false, HUGE_VAL},
+      {"observed_step_time", &config.observedStepSeconds, 0, false, HUGE_VAL},
   };
   for (const NumberKey &n : numbers) {
     if (!fields.has(n.key))
@@ -288,6 +300,11 @@ Error plan::parseClusterConfig(StringRef text, StringRef bufferName,
     *n.field = *value;
     config.origins[n.key.str()] = fields.where(n.key);
   }
+  if (fields.has("observed_days") && fields.has("observed_step_time"))
+    return fields.error("observed_step_time",
+                        "give one observed figure, observed_days or "
+                        "observed_step_time, not both (observed_days is at " +
+                            fields.where("observed_days") + ")");
   return Error::success();
 }
 

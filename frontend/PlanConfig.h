@@ -75,6 +75,10 @@ struct TrainConfig {
   Remat remat = Remat::None;
   double tokens = 0; // training tokens; 0: steps, else Chinchilla's 20 * P
   int64_t steps = 0; // optimizer steps (max_steps) when tokens is 0
+  /// Steps between checkpoints and how many are kept (llmc run's
+  /// checkpoint_interval, 0: only at the end; keep_checkpoints, 0: all).
+  int64_t checkpointInterval = 0;
+  int64_t keepCheckpoints = 3;
   Origins origins;
 };
 
@@ -111,6 +115,16 @@ struct ClusterConfig {
   double pricePerGpuHour = 0; // USD; 0: no cost estimate
   double mfu = 0.4;           // model FLOPs utilization of the kernels
   double reserveGiB = 1.0;    // CUDA context, library workspaces, allocator
+  /// Run overheads (the goodput model of codegen/Plan/Goodput.h). The
+  /// defaults are assumptions, and the report says so.
+  int64_t restarts = 0;         // job restarts over the run
+  double restartMinutes = 10;   // re-launch per restart, before reloading
+  double storageWriteGBps = 10; // aggregate checkpoint write, GB/s
+  double storageReadGBps = 0;   // aggregate reload, GB/s; 0: the write's
+  /// An observed run, at most one of the two: its wall-clock days, or its
+  /// seconds per optimizer step; 0: not given.
+  double observedDays = 0;
+  double observedStepSeconds = 0;
   Origins origins;
 
   int64_t numGpus() const { return gpusPerNode * nodes; }

@@ -44,6 +44,16 @@ StateBytes plan::getStateBytes(Precision precision, Optimizer optimizer,
   return bytes;
 }
 
+double plan::masterBytesPerParameter(const StateBytes &perParameter, int zero,
+                                     int64_t dp) {
+  // The fp32 copy the optimizer steps: mixed precision's master weights,
+  // or with ZeRO-1/2 in fp32 the rank's partition of the weights (ZeRO-3
+  // in fp32: the partition is the weights themselves).
+  if (perParameter.master == 0 && zero >= 1 && zero < 3 && dp > 1)
+    return 4;
+  return perParameter.master;
+}
+
 StateBytes plan::shardStates(const StateBytes &perParameter, double parameters,
                              int zero, int64_t dp) {
   // ZeRO (Rajbhandari et al. 2020): stage 1 partitions the optimizer states
@@ -58,10 +68,7 @@ StateBytes plan::shardStates(const StateBytes &perParameter, double parameters,
   StateBytes result;
   double d = static_cast<double>(dp);
   bool partitioned = zero >= 1 && dp > 1;
-  double master = perParameter.master;
-  // (ZeRO-3 in fp32: the partition is the weights themselves.)
-  if (partitioned && master == 0 && zero < 3)
-    master = 4;
+  double master = masterBytesPerParameter(perParameter, zero, dp);
   result.weights = parameters * perParameter.weights / (zero >= 3 ? d : 1);
   if (partitioned && zero == 1)
     result.gradients = parameters * perParameter.gradients * (1 + 1 / d);

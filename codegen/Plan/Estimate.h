@@ -34,6 +34,12 @@ struct StateBytes {
 StateBytes getStateBytes(Precision precision, Optimizer optimizer,
                          bool fp32Gradients);
 
+/// Bytes per parameter of the fp32 copy the optimizer steps under ZeRO
+/// `zero` over `dp` ranks (before sharding): the master weights, or with
+/// ZeRO-1/2 in fp32 the partition llmc-shard keeps beside full weights.
+double masterBytesPerParameter(const StateBytes &perParameter, int zero,
+                               int64_t dp);
+
 /// Bytes of model states on one device holding `parameters` parameters
 /// under ZeRO `zero` over `dp` data-parallel ranks.
 StateBytes shardStates(const StateBytes &perParameter, double parameters,

@@ -2,6 +2,7 @@
 #include "codegen/Plan/ModelAnalysis.h"
 
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "codegen/Training.h"
 #include "frontend/ConfigYaml.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelInfo.h"
@@ -279,4 +280,65 @@ Expected<ForwardPlan> plan::planForward(MLIRContext &context,
   result.arenaBytes = program->arenaBytes;
   result.flops = ::llmc::kir::countFlops(*program);
   return result;
+}
+
+bool plan::canCompileStep(Precision precision, int64_t tp, int64_t pp) {
+  return tp == 1 && pp == 1 && precision != Precision::Fp8;
+}
+
+Expected<StepPlan> plan::planTrainingStep(MLIRContext &context,
+                                          const PlanModel &model,
+                                          int64_t batch, int64_t seqLen,
+                                          Precision precision,
+                                          Optimizer optimizer, int64_t dp,
+                                          int zero) {
+  registerPlanDialects(context);
+  auto module = buildForwardModule(context, model.config, {batch, seqLen});
+  if (!module)
+    return module.takeError();
+  StepPlan step;
+  step.batch = batch;
+  step.seqLen = seqLen;
+  step.dp = dp;
+  step.zero = zero;
+  step.precision = precision;
+  TrainingPipelineOptions options;
+  // The step's activations do not depend on the optimizer; 8-bit AdamW,
+  // which llmc has not, compiles as AdamW.
+  options.optimizer.optimizer = optimizer == Optimizer::Sgd ? "sgd" : "adamw";
+  if (precision == Precision::Fp16 || precision == Precision::Bf16) {
+    AmpPassOptions &amp = options.amp.emplace();
+    amp.precision = stringifyPrecision(precision).str();
+  }
+  if (dp > 1) {
+    ShardPassOptions &shard = options.shard.emplace();
+    shard.dp = dp;
+    shard.zero = zero;
+  }
+  SmallVector<RematPassOptions> policies;
+  for (Remat remat : {Remat::None, Remat::Selective, Remat::Full}) {
+    RematPassOptions &policy = policies.emplace_back();
+    policy.policy = stringifyRemat(remat).str();
+  }
+  DiagnosticCollector diagnostics(context);
+  SmallVector<RematPolicyFigures> rows =
+      compareRematPolicies(**module, options, policies);
+  for (auto [remat, row] :
+       llvm::zip(std::array<Remat, 3>{Remat::None, Remat::Selective,
+                                      Remat::Full},
+                 rows)) {
+    unsigned i = static_cast<unsigned>(remat);
+    step.compiled[i] = row.compiled;
+    step.arenaBytes[i] = row.plannedPeak;
+    step.storedBytes[i] = row.summary.storedBytes;
+  }
+  if (!step.compiled[static_cast<unsigned>(Remat::None)])
+    return makeError("compiling the training step of '" + model.input +
+                     "' failed: " + diagnostics.text);
+  step.source = formatv("IR: memory plan of the compiled @grad_step ({0}{1})",
+                        stringifyPrecision(precision),
+                        dp > 1 ? formatv(", dp {0}, ZeRO-{1}", dp, zero).str()
+                               : std::string())
+                    .str();
+  return step;
 }

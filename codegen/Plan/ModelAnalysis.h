@@ -5,6 +5,7 @@
 #define LLMC_CODEGEN_PLAN_MODELANALYSIS_H
 
 #include "frontend/ModelConfig.h"
+#include "frontend/PlanConfig.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringRef.h"
@@ -69,6 +70,35 @@ struct ForwardPlan {
 llvm::Expected<ForwardPlan> planForward(MLIRContext &context,
                                         const PlanModel &model, int64_t batch,
                                         int64_t seqLen);
+
+/// The compiled training step of one micro-batch on one data-parallel
+/// rank (whole model, no tensor or pipeline parallelism): @grad_step
+/// through the training pipeline (llmc-amp in the plan's precision,
+/// llmc-shard at the plan's dp and ZeRO stage, llmc-remat under each of
+/// its policies none, selective and full), lowered, its memory planned.
+struct StepPlan {
+  int64_t batch = 0, seqLen = 0, dp = 1;
+  int zero = 0;
+  Precision precision = Precision::Fp32;
+  /// Per llmc-remat policy (indexed by Remat; attention is not one):
+  /// whether it compiled, the arena of @grad_step (its planned peak:
+  /// activations kept, their gradients, logits and temporaries) and the
+  /// activations llmc-remat counts as kept for the backward.
+  std::array<bool, kNumRemats> compiled{};
+  std::array<int64_t, kNumRemats> arenaBytes{}, storedBytes{};
+  std::string source;
+};
+/// Whether planTrainingStep can compile a step of this precision and
+/// layout: the training pipeline has fp32 (tf32 only changes GEMMs), fp16
+/// and bf16, data parallelism and ZeRO, but no tensor or pipeline
+/// parallelism and no fp8.
+bool canCompileStep(Precision precision, int64_t tp, int64_t pp);
+llvm::Expected<StepPlan> planTrainingStep(MLIRContext &context,
+                                          const PlanModel &model,
+                                          int64_t batch, int64_t seqLen,
+                                          Precision precision,
+                                          Optimizer optimizer, int64_t dp,
+                                          int zero);
 
 } // namespace mlir::llmc::plan
 

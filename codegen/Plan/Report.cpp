@@ -1,6 +1,8 @@
 // `llmc plan`'s report, as a table and as JSON.
 #include "codegen/Plan/Report.h"
 
+#include "codegen/Plan/Goodput.h"
+
 #include "frontend/ConfigYaml.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -50,6 +52,11 @@ std::string humanCount(double value) {
 }
 
 std::string formatBytes(double bytes) {
+  // Disks are sold in decimal units: terabytes say both.
+  if (bytes >= kGiB * 1024)
+    return formatv("{0:F2} TiB ({1:F1} TB)", bytes / (kGiB * 1024),
+                   bytes / 1e12)
+        .str();
   if (bytes >= kGiB)
     return formatv("{0:F2} GiB", bytes / kGiB).str();
   if (bytes >= 1024.0 * 1024)
@@ -60,6 +67,8 @@ std::string formatBytes(double bytes) {
 }
 
 std::string formatSeconds(double s) {
+  if (s < 0)
+    return "-" + formatSeconds(-s);
   if (s < 0.1)
     return formatv("{0:F2} ms", s * 1e3).str();
   if (s < 120)
@@ -83,6 +92,8 @@ std::string formatValue(const Quantity &q) {
     return formatv("{0:F1}%", 100 * q.value).str();
   if (q.unit == "FLOP")
     return formatv("{0:e} FLOP", q.value).str();
+  if (q.unit == "bytes/s")
+    return formatv("{0:F1} GB/s", q.value / 1e9).str();
   if (q.unit == "FLOP/s")
     return formatv("{0:F1} TFLOP/s", q.value / 1e12).str();
   if (q.unit == "GPU-hours")
@@ -147,6 +158,198 @@ std::vector<Layout> comparedLayouts(const PlanModel &model,
     add(base.tp, pp, std::min(base.zero, 1));
   return layouts;
 }
+/// The checkpoints of the run, and with a GPU the run's overheads
+/// (goodput) and the observed run against the plan.
+void addCheckpointSections(const PlanRequest &request, const Estimate &est,
+                           const StateBytes &perParameter, StringRef data,
+                           Report &report) {
+  const TrainConfig &train = request.train;
+  const ClusterConfig &cluster = request.cluster;
+  const Origins &o = train.origins, &co = cluster.origins;
+  const Layout &layout = est.layout;
+  double parameters = static_cast<double>(request.model->numParameters);
+  CheckpointSize size = checkpointSize(perParameter, parameters, layout);
+  std::string intervalSource =
+      sourceOf(o, "checkpoint_interval", "train config",
+               "default: llmc run's 0, only at the end");
+  int64_t count = checkpointCount(est.steps, train.checkpointInterval);
+
+  Section ckpt{"checkpoints", "Checkpoints", {}};
+  ckpt.rows.push_back(
+      {"checkpoint_bytes_per_parameter",
+       formatv("bytes per parameter (weights {0} + fp32 copy {1} + "
+               "optimizer {2}; no gradients)",
+               shortNumber(perParameter.weights),
+               shortNumber(size.bytesPerParameter - perParameter.weights -
+                           perParameter.optimizer),
+               shortNumber(perParameter.optimizer))
+           .str(),
+       size.bytesPerParameter, "bytes",
+       "formula: llmc run's checkpoint, every persistent tensor but the "
+       "gradients (runtime/Checkpoint.h)"});
+  ckpt.rows.push_back({"checkpoint_bytes", "one checkpoint", size.bytes,
+                       "bytes", "IR parameters x bytes/parameter"});
+  ckpt.rows.push_back(
+      {"checkpoint_per_rank",
+       formatv("largest part one rank writes (of {0} writing)", size.writers)
+           .str(),
+       size.perRankBytes, "bytes",
+       layout.zero >= 1 && layout.dp > 1
+           ? formatv("formula: ZeRO-{0} partitions over dp {1}, / tp x pp",
+                     layout.zero, layout.dp)
+                 .str()
+           : std::string("formula: one rank per tp x pp slice")});
+  ckpt.rows.push_back({"checkpoint_interval", "interval",
+                       static_cast<double>(train.checkpointInterval), "steps",
+                       intervalSource});
+  ckpt.rows.push_back({"checkpoint_count", "checkpoints over the run",
+                       static_cast<double>(count), "checkpoints",
+                       "ceil(steps / interval)"});
+  ckpt.rows.push_back({"checkpoint_disk_all", "disk if every one is kept",
+                       count * size.bytes, "bytes",
+                       "checkpoints x one checkpoint"});
+  if (train.keepCheckpoints > 0 && train.keepCheckpoints < count)
+    ckpt.rows.push_back(
+        {"checkpoint_disk_kept",
+         formatv("disk keeping the last {0}", train.keepCheckpoints).str(),
+         train.keepCheckpoints * size.bytes, "bytes",
+         sourceOf(o, "keep_checkpoints", "train config",
+                  "default: llmc run's keep_checkpoints 3")});
+  report.sections.push_back(std::move(ckpt));
+  if (!est.hasGpu)
+    return;
+
+  // The goodput model, at the plan's step time (or the observed one).
+  const GpuSpec &gpu = *request.gpu;
+  bool fromStep = cluster.observedStepSeconds > 0;
+  GoodputInputs in;
+  in.steps = est.steps;
+  in.stepSeconds = fromStep ? cluster.observedStepSeconds : est.step.total();
+  in.checkpointBytes = size.bytes;
+  in.checkpointInterval = train.checkpointInterval;
+  in.writeBytesPerSecond = cluster.storageWriteGBps * 1e9;
+  in.readBytesPerSecond = cluster.storageReadGBps * 1e9;
+  in.restarts = cluster.restarts;
+  in.relaunchSeconds = cluster.restartMinutes * 60;
+  Goodput g = computeGoodput(in);
+  std::string writeSource =
+      sourceOf(co, "storage_write_gbps", "cluster config",
+               "default: assumed 10 GB/s, a parallel file system's aggregate "
+               "write rate; set storage_write_gbps");
+  std::string readSource =
+      cluster.storageReadGBps > 0
+          ? sourceOf(co, "storage_read_gbps", "cluster config",
+                     "cluster config")
+          : "default: the write bandwidth";
+  Section run{"goodput", "Run overheads and goodput", {}};
+  run.rows.push_back({"storage_write", "storage write bandwidth (aggregate)",
+                      cluster.storageWriteGBps * 1e9, "bytes/s", writeSource});
+  run.rows.push_back({"storage_read", "storage read bandwidth (aggregate)",
+                      (cluster.storageReadGBps > 0 ? cluster.storageReadGBps
+                                                   : cluster.storageWriteGBps) *
+                          1e9,
+                      "bytes/s", readSource});
+  run.rows.push_back({"restarts", "restarts",
+                      static_cast<double>(cluster.restarts), "restarts",
+                      sourceOf(co, "restarts", "cluster config",
+                               "default 0")});
+  run.rows.push_back(
+      {"relaunch", "re-launch per restart (scheduler, processes, NCCL init)",
+       cluster.restartMinutes * 60, "s",
+       sourceOf(co, "restart_minutes", "cluster config",
+                "default: assumed 10 min; set restart_minutes")});
+  run.rows.push_back({"reload", "reload per restart",
+                      cluster.restarts ? g.reloadSeconds / cluster.restarts
+                                       : size.bytes / (in.readBytesPerSecond > 0
+                                                           ? in.readBytesPerSecond
+                                                           : in.writeBytesPerSecond),
+                      "s", "one checkpoint / read bandwidth"});
+  run.rows.push_back({"checkpoint_write", "writing one checkpoint",
+                      g.checkpointWriteSeconds, "s",
+                      "one checkpoint / write bandwidth (synchronous)"});
+  std::string stepSource =
+      fromStep ? "the observed step time" : "the plan's step time";
+  run.rows.push_back({"training_time", "training: steps x step time",
+                      g.trainingSeconds, "s", "steps x " + stepSource});
+  run.rows.push_back(
+      {"checkpointing_time",
+       formatv("+ writing {0} checkpoints", g.checkpoints).str(),
+       g.checkpointSeconds, "s", "checkpoints x writing one"});
+  run.rows.push_back(
+      {"restart_time",
+       formatv("+ {0} restarts: re-launch and reload", cluster.restarts)
+           .str(),
+       g.relaunchSeconds + g.reloadSeconds, "s",
+       "restarts x (re-launch + reload)"});
+  run.rows.push_back(
+      {"lost_work",
+       "+ work lost since the last checkpoint at each failure",
+       g.lostWorkSeconds, "s",
+       train.checkpointInterval > 0
+           ? "formula: restarts x interval / 2 x " + stepSource
+           : "formula: restarts x steps / 2 x " + stepSource +
+                 " (no intermediate checkpoints)"});
+  run.rows.push_back({"wall_time", "wall-clock time", g.wallSeconds(), "s",
+                      "sum"});
+  run.rows.push_back({"goodput", "goodput (training / wall-clock)",
+                      g.goodput(), "fraction", "formula"});
+  report.sections.push_back(std::move(run));
+
+  if (cluster.observedDays <= 0 && !fromStep)
+    return;
+  double gpus = static_cast<double>(request.cluster.numGpus());
+  double peak = gpu.peakFlops(train.precision);
+  double tokensPerStep = static_cast<double>(est.globalBatch) * est.seqLen;
+  ObservedRun observed =
+      fromStep
+          ? compareObserved(false, cluster.observedStepSeconds,
+                            tokensPerStep * est.modelFlopsPerToken, gpus, peak,
+                            est.step.total(), 0)
+          : compareObserved(true, cluster.observedDays * 86400,
+                            est.trainingFlops, gpus, peak, est.seconds,
+                            g.overheadSeconds());
+  std::string observedSource =
+      fromStep ? sourceOf(co, "observed_step_time", "cluster config",
+                          "--observed-step-time")
+               : sourceOf(co, "observed_days", "cluster config",
+                          "--observed-days");
+  Section obs{"observed", "Observed run against the plan", {}};
+  obs.rows.push_back({"observed",
+                      fromStep ? "observed step time" : "observed wall-clock",
+                      observed.observed, "s", observedSource});
+  obs.rows.push_back(
+      {"implied_mfu", "implied MFU", observed.impliedMfu, "fraction",
+       fromStep ? "model FLOPs per step / (observed x GPUs x peak)"
+                : "model FLOPs / (observed x GPUs x peak)"});
+  obs.rows.push_back(
+      {"implied_flops_per_gpu", "implied model FLOP/s per GPU",
+       observed.impliedMfu * peak, "FLOP/s", "implied MFU x peak (" +
+                                                 data.str() + ")"});
+  obs.rows.push_back({"ideal",
+                      fromStep ? "the plan's step time"
+                               : "the plan's time to train (ideal)",
+                      observed.ideal, "s",
+                      fromStep ? "sum of the step's parts above"
+                               : "steps x step time"});
+  obs.rows.push_back({"gap", "observed - plan", observed.gap, "s",
+                      "difference"});
+  if (observed.fromDays) {
+    obs.rows.push_back({"explained",
+                        "of which checkpoints, restarts and lost work",
+                        observed.explained, "s", "the overheads above"});
+    obs.rows.push_back(
+        {"unexplained",
+         observed.unexplained >= 0
+             ? "unexplained (slower steps than planned, stalls, rollbacks)"
+             : "unexplained: NEGATIVE, the run was faster than the model "
+               "says",
+         observed.unexplained, "s", "observed - plan - overheads"});
+    obs.rows.push_back({"observed_goodput", "plan / observed",
+                        observed.ideal / observed.observed, "fraction",
+                        "time to train / observed"});
+  }
+  report.sections.push_back(std::move(obs));
+}
 } // namespace
 
 Expected<Report> plan::buildReport(const PlanRequest &request) {
@@ -168,6 +371,25 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
                                gpu->name, stringifyPrecision(train.precision),
                                request.hardwarePath, gpu->location));
   Estimate est = estimate(model, train, cluster, gpu, layout);
+  // The compiled step of this layout, when there is one: its activations
+  // and arena replace the formulas (the layouts compared stay formulas).
+  const StepPlan *step = nullptr;
+  if (request.step && request.step->batch == layout.microBatch &&
+      request.step->seqLen == est.seqLen && request.step->dp == layout.dp &&
+      request.step->zero == (layout.dp > 1 ? layout.zero : request.step->zero) &&
+      layout.tp == 1 && layout.pp == 1 && layout.remat != Remat::Attention &&
+      request.step->compiled[static_cast<unsigned>(layout.remat)])
+    step = &*request.step;
+  if (step) {
+    unsigned r = static_cast<unsigned>(layout.remat);
+    est.memory.activations = static_cast<double>(step->storedBytes[r]);
+    est.memory.workspace =
+        static_cast<double>(step->arenaBytes[r] - step->storedBytes[r]);
+    for (Remat other : {Remat::None, Remat::Selective, Remat::Full})
+      if (step->compiled[static_cast<unsigned>(other)])
+        est.activationsByRemat[static_cast<unsigned>(other)] =
+            static_cast<double>(step->storedBytes[static_cast<unsigned>(other)]);
+  }
   std::string data =
       "data file " + sys::path::filename(request.hardwarePath).str();
 
@@ -269,14 +491,24 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
                mem.microBatchesInFlight > 1 ? "es" : "")
            .str(),
        mem.activations, "bytes",
-       layout.remat == Remat::Selective
+       step ? step->source + ", what llmc-remat counts as kept"
+       : layout.remat == Remat::Selective
            ? std::string("formula: what llmc-remat selective keeps")
            : korthikanti});
-  memory.rows.push_back({"workspace",
-                         layout.zero == 3
-                             ? "workspace (a block's backward, 2 ZeRO-3 blocks)"
-                             : "workspace (a block's backward)",
-                         mem.workspace, "bytes", "formula"});
+  if (step)
+    memory.rows.push_back(
+        {"workspace",
+         "rest of the step's arena (activation gradients, logits, "
+         "temporaries" +
+             std::string(layout.zero == 3 ? ", gathered ZeRO-3 weights)"
+                                          : ")"),
+         mem.workspace, "bytes", step->source + ", arena - activations"});
+  else
+    memory.rows.push_back(
+        {"workspace",
+         layout.zero == 3 ? "workspace (a block's backward, 2 ZeRO-3 blocks)"
+                          : "workspace (a block's backward)",
+         mem.workspace, "bytes", "formula"});
   memory.rows.push_back({"reserve",
                          "reserve (CUDA context, library workspaces)",
                          mem.reserve, "bytes",
@@ -325,13 +557,23 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
               "attention outputs, 2sbh(7 + f/h) per block"
         : r == Remat::Full ? korthikanti + ": 2sbh per block"
                            : korthikanti + ": selective, sbh 34 per block";
+    bool compiled = step && step->compiled[static_cast<unsigned>(r)];
     act.rows.push_back(
         {("device_" + stringifyRemat(r)).str(),
          formatv("training, remat {0}{1}", stringifyRemat(r),
                  r == layout.remat ? " (chosen)" : "")
              .str(),
          est.activationsByRemat[static_cast<unsigned>(r)], "bytes",
-         formula + (half ? " (16-bit)" : " (fp32: twice the 16-bit terms)")});
+         compiled ? step->source + ", kept for backward"
+                  : formula + (half ? " (16-bit)"
+                                    : " (fp32: twice the 16-bit terms)")});
+    if (compiled)
+      act.rows.push_back(
+          {("step_arena_" + stringifyRemat(r)).str(),
+           formatv("  @grad_step planned peak, remat {0}", stringifyRemat(r))
+               .str(),
+           static_cast<double>(step->arenaBytes[static_cast<unsigned>(r)]),
+           "bytes", step->source});
   }
   report.sections.push_back(std::move(act));
 
@@ -428,6 +670,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
     }
     report.sections.push_back(std::move(time));
   }
+  addCheckpointSections(request, est, perParameter, data, report);
 
   // Layouts compared, or the --fit search.
   if (!request.fitBudget) {
@@ -523,10 +766,22 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
       report.tables.push_back(std::move(others));
   }
 
-  report.notes.push_back(
-      "activations and workspace are formulas (Korthikanti et al. 2022, "
-      "with sequence parallelism under tp) until llmc's training step "
-      "exists; the forward arena is the IR's memory plan");
+  if (step)
+    report.notes.push_back(
+        "activations: the compiled @grad_step's memory plan for this "
+        "layout; the layouts compared above are formulas (Korthikanti et "
+        "al. 2022, with sequence parallelism under tp)");
+  else
+    report.notes.push_back(
+        "activations and workspace: formulas (Korthikanti et al. 2022, "
+        "with sequence parallelism under tp); " +
+        std::string(request.step || layout.tp > 1 || layout.pp > 1 ||
+                            layout.remat == Remat::Attention ||
+                            train.precision == Precision::Fp8
+                        ? "llmc compiles no step with tensor or pipeline "
+                          "parallelism, fp8 or remat attention"
+                        : "--step-memory ir compiles the training step "
+                          "for its memory plan"));
   if (gpu)
     report.notes.push_back(
         "time: model FLOPs at the assumed MFU, plus recompute, the 1F1B "

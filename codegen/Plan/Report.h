@@ -62,6 +62,10 @@ struct PlanRequest {
   const GpuSpec *gpu = nullptr; // null: memory and FLOPs only
   std::string hardwarePath;
   std::optional<ForwardPlan> forward;
+  /// The compiled training step, when the layout allows it (tp 1, pp 1;
+  /// see planTrainingStep): its memory plan replaces the activation and
+  /// workspace formulas of the configured layout.
+  std::optional<StepPlan> step;
   std::optional<double> fitBudget; // --fit
 };
 

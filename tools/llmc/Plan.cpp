@@ -11,6 +11,9 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/WithColor.h"
 
+#include <cmath>
+#include <tuple>
+
 using namespace mlir;
 using namespace mlir::llmc;
 using namespace mlir::llmc::plan;
@@ -33,6 +36,9 @@ cl::OptionCategory trainCat(
 cl::OptionCategory
     clusterCat("llmc plan (3): cluster; a flag overrides the --cluster key in "
                "brackets");
+cl::OptionCategory
+    runCat("llmc plan (4): restarts, checkpoints and an observed run; a flag "
+           "overrides the --cluster key in brackets");
 
 cl::opt<std::string>
     planInput(cl::Positional, cl::Optional,
@@ -50,7 +56,9 @@ cl::opt<std::string> clusterFile(
     "cluster",
     cl::desc("Cluster YAML, the parallel layout and the machines (keys: "
              "zero, tensor_parallel, pipeline_parallel, gpu, gpus_per_node, "
-             "nodes, price_per_gpu_hour, mfu, reserve_gib)"),
+             "nodes, price_per_gpu_hour, mfu, reserve_gib; restarts, "
+             "restart_minutes, storage_write_gbps, storage_read_gbps, "
+             "observed_days, observed_step_time)"),
     cl::value_desc("file"), cl::sub(planCmd), cl::cat(modelCat));
 cl::opt<std::string> hardwareFile(
     "hardware",
@@ -68,6 +76,16 @@ cl::opt<bool> jsonOutput("json",
                          cl::desc("Print JSON: every number with its value "
                                   "in base units, unit and source"),
                          cl::sub(planCmd), cl::cat(modelCat));
+cl::opt<std::string> stepMemoryFlag(
+    "step-memory",
+    cl::desc("Where the activations of the planned layout come from: ir "
+             "compiles @grad_step (with llmc-amp, llmc-shard at the plan's "
+             "dp and ZeRO stage, and each llmc-remat policy) and reads its "
+             "memory plan; formula uses Korthikanti et al.'s; auto "
+             "(default) compiles models of up to 24 layers when llmc can "
+             "compile the layout (tp 1, pp 1, no fp8, no remat attention)"),
+    cl::value_desc("auto|ir|formula"), cl::init("auto"), cl::sub(planCmd),
+    cl::cat(modelCat));
 cl::opt<bool> listGpus("list-gpus",
                        cl::desc("List the GPUs of the data file and exit"),
                        cl::sub(planCmd), cl::cat(modelCat));
@@ -161,6 +179,51 @@ cl::opt<double>
                      "model's FLOPs, assumed or measured (default 0.4); "
                      "bubbles, recompute and communication come on top"),
             cl::value_desc("fraction"), cl::sub(planCmd), cl::cat(clusterCat));
+cl::opt<int64_t> checkpointIntervalFlag(
+    "checkpoint-interval",
+    cl::desc("[checkpoint_interval] steps between checkpoints (default "
+             "llmc run's 0: only at the end)"),
+    cl::value_desc("steps"), cl::sub(planCmd), cl::cat(trainCat));
+cl::opt<int64_t> keepCheckpointsFlag(
+    "keep-checkpoints",
+    cl::desc("[keep_checkpoints] checkpoints kept on disk, 0: all "
+             "(default 3)"),
+    cl::value_desc("n"), cl::sub(planCmd), cl::cat(trainCat));
+
+cl::opt<int64_t> restartsFlag(
+    "restarts",
+    cl::desc("[restarts] job restarts over the run: each re-launches, "
+             "reloads the last checkpoint and redoes the work since it "
+             "(default 0)"),
+    cl::value_desc("n"), cl::sub(planCmd), cl::cat(runCat));
+cl::opt<double> restartMinutesFlag(
+    "restart-minutes",
+    cl::desc("[restart_minutes] re-launch per restart before the reload: "
+             "scheduling, process start, NCCL init (default 10, assumed)"),
+    cl::value_desc("min"), cl::sub(planCmd), cl::cat(runCat));
+cl::opt<double> storageWriteFlag(
+    "storage-write-gbps",
+    cl::desc("[storage_write_gbps] aggregate checkpoint write bandwidth "
+             "(default 10 GB/s, assumed)"),
+    cl::value_desc("GB/s"), cl::sub(planCmd), cl::cat(runCat));
+cl::opt<double> storageReadFlag(
+    "storage-read-gbps",
+    cl::desc("[storage_read_gbps] aggregate reload bandwidth (default: the "
+             "write bandwidth)"),
+    cl::value_desc("GB/s"), cl::sub(planCmd), cl::cat(runCat));
+cl::opt<double> observedDaysFlag(
+    "observed-days",
+    cl::desc("[observed_days] wall-clock days a real run of this plan took: "
+             "prints its implied MFU and the gap to the plan, split into "
+             "checkpoints, restarts, lost work and what is unexplained"),
+    cl::value_desc("days"), cl::sub(planCmd), cl::cat(runCat));
+cl::opt<double> observedStepFlag(
+    "observed-step-time",
+    cl::desc("[observed_step_time] measured seconds per optimizer step: "
+             "prints its implied MFU, the gap to the plan's step time and "
+             "the wall-clock time at that speed with the overheads"),
+    cl::value_desc("s"), cl::sub(planCmd), cl::cat(runCat));
+
 cl::opt<double> reserveFlag(
     "reserve-gib",
     cl::desc("[reserve_gib] per-device memory for the CUDA context and "
@@ -245,6 +308,15 @@ llvm::Error applyTrainFlags(TrainConfig &train) {
   overlay(microBatchFlag, train.microBatch, o, "micro_batch_size");
   overlay(globalBatchFlag, train.globalBatch, o, "global_batch_size");
   overlay(seqLenFlag, train.seqLen, o, "seq_len");
+  for (cl::opt<int64_t> *flag : {&checkpointIntervalFlag, &keepCheckpointsFlag})
+    if (llvm::Error err = positive(*flag, 0))
+      return err;
+  if (overlay(checkpointIntervalFlag, train.checkpointInterval, o,
+              "checkpoint_interval"))
+    o["checkpoint_interval"] = "--checkpoint-interval";
+  if (overlay(keepCheckpointsFlag, train.keepCheckpoints, o,
+              "keep_checkpoints"))
+    o["keep_checkpoints"] = "--keep-checkpoints";
   if (tokensFlag.getNumOccurrences()) {
     llvm::Expected<double> tokens = parseCount(tokensFlag);
     if (!tokens)
@@ -254,6 +326,63 @@ llvm::Error applyTrainFlags(TrainConfig &train) {
     train.steps = 0;
     o["max_tokens"] = "--tokens";
   }
+  return llvm::Error::success();
+}
+
+/// `flag` must be > 0 (or >= 0 with `orZero`) when given.
+llvm::Error positiveNumber(cl::opt<double> &flag, llvm::StringRef what,
+                           bool orZero = false) {
+  if (flag.getNumOccurrences() &&
+      (!std::isfinite(flag.getValue()) || flag < 0 || (!orZero && flag == 0)))
+    return llvm::createStringError(
+        llvm::formatv("--{0}: expected {1} {2} 0, got {3}", flag.ArgStr, what,
+                      orZero ? ">=" : ">",
+                      llvm::format("%g", flag.getValue()))
+            .str());
+  return llvm::Error::success();
+}
+
+/// The restart, storage and observed-run flags over the cluster file.
+llvm::Error applyRunFlags(ClusterConfig &cluster) {
+  Origins &o = cluster.origins;
+  if (observedDaysFlag.getNumOccurrences() &&
+      observedStepFlag.getNumOccurrences())
+    return llvm::createStringError(
+        "--observed-days and --observed-step-time: give one observed "
+        "figure, the run's wall-clock days or its seconds per step, not "
+        "both");
+  if (llvm::Error err = positive(restartsFlag, 0))
+    return err;
+  for (auto [flag, what, orZero] :
+       {std::tuple<cl::opt<double> *, llvm::StringRef, bool>{
+            &restartMinutesFlag, "minutes", true},
+        {&storageWriteFlag, "a bandwidth in GB/s", false},
+        {&storageReadFlag, "a bandwidth in GB/s", false},
+        {&observedDaysFlag, "a number of days", false},
+        {&observedStepFlag, "seconds per step", false}})
+    if (llvm::Error err = positiveNumber(*flag, what, orZero))
+      return err;
+  // These keep the flag as their origin: the report names it as the
+  // source of the value.
+  auto set = [&](auto &flag, auto &field, llvm::StringRef key) {
+    if (overlay(flag, field, o, key))
+      o[key.str()] = ("--" + flag.ArgStr).str();
+  };
+  set(restartsFlag, cluster.restarts, "restarts");
+  set(restartMinutesFlag, cluster.restartMinutes, "restart_minutes");
+  set(storageWriteFlag, cluster.storageWriteGBps, "storage_write_gbps");
+  set(storageReadFlag, cluster.storageReadGBps, "storage_read_gbps");
+  // One observed figure: a flag replaces the file's figure of either kind.
+  if (observedDaysFlag.getNumOccurrences()) {
+    cluster.observedStepSeconds = 0;
+    o.erase("observed_step_time");
+  }
+  if (observedStepFlag.getNumOccurrences()) {
+    cluster.observedDays = 0;
+    o.erase("observed_days");
+  }
+  set(observedDaysFlag, cluster.observedDays, "observed_days");
+  set(observedStepFlag, cluster.observedStepSeconds, "observed_step_time");
   return llvm::Error::success();
 }
 
@@ -288,7 +417,7 @@ llvm::Error applyClusterFlags(ClusterConfig &cluster) {
     o["mfu"] = "--mfu";
   if (overlay(reserveFlag, cluster.reserveGiB, o, "reserve_gib"))
     o["reserve_gib"] = "--reserve-gib";
-  return llvm::Error::success();
+  return applyRunFlags(cluster);
 }
 
 int printGpus(const HardwareTable &table) {
@@ -347,6 +476,15 @@ int runPlan(MLIRContext &context) {
       return fail(found.takeError());
     gpu = *found;
   }
+  if (!gpu && (cluster.observedDays > 0 || cluster.observedStepSeconds > 0))
+    return fail(llvm::Twine(cluster.observedDays > 0
+                                ? originOf(cluster.origins, "observed_days",
+                                           "observed-days")
+                                : originOf(cluster.origins,
+                                           "observed_step_time",
+                                           "observed-step-time")) +
+                ": an observed run is compared with the GPUs' peak: give "
+                "--gpu NAME or a --cluster file with 'gpu:'");
 
   // The model: the positional argument, else the training config's.
   llvm::Expected<PlanModel> model = [&]() -> llvm::Expected<PlanModel> {
@@ -406,6 +544,38 @@ int runPlan(MLIRContext &context) {
   if (!forward)
     return fail(forward.takeError());
   request.forward = *forward;
+
+  // The compiled training step, where llmc can compile this layout.
+  // Compiling takes about 0.05 s per layer per remat policy here,
+  // whatever the shapes (GPT-2 XL's 48 layers: 7 s for the three): auto
+  // stops at 24 layers (GPT-2 medium, ~2.5 s) so that a plan stays
+  // interactive; --step-memory ir compiles any size.
+  constexpr int64_t kAutoStepLayers = 24;
+  Layout configured = getConfiguredLayout(train, cluster);
+  bool compilable =
+      canCompileStep(train.precision, configured.tp, configured.pp) &&
+      train.remat != Remat::Attention;
+  if (stepMemoryFlag != "auto" && stepMemoryFlag != "ir" &&
+      stepMemoryFlag != "formula")
+    return fail("--step-memory: unknown value '" + stepMemoryFlag +
+                "'; expected auto, ir or formula");
+  if (stepMemoryFlag == "ir" && !compilable)
+    return fail(llvm::formatv(
+        "--step-memory ir: llmc compiles no training step for this layout "
+        "(tp {0}, pp {1}, {2}, remat {3}): it needs tp 1, pp 1, fp32, tf32, "
+        "fp16 or bf16 and a remat policy of llmc-remat",
+        configured.tp, configured.pp, stringifyPrecision(train.precision),
+        stringifyRemat(train.remat)));
+  if (stepMemoryFlag == "ir" ||
+      (stepMemoryFlag == "auto" && compilable &&
+       model->config.nLayer <= kAutoStepLayers)) {
+    llvm::Expected<StepPlan> step = planTrainingStep(
+        context, *model, train.microBatch, seqLen, train.precision,
+        train.optimizer, configured.dp, configured.zero);
+    if (!step)
+      return fail(step.takeError());
+    request.step = std::move(*step);
+  }
   request.train = std::move(train);
   request.cluster = std::move(cluster);
 

@@ -2,6 +2,7 @@
 // 1872 GB of model states, OPT-175B at 180B tokens, ZeRO's and Korthikanti
 // et al.'s memory figures, Chinchilla's 20 tokens per parameter), and its
 // configs, data file, layout checks, --fit search and report.
+#include "codegen/Plan/Goodput.h"
 #include "codegen/Plan/Report.h"
 
 #include "frontend/GptBuilder.h"
@@ -237,6 +238,136 @@ TEST(PlanPublished, BytesPerParameter) {
       getStateBytes(Precision::Bf16, Optimizer::AdamW8bit, true).total(), 12,
       0.01);
   EXPECT_EQ(getStateBytes(Precision::Fp32, Optimizer::Sgd, true).total(), 12);
+}
+
+//===----------------------------------------------------------------------===//
+// Checkpoints and goodput
+//===----------------------------------------------------------------------===//
+
+// A checkpoint holds what llmc run saves: weights, the fp32 copy and the
+// optimizer states, not the gradients. 175B in fp16 with AdamW: 2 + 4 + 8
+// = 14 bytes per parameter, 2.45 TB; with ZeRO-3 over 124 ranks and tp 8
+// each of the 992 ranks writes 1/992 of it.
+TEST(PlanGoodput, CheckpointSize) {
+  StateBytes mixed = getStateBytes(Precision::Fp16, Optimizer::AdamW, false);
+  Layout layout;
+  layout.tp = 8;
+  layout.dp = 124;
+  layout.zero = 3;
+  CheckpointSize size = checkpointSize(mixed, 175e9, layout);
+  EXPECT_EQ(size.bytesPerParameter, 14);
+  EXPECT_DOUBLE_EQ(size.bytes, 175e9 * 14);
+  EXPECT_DOUBLE_EQ(size.perRankBytes, 175e9 * 14 / 992);
+  EXPECT_EQ(size.writers, 992);
+  // ZeRO-1: the states are partitioned, the 16-bit weights are whole.
+  layout.zero = 1;
+  size = checkpointSize(mixed, 175e9, layout);
+  EXPECT_DOUBLE_EQ(size.perRankBytes, 175e9 * (2 + 12.0 / 124) / 8);
+  // Without ZeRO one rank of each tp slice writes its slice.
+  layout.zero = 0;
+  size = checkpointSize(mixed, 175e9, layout);
+  EXPECT_DOUBLE_EQ(size.perRankBytes, 175e9 * 14 / 8);
+  EXPECT_EQ(size.writers, 8);
+  // fp32 with ZeRO-1/2: llmc-shard's fp32 partition is saved too; fp32
+  // without ZeRO has no copy: 4 + 8.
+  StateBytes fp32 = getStateBytes(Precision::Fp32, Optimizer::AdamW, true);
+  Layout one;
+  EXPECT_EQ(checkpointSize(fp32, 1, one).bytesPerParameter, 12);
+  one.dp = 2;
+  one.zero = 2;
+  EXPECT_EQ(checkpointSize(fp32, 1, one).bytesPerParameter, 16);
+}
+
+TEST(PlanGoodput, CheckpointCount) {
+  EXPECT_EQ(checkpointCount(1000, 100), 10);
+  EXPECT_EQ(checkpointCount(1001, 100), 11); // and one at the end
+  EXPECT_EQ(checkpointCount(50, 100), 1);
+  EXPECT_EQ(checkpointCount(1000, 0), 1); // only at the end
+  EXPECT_EQ(checkpointCount(0, 100), 0);
+}
+
+// Each term of the goodput model, by hand: 10,000 steps of 2 s, a 1 TB
+// checkpoint every 500 steps at 10 GB/s write and 20 GB/s read, 4
+// restarts of 5 minutes.
+TEST(PlanGoodput, Terms) {
+  GoodputInputs in;
+  in.steps = 10000;
+  in.stepSeconds = 2;
+  in.checkpointBytes = 1e12;
+  in.checkpointInterval = 500;
+  in.writeBytesPerSecond = 10e9;
+  in.readBytesPerSecond = 20e9;
+  in.restarts = 4;
+  in.relaunchSeconds = 300;
+  Goodput g = computeGoodput(in);
+  EXPECT_DOUBLE_EQ(g.trainingSeconds, 20000);
+  EXPECT_EQ(g.checkpoints, 20);
+  EXPECT_DOUBLE_EQ(g.checkpointWriteSeconds, 100);
+  EXPECT_DOUBLE_EQ(g.checkpointSeconds, 2000);
+  EXPECT_DOUBLE_EQ(g.relaunchSeconds, 1200);
+  EXPECT_DOUBLE_EQ(g.reloadSeconds, 4 * 50);
+  // Half an interval of work redone per failure: 4 x 250 x 2 s.
+  EXPECT_DOUBLE_EQ(g.lostWorkSeconds, 2000);
+  EXPECT_DOUBLE_EQ(g.overheadSeconds(), 2000 + 1200 + 200 + 2000);
+  EXPECT_DOUBLE_EQ(g.wallSeconds(), 25400);
+  EXPECT_DOUBLE_EQ(g.goodput(), 20000.0 / 25400);
+
+  // Reading at the write bandwidth when no read bandwidth is given.
+  in.readBytesPerSecond = 0;
+  EXPECT_DOUBLE_EQ(computeGoodput(in).reloadSeconds, 4 * 100);
+  // Without intermediate checkpoints a failure loses half the run.
+  in.checkpointInterval = 0;
+  Goodput none = computeGoodput(in);
+  EXPECT_EQ(none.checkpoints, 1);
+  EXPECT_DOUBLE_EQ(none.lostWorkSeconds, 4 * 5000 * 2);
+  // No restarts, no checkpoint cost: goodput is what the writes leave.
+  GoodputInputs clean;
+  clean.steps = 100;
+  clean.stepSeconds = 1;
+  Goodput perfect = computeGoodput(clean);
+  EXPECT_DOUBLE_EQ(perfect.goodput(), 1);
+}
+
+// An observed run: the implied MFU is model FLOPs over what the GPUs could
+// have done in the observed time; the unexplained gap is what the
+// overheads leave, negative when they explain more than the gap.
+TEST(PlanGoodput, Observed) {
+  // 1e21 FLOPs in 1 day on 8 GPUs of 312 TFLOP/s: 1e21 / 2.156e20.
+  ObservedRun run =
+      compareObserved(true, 86400, 1e21, 8, 312e12, 50000, 20000);
+  EXPECT_NEAR(run.impliedMfu, 1e21 / (86400.0 * 8 * 312e12), 1e-12);
+  EXPECT_DOUBLE_EQ(run.gap, 36400);
+  EXPECT_DOUBLE_EQ(run.explained, 20000);
+  EXPECT_DOUBLE_EQ(run.unexplained, 16400);
+  ObservedRun over = compareObserved(true, 86400, 1e21, 8, 312e12, 50000,
+                                     40000);
+  EXPECT_DOUBLE_EQ(over.unexplained, -3600);
+  // A step time: no wall-clock, nothing to explain.
+  ObservedRun step = compareObserved(false, 2, 1e15, 8, 312e12, 1.5, 0);
+  EXPECT_NEAR(step.impliedMfu, 1e15 / (2 * 8 * 312e12), 1e-12);
+  EXPECT_DOUBLE_EQ(step.gap, 0.5);
+  EXPECT_EQ(step.unexplained, 0);
+}
+
+// OPT-175B's observed run: 300B tokens on 992 A100s in 34 days implies
+// 35.5% MFU (110.8 TFLOP/s per GPU against the paper's 147).
+TEST(PlanGoodput, Opt175BImpliedMfu) {
+  MLIRContext context;
+  ModelConfig config = gptConfig("opt-175b", 96, 96, 12288, 2048, 50272);
+  config.activation = Activation::Relu;
+  PlanModel model = analyze(context, config);
+  TrainConfig train;
+  train.tokens = 300e9;
+  train.globalBatch = 992;
+  train.microBatch = 8;
+  ClusterConfig c = cluster("a100-80gb", 8, 124);
+  c.tensorParallel = 8;
+  c.zero = 3;
+  Estimate est = estimate(model, train, c, nullptr, getConfiguredLayout(train, c));
+  ObservedRun run = compareObserved(true, 34 * 86400.0, est.trainingFlops, 992,
+                                    312e12, 0, 0);
+  EXPECT_NEAR(run.impliedMfu, 0.355, 0.001);
+  EXPECT_NEAR(run.impliedMfu * 312, 110.8, 0.1);
 }
 
 //===----------------------------------------------------------------------===//
