@@ -11,6 +11,7 @@
 #include "runtime/Collectives.h"
 #include "runtime/Weights.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -19,6 +20,15 @@
 #include <vector>
 
 namespace llmc::runtime {
+
+class MemoryLedger;
+
+/// A tensor where it lies: its dtype, shape and bytes.
+struct TensorView {
+  kir::DType dtype;
+  llvm::ArrayRef<int64_t> shape;
+  llvm::ArrayRef<char> bytes;
+};
 
 /// Named persistent tensors (parameters, gradients, optimizer state) that
 /// the executors of one run share: PersistentStore in host memory,
@@ -38,6 +48,15 @@ public:
   /// Copies `tensor` into `name`; dtype and shape must agree with an
   /// existing tensor.
   virtual llvm::Error set(llvm::StringRef name, const HostTensor &tensor) = 0;
+  /// The host memory of tensor `name` if it lives in this process's memory
+  /// (null: on a device, or no such tensor); valid while the store lives.
+  virtual const char *hostData(llvm::StringRef name) const { return nullptr; }
+  /// Calls `consume` with tensor `name` (valid during the call): in place
+  /// where it is in host memory, else through a host copy of that tensor
+  /// alone. How a checkpoint streams the store to a file.
+  virtual llvm::Error
+  read(llvm::StringRef name,
+       llvm::function_ref<llvm::Error(const TensorView &)> consume) const;
 };
 
 /// The collectives of an executor's runs so far: how many, the bytes each
@@ -72,6 +91,11 @@ public:
   /// more than one rank does not run. The mesh must outlive the executor.
   virtual llvm::Error setMesh(const Mesh &mesh) = 0;
   virtual CollectiveStats collectiveStats() const { return {}; }
+  /// Adds the host memory this executor holds to `ledger`: its arena as
+  /// "arena: <label>" (planned), inputs, scratch, JIT code and thread
+  /// stacks. A device executor adds its arena as planned elsewhere.
+  virtual void describeMemory(MemoryLedger &ledger,
+                              llvm::StringRef label) const = 0;
   /// Runs the schedule once. A collective that fails (a rank that died or
   /// hangs) is an error naming the rank; the communicator is then broken
   /// and the job must end.

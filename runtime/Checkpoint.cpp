@@ -108,19 +108,47 @@ std::string llmc::runtime::describeConfigDifference(
   return out;
 }
 
-llvm::Error llmc::runtime::writeCheckpoint(llvm::StringRef path,
-                                           const Checkpoint &checkpoint) {
-  // Lay the tensors out first: the header records every offset.
+llvm::Error llmc::runtime::writeCheckpoint(
+    llvm::StringRef path, const Checkpoint &checkpoint,
+    llvm::ArrayRef<StreamedTensor> streamed) {
+  // Every tensor as a stream: the checkpoint's own read from its map.
+  std::vector<StreamedTensor> all(streamed.begin(), streamed.end());
+  for (const auto &[name, tensor] : checkpoint.tensors)
+    all.push_back({name, [&tensor = tensor](StreamedTensor::Consumer consume) {
+                     return consume(tensor.dtype, tensor.shape, tensor.bytes);
+                   }});
+  llvm::sort(all, [](const StreamedTensor &x, const StreamedTensor &y) {
+    return x.name < y.name;
+  });
+  for (size_t i = 1; i < all.size(); ++i)
+    if (all[i].name == all[i - 1].name)
+      return fail(path, "tensor '" + all[i].name + "' is given twice");
+
+  // Lay the tensors out first: the header records every offset and
+  // checksum, so each tensor is read once here and again to write it.
   struct Placed {
-    const std::string *name;
-    const HostTensor *tensor;
-    int64_t offset;
+    const StreamedTensor *source;
+    kir::DType dtype;
+    std::vector<int64_t> shape;
+    int64_t bytes, offset;
+    uint64_t hash;
   };
   std::vector<Placed> placed;
   int64_t dataBytes = 0;
-  for (const auto &[name, tensor] : checkpoint.tensors) {
-    placed.push_back({&name, &tensor, dataBytes});
-    dataBytes = alignUp(dataBytes + int64_t(tensor.bytes.size()));
+  for (const StreamedTensor &tensor : all) {
+    Placed p{&tensor, kir::DType::F32, {}, 0, dataBytes, 0};
+    if (llvm::Error err = tensor.read([&](kir::DType dtype,
+                                          llvm::ArrayRef<int64_t> shape,
+                                          llvm::ArrayRef<char> bytes) {
+          p.dtype = dtype;
+          p.shape.assign(shape.begin(), shape.end());
+          p.bytes = int64_t(bytes.size());
+          p.hash = hashBytes(bytes);
+          return llvm::Error::success();
+        }))
+      return err;
+    dataBytes = alignUp(dataBytes + p.bytes);
+    placed.push_back(std::move(p));
   }
 
   auto headerFor = [&](int64_t fileBytes) {
@@ -146,15 +174,15 @@ llvm::Error llmc::runtime::writeCheckpoint(llvm::StringRef path,
       j.attributeArray("tensors", [&] {
         for (const Placed &p : placed)
           j.object([&] {
-            j.attribute("name", *p.name);
-            j.attribute("dtype", kir::dtypeName(p.tensor->dtype));
+            j.attribute("name", p.source->name);
+            j.attribute("dtype", kir::dtypeName(p.dtype));
             j.attributeArray("shape", [&] {
-              for (int64_t d : p.tensor->shape)
+              for (int64_t d : p.shape)
                 j.value(d);
             });
             j.attribute("offset", p.offset);
-            j.attribute("bytes", int64_t(p.tensor->bytes.size()));
-            j.attribute("xxh3", hex(hashBytes(p.tensor->bytes)));
+            j.attribute("bytes", p.bytes);
+            j.attribute("xxh3", hex(p.hash));
           });
       });
     });
@@ -177,14 +205,27 @@ llvm::Error llmc::runtime::writeCheckpoint(llvm::StringRef path,
   putLE<uint32_t>(prefix, 0);
   putLE<uint64_t>(prefix, header.size());
   putLE<uint64_t>(prefix, hashBytes(header));
-  return kir::writeFileAtomically(path, [&](llvm::raw_ostream &os) {
+  return kir::writeFileAtomically(path, [&](llvm::raw_ostream &os)
+                                             -> llvm::Error {
     os << prefix << header;
     int64_t written = 0;
     static const char zeros[kAlign] = {};
     for (const Placed &p : placed) {
       os.write(zeros, p.offset - written);
-      os.write(p.tensor->bytes.data(), p.tensor->bytes.size());
-      written = p.offset + int64_t(p.tensor->bytes.size());
+      if (llvm::Error err = p.source->read(
+              [&](kir::DType, llvm::ArrayRef<int64_t>,
+                  llvm::ArrayRef<char> bytes) -> llvm::Error {
+                // A tensor that changed between the passes would not match
+                // its checksum: refuse rather than write a bad file.
+                if (int64_t(bytes.size()) != p.bytes ||
+                    hashBytes(bytes) != p.hash)
+                  return fail(path, "tensor '" + p.source->name +
+                                        "' changed while it was written");
+                os.write(bytes.data(), bytes.size());
+                return llvm::Error::success();
+              }))
+        return err;
+      written = p.offset + p.bytes;
     }
     os.write(zeros, dataBytes - written);
     return llvm::Error::success();

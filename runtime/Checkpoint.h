@@ -19,10 +19,12 @@
 
 #include "runtime/Weights.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -110,8 +112,21 @@ std::string describeConfigDifference(
     const std::map<std::string, std::string> &saved,
     const std::map<std::string, std::string> &current);
 
-/// Writes atomically (temporary file, fsync, rename).
-llvm::Error writeCheckpoint(llvm::StringRef path, const Checkpoint &checkpoint);
+/// A tensor a checkpoint writes from where it lives, without a copy of the
+/// whole state: `read` calls its argument with the tensor's dtype, shape
+/// and bytes (valid during the call). The writer reads each tensor twice:
+/// to checksum it for the header, then to write it.
+struct StreamedTensor {
+  using Consumer = llvm::function_ref<llvm::Error(
+      kir::DType, llvm::ArrayRef<int64_t>, llvm::ArrayRef<char>)>;
+  std::string name;
+  std::function<llvm::Error(Consumer)> read;
+};
+
+/// Writes atomically (temporary file, fsync, rename): the checkpoint's
+/// tensors and `streamed` (names must not repeat), in name order.
+llvm::Error writeCheckpoint(llvm::StringRef path, const Checkpoint &checkpoint,
+                            llvm::ArrayRef<StreamedTensor> streamed = {});
 
 /// Reads and verifies a whole checkpoint. Errors start with the path.
 llvm::Expected<Checkpoint> readCheckpoint(llvm::StringRef path);

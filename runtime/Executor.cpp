@@ -11,6 +11,7 @@
 // small (tiles of a GEMM, one head of attention per thread).
 #include "runtime/Executor.h"
 #include "runtime/Cpu/LowPrecision.h"
+#include "runtime/MemoryReport.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -167,6 +168,25 @@ llvm::Error CpuExecutor::bindBuffers() {
       operands.push_back(base(access.buffer));
   }
   return llvm::Error::success();
+}
+
+void CpuExecutor::describeMemory(MemoryLedger &ledger,
+                                 llvm::StringRef label) const {
+  using Source = MemoryLedger::Source;
+  ledger.add("arena: " + label.str(), Source::Planned, arena, prog.arenaBytes);
+  for (auto [index, buffer] : llvm::enumerate(prog.buffers))
+    if (buffer.kind != BufferKind::Arena && !kir::isPersistent(buffer.kind))
+      ledger.add("executor inputs", Source::Malloc, bases[index],
+                 buffer.bytes());
+  for (const std::vector<float> &buffer : scratch)
+    ledger.add("executor scratch (attention scores, f16/bf16 staging)",
+               Source::Malloc, buffer.data(),
+               int64_t(buffer.capacity() * sizeof(float)));
+  if (code)
+    for (auto [data, bytes] : code->memory())
+      ledger.add("JIT code and data", Source::Mapped, data, bytes);
+  for (auto [data, bytes] : pool.stacks())
+    ledger.add("thread stacks", Source::Mapped, data, bytes);
 }
 
 CpuExecutor::~CpuExecutor() {

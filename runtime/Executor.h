@@ -59,6 +59,8 @@ public:
 
   llvm::Error setMesh(const Mesh &mesh) override;
   CollectiveStats collectiveStats() const override { return collectives; }
+  void describeMemory(MemoryLedger &ledger,
+                      llvm::StringRef label) const override;
 
   /// Runs the schedule once. Fails (before running anything) if an input
   /// id lies outside the table it indexes. Collectives run on the mesh's

@@ -96,3 +96,24 @@ llvm::Error PersistentStore::set(llvm::StringRef name,
   std::memcpy(*data, tensor.bytes.data(), tensor.bytes.size());
   return llvm::Error::success();
 }
+
+const char *PersistentStore::hostData(llvm::StringRef name) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = entries.find(name);
+  return it == entries.end() ? nullptr : it->second.data;
+}
+
+llvm::Error PersistentStore::read(
+    llvm::StringRef name,
+    llvm::function_ref<llvm::Error(const TensorView &)> consume) const {
+  Entry entry;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = entries.find(name);
+    if (it == entries.end())
+      return llvm::createStringError("no persistent tensor '" + name + "'");
+    entry = it->second; // the data stays where it is until the store goes
+  }
+  return consume({entry.dtype, entry.shape,
+                  llvm::ArrayRef<char>(entry.data, entry.bytes)});
+}

@@ -49,6 +49,12 @@ public:
   /// Copies `tensor` into `name` (binding it first, so dtype and shape must
   /// agree with an existing tensor).
   llvm::Error set(llvm::StringRef name, const HostTensor &tensor) override;
+  const char *hostData(llvm::StringRef name) const override;
+  /// In place: no copy.
+  llvm::Error
+  read(llvm::StringRef name,
+       llvm::function_ref<llvm::Error(const TensorView &)> consume)
+      const override;
 
 private:
   struct Entry {

@@ -3,6 +3,10 @@
 
 #include <algorithm>
 
+#ifdef __linux__
+#include <pthread.h>
+#endif
+
 using namespace llmc::runtime;
 
 ThreadPool::ThreadPool(int requested) {
@@ -21,6 +25,24 @@ ThreadPool::~ThreadPool() {
   wake.notify_all();
   for (std::thread &worker : workers)
     worker.join();
+}
+
+std::vector<std::pair<const void *, int64_t>> ThreadPool::stacks() const {
+  std::vector<std::pair<const void *, int64_t>> result;
+#ifdef __linux__
+  for (const std::thread &worker : workers) {
+    pthread_attr_t attr;
+    if (pthread_getattr_np(const_cast<std::thread &>(worker).native_handle(),
+                           &attr))
+      continue;
+    void *base = nullptr;
+    size_t size = 0;
+    if (!pthread_attr_getstack(&attr, &base, &size))
+      result.push_back({base, int64_t(size)});
+    pthread_attr_destroy(&attr);
+  }
+#endif
+  return result;
 }
 
 static void chunk(int64_t n, int parts, int index, int64_t &begin,

@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace llmc::runtime {
@@ -21,6 +22,10 @@ public:
   ThreadPool &operator=(const ThreadPool &) = delete;
 
   int size() const { return numThreads; }
+
+  /// The workers' stacks as (lowest address, bytes); the calling thread's
+  /// is not the pool's. Empty where the platform cannot say.
+  std::vector<std::pair<const void *, int64_t>> stacks() const;
 
   /// Splits [0, n) into at most size() contiguous, nearly equal chunks and
   /// runs fn(begin, end, chunkIndex) on them concurrently; returns when all

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <set>
 
 using namespace llmc;
@@ -189,7 +190,7 @@ Trainer::gatherFloats(std::vector<float> local) {
   return all;
 }
 
-llvm::Expected<Checkpoint> Trainer::checkpoint() const {
+Checkpoint Trainer::checkpointState() const {
   Checkpoint c;
   c.step = currentStep;
   c.consumedSamples = consumedSamples;
@@ -198,13 +199,38 @@ llvm::Expected<Checkpoint> Trainer::checkpoint() const {
   c.lr = lastLr;
   c.loaderPosition = data.savePosition ? data.savePosition() : "";
   c.config = options.configSections;
+  return c;
+}
+
+std::vector<std::string> Trainer::checkpointTensorNames() const {
   // Gradients are zero between steps (the update step zeroes them). ZeRO's
   // blocks are stored as the full tensors one process has, so that any
   // world size and stage can resume them.
-  for (const std::string &name : store->names()) {
-    if (llvm::StringRef(name).starts_with("grad.") ||
-        llvm::StringRef(name).starts_with("shard."))
-      continue;
+  std::vector<std::string> names;
+  for (const std::string &name : store->names())
+    if (!llvm::StringRef(name).starts_with("grad.") &&
+        !llvm::StringRef(name).starts_with("shard."))
+      names.push_back(name);
+  return names;
+}
+
+std::vector<StreamedTensor>
+Trainer::streamFromStore(llvm::ArrayRef<std::string> names) const {
+  std::vector<StreamedTensor> streamed;
+  for (const std::string &name : names)
+    streamed.push_back({name, [this, name](StreamedTensor::Consumer consume) {
+                          return store->read(
+                              name, [&](const TensorView &view) {
+                                return consume(view.dtype, view.shape,
+                                               view.bytes);
+                              });
+                        }});
+  return streamed;
+}
+
+llvm::Expected<Checkpoint> Trainer::checkpoint() const {
+  Checkpoint c = checkpointState();
+  for (const std::string &name : checkpointTensorNames()) {
     llvm::Expected<HostTensor> tensor = store->get(name);
     if (!tensor)
       return tensor.takeError();
@@ -352,9 +378,9 @@ llvm::Error Trainer::writePlot() {
 }
 
 llvm::Error Trainer::writeCheckpointNow() {
-  llvm::Expected<Checkpoint> c = checkpoint();
-  if (!c)
-    return c.takeError();
+  // The tensors go from the store to the file one at a time: no copy of
+  // the whole state is made.
+  std::optional<Checkpoint> c = checkpointState();
   std::string dir = joinPath(options.outDir, "checkpoints");
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return llvm::createStringError(ec, "cannot create '" + dir +
@@ -369,12 +395,10 @@ llvm::Error Trainer::writeCheckpointNow() {
     mine.config = c->config;
     ShardManifest manifest;
     manifest.worldSize = dpSize();
+    std::vector<std::string> blocks;
     for (const kir::Binding &input : programs.shardInit->program().inputs) {
       std::string block = "shard." + input.name;
-      llvm::Expected<HostTensor> tensor = store->get(block);
-      if (!tensor)
-        return tensor.takeError();
-      mine.tensors[block] = std::move(*tensor);
+      blocks.push_back(block);
       manifest.blocks[block] = {
           input.name,
           programs.shardInit->program().buffers[input.buffer].shape};
@@ -382,7 +406,7 @@ llvm::Error Trainer::writeCheckpointNow() {
     std::string name =
         checkpointShardFileName(currentStep, dpRank(), dpSize());
     std::string path = joinPath(dir, name);
-    if (llvm::Error err = writeCheckpoint(path, mine))
+    if (llvm::Error err = writeCheckpoint(path, mine, streamFromStore(blocks)))
       return err;
     llvm::Expected<std::pair<int64_t, uint64_t>> digest = fileDigest(path);
     if (!digest)
@@ -402,7 +426,8 @@ llvm::Error Trainer::writeCheckpointNow() {
   if (!writes())
     return llvm::Error::success();
   std::string path = joinPath(dir, checkpointFileName(currentStep));
-  if (llvm::Error err = writeCheckpoint(path, *c))
+  if (llvm::Error err =
+          writeCheckpoint(path, *c, streamFromStore(checkpointTensorNames())))
     return err;
   if (options.log)
     *options.log << "checkpoint: " << path << "\n";
@@ -569,6 +594,7 @@ llvm::Error Trainer::run() {
       Clock::time_point evalStart = Clock::now();
       if (llvm::Error err = runEval())
         return err;
+      phases().end("evaluation and sample");
       double seconds = secondsSince(evalStart);
       evalSeconds += seconds;
       intervalEvalSeconds += seconds;
@@ -722,6 +748,7 @@ llvm::Error Trainer::run() {
                      double(flops(update)) * ranks;
     int64_t step = currentStep++;
     checkpointWritten = false;
+    phases().end(step == firstStep ? "first training step" : "training steps");
 
     if (skipped || (options.logInterval > 0 && step % options.logInterval == 0) ||
         currentStep == options.maxSteps) {
@@ -798,16 +825,21 @@ llvm::Error Trainer::run() {
       if (llvm::Error err = writeCheckpointNow())
         return err;
       checkpointWritten = true;
+      phases().end("checkpoint writing");
     }
   }
   if (options.console)
     options.console->clearStatus();
-  if (evalDue(currentStep))
+  if (evalDue(currentStep)) {
     if (llvm::Error err = runEval())
       return err;
-  if (!checkpointWritten)
+    phases().end("evaluation and sample");
+  }
+  if (!checkpointWritten) {
     if (llvm::Error err = writeCheckpointNow())
       return err;
+    phases().end("checkpoint writing");
+  }
   if (llvm::Error err = writePlot())
     return err;
   if (log && options.dp) {
@@ -825,31 +857,9 @@ llvm::Error Trainer::run() {
         double(total.collectives) / steps,
         double(total.bytes) / steps / (1 << 20),
         total.waitSeconds / steps * 1e3);
-    // What this rank holds, as allocated in the store, and the largest
-    // arena of the programs that train (llmc compile --dp prints the plan).
-    std::vector<kir::PersistentTensor> tensors;
-    std::set<std::string> params;
-    for (const auto &entry : gradSteps)
-      for (const kir::Binding &p : entry.second->program().params)
-        params.insert(p.name);
-    for (const std::string &name : store->names()) {
-      llvm::Expected<int64_t> size = store->bytes(name);
-      if (!size)
-        return size.takeError();
-      tensors.push_back({name, params.count(name) > 0, *size});
-    }
-    kir::PersistentBytes bytes = kir::classifyPersistent(tensors);
-    int64_t arena = programs.updateStep->program().arenaBytes;
-    for (const auto &entry : gradSteps)
-      arena = std::max(arena, entry.second->program().arenaBytes);
-    *log << llvm::format(
-        "memory per rank: parameters %lld B, master partition %lld B, "
-        "gradients %lld B, optimizer state %lld B, other %lld B; largest "
-        "training arena %lld B\n",
-        (long long)bytes.parameters, (long long)bytes.master,
-        (long long)bytes.gradients, (long long)bytes.optimizer,
-        (long long)bytes.other, (long long)arena);
   }
+  if (llvm::Error err = reportMemory())
+    return err;
   if (log) {
     // This run's steps and tokens; after a resume also the whole run's.
     *log << llvm::format("done: %lld steps, %lld tokens in %s",
@@ -864,6 +874,71 @@ llvm::Error Trainer::run() {
     *log << "\n";
   }
   return llvm::Error::success();
+}
+
+llvm::Error Trainer::reportMemory() {
+  if (!writes())
+    return llvm::Error::success();
+  // What this rank holds, as allocated in the store, by kind.
+  std::vector<kir::PersistentTensor> tensors;
+  std::set<std::string> params;
+  for (const auto &entry : gradSteps)
+    for (const kir::Binding &p : entry.second->program().params)
+      params.insert(p.name);
+  for (const std::string &name : store->names()) {
+    llvm::Expected<int64_t> size = store->bytes(name);
+    if (!size)
+      return size.takeError();
+    tensors.push_back({name, params.count(name) > 0, *size});
+  }
+  std::vector<kir::PersistentKind> kinds = kir::persistentKinds(tensors);
+  kir::PersistentBytes bytes = kir::classifyPersistent(tensors);
+  int64_t arena = programs.updateStep->program().arenaBytes;
+  for (const auto &entry : gradSteps)
+    arena = std::max(arena, entry.second->program().arenaBytes);
+  if (options.log)
+    *options.log << llvm::format(
+        "memory per rank: parameters %lld B, master partition %lld B, "
+        "gradients %lld B, optimizer state %lld B, other %lld B; largest "
+        "training arena %lld B\n",
+        (long long)bytes.parameters, (long long)bytes.master,
+        (long long)bytes.gradients, (long long)bytes.optimizer,
+        (long long)bytes.other, (long long)arena);
+
+  // The plan (persistent tensors, every program's arena) against what is
+  // resident, and everything above it by category.
+  MemoryLedger ledger;
+  std::vector<size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return kinds[x] < kinds[y];
+  });
+  for (size_t index : order) {
+    const kir::PersistentTensor &tensor = tensors[index];
+    llvm::StringRef category = kir::persistentKindName(kinds[index]);
+    if (const char *data = store->hostData(tensor.name))
+      ledger.add(category, MemoryLedger::Source::Planned, data, tensor.bytes);
+    else
+      ledger.addPlannedElsewhere((category + " (GPU)").str(), tensor.bytes);
+  }
+  for (const auto &[key, executor] : gradSteps)
+    executor->describeMemory(
+        ledger, llvm::formatv("grad step{0} (T={1})",
+                              key.second ? "" : " no_sync", key.first)
+                    .str());
+  programs.updateStep->describeMemory(ledger, "update step");
+  if (programs.eval)
+    programs.eval->describeMemory(ledger, "forward (evaluation)");
+  if (programs.sampler)
+    programs.sampler->describeMemory(ledger, "forward (samples)");
+  if (programs.shardInit)
+    programs.shardInit->describeMemory(ledger, "shard init");
+  if (data.describeMemory)
+    data.describeMemory(ledger);
+  MemoryBreakdown breakdown = measureMemory(ledger, &phases());
+  if (options.log)
+    printMemoryBreakdown(*options.log, breakdown);
+  return appendMetrics(memoryBreakdownJson(breakdown, &phases()));
 }
 
 //===----------------------------------------------------------------------===//

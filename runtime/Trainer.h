@@ -13,6 +13,7 @@
 #include "runtime/Backend.h"
 #include "runtime/Comm/Communicator.h"
 #include "runtime/Console.h"
+#include "runtime/MemoryReport.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
@@ -88,6 +89,10 @@ struct TrainerOptions {
   /// Called before each step (fault-injection tests stop or kill a rank
   /// here); null: nothing.
   std::function<void(int64_t step)> beforeStep;
+  /// The phases of the run so far (setup, compiling, kernels), which the
+  /// trainer continues (steps, checkpoints, evaluations) to say in which
+  /// one the resident set peaked; null: the trainer's phases only.
+  MemoryPhases *memoryPhases = nullptr;
 };
 
 /// The data, through callbacks (the command adapts its loader).
@@ -109,6 +114,9 @@ struct TrainerData {
   /// Samples start from this context and are decoded token by token.
   std::vector<int32_t> samplePrompt;
   std::function<std::string(int32_t)> decode;
+  /// Adds the loader's host memory (token buffers, mapped shards) to the
+  /// end-of-run memory report; null: none.
+  std::function<void(MemoryLedger &)> describeMemory;
 };
 
 /// The compiled programs, all bound to one TensorStore.
@@ -187,11 +195,24 @@ private:
   /// ETA 3.2s".
   std::string statusLine(double loss, double tokensPerSecond,
                          double eta) const;
+  /// A checkpoint's counters, loader position and config, without tensors.
+  Checkpoint checkpointState() const;
+  /// The store's tensors a checkpoint holds, and how to stream them.
+  std::vector<std::string> checkpointTensorNames() const;
+  std::vector<StreamedTensor>
+  streamFromStore(llvm::ArrayRef<std::string> names) const;
   /// ZeRO: fills the rank's blocks from the store's parameters and the
   /// full optimizer states of a resumed checkpoint (zeros when fresh).
   llvm::Error initializeShards();
   llvm::Error appendMetrics(const std::string &line);
   llvm::Error writePlot();
+  /// The end-of-run memory report: the persistent tensors by kind (the
+  /// "memory per rank" line), then planned against resident memory with
+  /// every byte above the plan by category; into metrics.jsonl too.
+  llvm::Error reportMemory();
+  MemoryPhases &phases() {
+    return options.memoryPhases ? *options.memoryPhases : ownPhases;
+  }
 
   TrainerOptions options;
   TrainerPrograms programs;
@@ -209,6 +230,7 @@ private:
   // initializeShards hands them to @shard_init.
   TensorMap pendingFullStates;
   bool shardsInitialized = false;
+  MemoryPhases ownPhases;
 };
 
 /// The loss curves as a standalone SVG: axes with ticks, the training loss

@@ -897,7 +897,17 @@ Expected<InitRule> gpt2InitRule(StringRef name, ArrayRef<int64_t> shape,
 /// Fills `tensor` (a float dtype, bytes sized) according to `rule`.
 static void fillTensor(HostTensor &tensor, const InitRule &rule, uint64_t key) {
   int64_t n = tensor.numElements();
-  std::vector<float> values(n, rule.kind == InitRule::Ones ? 1.0f : 0.0f);
+  // f32 is filled in place; f16/bf16 through f32 values, rounded after.
+  std::vector<float> staged;
+  float *values;
+  if (tensor.dtype == DType::F32) {
+    tensor.bytes.assign(n * sizeof(float), 0);
+    values = reinterpret_cast<float *>(tensor.bytes.data());
+  } else {
+    staged.resize(n);
+    values = staged.data();
+  }
+  std::fill(values, values + n, rule.kind == InitRule::Ones ? 1.0f : 0.0f);
   if (rule.kind == InitRule::Normal) {
     auto fill = [&](int64_t begin, int64_t end) {
       for (int64_t block = begin; block < end; ++block) {
@@ -921,9 +931,11 @@ static void fillTensor(HostTensor &tensor, const InitRule &rule, uint64_t key) {
     for (std::thread &thread : threads)
       thread.join();
   }
+  if (tensor.dtype == DType::F32)
+    return;
   DType dtype = tensor.dtype;
   std::vector<int64_t> shape = std::move(tensor.shape);
-  tensor = HostTensor::fromF32(values, std::move(shape), dtype);
+  tensor = HostTensor::fromF32(staged, std::move(shape), dtype);
 }
 
 Expected<TensorMap> initGpt2(ArrayRef<ParamSpec> params, int64_t nLayer,
@@ -1001,6 +1013,22 @@ llvm::Error loadWeights(Executor &executor,
   std::vector<ParamSpec> specs;
   for (const kir::Binding &param : program.params)
     specs.push_back({param.name, program.buffers[param.buffer].shape});
+  if (path.empty()) {
+    // One tensor at a time: the initialization holds no second copy of
+    // the model beside the executor's.
+    llvm::Expected<Gpt2Dims> dims = modelDims(program);
+    if (!dims)
+      return dims.takeError();
+    for (const ParamSpec &spec : specs) {
+      llvm::Expected<TensorMap> one = initGpt2({spec}, dims->nLayer, seed);
+      if (!one)
+        return one.takeError();
+      if (llvm::Error error = executor.setTensor(spec.name, one->begin()->second))
+        return llvm::createStringError("initialization: " +
+                                       llvm::toString(std::move(error)));
+    }
+    return llvm::Error::success();
+  }
   llvm::Expected<TensorMap> tensors = readWeights(specs, program, path, seed);
   if (!tensors)
     return tensors.takeError();
@@ -1013,7 +1041,7 @@ llvm::Error loadWeights(Executor &executor,
         it->second.dtype != want)
       it->second = castFloatTensor(it->second, want);
   }
-  return executor.setParams(*tensors, path.empty() ? "initialization" : path);
+  return executor.setParams(*tensors, path);
 }
 
 /// The keys of the `llmc.model` config that decide what the weights mean;
@@ -1148,6 +1176,15 @@ llvm::Expected<TensorMap> readWeights(llvm::ArrayRef<ParamSpec> specs,
     tensors = readSafetensorsWeights(specs, program, path);
   }
   return tensors;
+}
+
+llvm::Error TensorStore::read(
+    llvm::StringRef name,
+    llvm::function_ref<llvm::Error(const TensorView &)> consume) const {
+  llvm::Expected<HostTensor> tensor = get(name);
+  if (!tensor)
+    return tensor.takeError();
+  return consume({tensor->dtype, tensor->shape, tensor->bytes});
 }
 
 llvm::Error Executor::setParams(const TensorMap &tensors,

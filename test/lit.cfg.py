@@ -19,6 +19,9 @@ config.substitutions.append(("%llmc_src", config.llmc_src_root))
 if config.cuda_toolkit:
     config.available_features.add("cuda-toolkit")
 config.substitutions.append(("%python", sys.executable))
+# The memory report reads /proc/self/smaps (test/tools/run-memory.test).
+if sys.platform.startswith("linux"):
+    config.available_features.add("linux")
 
 # MPI jobs (test/comm/): %mpirun is scripts/mpirun.sh, which sets what Open
 # MPI needs here (root, oversubscription, shared memory); `mpi` when mpirun

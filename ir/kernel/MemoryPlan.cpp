@@ -1,6 +1,8 @@
 // Greedy-by-size static memory planning over buffer live ranges.
 #include "ir/kernel/MemoryPlan.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <algorithm>
 #include <set>
 #include <numeric>
@@ -102,35 +104,64 @@ MemoryPlanStats llmc::kir::memoryPlanStats(const Program &program) {
   return stats;
 }
 
-PersistentBytes
-llmc::kir::classifyPersistent(const std::vector<PersistentTensor> &tensors) {
-  std::set<std::string> params, seen;
+llvm::StringRef llmc::kir::persistentKindName(PersistentKind kind) {
+  switch (kind) {
+  case PersistentKind::Parameters:
+    return "parameters";
+  case PersistentKind::Master:
+    return "master partition";
+  case PersistentKind::Gradients:
+    return "gradients";
+  case PersistentKind::Optimizer:
+    return "optimizer state";
+  case PersistentKind::Other:
+    return "other persistent";
+  }
+  return "other persistent";
+}
+
+std::vector<PersistentKind>
+llmc::kir::persistentKinds(const std::vector<PersistentTensor> &tensors) {
+  std::set<std::string> params;
   for (const PersistentTensor &t : tensors)
     if (t.parameter)
       params.insert(t.name);
-  PersistentBytes bytes;
   auto startsWith = [](const std::string &name, const char *prefix) {
     return name.rfind(prefix, 0) == 0;
   };
+  std::vector<PersistentKind> kinds;
   for (const PersistentTensor &t : tensors) {
-    if (!seen.insert(t.name).second)
-      continue;
+    PersistentKind kind = PersistentKind::Other;
     if (t.parameter)
-      bytes.parameters += t.bytes;
+      kind = PersistentKind::Parameters;
     else if (startsWith(t.name, "grad."))
-      bytes.gradients += t.bytes;
+      kind = PersistentKind::Gradients;
     else if (startsWith(t.name, "shard.") && params.count(t.name.substr(6)))
-      bytes.master += t.bytes;
+      kind = PersistentKind::Master;
     else if (startsWith(t.name, "adam_m.") || startsWith(t.name, "adam_v.") ||
              startsWith(t.name, "momentum.") ||
              startsWith(t.name, "shard.adam_m.") ||
              startsWith(t.name, "shard.adam_v.") ||
              startsWith(t.name, "shard.momentum."))
-      bytes.optimizer += t.bytes;
+      kind = PersistentKind::Optimizer;
     else if (startsWith(t.name, "shard."))
-      bytes.parameters += t.bytes; // ZeRO-3: the blocks are the weights
-    else
-      bytes.other += t.bytes;
+      kind = PersistentKind::Parameters; // ZeRO-3: the blocks are the weights
+    kinds.push_back(kind);
+  }
+  return kinds;
+}
+
+PersistentBytes
+llmc::kir::classifyPersistent(const std::vector<PersistentTensor> &tensors) {
+  std::vector<PersistentKind> kinds = persistentKinds(tensors);
+  std::set<std::string> seen;
+  PersistentBytes bytes;
+  for (auto [t, kind] : llvm::zip_equal(tensors, kinds)) {
+    if (!seen.insert(t.name).second)
+      continue;
+    int64_t *field[] = {&bytes.parameters, &bytes.master, &bytes.gradients,
+                        &bytes.optimizer, &bytes.other};
+    *field[int(kind)] += t.bytes;
   }
   return bytes;
 }

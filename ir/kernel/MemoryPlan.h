@@ -6,6 +6,8 @@
 
 #include "ir/kernel/Program.h"
 
+#include "llvm/ADT/StringRef.h"
+
 #include <string>
 #include <vector>
 
@@ -51,6 +53,16 @@ struct PersistentTensor {
   bool parameter = false;
   int64_t bytes = 0;
 };
+
+/// What one persistent tensor holds (PersistentBytes's fields).
+enum class PersistentKind { Parameters, Master, Gradients, Optimizer, Other };
+llvm::StringRef persistentKindName(PersistentKind kind);
+
+/// The kind of each of `tensors`, in their order (the parameters among
+/// them tell a ZeRO-1/2 master block `shard.<p>` from a ZeRO-3 weight
+/// block).
+std::vector<PersistentKind>
+persistentKinds(const std::vector<PersistentTensor> &tensors);
 
 /// Sums `tensors` by kind (each name counts once).
 PersistentBytes classifyPersistent(const std::vector<PersistentTensor> &tensors);

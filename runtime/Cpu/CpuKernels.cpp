@@ -1,17 +1,83 @@
 // Links a kernel object into the process with ORC's LLJIT.
 #include "runtime/Cpu/CpuKernels.h"
 
+#include "llvm/ExecutionEngine/JITLink/JITLink.h"
+#include "llvm/ExecutionEngine/JITLink/JITLinkMemoryManager.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/ExecutionEngine/Orc/SelfExecutorProcessControl.h"
+#include "llvm/ExecutionEngine/Orc/TaskDispatch.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/TargetSelect.h"
 
 #include <mutex>
 
 using namespace llmc::cpu;
 
-CpuKernels::CpuKernels(std::unique_ptr<llvm::orc::LLJIT> jit)
-    : jit(std::move(jit)) {}
+namespace {
+/// LLVM's in-process JIT memory manager, recording where each allocation's
+/// kept segments lie (the memory report counts their resident pages).
+/// Finalize-lifetime segments are freed after linking and not recorded.
+class RecordingMemoryManager : public llvm::jitlink::JITLinkMemoryManager {
+public:
+  RecordingMemoryManager(
+      std::unique_ptr<llvm::jitlink::InProcessMemoryManager> inner,
+      std::shared_ptr<CpuKernels::Ranges> ranges, uint64_t pageSize)
+      : inner(std::move(inner)), ranges(std::move(ranges)),
+        pageSize(pageSize) {}
+
+  void allocate(const llvm::jitlink::JITLinkDylib *dylib,
+                llvm::jitlink::LinkGraph &graph,
+                OnAllocatedFunction onAllocated) override {
+    inner->allocate(
+        dylib, graph,
+        [this, &graph, onAllocated = std::move(onAllocated)](
+            AllocResult result) mutable {
+          if (result)
+            record(graph);
+          onAllocated(std::move(result));
+        });
+  }
+  using JITLinkMemoryManager::allocate;
+
+  void deallocate(std::vector<FinalizedAlloc> allocs,
+                  OnDeallocatedFunction onDeallocated) override {
+    inner->deallocate(std::move(allocs), std::move(onDeallocated));
+  }
+  using JITLinkMemoryManager::deallocate;
+
+private:
+  /// The kept blocks lie in one slab: the span of their addresses.
+  void record(llvm::jitlink::LinkGraph &graph) {
+    uint64_t begin = ~uint64_t(0), end = 0;
+    for (llvm::jitlink::Section &section : graph.sections()) {
+      if (section.getMemLifetime() != llvm::orc::MemLifetime::Standard)
+        continue;
+      for (llvm::jitlink::Block *block : section.blocks()) {
+        begin = std::min(begin, block->getAddress().getValue());
+        end = std::max(end, block->getAddress().getValue() + block->getSize());
+      }
+    }
+    if (begin >= end)
+      return;
+    begin = begin / pageSize * pageSize;
+    end = (end + pageSize - 1) / pageSize * pageSize;
+    std::lock_guard<std::mutex> lock(mutex);
+    ranges->push_back({reinterpret_cast<const void *>(begin),
+                       int64_t(end - begin)});
+  }
+
+  std::unique_ptr<llvm::jitlink::InProcessMemoryManager> inner;
+  std::shared_ptr<CpuKernels::Ranges> ranges;
+  uint64_t pageSize;
+  std::mutex mutex;
+};
+} // namespace
+
+CpuKernels::CpuKernels(std::unique_ptr<llvm::orc::LLJIT> jit,
+                       std::shared_ptr<Ranges> ranges)
+    : jit(std::move(jit)), ranges(std::move(ranges)) {}
 
 CpuKernels::~CpuKernels() = default;
 
@@ -26,21 +92,37 @@ CpuKernels::load(llvm::ArrayRef<char> object, llvm::StringRef name) {
     return llvm::createStringError("cannot load CPU kernels '" + name +
                                    "': " + llvm::toString(std::move(error)));
   };
-  auto jit = llvm::orc::LLJITBuilder().create();
+  // The process's own executor, linking in place (no task threads) through
+  // a memory manager that records where the code goes.
+  auto ranges = std::make_shared<Ranges>();
+  auto memory = llvm::jitlink::InProcessMemoryManager::Create();
+  if (!memory)
+    return fail(memory.takeError());
+  uint64_t pageSize = llvm::sys::Process::getPageSizeEstimate();
+  auto process = llvm::orc::SelfExecutorProcessControl::Create(
+      nullptr, std::make_unique<llvm::orc::InPlaceTaskDispatcher>(),
+      std::make_unique<RecordingMemoryManager>(std::move(*memory), ranges,
+                                               pageSize));
+  if (!process)
+    return fail(process.takeError());
+  auto jit = llvm::orc::LLJITBuilder()
+                 .setExecutorProcessControl(std::move(*process))
+                 .create();
   if (!jit)
     return fail(jit.takeError());
   // The code may call the C runtime (memcpy, half-precision conversions):
   // resolve such symbols from this process.
-  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+  auto symbols = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
       (*jit)->getDataLayout().getGlobalPrefix());
-  if (!process)
-    return fail(process.takeError());
-  (*jit)->getMainJITDylib().addGenerator(std::move(*process));
+  if (!symbols)
+    return fail(symbols.takeError());
+  (*jit)->getMainJITDylib().addGenerator(std::move(*symbols));
   auto buffer = llvm::MemoryBuffer::getMemBufferCopy(
       llvm::StringRef(object.data(), object.size()), name);
   if (llvm::Error error = (*jit)->addObjectFile(std::move(buffer)))
     return fail(std::move(error));
-  return std::unique_ptr<CpuKernels>(new CpuKernels(std::move(*jit)));
+  return std::unique_ptr<CpuKernels>(
+      new CpuKernels(std::move(*jit), std::move(ranges)));
 }
 
 llvm::Expected<CpuKernelFn> CpuKernels::lookup(llvm::StringRef name) const {

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 namespace llvm::orc {
 class LLJIT;
@@ -33,11 +35,18 @@ public:
   /// The entry point of kernel `name` (its kir::Kernel::name).
   llvm::Expected<CpuKernelFn> lookup(llvm::StringRef name) const;
 
+  /// The JIT memory the linked code and its data occupy: one (address,
+  /// bytes) range per allocation of the JIT's memory manager, whole pages.
+  using Ranges = std::vector<std::pair<const void *, int64_t>>;
+  const Ranges &memory() const { return *ranges; }
+
   ~CpuKernels();
 
 private:
-  explicit CpuKernels(std::unique_ptr<llvm::orc::LLJIT> jit);
+  CpuKernels(std::unique_ptr<llvm::orc::LLJIT> jit,
+             std::shared_ptr<Ranges> ranges);
   std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::shared_ptr<Ranges> ranges; // filled by the JIT's memory manager
 };
 
 } // namespace llmc::cpu

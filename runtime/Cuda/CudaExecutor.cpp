@@ -5,6 +5,7 @@
 #include "runtime/Cuda/CudaApi.h"
 #include "runtime/Cuda/CudaDeviceStore.h"
 #include "runtime/Cuda/CudaLaunch.h"
+#include "runtime/MemoryReport.h"
 #include "runtime/PersistentStore.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -324,6 +325,14 @@ static llvm::Error checkDeviceMesh(const kir::Program &program,
           "@" + program.function + ": no communicator for mesh axis '" +
           step.collective.axis + "' on the GPU");
   return llvm::Error::success();
+}
+
+void CudaExecutor::describeMemory(MemoryLedger &ledger,
+                                  llvm::StringRef label) const {
+  // The arena is device memory: planned, not part of the host's resident
+  // set (the host side, the driver's and cuBLASLt's, is in the heap).
+  ledger.addPlannedElsewhere("arena: " + label.str() + " (GPU)",
+                             prog.arenaBytes);
 }
 
 llvm::Error CudaExecutor::setMesh(const Mesh &newMesh) {

@@ -112,6 +112,8 @@ public:
   /// replayed as a CUDA graph.
   llvm::Error setMesh(const Mesh &mesh) override;
   llvm::Error run() override;
+  void describeMemory(MemoryLedger &ledger,
+                      llvm::StringRef label) const override;
 
   /// An output, parameter, state or input, as stored.
   llvm::Expected<HostTensor> output(llvm::StringRef name) const override;

@@ -50,6 +50,9 @@
 #include <csignal>
 #include <cstdlib>
 #include <thread>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 using namespace mlir;
 using namespace mlir::llmc;
@@ -182,6 +185,8 @@ struct Device {
   llvm::raw_ostream *log = &llvm::outs();
   /// The communicators of the mesh axes the programs' collectives use.
   rt::Mesh mesh;
+  /// Where the resident set stood after each phase of the setup.
+  rt::MemoryPhases *phases = nullptr;
 };
 
 /// This process's index among the ranks on its machine, as launchers tell
@@ -245,6 +250,8 @@ makeExecutor(::llmc::kir::Program program, const Device &device,
       return executor.takeError();
     if (llvm::Error err = (*executor)->setMesh(device.mesh))
       return std::move(err);
+    if (device.phases)
+      device.phases->end((what + ": kernels and buffers").str());
     *device.log << llvm::format(
         "llmc run: %-24s %3zu kernels for the GPU (%.2f s)\n",
         what.str().c_str(), numKernels,
@@ -266,6 +273,8 @@ makeExecutor(::llmc::kir::Program program, const Device &device,
     return executor.takeError();
   if (llvm::Error err = (*executor)->setMesh(device.mesh))
     return std::move(err);
+  if (device.phases)
+    device.phases->end((what + ": kernels and buffers").str());
   *device.log << llvm::format(
       "llmc run: %-24s %3zu kernels %s (%.2f s)\n", what.str().c_str(),
       kernels.size(), stats.hit ? "from the kernel cache" : "JIT-compiled",
@@ -450,7 +459,9 @@ int runTrainCommand(int argc, char **argv) {
     dpAxis = std::move(*split);
   }
 
-  // 2. The data.
+  // 2. The data. From here on the resident set is followed by phase, for
+  //    the memory report at the end of the run.
+  rt::MemoryPhases memoryPhases;
   llvm::Expected<std::unique_ptr<data::Tokenizer>> tokenizer =
       data::loadTokenizer(config.data.tokenizer);
   if (!tokenizer)
@@ -499,6 +510,8 @@ int runTrainCommand(int argc, char **argv) {
                  << "; no validation loss\n";
   }
 
+  memoryPhases.end("data loading");
+
   // 3. The checkpoint to resume from, checked before anything is compiled.
   std::string checkpointDir = joinPath(config.out, "checkpoints");
   std::optional<rt::Checkpoint> checkpoint;
@@ -540,6 +553,7 @@ int runTrainCommand(int argc, char **argv) {
   if (!device)
     return fail(device.takeError());
   device->log = &out;
+  device->phases = &memoryPhases;
   // The programs' collectives: on the host's MPI communicator, or on the
   // GPU through NCCL (its unique id shared over MPI).
   std::unique_ptr<rt::comm::Communicator> deviceAxis;
@@ -565,6 +579,7 @@ int runTrainCommand(int argc, char **argv) {
       ::llmc::compileTraining(**module, config.training());
   if (!programs)
     return fail(programs.takeError());
+  memoryPhases.end("building and lowering the training step");
   std::string modelName = info.name.empty() ? "model" : info.name;
   out << llvm::formatv(
       "llmc run: model {0}: {1} parameters in {2} tensors; training step "
@@ -641,6 +656,7 @@ int runTrainCommand(int argc, char **argv) {
             rt::loadWeights(**eval, config.initFrom, config.seed))
       return fail(std::move(err));
   }
+  memoryPhases.end("weights");
 
   // 6. The trainer.
   rt::TrainerOptions options = trainerOptions(config);
@@ -686,6 +702,7 @@ int runTrainCommand(int argc, char **argv) {
   }
   options.dp = dpAxis.get();
   options.accumulateWithoutSync = config.parallel.zero < 2;
+  options.memoryPhases = &memoryPhases;
   // LLMC_FAULT_INJECT=kill:RANK:STEP or hang:RANK:STEP kills (SIGKILL) or
   // stops (SIGSTOP) that rank before that step: how the tests prove that
   // the other ranks stop with a message naming it instead of hanging.
@@ -755,6 +772,12 @@ int runTrainCommand(int argc, char **argv) {
   else
     trainerData.samplePrompt = tok.encode("\n");
   trainerData.decode = [&tok](int32_t id) { return tok.decodeToken(id); };
+  trainerData.describeMemory = [trainTokens, valTokens](rt::MemoryLedger &ledger) {
+    for (const auto &tokens : {trainTokens, valTokens})
+      ledger.add("data loader (token buffers)",
+                 rt::MemoryLedger::Source::Malloc, tokens->data(),
+                 int64_t(tokens->capacity() * sizeof(int32_t)));
+  };
 
   rt::TrainerPrograms trainerPrograms;
   trainerPrograms.updateStep = std::move(*update);
@@ -807,6 +830,7 @@ int runTrainCommand(int argc, char **argv) {
   if (checkpoint) {
     if (llvm::Error err = trainer.resume(*checkpoint, resume))
       return fail(std::move(err));
+    memoryPhases.end("restoring the checkpoint");
     out << "llmc run: resumed from " << resume << " at step "
                  << checkpoint->step << "\n";
   }
@@ -843,6 +867,13 @@ int runTrainCommand(int argc, char **argv) {
                         "rate only ramps up\n",
                         (long long)config.maxSteps,
                         (long long)config.schedule.warmupSteps);
+  // Compiling freed most of what it allocated (MLIR modules, LLVM's code
+  // generation); glibc keeps such memory resident in its free lists until
+  // asked to give it back.
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+  memoryPhases.end("setup");
   if (llvm::Error err = trainer.run())
     return fail(std::move(err));
   return 0;

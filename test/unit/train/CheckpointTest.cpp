@@ -85,6 +85,43 @@ TEST_F(CheckpointTest, RoundTrip) {
   EXPECT_EQ(readAll(path("a.ckpt")).size() % 64, 0u);
 }
 
+// Streaming tensors (how the trainer writes from its store, without a copy
+// of the state) gives the same file as writing them from the map; a name
+// given twice and a tensor that changes between the checksum pass and the
+// write are refused, and nothing is left at the path.
+TEST_F(CheckpointTest, StreamedTensorsWriteTheSameFile) {
+  Checkpoint whole = sample();
+  ASSERT_FALSE(bool(writeCheckpoint(path("map.ckpt"), whole)));
+  Checkpoint bare = whole;
+  bare.tensors.clear();
+  std::vector<StreamedTensor> streamed;
+  int reads = 0;
+  for (const auto &[name, tensor] : whole.tensors)
+    streamed.push_back(
+        {name, [&, &tensor = tensor](StreamedTensor::Consumer consume) {
+           ++reads;
+           return consume(tensor.dtype, tensor.shape, tensor.bytes);
+         }});
+  ASSERT_FALSE(bool(writeCheckpoint(path("streamed.ckpt"), bare, streamed)));
+  EXPECT_EQ(readAll(path("streamed.ckpt")), readAll(path("map.ckpt")));
+  EXPECT_EQ(reads, 2 * int(whole.tensors.size()));
+
+  llvm::Error twice = writeCheckpoint(path("twice.ckpt"), whole, streamed);
+  EXPECT_THAT(llvm::toString(std::move(twice)), HasSubstr("given twice"));
+  EXPECT_FALSE(llvm::sys::fs::exists(path("twice.ckpt")));
+
+  std::vector<float> values = {1, 2, 3};
+  StreamedTensor changing{"moving", [&](StreamedTensor::Consumer consume) {
+                            values[0] += 1; // differs on every read
+                            HostTensor t = HostTensor::fromF32(values, {3});
+                            return consume(t.dtype, t.shape, t.bytes);
+                          }};
+  llvm::Error changed = writeCheckpoint(path("moving.ckpt"), bare, {changing});
+  EXPECT_THAT(llvm::toString(std::move(changed)),
+              HasSubstr("tensor 'moving' changed while it was written"));
+  EXPECT_FALSE(llvm::sys::fs::exists(path("moving.ckpt")));
+}
+
 TEST_F(CheckpointTest, EveryTruncationIsRefused) {
   ASSERT_FALSE(bool(writeCheckpoint(path("a.ckpt"), sample())));
   std::string bytes = readAll(path("a.ckpt"));
