@@ -1,6 +1,16 @@
 // This machine's sgemm peak, measured.
 #include "runtime/SgemmPeak.h"
 
+#include "ir/kernel/AtomicFile.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/xxhash.h"
+#include "llvm/TargetParser/Host.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -32,4 +42,42 @@ double llmc::runtime::measureSgemmPeak(int n, int threads, int reps) {
   }
   openblas_set_num_threads(1);
   return 2.0 * n * n * n / best / 1e9;
+}
+
+llmc::runtime::MachinePeak llmc::runtime::machineSgemmPeak(int n, int threads,
+                                                           int reps) {
+  MachinePeak peak;
+  peak.measuredGflops = measureSgemmPeak(n, threads, reps);
+  peak.bestGflops = peak.measuredGflops;
+  std::string directory = kir::defaultCacheDirectory();
+  if (directory.empty())
+    return peak;
+  std::string key = llvm::sys::getHostCPUName().str() + "/" +
+                    openblas_get_corename() + "/" + std::to_string(n) + "/" +
+                    std::to_string(threads);
+  llvm::SmallString<256> path(directory);
+  llvm::sys::path::append(
+      path, "sgemm-peak-" + llvm::utohexstr(llvm::xxh3_64bits(key)) + ".txt");
+  peak.record = std::string(path);
+  double recorded = 0;
+  if (auto buffer = llvm::MemoryBuffer::getFile(path)) {
+    // "<GFLOP/s> <key>"; anything else is no record.
+    llvm::StringRef text = (*buffer)->getBuffer();
+    if (text.split(' ').first.getAsDouble(recorded) || recorded <= 0 ||
+        text.split(' ').second.trim() != key)
+      recorded = 0;
+  }
+  if (recorded >= peak.measuredGflops) {
+    peak.bestGflops = recorded;
+    return peak;
+  }
+  // A new best: kept for the next runs (a cache; failing to write it only
+  // means the next run measures again).
+  std::string text = std::to_string(peak.measuredGflops) + " " + key + "\n";
+  if (!llvm::sys::fs::create_directories(directory))
+    llvm::consumeError(kir::writeFileAtomically(
+        path, llvm::ArrayRef<uint8_t>(
+                  reinterpret_cast<const uint8_t *>(text.data()),
+                  text.size())));
+  return peak;
 }

@@ -18,6 +18,18 @@ std::string describeBlas();
 /// runtime's pool calls it from its own threads).
 double measureSgemmPeak(int n, int threads, int reps);
 
+/// The yardstick MFU is measured against: the peak measured now, and the
+/// best this machine has shown for the same CPU, BLAS core, size and
+/// thread count, kept in llmc's cache directory (sgemm-peak-<key>). A run
+/// that starts while the machine is busy measures a low peak; the best one
+/// is the machine's, and utilization is reported against it.
+struct MachinePeak {
+  double measuredGflops = 0; // this run's measurement
+  double bestGflops = 0;     // max of it and the record
+  std::string record;        // the record's path; empty when not kept
+};
+MachinePeak machineSgemmPeak(int n, int threads, int reps);
+
 } // namespace llmc::runtime
 
 #endif // LLMC_RUNTIME_SGEMMPEAK_H

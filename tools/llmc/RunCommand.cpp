@@ -690,15 +690,21 @@ int runTrainCommand(int argc, char **argv) {
     int peakThreads = device->threads > 0
                           ? device->threads
                           : std::max(1, int(std::thread::hardware_concurrency()));
-    double peak = rt::measureSgemmPeak(kPeakSgemmSize, peakThreads,
-                                       /*reps=*/3);
-    options.peakFlops = peak * 1e9;
+    rt::MachinePeak peak =
+        rt::machineSgemmPeak(kPeakSgemmSize, peakThreads, /*reps=*/3);
+    options.peakFlops = peak.bestGflops * 1e9;
+    std::string best =
+        peak.bestGflops > peak.measuredGflops
+            ? llvm::formatv("; {0:f1} GFLOP/s is this machine's best, in {1}",
+                            peak.bestGflops, peak.record)
+                  .str()
+            : "";
     out << llvm::formatv(
         "llmc run: MFU is model FLOPs ({0:e2} per token: 6N + 12 L h s) "
-        "against this machine's sgemm peak, measured now: {1:f1} GFLOP/s "
-        "({2}^3 on {3} thread(s) per rank; {4})\n",
-        options.modelFlopsPerToken, peak, kPeakSgemmSize, peakThreads,
-        rt::describeBlas());
+        "against this machine's sgemm peak: {1:f1} GFLOP/s ({2}^3 on {3} "
+        "thread(s) per rank, measured now: {4:f1}{5}; {6})\n",
+        options.modelFlopsPerToken, peak.bestGflops, kPeakSgemmSize,
+        peakThreads, peak.measuredGflops, best, rt::describeBlas());
   }
   options.dp = dpAxis.get();
   options.accumulateWithoutSync = config.parallel.zero < 2;
