@@ -490,7 +490,8 @@ int runTrainCommand(int argc, char **argv) {
       trainTokens, config.microBatchSize, config.seqLen, config.seed,
       /*shuffle=*/true);
   if (!trainLoader)
-    return fail("training data: " + llvm::toString(trainLoader.takeError()));
+    return fail("training data (" + llvm::join(config.data.train, ", ") +
+                "): " + llvm::toString(trainLoader.takeError()));
   auto train = std::make_shared<data::BatchLoader>(std::move(*trainLoader));
   std::shared_ptr<data::BatchLoader> val;
   if (int64_t(valTokens->size()) > config.microBatchSize * config.seqLen) {

@@ -36,10 +36,12 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/WithColor.h"
 
 #include <chrono>
+#include <cmath>
 
 using namespace mlir;
 using namespace mlir::llmc;
@@ -751,6 +753,17 @@ static int runInspect() {
 }
 
 static int runGenerate() {
+  if (maxTokens < 0)
+    return fail("--max-tokens: expected a count >= 0, got " +
+                llvm::Twine(maxTokens));
+  if (topK < 0)
+    return fail("--top-k: expected a count >= 0 (0: all), got " +
+                llvm::Twine(topK));
+  if (!(temperature >= 0) || std::isinf(temperature))
+    return fail(llvm::formatv("--temperature: expected a finite value >= 0 "
+                              "(0: greedy), got {0}",
+                              temperature.getValue())
+                    .str());
   auto tokenizer = ::llmc::data::loadTokenizer(tokenizerSpec);
   if (!tokenizer)
     return fail(tokenizer.takeError());
