@@ -976,10 +976,10 @@ llvm::Error Trainer::run() {
               .str()};
       stopMessage = llvm::formatv(
           "fp16 training diverged: gradients overflow at the minimum loss "
-          "scale {0} (step {1}; {2} updates skipped in a row, {3} in the "
-          "run); the update was skipped and no checkpoint is written for "
-          "this step. Lower the learning rate or loss_scale.min_scale, "
-          "resume from an earlier checkpoint, or set guard.action: rollback",
+          "scale {0} (step {1}); the update was skipped and no checkpoint is "
+          "written for this step ({2} update(s) skipped in a row, {3} in the "
+          "run). Lower the learning rate or loss_scale.min_scale, resume "
+          "from an earlier checkpoint, or set guard.action: rollback",
           formatScale(usedScale), currentStep, skippedInARow + 1,
           skippedSteps + 1);
     }
