@@ -6,6 +6,10 @@
 // come compiled, the data through callbacks. With dynamic loss scaling
 // (fp16) a step whose gradients overflow is skipped: Adam's step count t
 // does not advance, and an overflow at the minimum scale stops the run.
+// The training guard (runtime/TrainingGuard.h) judges every step: a NaN or
+// inf loss or gradient norm stops the run (or rolls it back), and loss or
+// gradient-norm spikes are logged, stop it or roll it back to an in-memory
+// snapshot with the data since skipped and the learning rate lowered.
 #ifndef LLMC_RUNTIME_TRAINER_H
 #define LLMC_RUNTIME_TRAINER_H
 
