@@ -86,6 +86,15 @@ enum class Key {
   ParallelZero,
   ParallelBucketMb,
   ParallelTimeout,
+  GuardAction,
+  GuardWindow,
+  GuardZscore,
+  GuardRatio,
+  GuardMaxGradNormRatio,
+  GuardSnapshotInterval,
+  GuardLrFactor,
+  GuardCooldown,
+  GuardMaxRollbacks,
   Dropout,
   Threads,
   Device,
@@ -243,6 +252,33 @@ const KeyInfo kKeys[] = {
     {Key::ParallelTimeout, "parallel.timeout", Kind::Number, "SECONDS",
      "a collective that makes no progress this long names the rank that "
      "did not arrive and stops the job (30)"},
+    {Key::GuardAction, "guard.action", Kind::String, "off|warn|stop|rollback",
+     "on a loss or gradient-norm spike: nothing (off), log it (warn), stop "
+     "(stop), or go back to the last snapshot, skip the data since, lower "
+     "the lr and retry (rollback); a NaN/inf loss or gradient norm stops the "
+     "run unless rollback (warn)"},
+    {Key::GuardWindow, "guard.window", Kind::Positive, "N",
+     "steps of loss and gradient-norm history spikes are judged against; "
+     "none before it is full (50)"},
+    {Key::GuardZscore, "guard.zscore", Kind::Number, "Z",
+     "a spike: loss above the window's mean + Z standard deviations; 0 is "
+     "off (6)"},
+    {Key::GuardRatio, "guard.ratio", Kind::Number, "R",
+     "a spike: loss above R x the window's mean; 0 is off (0)"},
+    {Key::GuardMaxGradNormRatio, "guard.max_grad_norm_ratio", Kind::Number,
+     "R", "a spike: gradient norm above R x the window's median; 0 is off "
+     "(0)"},
+    {Key::GuardSnapshotInterval, "guard.snapshot_interval", Kind::Positive,
+     "N", "rollback: steps between in-memory snapshots of the training state "
+     "(checkpoints are snapshots too) (50)"},
+    {Key::GuardLrFactor, "guard.lr_factor", Kind::Number, "X",
+     "rollback: multiply the learning rate by X (0 < X <= 1) (0.5)"},
+    {Key::GuardCooldown, "guard.cooldown", Kind::NonNegative, "N",
+     "rollback: steps the lower learning rate lasts; 0: the rest of the "
+     "run (100)"},
+    {Key::GuardMaxRollbacks, "guard.max_rollbacks", Kind::Positive, "N",
+     "rollback: more rollbacks in a row without getting past the spike "
+     "stop the run (3)"},
     {Key::Dropout, "dropout", Kind::Number, "X",
      "overrides the model's dropout rate"},
     {Key::Threads, "threads", Kind::NonNegative, "N",
@@ -883,6 +919,47 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
   case Key::ParallelTimeout:
     return getNumber(text, c.parallel.timeoutSeconds, 0.1, 86400, false,
                      "seconds in [0.1, 86400]");
+  case Key::GuardAction:
+    if (text != "off" && text != "warn" && text != "stop" &&
+        text != "rollback")
+      return fail("unknown action '" + text +
+                  "'; expected off, warn, stop or rollback");
+    c.guard.action = text.str();
+    return Error::success();
+  case Key::GuardWindow:
+    if (Error err = getInt(c.guard.window, 1))
+      return err;
+    if (c.guard.window < 2)
+      return fail("expected at least 2 steps (a standard deviation needs "
+                  "two), got '" + text + "'");
+    return Error::success();
+  case Key::GuardZscore:
+    return getNumber(text, c.guard.zscore, 0, inf, true,
+                     "a value >= 0 (0 turns it off)");
+  case Key::GuardRatio:
+  case Key::GuardMaxGradNormRatio: {
+    double &field = k.key == Key::GuardRatio ? c.guard.ratio
+                                             : c.guard.maxGradNormRatio;
+    if (Error err = getNumber(text, field, 0, inf, true,
+                              "0 (off) or a value > 1"))
+      return err;
+    if (field > 0 && field <= 1)
+      return fail(text + " is out of range; expected 0 (off) or a value > 1");
+    return Error::success();
+  }
+  case Key::GuardSnapshotInterval:
+    return getInt(c.guard.snapshotInterval, 1);
+  case Key::GuardLrFactor:
+    if (Error err = getNumber(text, c.guard.lrFactor, 0, 1, false,
+                              "a value in (0, 1]"))
+      return err;
+    if (c.guard.lrFactor == 0)
+      return fail("0 is out of range; expected a value in (0, 1]");
+    return Error::success();
+  case Key::GuardCooldown:
+    return getInt(c.guard.cooldown, 0);
+  case Key::GuardMaxRollbacks:
+    return getInt(c.guard.maxRollbacks, 1);
   case Key::Dropout: {
     double rate = 0;
     if (Error err = getNumber(text, rate, 0, 1, true, "a value in [0, 1)"))
@@ -1217,6 +1294,16 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
      << "  dp: " << c.parallel.dp << "\n  zero: " << c.parallel.zero
      << "\n  bucket_mb: " << formatDouble(c.parallel.bucketMb)
      << "\n  timeout: " << formatDouble(c.parallel.timeoutSeconds) << "\n";
+  const ::llmc::GuardConfig &g = c.guard;
+  os << "guard:\n"
+     << "  action: " << g.action << "\n  window: " << g.window
+     << "\n  zscore: " << formatDouble(g.zscore)
+     << "\n  ratio: " << formatDouble(g.ratio)
+     << "\n  max_grad_norm_ratio: " << formatDouble(g.maxGradNormRatio)
+     << "\n  snapshot_interval: " << g.snapshotInterval
+     << "\n  lr_factor: " << formatDouble(g.lrFactor)
+     << "\n  cooldown: " << g.cooldown
+     << "\n  max_rollbacks: " << g.maxRollbacks << "\n";
   os
      << "threads: " << c.threads << "\n"
      << "device: " << c.device << "\n"

@@ -77,6 +77,21 @@ struct LossScaleConfig {
   bool consecutiveHysteresis = false;
 };
 
+/// Loss-spike and divergence handling (runtime/TrainingGuard.h). A NaN or
+/// inf loss or gradient norm always stops the run unless `action` is
+/// rollback; spikes are judged against the last `window` steps.
+struct GuardConfig {
+  std::string action = "warn"; // off, warn, stop or rollback
+  int64_t window = 50;
+  double zscore = 6;           // 0: off
+  double ratio = 0;            // 0: off
+  double maxGradNormRatio = 0; // 0: off
+  int64_t snapshotInterval = 50;
+  double lrFactor = 0.5;
+  int64_t cooldown = 100; // 0: the lower rate for the rest of the run
+  int64_t maxRollbacks = 3;
+};
+
 /// Activation checkpointing (llmc-remat).
 struct RematConfig {
   enum class Policy { None, Full, Selective, Budget };
@@ -166,6 +181,7 @@ struct TrainingConfig {
   ::llmc::LossScaleConfig lossScale; // fp16 only
   ::llmc::RematConfig remat;
   ::llmc::ParallelConfig parallel;
+  ::llmc::GuardConfig guard;
   std::optional<double> dropout; // overrides the model's dropout
   int64_t threads = 0;           // 0: every hardware thread
   std::string device = "cpu";    // cpu or cuda

@@ -163,6 +163,8 @@ llvm::Error llmc::runtime::writeCheckpoint(
       j.attribute("seed", std::to_string(checkpoint.seed));
       j.attribute("lr", checkpoint.lr);
       j.attribute("loader_position", checkpoint.loaderPosition);
+      if (!checkpoint.guard.empty())
+        j.attribute("guard", checkpoint.guard);
       j.attribute("config_hash", hex(hashConfigSections(checkpoint.config)));
       j.attributeObject("config", [&] {
         for (const auto &[name, text] : checkpoint.config)
@@ -305,6 +307,8 @@ llvm::Expected<Checkpoint> llmc::runtime::readCheckpoint(llvm::StringRef path) {
   if (std::optional<llvm::StringRef> position =
           root->getString("loader_position"))
     c.loaderPosition = position->str();
+  if (std::optional<llvm::StringRef> guard = root->getString("guard"))
+    c.guard = guard->str();
   if (std::optional<llvm::StringRef> manifest = root->getString("shards"))
     c.manifest = manifest->str();
   if (const llvm::json::Object *config = root->getObject("config"))

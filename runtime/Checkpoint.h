@@ -44,6 +44,9 @@ struct Checkpoint {
   double lr = 0;
   /// The training data loader's position, as JSON text.
   std::string loaderPosition;
+  /// The training guard's state (runtime/TrainingGuard.h) as JSON text;
+  /// empty while it has none.
+  std::string guard;
   /// Config sections that must match to resume ("model", "optimizer",
   /// "data"), as canonical `key: value` lines; and their hash.
   std::map<std::string, std::string> config;

@@ -143,7 +143,8 @@ std::string formatRate(double value) {
 Trainer::Trainer(TrainerOptions options, TrainerPrograms programs,
                  TrainerData data, std::shared_ptr<TensorStore> store)
     : options(std::move(options)), programs(std::move(programs)),
-      data(std::move(data)), store(std::move(store)) {}
+      data(std::move(data)), store(std::move(store)),
+      guard(this->options.guard) {}
 
 double Trainer::modelFlopsUtilization(double tokensPerSecond) const {
   if (options.peakFlops <= 0 || options.modelFlopsPerToken <= 0)
@@ -198,6 +199,8 @@ Checkpoint Trainer::checkpointState() const {
   c.seed = options.seed;
   c.lr = lastLr;
   c.loaderPosition = data.savePosition ? data.savePosition() : "";
+  if (!guard.state().isDefault())
+    c.guard = guard.state().toJson();
   c.config = options.configSections;
   return c;
 }
@@ -309,22 +312,32 @@ llvm::Error Trainer::resume(const Checkpoint &main, llvm::StringRef source) {
   consumedSamples = c.consumedSamples;
   consumedTokens = c.consumedTokens;
   lastLr = c.lr;
+  guard.state() = GuardState();
+  if (!c.guard.empty()) {
+    llvm::Expected<GuardState> state = GuardState::fromJson(c.guard);
+    if (!state)
+      return llvm::createStringError(source + ": guard state: " +
+                                     llvm::toString(state.takeError()));
+    guard.state() = std::move(*state);
+  }
 
   keptMetricLines.clear();
   trainPoints.clear();
   valPoints.clear();
+  eventPoints.clear();
   std::string metricsPath = joinPath(options.outDir, "metrics.jsonl");
   if (llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
           llvm::MemoryBuffer::getFile(metricsPath))
     readMetricLines((*file)->getBuffer(), currentStep, keptMetricLines,
-                    trainPoints, valPoints);
+                    trainPoints, valPoints, &eventPoints);
   return llvm::Error::success();
 }
 
 void llmc::runtime::readMetricLines(llvm::StringRef text, int64_t beforeStep,
                                     std::vector<std::string> &kept,
                                     std::vector<MetricPoint> &train,
-                                    std::vector<MetricPoint> &val) {
+                                    std::vector<MetricPoint> &val,
+                                    std::vector<PlotEvent> *events) {
   llvm::SmallVector<llvm::StringRef> lines;
   text.split(lines, '\n', -1, false);
   for (llvm::StringRef line : lines) {
@@ -338,6 +351,17 @@ void llmc::runtime::readMetricLines(llvm::StringRef text, int64_t beforeStep,
     if (!step || *step >= beforeStep)
       continue;
     kept.push_back(line.str());
+    if (std::optional<llvm::StringRef> event = object->getString("event")) {
+      std::optional<int64_t> from = object->getInteger("from_step");
+      if (events)
+        events->push_back({from.value_or(*step), event->str()});
+      // A rollback undid the steps from the one it went back to.
+      if (std::optional<int64_t> to = object->getInteger("to_step"))
+        llvm::erase_if(train, [&](const MetricPoint &p) {
+          return p.step >= *to;
+        });
+      continue;
+    }
     if (std::optional<double> loss = object->getNumber("loss"))
       train.push_back({*step, *loss});
     if (std::optional<double> loss = object->getNumber("val_loss"))
@@ -370,7 +394,7 @@ llvm::Error Trainer::writePlot() {
     return llvm::Error::success();
   std::string svg =
       renderLossPlot(trainPoints, valPoints,
-                     llvm::sys::path::filename(options.outDir));
+                     llvm::sys::path::filename(options.outDir), eventPoints);
   return kir::writeFileAtomically(
       joinPath(options.outDir, "loss.svg"),
       llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(svg.data()),
@@ -432,6 +456,169 @@ llvm::Error Trainer::writeCheckpointNow() {
   if (options.log)
     *options.log << "checkpoint: " << path << "\n";
   return pruneCheckpoints(dir, options.keepCheckpoints);
+}
+
+llvm::Error Trainer::takeSnapshot(Snapshot &snapshot, int64_t skippedSteps) {
+  snapshot.tensors.clear();
+  // Gradients are zero between steps; ZeRO's blocks are this rank's.
+  for (const std::string &name : store->names()) {
+    if (llvm::StringRef(name).starts_with("grad."))
+      continue;
+    llvm::Expected<HostTensor> tensor = store->get(name);
+    if (!tensor)
+      return tensor.takeError();
+    snapshot.tensors[name] = std::move(*tensor);
+  }
+  snapshot.step = currentStep;
+  snapshot.consumedSamples = consumedSamples;
+  snapshot.consumedTokens = consumedTokens;
+  snapshot.skippedSteps = skippedSteps;
+  snapshot.lastLr = lastLr;
+  snapshot.guard = guard.state();
+  snapshot.batchesRead = batchesRead;
+  return llvm::Error::success();
+}
+
+namespace {
+llvm::StringRef describeGuardEvent(const GuardEvent &event) {
+  switch (event.kind) {
+  case GuardEvent::Kind::NonFinite:
+    return "non-finite";
+  case GuardEvent::Kind::LossSpike:
+    return "loss spike";
+  case GuardEvent::Kind::GradSpike:
+    return "gradient-norm spike";
+  }
+  return "event";
+}
+} // namespace
+
+llvm::Expected<bool> Trainer::handleGuardEvent(
+    const GuardEvent &event, int64_t eventStep, double loss,
+    int64_t &skippedSteps, const std::string &stopMessage) {
+  llvm::raw_ostream *log = options.log;
+  const GuardOptions &settings = guard.settings();
+  const GuardAction action = settings.action;
+  const bool nonFinite = event.kind == GuardEvent::Kind::NonFinite;
+  std::string what =
+      (describeGuardEvent(event) + ": " + event.reason).str();
+  // One metrics.jsonl line per event; `fields` adds the event's own.
+  auto record = [&](llvm::StringRef name, int64_t step,
+                    llvm::function_ref<void(llvm::json::OStream &)> fields)
+      -> llvm::Error {
+    std::string line;
+    llvm::raw_string_ostream os(line);
+    llvm::json::OStream j(os);
+    j.object([&] {
+      j.attribute("step", step);
+      j.attribute("event", name);
+      j.attribute("reason", what);
+      if (std::isfinite(loss))
+        j.attribute("spike_loss", loss);
+      fields(j);
+    });
+    eventPoints.push_back({eventStep, name.str()});
+    if (llvm::Error err = appendMetrics(line))
+      return err;
+    return writePlot();
+  };
+
+  if (action == GuardAction::Rollback && guard.mayRollBack()) {
+    // Back to the snapshot; the loader stays where it is, past the
+    // micro-batches read since: the window that spiked is skipped.
+    const Snapshot &snapshot = goodSnapshot;
+    int64_t batches = batchesRead - snapshot.batchesRead;
+    pendingSnapshot = Snapshot();
+    for (const auto &[name, tensor] : snapshot.tensors)
+      if (llvm::Error err = store->set(name, tensor))
+        return std::move(err);
+    currentStep = snapshot.step;
+    consumedSamples = snapshot.consumedSamples;
+    consumedTokens = snapshot.consumedTokens;
+    lastLr = snapshot.lastLr;
+    skippedSteps = snapshot.skippedSteps;
+    guard.recordRollback(eventStep, batches, snapshot.guard);
+    // The next rollback skips from here on.
+    goodSnapshot.batchesRead = batchesRead;
+    const GuardState &state = guard.state();
+    double lr = options.learningRate(currentStep) * state.lrFactor;
+    llvm::erase_if(trainPoints, [&](const MetricPoint &p) {
+      return p.step >= currentStep;
+    });
+    std::string scale;
+    if (store->contains("loss_scale")) {
+      llvm::Expected<double> value = storedScalar(*store, "loss_scale");
+      if (!value)
+        return value.takeError();
+      scale = ", loss scale reset to " + formatScale(*value);
+    }
+    if (log) {
+      *log << llvm::formatv(
+          "guard: step {0}: {1}; rolled back to step {2}, skipping the {3} "
+          "micro-batches read since; lr x{4} ({5:e2} at step {2}) for {6}{7} "
+          "(rollback {8} in a row, at most {9})\n",
+          eventStep, what, currentStep, batches,
+          llvm::format("%g", state.lrFactor), lr,
+          settings.cooldown > 0
+              ? llvm::formatv("{0} steps", state.cooldownLeft).str()
+              : std::string("the rest of the run"),
+          scale, state.rollbacksInARow, settings.maxRollbacks);
+      log->flush();
+    }
+    if (llvm::Error err = record("rollback", currentStep,
+                                 [&](llvm::json::OStream &j) {
+                                   j.attribute("from_step", eventStep);
+                                   j.attribute("to_step", currentStep);
+                                   j.attribute("lr", lr);
+                                   j.attribute("lr_factor", state.lrFactor);
+                                   j.attribute("cooldown", state.cooldownLeft);
+                                   j.attribute("batches_skipped", batches);
+                                   j.attribute("rollbacks_in_a_row",
+                                               state.rollbacksInARow);
+                                 }))
+      return std::move(err);
+    return true;
+  }
+
+  std::string message;
+  if (action == GuardAction::Rollback)
+    message = llvm::formatv(
+        "guard: step {0}: {1}; {2} rollbacks in a row did not get past it "
+        "(guard.max_rollbacks: {3}); stopping rather than train on it. "
+        "Lower the learning rate (guard.lr_factor), look at the data near "
+        "step {0}, raise guard.max_rollbacks, or resume from an earlier "
+        "checkpoint",
+        eventStep, what, guard.state().rollbacksInARow,
+        settings.maxRollbacks);
+  else if (nonFinite)
+    message = stopMessage;
+  else if (action == GuardAction::Stop)
+    message = llvm::formatv("guard: step {0}: {1}; stopping (guard.action: "
+                            "stop); the update was applied but no "
+                            "checkpoint is written for this step",
+                            eventStep, what);
+  if (!message.empty()) {
+    if (llvm::Error err = record("stop", eventStep,
+                                 [&](llvm::json::OStream &j) {
+                                   j.attribute("action",
+                                               stringifyGuardAction(action));
+                                 }))
+      return std::move(err);
+    return llvm::createStringError(message);
+  }
+  // Warn: log it and train on.
+  ++guard.state().warnings;
+  if (log) {
+    *log << "guard: step " << eventStep << ": " << what
+         << " (guard.action: warn; training on)\n";
+    log->flush();
+  }
+  if (llvm::Error err = record("spike", eventStep,
+                               [&](llvm::json::OStream &j) {
+                                 j.attribute("action", "warn");
+                               }))
+    return std::move(err);
+  return false;
 }
 
 llvm::Expected<double> Trainer::evaluate(std::string &sample) {
@@ -533,6 +720,25 @@ llvm::Error Trainer::run() {
       return skipped.takeError();
     skippedSteps = int64_t(*skipped);
   }
+  int64_t skippedInARow = 0; // overflows since the last applied update
+  double firstScale = 0;     // the loss scale this run() started with
+  if (lossScaling) {
+    llvm::Expected<double> scale = storedScalar(*store, "loss_scale");
+    if (!scale)
+      return scale.takeError();
+    firstScale = *scale;
+  }
+  // Rollback: a snapshot at the start, every snapshot_interval steps and at
+  // every checkpoint (so that a resumed run has the snapshot the
+  // uninterrupted one has).
+  const GuardOptions &guardOptions = guard.settings();
+  const bool rollingBack = guardOptions.action == GuardAction::Rollback;
+  auto snapshotDue = [&](int64_t step) {
+    return (guardOptions.snapshotInterval > 0 &&
+            step % guardOptions.snapshotInterval == 0) ||
+           (options.checkpointInterval > 0 &&
+            step % options.checkpointInterval == 0);
+  };
   std::map<const Executor *, int64_t> flopsOf;
   auto flops = [&](const Executor &e) {
     auto it = flopsOf.find(&e);
@@ -602,6 +808,19 @@ llvm::Error Trainer::run() {
 
     if (options.beforeStep)
       options.beforeStep(currentStep);
+    if (rollingBack && goodSnapshot.step < 0) {
+      if (llvm::Error err = takeSnapshot(goodSnapshot, skippedSteps))
+        return err;
+    } else if (rollingBack && goodSnapshot.step != currentStep &&
+               pendingSnapshot.step != currentStep &&
+               snapshotDue(currentStep)) {
+      if (llvm::Error err = takeSnapshot(pendingSnapshot, skippedSteps))
+        return err;
+    }
+    double lrScale = 1;
+    if (options.injectFault)
+      if (llvm::Error err = options.injectFault(currentStep, *store, lrScale))
+        return err;
     StepShape shape = options.stepShape(currentStep, consumedSamples);
     const int64_t microBatches = shape.globalBatch / options.microBatch;
     const int64_t stepTokens = shape.globalBatch * shape.seqLen;
@@ -634,6 +853,7 @@ llvm::Error Trainer::run() {
     std::vector<float> losses;
     for (int64_t m = 0; m < microBatches; ++m) {
       data.next(shape.seqLen, tokens, targets);
+      ++batchesRead;
       if (m < first || m >= first + mine)
         continue; // another rank's
       Executor &step = m == first + mine - 1 ? **grad : *noSync;
@@ -668,7 +888,9 @@ llvm::Error Trainer::run() {
       lossSum += double(value);
     double loss = lossSum / double(microBatches);
 
-    double lr = options.learningRate(currentStep);
+    // A rollback lowers the rate for its cooldown.
+    double lr =
+        options.learningRate(currentStep) * guard.state().lrFactor * lrScale;
     double t = double(currentStep - skippedSteps + 1);
     double bc1 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta1, t)) : 1;
     double bc2 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta2, t)) : 1;
@@ -693,51 +915,107 @@ llvm::Error Trainer::run() {
     if (!gradNorm)
       return gradNorm.takeError();
 
-    if (!std::isfinite(loss))
-      return llvm::createStringError(llvm::formatv(
-          "the loss is {0} at step {1}; lower the learning rate or resume "
-          "from an earlier checkpoint",
-          loss, currentStep));
-
     bool skipped = false;
-    double usedScale = 0;
+    double usedScale = 0, nextScale = 0, hysteresis = 0;
+    bool atMinScale = false;
     if (lossScaling) {
-      double overflow = 0, used = 0, next = 0, hysteresis = 0;
+      double overflow = 0;
       for (auto [name, value] :
            {std::pair<const char *, double *>{"overflow", &overflow},
-            {"used_loss_scale", &used},
-            {"loss_scale", &next},
+            {"used_loss_scale", &usedScale},
+            {"loss_scale", &nextScale},
             {kLossScaleHysteresis, &hysteresis}}) {
         llvm::Expected<double> output = scalarOutput(update, name);
         if (!output)
           return output.takeError();
         *value = *output;
       }
-      usedScale = used;
       skipped = overflow != 0;
       // An overflow that should lower the scale but cannot: the scale is at
       // its minimum. Training on would only skip every step.
-      if (skipped && hysteresisBefore <= 1 && next == used)
-        return llvm::createStringError(llvm::formatv(
-            "fp16 training diverged: gradients overflow at the minimum loss "
-            "scale {0} (step {1}); the update was skipped and no checkpoint "
-            "is written for this step. Lower the learning rate or "
-            "loss_scale.min_scale, or resume from an earlier checkpoint",
-            formatScale(used), currentStep));
-      if (skipped) {
-        ++skippedSteps;
-        if (log) {
-          *log << "step " << currentStep
-               << ": gradient overflow, update skipped, loss scale "
-               << formatScale(used);
-          if (next != used)
-            *log << " -> " << formatScale(next) << "\n";
-          else
-            *log << " kept (hysteresis " << int64_t(hysteresisBefore)
-                 << " -> " << int64_t(hysteresis) << ")\n";
-          log->flush();
-        }
+      atMinScale = skipped && hysteresisBefore <= 1 && nextScale == usedScale;
+    }
+
+    // The guard: a NaN or inf loss or gradient norm (never trained
+    // through), loss and gradient-norm spikes.
+    std::optional<GuardEvent> event = guard.check(loss, *gradNorm, skipped);
+    std::string stopMessage;
+    if (event && event->kind == GuardEvent::Kind::NonFinite) {
+      std::string value =
+          std::isfinite(loss)
+              ? "the gradient norm is " + formatGuardValue(*gradNorm) +
+                    " (the loss, " + formatGuardValue(loss) + ", is finite)"
+              : "the loss is " + formatGuardValue(loss);
+      if (lossScaling)
+        stopMessage = llvm::formatv(
+            "fp16 training diverged at step {0}: {1}; the loss scaler {2}, "
+            "after {3} skipped update(s) in a row and {4} in the run (scale "
+            "{5} at step {6}). A non-finite loss comes from the forward pass, "
+            "which no loss scale prevents: lower the learning rate, resume "
+            "from an earlier checkpoint, or set guard.action: rollback",
+            currentStep, value,
+            skipped ? "skipped this update (overflow at scale " +
+                          formatScale(usedScale) +
+                          (nextScale != usedScale
+                               ? ", lowered to " + formatScale(nextScale)
+                               : std::string(", kept by the hysteresis")) +
+                          ")"
+                    : "saw no overflow at scale " + formatScale(usedScale),
+            skippedInARow, skippedSteps, formatScale(firstScale), firstStep);
+      else
+        stopMessage = llvm::formatv(
+            "{0} at step {1}; the update is not kept (no checkpoint is "
+            "written for this step): lower the learning rate, resume from an "
+            "earlier checkpoint, or set guard.action: rollback",
+            value, currentStep);
+    } else if (atMinScale) {
+      event = GuardEvent{
+          GuardEvent::Kind::NonFinite,
+          llvm::formatv("gradients overflow at the minimum loss scale {0}",
+                        formatScale(usedScale))
+              .str()};
+      stopMessage = llvm::formatv(
+          "fp16 training diverged: gradients overflow at the minimum loss "
+          "scale {0} (step {1}); the update was skipped and no checkpoint is "
+          "written for this step ({2} update(s) skipped in a row, {3} in the "
+          "run). Lower the learning rate or loss_scale.min_scale, resume "
+          "from an earlier checkpoint, or set guard.action: rollback",
+          formatScale(usedScale), currentStep, skippedInARow + 1,
+          skippedSteps + 1);
+    }
+    if (event) {
+      llvm::Expected<bool> rolledBack = handleGuardEvent(
+          *event, currentStep, loss, skippedSteps, stopMessage);
+      if (!rolledBack)
+        return rolledBack.takeError();
+      if (*rolledBack) {
+        skippedInARow = 0;
+        checkpointWritten = false;
+        continue;
       }
+    }
+    guard.recordClean(currentStep, loss, *gradNorm, skipped);
+    if (pendingSnapshot.step == currentStep) {
+      goodSnapshot = std::move(pendingSnapshot);
+      pendingSnapshot = Snapshot();
+    }
+
+    if (skipped) {
+      ++skippedSteps;
+      ++skippedInARow;
+      if (log) {
+        *log << "step " << currentStep
+             << ": gradient overflow, update skipped, loss scale "
+             << formatScale(usedScale);
+        if (nextScale != usedScale)
+          *log << " -> " << formatScale(nextScale) << "\n";
+        else
+          *log << " kept (hysteresis " << int64_t(hysteresisBefore)
+               << " -> " << int64_t(hysteresis) << ")\n";
+        log->flush();
+      }
+    } else {
+      skippedInARow = 0;
     }
 
     lastLr = lr;
@@ -965,7 +1243,8 @@ std::string formatTick(double value, double step) {
 
 std::string llmc::runtime::renderLossPlot(llvm::ArrayRef<MetricPoint> train,
                                           llvm::ArrayRef<MetricPoint> val,
-                                          llvm::StringRef title) {
+                                          llvm::StringRef title,
+                                          llvm::ArrayRef<PlotEvent> events) {
   const double width = 760, height = 440;
   const double left = 70, right = 24, top = 44, bottom = 56;
   const double plotW = width - left - right, plotH = height - top - bottom;
@@ -977,6 +1256,8 @@ std::string llmc::runtime::renderLossPlot(llvm::ArrayRef<MetricPoint> train,
       yMin = std::min(yMin, p.value);
       yMax = std::max(yMax, p.value);
     }
+  for (const PlotEvent &e : events)
+    xMax = std::max(xMax, double(e.step));
   if (!(yMin <= yMax)) {
     yMin = 0;
     yMax = 1;
@@ -1052,6 +1333,20 @@ std::string llmc::runtime::renderLossPlot(llvm::ArrayRef<MetricPoint> train,
   };
   polyline(train, "#1f77b4", false);
   polyline(val, "#ff7f0e", true);
+  // Guard events: a dashed line at the step that spiked, labelled.
+  for (const PlotEvent &e : events) {
+    const char *color = e.kind == "spike" ? "#e6a700" : "#d62728";
+    os << llvm::format("<line class=\"guard-%s\" x1=\"%.1f\" y1=\"%.1f\" "
+                       "x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                       "stroke-dasharray=\"4 3\"/>\n",
+                       e.kind.c_str(), x(e.step), top, x(e.step),
+                       top + plotH, color);
+    os << llvm::format("<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" "
+                       "fill=\"%s\" transform=\"rotate(-90 %.1f %.1f)\" "
+                       "text-anchor=\"end\">%s %lld</text>\n",
+                       x(e.step) - 3, top + 4, color, x(e.step) - 3, top + 4,
+                       e.kind.c_str(), (long long)e.step);
+  }
   // Legend.
   double lx = left + plotW - 150, ly = top + 14;
   os << llvm::format("<rect x=\"%.1f\" y=\"%.1f\" width=\"140\" height=\"44\" "

@@ -6,6 +6,10 @@
 // come compiled, the data through callbacks. With dynamic loss scaling
 // (fp16) a step whose gradients overflow is skipped: Adam's step count t
 // does not advance, and an overflow at the minimum scale stops the run.
+// The training guard (runtime/TrainingGuard.h) judges every step: a NaN or
+// inf loss or gradient norm stops the run (or rolls it back), and loss or
+// gradient-norm spikes are logged, stop it or roll it back to an in-memory
+// snapshot with the data since skipped and the learning rate lowered.
 #ifndef LLMC_RUNTIME_TRAINER_H
 #define LLMC_RUNTIME_TRAINER_H
 
@@ -14,6 +18,7 @@
 #include "runtime/Comm/Communicator.h"
 #include "runtime/Console.h"
 #include "runtime/MemoryReport.h"
+#include "runtime/TrainingGuard.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
@@ -93,6 +98,14 @@ struct TrainerOptions {
   /// trainer continues (steps, checkpoints, evaluations) to say in which
   /// one the resident set peaked; null: the trainer's phases only.
   MemoryPhases *memoryPhases = nullptr;
+  /// Spike and divergence handling (runtime/TrainingGuard.h).
+  GuardOptions guard;
+  /// Test hook (LLMC_GUARD_INJECT): called before each step's first
+  /// micro-batch; may poison the store or scale the step's learning rate.
+  /// Null: nothing.
+  std::function<llvm::Error(int64_t step, TensorStore &store,
+                            double &lrScale)>
+      injectFault;
 };
 
 /// The data, through callbacks (the command adapts its loader).
@@ -147,6 +160,13 @@ struct TrainerPrograms {
 struct MetricPoint {
   int64_t step = 0;
   double value = 0; // loss or val_loss
+};
+
+/// A guard event the loss plot marks: "rollback" (at the step that
+/// spiked), "spike" (logged by action warn) or "stop".
+struct PlotEvent {
+  int64_t step = 0;
+  std::string kind;
 };
 
 class Trainer {
@@ -213,6 +233,16 @@ private:
   MemoryPhases &phases() {
     return options.memoryPhases ? *options.memoryPhases : ownPhases;
   }
+  struct Snapshot;
+  /// Rollback: keeps the state at currentStep in memory.
+  llvm::Error takeSnapshot(Snapshot &into, int64_t skippedSteps);
+  /// Handles the guard's `event` at step `eventStep` (not counted yet):
+  /// logs it; for a rollback restores the snapshot and returns true; an
+  /// error stops the run; false: train on (action warn).
+  llvm::Expected<bool> handleGuardEvent(const GuardEvent &event,
+                                        int64_t eventStep, double loss,
+                                        int64_t &skippedSteps,
+                                        const std::string &stopMessage);
 
   TrainerOptions options;
   TrainerPrograms programs;
@@ -231,22 +261,45 @@ private:
   TensorMap pendingFullStates;
   bool shardsInitialized = false;
   MemoryPhases ownPhases;
+  // The guard and, for action rollback, snapshots: every persistent tensor
+  // but the gradients, the counters and the guard's windows at `step`, and
+  // how many micro-batches had been read. A snapshot is good once the step
+  // it was taken at passed the guard (that step's loss is the first to see
+  // the update before it); until then it is pending, and a rollback goes
+  // to the good one. The state a run starts from is good.
+  TrainingGuard guard;
+  struct Snapshot {
+    int64_t step = -1;
+    int64_t consumedSamples = 0, consumedTokens = 0, skippedSteps = 0;
+    int64_t batchesRead = 0;
+    double lastLr = 0;
+    TensorMap tensors;
+    GuardState guard;
+  };
+  Snapshot goodSnapshot, pendingSnapshot;
+  int64_t batchesRead = 0; // micro-batches read by this run() so far
+  std::vector<PlotEvent> eventPoints;
 };
 
 /// The loss curves as a standalone SVG: axes with ticks, the training loss
 /// (logged steps) and the validation loss (evaluations), a legend.
+/// Guard events are marked by dashed vertical lines.
 std::string renderLossPlot(llvm::ArrayRef<MetricPoint> train,
                            llvm::ArrayRef<MetricPoint> val,
-                           llvm::StringRef title);
+                           llvm::StringRef title,
+                           llvm::ArrayRef<PlotEvent> events = {});
 
 /// Reads metrics.jsonl as a run resumed at `beforeStep` keeps it: the lines
 /// (training steps and evaluations) of steps below `beforeStep`, and their
 /// training and validation losses. Later lines come from a run that went on
-/// past the checkpoint; the resumed run writes them again.
+/// past the checkpoint; the resumed run writes them again. A rollback's
+/// line (at the step it went back to) drops the training losses of the
+/// steps it undid; guard events go to `events`.
 void readMetricLines(llvm::StringRef text, int64_t beforeStep,
                      std::vector<std::string> &kept,
                      std::vector<MetricPoint> &train,
-                     std::vector<MetricPoint> &val);
+                     std::vector<MetricPoint> &val,
+                     std::vector<PlotEvent> *events = nullptr);
 
 } // namespace llmc::runtime
 

@@ -21,6 +21,7 @@
 #include "runtime/Generate.h"
 #include "runtime/SgemmPeak.h"
 #include "runtime/Trainer.h"
+#include "tools/llmc/GuardInject.h"
 #ifdef LLMC_HAVE_NVRTC
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "runtime/Comm/NcclCommunicator.h"
@@ -319,6 +320,18 @@ rt::TrainerOptions trainerOptions(const TrainingConfig &config) {
   options.keepCheckpoints = config.keepCheckpoints;
   options.seed = config.seed;
   options.outDir = config.out;
+  const ::llmc::GuardConfig &guard = config.guard;
+  // The schema checked the name.
+  options.guard.action =
+      rt::parseGuardAction(guard.action).value_or(rt::GuardAction::Warn);
+  options.guard.window = guard.window;
+  options.guard.zscore = guard.zscore;
+  options.guard.ratio = guard.ratio;
+  options.guard.maxGradNormRatio = guard.maxGradNormRatio;
+  options.guard.snapshotInterval = guard.snapshotInterval;
+  options.guard.lrFactor = guard.lrFactor;
+  options.guard.cooldown = guard.cooldown;
+  options.guard.maxRollbacks = guard.maxRollbacks;
   return options;
 }
 
@@ -728,6 +741,16 @@ int runTrainCommand(int argc, char **argv) {
         if (step == faultStep)
           raise(signal);
       };
+  }
+
+  // LLMC_GUARD_INJECT provokes the spikes and divergences the guard
+  // handles (tools/llmc/GuardInject.h).
+  if (const char *inject = std::getenv("LLMC_GUARD_INJECT")) {
+    llvm::Expected<decltype(options.injectFault)> hook =
+        parseGuardInjection(inject);
+    if (!hook)
+      return fail(hook.takeError());
+    options.injectFault = std::move(*hook);
   }
 
   rt::TrainerData trainerData;

@@ -381,3 +381,59 @@ TEST(TrainConfigTest, Errors) {
         << "flags: " << (c.flags.empty() ? "" : c.flags[0]) << "\n"
         << c.text;
 }
+
+TEST(TrainConfigTest, GuardSection) {
+  llvm::Expected<TrainingConfig> plain = parse(kConfig);
+  ASSERT_TRUE(bool(plain)) << llvm::toString(plain.takeError());
+  EXPECT_EQ(plain->guard.action, "warn"); // the default
+  EXPECT_EQ(plain->guard.window, 50);
+
+  llvm::Expected<TrainingConfig> c = parse(
+      std::string(kConfig) +
+          "guard: {action: rollback, window: 20, zscore: 4, ratio: 1.5, "
+          "max_grad_norm_ratio: 8, snapshot_interval: 10, lr_factor: 0.3, "
+          "cooldown: 0, max_rollbacks: 5}\n",
+      {"--guard-window=25"});
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  EXPECT_EQ(c->guard.action, "rollback");
+  EXPECT_EQ(c->guard.window, 25); // the flag wins
+  EXPECT_EQ(c->guard.zscore, 4);
+  EXPECT_EQ(c->guard.ratio, 1.5);
+  EXPECT_EQ(c->guard.maxGradNormRatio, 8);
+  EXPECT_EQ(c->guard.snapshotInterval, 10);
+  EXPECT_EQ(c->guard.lrFactor, 0.3);
+  EXPECT_EQ(c->guard.cooldown, 0);
+  EXPECT_EQ(c->guard.maxRollbacks, 5);
+  // The resolved config reads back the same.
+  std::string printed;
+  llvm::raw_string_ostream os(printed);
+  printTrainingConfig(*c, os);
+  EXPECT_THAT(printed, HasSubstr("guard:\n  action: rollback\n  window: 25\n"));
+}
+
+TEST(TrainConfigTest, GuardErrorsNameTheKey) {
+  EXPECT_THAT(errorOf(std::string(kConfig) + "guard: {action: retry}\n"),
+              HasSubstr("t.yaml:27:17: error: guard.action: unknown action "
+                        "'retry'; expected off, warn, stop or rollback"));
+  EXPECT_THAT(errorOf(std::string(kConfig) + "guard: {window: -3}\n"),
+              HasSubstr("guard.window: expected a positive integer, got "
+                        "'-3'"));
+  EXPECT_THAT(errorOf(std::string(kConfig) + "guard: {cooldown: -1}\n"),
+              HasSubstr("guard.cooldown: expected a non-negative integer"));
+  EXPECT_THAT(errorOf(std::string(kConfig) + "guard: {max_rollbacks: 0}\n"),
+              HasSubstr("guard.max_rollbacks: expected a positive integer"));
+  EXPECT_THAT(errorOf(std::string(kConfig) + "guard: {zscore: -1}\n"),
+              HasSubstr("guard.zscore: -1 is out of range"));
+  EXPECT_THAT(errorOf(std::string(kConfig) + "guard: {lr_factor: 1.5}\n"),
+              HasSubstr("guard.lr_factor: 1.5 is out of range; expected a "
+                        "value in (0, 1]"));
+  EXPECT_THAT(errorOf(std::string(kConfig) +
+                      "guard: {max_grad_norm_ratio: 1}\n"),
+              HasSubstr("guard.max_grad_norm_ratio: 1 is out of range; "
+                        "expected 0 (off) or a value > 1"));
+  EXPECT_THAT(errorOf(std::string(kConfig) + "guard: {windw: 3}\n"),
+              HasSubstr("guard: unknown key 'windw'"));
+  EXPECT_THAT(errorOf(kConfig, {"--guard-snapshot-interval", "0"}),
+              HasSubstr("--guard-snapshot-interval: expected a positive "
+                        "integer, got '0'"));
+}
