@@ -13,6 +13,7 @@
 #include "frontend/Tokenizer.h"
 #include "frontend/TrainConfig.h"
 #include "ir/LlmcDialect.h"
+#include "ir/ParseModule.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
 #include "ir/kernel/AtomicFile.h"
@@ -141,7 +142,7 @@ public:
                                      "': " + error);
     sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
     OwningOpRef<ModuleOp> module =
-        parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+        parseModuleSource(sourceMgr, &context);
     if (!module)
       return llvm::createStringError(config.modelMlirPath +
                                      ": cannot parse the model");

@@ -13,6 +13,7 @@
 #include "frontend/ModelInfo.h"
 #include "frontend/Tokenizer.h"
 #include "ir/LlmcDialect.h"
+#include "ir/ParseModule.h"
 #include "passes/Passes.h"
 #include "ir/kernel/Artifact.h"
 #include "ir/kernel/AtomicFile.h"
@@ -299,7 +300,7 @@ static OwningOpRef<ModuleOp> loadModule(MLIRContext &context,
   }
   sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
   OwningOpRef<ModuleOp> module =
-      parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+      parseModuleSource(sourceMgr, &context);
   if (!module)
     return nullptr;
   PassManager pm(&context);
