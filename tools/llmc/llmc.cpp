@@ -18,6 +18,7 @@
 #include "ir/kernel/Artifact.h"
 #include "ir/kernel/AtomicFile.h"
 #include "runtime/Generate.h"
+#include "runtime/MemoryBudget.h"
 #ifdef LLMC_HAVE_NVRTC
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "runtime/Cuda/CudaExecutor.h"
@@ -630,6 +631,11 @@ loadCpuArtifact(llvm::StringRef path, llvm::StringRef weights) {
       ::llmc::kir::readArtifact(path);
   if (!program)
     return program.takeError();
+  if (auto available = ::llmc::runtime::availableHostMemory())
+    if (llvm::Error error = ::llmc::runtime::checkMemoryFits(
+            ::llmc::runtime::memoryNeed({&*program}), *available,
+            "running " + path.str(), /*training=*/false))
+      return std::move(error);
   std::vector<::llmc::kir::Kernel> kernels = program->kernels;
   ::llmc::cpu::CacheStats stats;
   auto executor = ::llmc::runtime::createCpuExecutor(
