@@ -1,5 +1,6 @@
-// Parsing model.mlir text with a bound on its nesting, so that hostile input
-// gets an error instead of overflowing the stack of a recursive parser.
+// Parsing model.mlir text after checks that MLIR's parser handles badly: a
+// bound on nesting (hostile input would overflow the stack of the recursive
+// parser) and negative dimensions (reported as an unrelated syntax error).
 #ifndef LLMC_IR_PARSEMODULE_H
 #define LLMC_IR_PARSEMODULE_H
 
@@ -9,6 +10,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 namespace llvm {
 class SourceMgr;
@@ -27,11 +29,25 @@ constexpr int kMaxNestingDepth = 1000;
 /// `>=` are not brackets); nullopt when there is none.
 std::optional<size_t> findExcessiveNesting(llvm::StringRef text);
 
-/// Whether the main buffer of `sourceMgr` nests at most kMaxNestingDepth
-/// deep; if not, emits an error at the offending bracket's file:line:col.
-LogicalResult checkNesting(llvm::SourceMgr &sourceMgr, MLIRContext *context);
+/// The offset of the first negative dimension in a shaped type's shape
+/// (`tensor<-4x8xf32>`, `memref<4x-1xf32>`, `vector<-2xf32>`), outside
+/// string literals and comments, which MLIR's parser reports only as
+/// "expected non-function type"; nullopt when there is none.
+std::optional<size_t> findNegativeDimension(llvm::StringRef text);
 
-/// parseSourceFile<ModuleOp> of the main buffer after checkNesting.
+/// A problem that the checks above find in `text`, at `offset`: the
+/// message (without location) to report; nullopt when there is none.
+struct SourceProblem {
+  size_t offset;
+  std::string message;
+};
+std::optional<SourceProblem> findSourceProblem(llvm::StringRef text);
+
+/// Whether the main buffer of `sourceMgr` is free of the problems
+/// findSourceProblem finds; if not, emits an error at its file:line:col.
+LogicalResult checkSource(llvm::SourceMgr &sourceMgr, MLIRContext *context);
+
+/// parseSourceFile<ModuleOp> of the main buffer after checkSource.
 OwningOpRef<ModuleOp>
 parseModuleSource(const std::shared_ptr<llvm::SourceMgr> &sourceMgr,
                   MLIRContext *context);

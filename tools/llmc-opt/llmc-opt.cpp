@@ -29,21 +29,21 @@ int main(int argc, char **argv) {
   if (config.shouldShowDialects() || config.shouldListPasses())
     return mlir::asMainReturnCode(
         mlir::MlirOptMain(argc, argv, input, output, registry));
-  // MlirOptMain with the input read here: its nesting is checked first
-  // (mlir::llmc::kMaxNestingDepth), so hostile input cannot overflow the
-  // parser's stack.
+  // MlirOptMain with the input read here, checked first
+  // (mlir::llmc::findSourceProblem): hostile nesting cannot overflow the
+  // parser's stack, a negative dimension gets a clear error.
   std::string error;
   std::unique_ptr<llvm::MemoryBuffer> file = mlir::openInputFile(input, &error);
   if (!file) {
     llvm::errs() << error << "\n";
     return 1;
   }
-  if (mlir::llmc::findExcessiveNesting(file->getBuffer())) {
+  if (mlir::llmc::findSourceProblem(file->getBuffer())) {
     llvm::SourceMgr sourceMgr;
     sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
     mlir::MLIRContext context;
     mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
-    (void)mlir::llmc::checkNesting(sourceMgr, &context);
+    (void)mlir::llmc::checkSource(sourceMgr, &context);
     return 1;
   }
   std::unique_ptr<llvm::ToolOutputFile> out =
