@@ -16,6 +16,7 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/ConvertUTF.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -152,6 +153,8 @@ public:
   /// The top-level mapping. Syntax is checked in a first pass: a stream
   /// reports errors lazily, while its nodes are walked.
   Expected<const YNode *> root(StringRef what) {
+    if (Error error = checkText())
+      return std::move(error);
     {
       yaml::Stream check(buffer->getMemBufferRef(), sm, false);
       if (!check.validate() || capture.seen)
@@ -191,6 +194,45 @@ public:
     if (extraDocument.isValid())
       return error(extraDocument, "expected a single YAML document");
     return Error::success();
+  }
+
+  /// That the file is UTF-8 text: the YAML scanner reports binary data or
+  /// another encoding as syntax ("Got empty plain scalar"), and its source
+  /// line would print the garbage. Names the first bad byte by offset.
+  Error checkText() const {
+    StringRef text = buffer->getBuffer();
+    const auto *begin = reinterpret_cast<const llvm::UTF8 *>(text.begin());
+    const auto *end = reinterpret_cast<const llvm::UTF8 *>(text.end());
+    const llvm::UTF8 *bad = begin;
+    bool utf8 = llvm::isLegalUTF8String(&bad, end);
+    size_t offset = utf8 ? text.size() : size_t(bad - begin);
+    auto lineAndColumn = [&](size_t at) { // (the buffer is not in sm yet)
+      StringRef before = text.take_front(at);
+      size_t lineStart = before.rfind('\n');
+      size_t col = lineStart == StringRef::npos ? at + 1 : at - lineStart;
+      return std::make_pair(before.count('\n') + 1, col);
+    };
+    // Control characters other than tab and line ends mean binary data.
+    for (size_t i = 0; i < offset; ++i) {
+      unsigned char c = text[i];
+      if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+        auto [line, col] = lineAndColumn(i);
+        return makeError(formatv("{0}: error: not a text file: byte {1} (line "
+                                 "{2}, column {3}) is the control character "
+                                 "0x{4:x-2}; a config is a YAML text file",
+                                 name, i, line, col, unsigned(c))
+                             .str());
+      }
+    }
+    if (utf8)
+      return Error::success();
+    auto [line, col] = lineAndColumn(offset);
+    return makeError(formatv("{0}: error: not UTF-8: byte {1} (line {2}, "
+                             "column {3}) is 0x{4:x-2}, which is not valid "
+                             "UTF-8 there; a config is UTF-8 YAML text",
+                             name, offset, line, col,
+                             unsigned((unsigned char)text[offset]))
+                         .str());
   }
 
   SMLoc start() const {

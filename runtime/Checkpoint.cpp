@@ -234,6 +234,22 @@ llvm::Error llmc::runtime::writeCheckpoint(
   });
 }
 
+bool llmc::runtime::hasCheckpointLayout(llvm::StringRef head) {
+  return head.size() > size_t(kPrefixBytes) &&
+         getLE<uint32_t>(head.data() + 8) == kVersion &&
+         getLE<uint32_t>(head.data() + 12) == 0 && head[kPrefixBytes] == '{';
+}
+
+std::string llmc::runtime::describeMagic(llvm::StringRef head) {
+  head = head.take_front(sizeof(kMagic));
+  if (llvm::all_of(head, [](char c) { return llvm::isPrint(c); }))
+    return "'" + head.str() + "'";
+  std::string hex = "0x";
+  for (char c : head)
+    hex += llvm::utohexstr(uint8_t(c), /*LowerCase=*/true, /*Width=*/2);
+  return hex;
+}
+
 llvm::Expected<Checkpoint> llmc::runtime::readCheckpoint(llvm::StringRef path) {
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
       llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
@@ -243,7 +259,11 @@ llvm::Expected<Checkpoint> llmc::runtime::readCheckpoint(llvm::StringRef path) {
   llvm::StringRef bytes = (*file)->getBuffer();
   if (bytes.size() < sizeof(kMagic) ||
       std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
-    return fail(path, "not an llmc checkpoint (no LLMCCKPT magic)");
+    return fail(path, hasCheckpointLayout(bytes)
+                          ? "damaged llmc checkpoint: bad magic " +
+                                describeMagic(bytes) + " (expected 'LLMCCKPT')"
+                          : "not an llmc checkpoint (it starts with " +
+                                describeMagic(bytes) + ", not 'LLMCCKPT')");
   if (bytes.size() < size_t(kPrefixBytes))
     return fail(path, "truncated checkpoint (" + llvm::Twine(bytes.size()) +
                           " bytes, shorter than its fixed header)");

@@ -131,6 +131,16 @@ struct StreamedTensor {
 llvm::Error writeCheckpoint(llvm::StringRef path, const Checkpoint &checkpoint,
                             llvm::ArrayRef<StreamedTensor> streamed = {});
 
+/// Whether `head` (a file's first bytes, 33 or more for a yes) has the
+/// fixed prefix of an llmc checkpoint past its magic: version, zero and a
+/// JSON header at byte 32. A file that does but lacks the magic is a
+/// damaged checkpoint, not another format.
+bool hasCheckpointLayout(llvm::StringRef head);
+
+/// "'LLMCCKPT'" or, where bytes are not printable, their hex: how an error
+/// shows a file's first bytes.
+std::string describeMagic(llvm::StringRef head);
+
 /// Reads and verifies a whole checkpoint. Errors start with the path.
 llvm::Expected<Checkpoint> readCheckpoint(llvm::StringRef path);
 

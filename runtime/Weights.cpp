@@ -13,6 +13,7 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -1131,25 +1132,53 @@ llvm::Expected<TensorMap> readWeights(llvm::ArrayRef<ParamSpec> specs,
   }
   // The format by its first bytes (only those are read here; the reader of
   // the format reads the rest): llm.c checkpoints start with the int32
-  // magic 20240326, llmc training checkpoints with "LLMCCKPT", anything
-  // else is read as safetensors.
+  // magic 20240326, llmc training checkpoints with "LLMCCKPT", safetensors
+  // files with their header's length and '{'. A file that is none of them
+  // is named by what it resembles (an llmc checkpoint's layout, or its
+  // extension), so damage is reported as damage to that format.
   llvm::Expected<llvm::sys::fs::file_t> file =
       llvm::sys::fs::openNativeFileForRead(path);
   if (!file)
     return llvm::createStringError("cannot read '" + path + "': " +
                                    llvm::toString(file.takeError()));
-  char head[8] = {};
+  char head[33] = {};
   llvm::Expected<size_t> read =
       llvm::sys::fs::readNativeFile(*file, llvm::MutableArrayRef<char>(head));
   llvm::sys::fs::closeFile(*file);
   if (!read)
     return llvm::createStringError("cannot read '" + path + "': " +
                                    llvm::toString(read.takeError()));
+  llvm::StringRef first(head, *read);
+  uint64_t size = 0;
+  if (std::error_code ec = llvm::sys::fs::file_size(path, size))
+    return llvm::createStringError("cannot read '" + path + "': " +
+                                   ec.message());
   int32_t magic = 0;
   std::memcpy(&magic, head, sizeof(magic));
   bool llmcC = *read >= sizeof(magic) && magic == 20240326;
-  bool trainingCheckpoint =
-      *read == sizeof(head) && llvm::StringRef(head, sizeof(head)) == "LLMCCKPT";
+  bool trainingCheckpoint = first.starts_with("LLMCCKPT");
+  uint64_t headerBytes = llvm::support::endian::read64le(head);
+  bool safetensors = *read > 8 && head[8] == '{' && headerBytes <= size - 8;
+  llvm::StringRef extension = llvm::sys::path::extension(path);
+  if (size == 0)
+    return llvm::createStringError(path + ": the file is empty (0 bytes): "
+                                          "no weights in it");
+  if (!trainingCheckpoint && !llmcC && !safetensors) {
+    if (hasCheckpointLayout(first) || extension == ".ckpt")
+      return llvm::createStringError(
+          path + ": damaged llmc checkpoint: bad magic " +
+          describeMagic(first) + " (expected 'LLMCCKPT')");
+    if (extension == ".bin")
+      llmcC = true; // readLlmcCheckpoint names the bad magic
+    else if (extension != ".safetensors")
+      return llvm::createStringError(
+          path + ": not an llmc checkpoint, safetensors file or llm.c "
+                 "checkpoint: it starts with " +
+          describeMagic(first) +
+          " (an llmc checkpoint starts with 'LLMCCKPT', an llm.c one with "
+          "the int32 20240326, a safetensors file with its header's length "
+          "and '{')");
+  }
   llvm::Expected<TensorMap> tensors = TensorMap();
   if (trainingCheckpoint) {
     // The parameters of a checkpoint `llmc run` wrote; its optimizer state

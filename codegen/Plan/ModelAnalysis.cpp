@@ -7,6 +7,7 @@
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelInfo.h"
 #include "ir/LlmcDialect.h"
+#include "ir/ParseModule.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
 
@@ -164,7 +165,7 @@ Expected<OwningOpRef<ModuleOp>> parseModel(MLIRContext &context, StringRef text,
   raw_string_ostream os(diagnostics);
   SourceMgrDiagnosticHandler handler(*sourceMgr, &context, os);
   OwningOpRef<ModuleOp> module =
-      parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+      parseModuleSource(sourceMgr, &context);
   if (module) {
     PassManager pm(&context);
     pm.addPass(createVerifyLegalityPass());

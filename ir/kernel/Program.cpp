@@ -2,11 +2,14 @@
 #include "ir/kernel/Program.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
+#include <optional>
 
 using namespace llmc::kir;
 
@@ -19,6 +22,11 @@ int64_t Buffer::numElements() const {
 
 
 namespace {
+/// The values an index takes: [low, high], both included.
+struct IndexRange {
+  int64_t low, high;
+};
+
 /// Bounds checks of accesses and views against their buffers.
 class ProgramVerifier {
 public:
@@ -35,23 +43,46 @@ private:
     os << what << " names buffer " << buffer << ", which does not exist";
     return false;
   }
-  /// Every element offset + sum strides * index lies in the buffer.
+  /// Every element offset + sum strides * index lies in the buffer, index d
+  /// ranging over [0, shape[d]).
   bool checkExtent(int32_t buffer, int64_t offset,
                    const std::vector<int64_t> &strides,
                    const std::vector<int64_t> &shape, const llvm::Twine &what) {
+    std::vector<IndexRange> ranges;
+    for (int64_t extent : shape)
+      ranges.push_back({0, extent - 1});
+    return checkReach(buffer, offset, strides, ranges, what);
+  }
+  /// Every element offset + sum strides * index lies in the buffer, index d
+  /// ranging over ranges[d].
+  bool checkReach(int32_t buffer, int64_t offset,
+                  const std::vector<int64_t> &strides,
+                  const std::vector<IndexRange> &ranges,
+                  const llvm::Twine &what) {
     if (!checkBuffer(buffer, what))
       return false;
-    int64_t low = offset, high = offset;
-    for (auto [stride, extent] : llvm::zip(strides, shape)) {
-      if (stride > 0)
-        high += stride * (extent - 1);
-      else
-        low += stride * (extent - 1);
+    if (llvm::any_of(ranges, [](IndexRange r) { return r.high < r.low; }))
+      return true; // an empty domain touches nothing
+    std::optional<int64_t> low = offset, high = offset;
+    for (auto [stride, range] : llvm::zip(strides, ranges)) {
+      std::optional<int64_t> first = llvm::checkedMul(stride, range.low);
+      std::optional<int64_t> last = llvm::checkedMul(stride, range.high);
+      if (!first || !last) {
+        low = high = std::nullopt;
+        break;
+      }
+      low = low ? llvm::checkedAdd(*low, std::min(*first, *last)) : low;
+      high = high ? llvm::checkedAdd(*high, std::max(*first, *last)) : high;
+    }
+    if (!low || !high) {
+      os << what << " reaches elements beyond the 64-bit range of buffer "
+         << buffer << " ('" << program.buffers[buffer].name << "')";
+      return false;
     }
     int64_t size = program.buffers[buffer].numElements();
-    if (low >= 0 && high < size)
+    if (*low >= 0 && *high < size)
       return true;
-    os << what << " reaches elements [" << low << ", " << high
+    os << what << " reaches elements [" << *low << ", " << *high
        << "] of buffer " << buffer << " ('" << program.buffers[buffer].name
        << "'), which has " << size;
     return false;
@@ -88,16 +119,140 @@ private:
 };
 } // namespace
 
+/// The range of each I64 value of a well-formed kernel body, where it has a
+/// known one: constants, domain indices, ids loaded from an input with an
+/// id bound (the runtime checks them before a run) and integer arithmetic
+/// on those. Overflow, or anything else, is unknown.
+static std::vector<std::optional<IndexRange>>
+valueRanges(const Program &program, const Kernel &kernel) {
+  std::vector<std::optional<IndexRange>> ranges(kernel.body.size());
+  for (auto [i, instr] : llvm::enumerate(kernel.body)) {
+    if (instr.type != DType::I64 && instr.type != DType::I1)
+      continue;
+    auto arg = [&](size_t n) { return ranges[instr.args[n]]; };
+    std::optional<IndexRange> &out = ranges[i];
+    switch (instr.op) {
+    case Op::Const:
+      if (std::abs(instr.imm) < 0x1p62) // (a crafted artifact's may not fit)
+        out = IndexRange{int64_t(instr.imm), int64_t(instr.imm)};
+      break;
+    case Op::Index:
+      out = IndexRange{0, kernel.domain[instr.dim] - 1};
+      break;
+    case Op::Load: {
+      const Buffer &buffer =
+          program.buffers[kernel.operands[instr.operand].buffer];
+      if (buffer.dtype == DType::I1)
+        out = IndexRange{0, 1};
+      else if (buffer.kind == BufferKind::Input && buffer.idBound > 0)
+        out = IndexRange{0, buffer.idBound - 1};
+      break;
+    }
+    case Op::CmpLt: case Op::CmpLe: case Op::CmpEq:
+      out = IndexRange{0, 1};
+      break;
+    case Op::Select:
+      if (arg(1) && arg(2))
+        out = IndexRange{std::min(arg(1)->low, arg(2)->low),
+                         std::max(arg(1)->high, arg(2)->high)};
+      break;
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Min: case Op::Max:
+    case Op::Div: case Op::Rem: {
+      std::optional<IndexRange> a = arg(0), b = arg(1);
+      if (!a || !b)
+        break;
+      if (instr.op == Op::Min || instr.op == Op::Max) {
+        auto pick = [&](int64_t x, int64_t y) {
+          return instr.op == Op::Min ? std::min(x, y) : std::max(x, y);
+        };
+        out = IndexRange{pick(a->low, b->low), pick(a->high, b->high)};
+        break;
+      }
+      if (instr.op == Op::Rem || instr.op == Op::Div) {
+        // Non-negative operands (Rem's contract; Div only when so).
+        if (a->low < 0 || b->low < 1)
+          break;
+        out = instr.op == Op::Rem
+                  ? IndexRange{0, std::min(a->high, b->high - 1)}
+                  : IndexRange{a->low / b->high, a->high / b->low};
+        break;
+      }
+      // The extremes of a monotone (Add, Sub) or bilinear (Mul) function
+      // lie at the corners.
+      std::optional<int64_t> low, high;
+      bool overflow = false;
+      for (int64_t x : {a->low, a->high})
+        for (int64_t y : {b->low, b->high}) {
+          std::optional<int64_t> v =
+              instr.op == Op::Add   ? llvm::checkedAdd(x, y)
+              : instr.op == Op::Sub ? llvm::checkedSub(x, y)
+                                    : llvm::checkedMul(x, y);
+          if (!v) {
+            overflow = true;
+            continue;
+          }
+          low = low ? std::min(*low, *v) : *v;
+          high = high ? std::max(*high, *v) : *v;
+        }
+      if (!overflow)
+        out = IndexRange{*low, *high};
+      break;
+    }
+    default:
+      break;
+    }
+  }
+  return ranges;
+}
+
 bool ProgramVerifier::checkKernel(int32_t index, const llvm::Twine &what) {
   if (index < 0 || size_t(index) >= program.kernels.size()) {
     os << what << " names kernel " << index << ", which does not exist";
     return false;
   }
   const Kernel &kernel = program.kernels[index];
+  for (auto [n, access] : llvm::enumerate(kernel.operands))
+    if (!checkBuffer(access.buffer, "kernel '" + kernel.name + "' operand " +
+                                        llvm::Twine(n)))
+      return false;
+  // The indices each operand is accessed at: the domain's, except along a
+  // dimension that a load replaces by a value (a gather: an embedding row
+  // picked by a token id), where they are that value's range. Every operand
+  // spans the whole domain until an instruction says otherwise.
+  std::vector<std::optional<IndexRange>> values = valueRanges(program, kernel);
+  std::vector<std::vector<IndexRange>> reach(kernel.operands.size());
+  std::vector<bool> used(kernel.operands.size(), false);
+  for (auto [i, instr] : llvm::enumerate(kernel.body)) {
+    if (instr.op != Op::Load && instr.op != Op::Store)
+      continue;
+    std::vector<IndexRange> &ranges = reach[instr.operand];
+    for (size_t d = 0; d < kernel.domain.size(); ++d) {
+      IndexRange range{0, kernel.domain[d] - 1};
+      if (instr.op == Op::Load && !instr.args.empty() && instr.args[d] >= 0) {
+        if (!values[instr.args[d]]) {
+          os << "kernel '" << kernel.name << "' operand " << instr.operand
+             << " is indexed along dimension " << d << " by %"
+             << instr.args[d] << ", whose range is unknown (a gather's ids "
+             << "must come from an input with an id bound)";
+          return false;
+        }
+        range = *values[instr.args[d]];
+      }
+      if (!used[instr.operand])
+        ranges.push_back(range);
+      else
+        ranges[d] = {std::min(ranges[d].low, range.low),
+                     std::max(ranges[d].high, range.high)};
+    }
+    used[instr.operand] = true;
+  }
   for (auto [n, access] : llvm::enumerate(kernel.operands)) {
-    if (!checkExtent(access.buffer, access.offset, access.strides,
-                     kernel.domain,
-                     "kernel '" + kernel.name + "' operand " + llvm::Twine(n)))
+    std::string what = "kernel '" + kernel.name + "' operand " +
+                       std::to_string(n);
+    if (!(used[n] ? checkReach(access.buffer, access.offset, access.strides,
+                               reach[n], what)
+                  : checkExtent(access.buffer, access.offset, access.strides,
+                                kernel.domain, what)))
       return false;
     if (program.buffers[access.buffer].dtype != access.dtype) {
       os << "kernel '" << kernel.name << "' operand " << n << " reads "

@@ -46,18 +46,31 @@ std::array<uint8_t, 32> sha256(llvm::ArrayRef<char> bytes) {
       reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size()));
 }
 
-/// The payload of a well-formed entry, or nothing.
-std::optional<llvm::ArrayRef<char>> checkEntry(llvm::StringRef file) {
-  if (file.size() < kHeaderBytes ||
-      std::memcmp(file.data(), kMagic, sizeof(kMagic)) != 0)
+/// The payload of a well-formed entry, or nothing (and in `why`, what is
+/// wrong).
+std::optional<llvm::ArrayRef<char>> checkEntry(llvm::StringRef file,
+                                               std::string &why) {
+  if (file.size() < kHeaderBytes) {
+    why = std::to_string(file.size()) + " bytes, shorter than its header";
     return std::nullopt;
+  }
+  if (std::memcmp(file.data(), kMagic, sizeof(kMagic)) != 0) {
+    why = "bad magic";
+    return std::nullopt;
+  }
   uint64_t size = llvm::support::endian::read64le(file.data() + 8);
-  if (size != file.size() - kHeaderBytes)
+  if (size != file.size() - kHeaderBytes) {
+    why = "its header records " + std::to_string(size) +
+          " bytes of object code, the file holds " +
+          std::to_string(file.size() - kHeaderBytes);
     return std::nullopt;
+  }
   llvm::ArrayRef<char> payload(file.data() + kHeaderBytes, size);
   std::array<uint8_t, 32> digest = sha256(payload);
-  if (std::memcmp(digest.data(), file.data() + 16, digest.size()) != 0)
+  if (std::memcmp(digest.data(), file.data() + 16, digest.size()) != 0) {
+    why = "SHA-256 mismatch";
     return std::nullopt;
+  }
   return payload;
 }
 
@@ -138,8 +151,9 @@ llmc::cpu::loadCpuKernels(llvm::ArrayRef<kir::Kernel> kernels,
     auto file = llvm::MemoryBuffer::getFile(s.path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
     if (file) {
+      std::string why;
       if (std::optional<llvm::ArrayRef<char>> payload =
-              checkEntry((*file)->getBuffer())) {
+              checkEntry((*file)->getBuffer(), why)) {
         auto loaded = CpuKernels::load(*payload, s.path);
         if (loaded) {
           s.hit = true;
@@ -147,9 +161,12 @@ llmc::cpu::loadCpuKernels(llvm::ArrayRef<kir::Kernel> kernels,
           return loaded;
         }
         // Checked but unloadable (e.g. another LLVM wrote it): recompile.
-        llvm::consumeError(loaded.takeError());
+        why = "cannot be loaded: " + llvm::toString(loaded.takeError());
       }
       s.corruptEntry = true;
+      // Said once: the rebuilt entry replaces it.
+      s.warning = "kernel cache entry " + s.path + " is damaged (" + why +
+                  "); compiling the kernels again and replacing it";
     }
   }
 
@@ -160,7 +177,9 @@ llmc::cpu::loadCpuKernels(llvm::ArrayRef<kir::Kernel> kernels,
     return object.takeError();
   if (!s.path.empty())
     if (llvm::Error error = writeEntry(s.path, *object))
-      s.warning = "kernel cache not written: " + llvm::toString(std::move(error));
+      s.warning += (s.warning.empty() ? "" : "; ") +
+                   ("kernel cache not written: " +
+                    llvm::toString(std::move(error)));
   start = std::chrono::steady_clock::now();
   auto loaded = CpuKernels::load(*object, "compiled kernels");
   s.loadSeconds = secondsSince(start);

@@ -33,7 +33,9 @@ struct CacheStats {
   double compileSeconds = 0; // in `compile`
   double loadSeconds = 0;    // reading and linking the object
   std::string path;          // the cache entry (empty when disabled)
-  std::string warning;       // why the entry could not be written, if so
+  std::string warning;       // a damaged entry that was replaced (its path
+                             // and what was wrong), or why the entry could
+                             // not be written
 };
 
 /// SHA-256 (hex) of the printed kernels, the host CPU name and features, the

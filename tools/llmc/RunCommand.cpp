@@ -13,12 +13,14 @@
 #include "frontend/Tokenizer.h"
 #include "frontend/TrainConfig.h"
 #include "ir/LlmcDialect.h"
+#include "ir/ParseModule.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
 #include "ir/kernel/AtomicFile.h"
 #include "runtime/Checkpoint.h"
 #include "runtime/Comm/Communicator.h"
 #include "runtime/Generate.h"
+#include "runtime/MemoryBudget.h"
 #include "runtime/SgemmPeak.h"
 #include "runtime/Trainer.h"
 #include "tools/llmc/GuardInject.h"
@@ -145,7 +147,7 @@ public:
                                      "': " + error);
     sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
     OwningOpRef<ModuleOp> module =
-        parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+        parseModuleSource(sourceMgr, &context);
     if (!module)
       return llvm::createStringError(config.modelMlirPath +
                                      ": cannot parse the model");
@@ -231,6 +233,28 @@ llvm::Expected<Device> openDevice(const TrainingConfig &config) {
   return llvm::createStringError(
       "device: cuda: this llmc was built without the CUDA toolkit");
 #endif
+}
+
+/// The memory left where the run's tensors go: the GPU's free memory, or
+/// the host's; nullopt when it cannot be told.
+std::optional<rt::AvailableMemory> availableMemory(const Device &device) {
+#ifdef LLMC_HAVE_NVRTC
+  if (device.cudaStore) {
+    llvm::Expected<const ::llmc::cuda::DriverApi *> driver =
+        ::llmc::cuda::loadDriver();
+    if (!driver) {
+      llvm::consumeError(driver.takeError());
+      return std::nullopt;
+    }
+    size_t free = 0, total = 0;
+    if ((*driver)->memGetInfo(&free, &total) != CUDA_SUCCESS)
+      return std::nullopt;
+    return rt::AvailableMemory{
+        int64_t(free),
+        llvm::formatv("the free memory of GPU {0}", device.cudaDevice).str()};
+  }
+#endif
+  return rt::availableHostMemory();
 }
 
 /// Creates an executor bound to the device's store, compiling its kernels
@@ -604,6 +628,18 @@ int runTrainCommand(int argc, char **argv) {
           .count(),
       ::llmc::stringifyPrecision(config.precision.kind),
       ::llmc::stringifyRematPolicy(config.remat.policy));
+
+  // Before any kernel is compiled: a run that cannot fit fails now.
+  std::vector<const ::llmc::kir::Program *> planned = {
+      &programs->gradStep, &programs->updateStep, &programs->forward};
+  for (const auto *optional : {&programs->gradStepNoSync, &programs->shardInit})
+    if (optional->has_value())
+      planned.push_back(&**optional);
+  if (std::optional<rt::AvailableMemory> available = availableMemory(*device))
+    if (llvm::Error error = rt::checkMemoryFits(
+            rt::memoryNeed(planned), *available, "the training step",
+            /*training=*/true))
+      return fail(std::move(error));
 
   auto grad = makeExecutor(std::move(programs->gradStep), *device,
                            llvm::formatv("grad step (T={0})", config.seqLen).str());

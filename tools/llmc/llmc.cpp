@@ -13,10 +13,12 @@
 #include "frontend/ModelInfo.h"
 #include "frontend/Tokenizer.h"
 #include "ir/LlmcDialect.h"
+#include "ir/ParseModule.h"
 #include "passes/Passes.h"
 #include "ir/kernel/Artifact.h"
 #include "ir/kernel/AtomicFile.h"
 #include "runtime/Generate.h"
+#include "runtime/MemoryBudget.h"
 #ifdef LLMC_HAVE_NVRTC
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "runtime/Cuda/CudaExecutor.h"
@@ -301,7 +303,7 @@ static OwningOpRef<ModuleOp> loadModule(MLIRContext &context,
   }
   sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
   OwningOpRef<ModuleOp> module =
-      parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+      parseModuleSource(sourceMgr, &context);
   if (!module)
     return nullptr;
   PassManager pm(&context);
@@ -631,6 +633,11 @@ loadCpuArtifact(llvm::StringRef path, llvm::StringRef weights) {
       ::llmc::kir::readArtifact(path);
   if (!program)
     return program.takeError();
+  if (auto available = ::llmc::runtime::availableHostMemory())
+    if (llvm::Error error = ::llmc::runtime::checkMemoryFits(
+            ::llmc::runtime::memoryNeed({&*program}), *available,
+            "running " + path.str(), /*training=*/false))
+      return std::move(error);
   std::vector<::llmc::kir::Kernel> kernels = program->kernels;
   ::llmc::cpu::CacheStats stats;
   auto executor = ::llmc::runtime::createCpuExecutor(

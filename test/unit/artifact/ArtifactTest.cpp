@@ -996,6 +996,62 @@ TEST_F(ArtifactTest, InvalidProgramIsRefusedWithTheVerifierMessage) {
   EXPECT_FALSE(llvm::sys::fs::exists(target));
 }
 
+/// x[b, :] = wte[f(tokens[b]), :] for a table of `rows` x 4 and `batch` ids
+/// below `idBound` (0: unbounded); f adds `shift` to the id.
+kir::Program gatherProgram(int64_t batch, int64_t rows, int64_t idBound,
+                           int64_t shift = 0) {
+  using kir::BufferKind;
+  using kir::DType;
+  kir::Program p;
+  p.function = "forward";
+  p.buffers = {buffer("wte", BufferKind::Param, DType::F32, {rows, 4}),
+               buffer("tokens", BufferKind::Input, DType::I32, {batch}),
+               buffer("x", BufferKind::Arena, DType::F32, {batch, 4})};
+  p.buffers[1].idBound = idBound;
+  p.arenaBytes = (batch * 16 + 63) / 64 * 64;
+  p.params = {{"wte", 0}};
+  p.inputs = {{"tokens", 1}};
+  p.outputs = {{"x", 2}};
+  kir::Kernel gather;
+  gather.name = "gather";
+  gather.domain = {batch, 4};
+  gather.operands = {access(1, DType::I32, {1, 0}),
+                     access(0, DType::F32, {4, 1}), // dim 0 overridden
+                     access(2, DType::F32, {4, 1})};
+  Body b{gather};
+  int32_t id = b.load(0, DType::I64);
+  if (shift != 0)
+    id = b.add(kir::Op::Add, DType::I64, {id, b.constant(shift, DType::I64)});
+  b.store(b.load(1, DType::F32, {id, -1}), 2);
+  p.kernels = {gather};
+  kir::Step step;
+  step.kind = kir::StepKind::Kernel;
+  step.kernel = 0;
+  p.steps = {step};
+  return p;
+}
+
+TEST_F(ArtifactTest, GatherReachIsTheIdRangeNotTheBatch) {
+  // More positions than table rows (issue 18): the rows read are the ids'.
+  EXPECT_EQ(kir::verifyProgram(gatherProgram(300, 256, 256)), "");
+  EXPECT_EQ(kir::verifyProgram(gatherProgram(2, 256, 256)), "");
+  // Ids that may pass the table's end, directly or after arithmetic.
+  EXPECT_EQ(kir::verifyProgram(gatherProgram(2, 256, 257)),
+            "kernel 'gather' operand 1 reaches elements [0, 1027] of buffer "
+            "0 ('wte'), which has 1024");
+  EXPECT_EQ(kir::verifyProgram(gatherProgram(2, 256, 256, 1)),
+            "kernel 'gather' operand 1 reaches elements [4, 1027] of buffer "
+            "0 ('wte'), which has 1024");
+  EXPECT_EQ(kir::verifyProgram(gatherProgram(2, 256, 256, -1)),
+            "kernel 'gather' operand 1 reaches elements [-4, 1019] of buffer "
+            "0 ('wte'), which has 1024");
+  // Ids nothing bounds: no bounds check could hold.
+  EXPECT_EQ(kir::verifyProgram(gatherProgram(2, 256, 0)),
+            "kernel 'gather' operand 1 is indexed along dimension 0 by %0, "
+            "whose range is unknown (a gather's ids must come from an input "
+            "with an id bound)");
+}
+
 TEST_F(ArtifactTest, LoadOverrideCountIsCheckedBeforeTheVerifier) {
   // kir::computeLevels indexes a load's overrides by the row dimension, so
   // a short list must be refused before kir::verifyProgram looks at it.

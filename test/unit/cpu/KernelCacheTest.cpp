@@ -9,9 +9,11 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <tuple>
 #include <cmath>
 #include <cstdlib>
 
@@ -19,6 +21,9 @@ using namespace llmc;
 using namespace llmc::test;
 using kir::DType;
 using kir::Op;
+
+using ::testing::EndsWith;
+using ::testing::StartsWith;
 
 namespace {
 
@@ -133,21 +138,25 @@ TEST_F(KernelCacheTest, DamagedEntriesAreRecompiled) {
   ASSERT_TRUE(bool(original));
   std::string bytes = (*original)->getBuffer().str();
 
-  std::vector<std::pair<std::string, std::string>> damages = {
-      {"empty", ""},
-      {"truncated header", bytes.substr(0, 20)},
-      {"truncated payload", bytes.substr(0, bytes.size() / 2)},
+  // Each damage, and what the warning says of it.
+  std::vector<std::tuple<std::string, std::string, std::string>> damages = {
+      {"empty", "", "0 bytes, shorter than its header"},
+      {"truncated header", bytes.substr(0, 20),
+       "20 bytes, shorter than its header"},
+      {"truncated payload", bytes.substr(0, bytes.size() / 2),
+       "its header records"},
       {"flipped payload byte",
        [&] {
          std::string b = bytes;
          b[b.size() - 100] ^= 0x40;
          return b;
-       }()},
-      {"bad magic", "XXXXXXXX" + bytes.substr(8)},
-      {"appended garbage", bytes + "garbage"},
+       }(),
+       "SHA-256 mismatch"},
+      {"bad magic", "XXXXXXXX" + bytes.substr(8), "bad magic"},
+      {"appended garbage", bytes + "garbage", "its header records"},
   };
   int expectedCompiles = compiles;
-  for (const auto &[what, content] : damages) {
+  for (const auto &[what, content, why] : damages) {
     {
       std::error_code error;
       llvm::raw_fd_ostream os(path, error);
@@ -159,12 +168,19 @@ TEST_F(KernelCacheTest, DamagedEntriesAreRecompiled) {
     ASSERT_TRUE(kernelsLoaded) << what;
     EXPECT_FALSE(damaged.hit) << what;
     EXPECT_TRUE(damaged.corruptEntry) << what;
+    EXPECT_THAT(damaged.warning,
+                StartsWith("kernel cache entry " + path + " is damaged (" + why))
+        << what;
+    EXPECT_THAT(damaged.warning,
+                EndsWith("); compiling the kernels again and replacing it"))
+        << what;
     EXPECT_EQ(compiles, ++expectedCompiles) << what;
     EXPECT_EQ(runAt5(*kernelsLoaded, "affine"), 10.5f) << what;
 
     cpu::CacheStats repaired;
     ASSERT_TRUE(load(kernels, repaired)) << what;
     EXPECT_TRUE(repaired.hit) << what;
+    EXPECT_EQ(repaired.warning, "") << what; // said once
     EXPECT_EQ(compiles, expectedCompiles) << what;
   }
 }

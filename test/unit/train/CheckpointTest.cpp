@@ -158,7 +158,8 @@ TEST_F(CheckpointTest, ForeignFilesAreRefused) {
   llvm::Expected<Checkpoint> read = readCheckpoint(path("x.ckpt"));
   ASSERT_FALSE(bool(read));
   EXPECT_EQ(llvm::toString(read.takeError()),
-            path("x.ckpt") + ": not an llmc checkpoint (no LLMCCKPT magic)");
+            path("x.ckpt") + ": not an llmc checkpoint (it starts with "
+                              "'{\"__meta', not 'LLMCCKPT')");
   read = readCheckpoint(path("missing.ckpt"));
   ASSERT_FALSE(bool(read));
   EXPECT_THAT(llvm::toString(read.takeError()),
