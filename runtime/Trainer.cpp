@@ -190,6 +190,23 @@ Trainer::gatherFloats(std::vector<float> local) {
   return all;
 }
 
+llvm::Expected<int> Trainer::agreedStopSignal() {
+  if (!options.stopRequested)
+    return 0;
+  int64_t local = options.stopRequested();
+  if (!options.dp)
+    return int(local);
+  std::vector<int64_t> all(options.dp->size());
+  comm::Ticket ticket =
+      options.dp->allGather(&local, all.data(), 1, kir::DType::I64);
+  if (llvm::Error err = options.dp->wait(ticket))
+    return std::move(err);
+  for (int64_t signal : all)
+    if (signal != 0)
+      return int(signal);
+  return 0;
+}
+
 Checkpoint Trainer::checkpointState() const {
   Checkpoint c;
   c.step = currentStep;
@@ -590,6 +607,20 @@ llvm::Error Trainer::run() {
   };
 
   while (currentStep < options.maxSteps) {
+    // A step boundary: a stop asked for (SIGINT, SIGTERM) ends the run
+    // here with a checkpoint that --resume continues exactly.
+    llvm::Expected<int> stop = agreedStopSignal();
+    if (!stop)
+      return stop.takeError();
+    if (*stop != 0) {
+      stoppedBy = *stop;
+      if (!checkpointWritten)
+        if (llvm::Error err = writeCheckpointNow())
+          return err;
+      if (options.console)
+        options.console->clearStatus();
+      return writePlot();
+    }
     if (evalDue(currentStep)) {
       Clock::time_point evalStart = Clock::now();
       if (llvm::Error err = runEval())

@@ -93,6 +93,14 @@ struct TrainerOptions {
   /// trainer continues (steps, checkpoints, evaluations) to say in which
   /// one the resident set peaked; null: the trainer's phases only.
   MemoryPhases *memoryPhases = nullptr;
+  /// Asked at every step boundary (before each step and after the last):
+  /// the signal that asks the run to stop (SIGINT, SIGTERM), 0 while none
+  /// has; null: never. On a stop the run writes a checkpoint of the step
+  /// it is at (unless it just did) and returns; stopSignal() says why.
+  /// With data parallelism every rank's answer is gathered at the
+  /// boundary and the first non-zero one in rank order counts, so all
+  /// ranks stop after the same step whichever got the signal.
+  std::function<int()> stopRequested;
 };
 
 /// The data, through callbacks (the command adapts its loader).
@@ -174,6 +182,8 @@ public:
   llvm::Expected<Checkpoint> checkpoint() const;
 
   int64_t step() const { return currentStep; }
+  /// The signal that stopped run() early (stopRequested), 0 if none.
+  int stopSignal() const { return stoppedBy; }
   /// Losses of the logged steps and evaluations of the run so far.
   const std::vector<MetricPoint> &trainLosses() const { return trainPoints; }
   const std::vector<MetricPoint> &valLosses() const { return valPoints; }
@@ -188,6 +198,9 @@ private:
   llvm::Expected<std::vector<float>> gatherFloats(std::vector<float> local);
   llvm::Expected<double> evaluate(std::string &sample);
   llvm::Error writeCheckpointNow();
+  /// stopRequested, agreed on by all ranks (a collective with data
+  /// parallelism: every rank calls it at the same boundary).
+  llvm::Expected<int> agreedStopSignal();
   /// The fraction of the peak that `tokensPerSecond` is in model FLOPs
   /// (every rank's tokens on every rank's peak); 0 when unknown.
   double modelFlopsUtilization(double tokensPerSecond) const;
@@ -231,6 +244,7 @@ private:
   TensorMap pendingFullStates;
   bool shardsInitialized = false;
   MemoryPhases ownPhases;
+  int stoppedBy = 0;
 };
 
 /// The loss curves as a standalone SVG: axes with ticks, the training loss
