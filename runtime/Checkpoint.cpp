@@ -454,19 +454,32 @@ bool llmc::runtime::isCheckpointTemporary(llvm::StringRef name) {
 }
 
 llvm::Expected<std::vector<std::string>>
-llmc::runtime::removeCheckpointTemporaries(llvm::StringRef dir) {
+llmc::runtime::removeInterruptedCheckpointFiles(llvm::StringRef dir) {
   std::vector<std::string> stale;
   std::error_code ec;
   for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end;
-       it.increment(ec))
-    if (isCheckpointTemporary(llvm::sys::path::filename(it->path())))
+       it.increment(ec)) {
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    if (isCheckpointTemporary(name)) {
       stale.push_back(it->path());
+      continue;
+    }
+    // "step-NNNNNN.rank-R-of-W.ckpt" without "step-NNNNNN.ckpt".
+    size_t at = name.find(".rank-");
+    if (!name.starts_with("step-") || !name.ends_with(".ckpt") ||
+        at == llvm::StringRef::npos)
+      continue;
+    llvm::SmallString<256> main(dir);
+    llvm::sys::path::append(main, name.take_front(at) + ".ckpt");
+    if (!llvm::sys::fs::exists(main))
+      stale.push_back(it->path());
+  }
   llvm::sort(stale);
   for (const std::string &path : stale)
     if (std::error_code ec = llvm::sys::fs::remove(path))
       return llvm::createStringError(
-          ec, "cannot remove the stale temporary checkpoint file '" + path +
-                  "': " + ec.message());
+          ec, "cannot remove '" + path + "' of an interrupted checkpoint "
+                  "write: " + ec.message());
   return stale;
 }
 

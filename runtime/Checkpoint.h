@@ -147,12 +147,13 @@ llvm::Error pruneCheckpoints(llvm::StringRef dir, int64_t keep);
 /// by ".tmp-" and 8 characters ("step-000100.ckpt.tmp-1a2b3c4d").
 bool isCheckpointTemporary(llvm::StringRef name);
 
-/// Removes the temporary files that a process killed while writing a
-/// checkpoint (SIGKILL, power loss) left in `dir`, and returns their paths.
-/// Call it before the run writes there: another writer's file in progress
-/// looks the same.
+/// Removes what a checkpoint write that never finished (SIGKILL, a node
+/// lost, a disk full) left in `dir`: its temporary files, and ZeRO rank
+/// files without their main file (rank 0 writes it last); returns their
+/// paths. Call it before the run writes there: another writer's files in
+/// progress look the same.
 llvm::Expected<std::vector<std::string>>
-removeCheckpointTemporaries(llvm::StringRef dir);
+removeInterruptedCheckpointFiles(llvm::StringRef dir);
 
 /// Checks that the per-rank files a ZeRO checkpoint's manifest lists exist
 /// with the sizes and XXH3-64 it records (nothing for a checkpoint of one

@@ -395,10 +395,29 @@ llvm::Error Trainer::writePlot() {
 }
 
 llvm::Error Trainer::writeCheckpointNow() {
+  std::string dir = joinPath(options.outDir, "checkpoints");
+  // The newest checkpoint before this one, for the message if this write
+  // fails (disk full): the atomic write leaves it intact.
+  std::vector<std::string> before = listCheckpoints(dir);
+  llvm::Error error = writeCheckpointFiles(dir);
+  if (!error)
+    return writes() ? pruneCheckpoints(dir, options.keepCheckpoints)
+                    : llvm::Error::success();
+  std::string previous =
+      before.empty() ? "there is no earlier checkpoint"
+                     : "the newest checkpoint, " + before.back() +
+                           ", is intact (free space and continue with "
+                           "--resume)";
+  return llvm::createStringError(
+      "the checkpoint of step " + llvm::Twine(currentStep) +
+      " was not written: " + llvm::toString(std::move(error)) + "; " +
+      previous);
+}
+
+llvm::Error Trainer::writeCheckpointFiles(const std::string &dir) {
   // The tensors go from the store to the file one at a time: no copy of
   // the whole state is made.
   std::optional<Checkpoint> c = checkpointState();
-  std::string dir = joinPath(options.outDir, "checkpoints");
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return llvm::createStringError(ec, "cannot create '" + dir +
                                            "': " + ec.message());
@@ -448,7 +467,7 @@ llvm::Error Trainer::writeCheckpointNow() {
     return err;
   if (options.log)
     *options.log << "checkpoint: " << path << "\n";
-  return pruneCheckpoints(dir, options.keepCheckpoints);
+  return llvm::Error::success();
 }
 
 llvm::Expected<double> Trainer::evaluate(std::string &sample) {

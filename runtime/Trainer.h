@@ -197,7 +197,11 @@ private:
   /// Every rank's `local` values, rank 0's first (one process: `local`).
   llvm::Expected<std::vector<float>> gatherFloats(std::vector<float> local);
   llvm::Expected<double> evaluate(std::string &sample);
+  /// Writes the checkpoint of the current step (rank 0 the main file; with
+  /// ZeRO every rank its file). A failed write (disk full) is an error
+  /// naming the file, the cause and the newest checkpoint, left intact.
   llvm::Error writeCheckpointNow();
+  llvm::Error writeCheckpointFiles(const std::string &dir);
   /// stopRequested, agreed on by all ranks (a collective with data
   /// parallelism: every rank calls it at the same boundary).
   llvm::Expected<int> agreedStopSignal();

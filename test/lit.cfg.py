@@ -30,3 +30,6 @@ config.substitutions.append(
     ("%mpirun", "bash " + os.path.join(config.llmc_src_root, "scripts/mpirun.sh")))
 if shutil.which("mpirun"):
     config.available_features.add("mpi")
+# `root`: the tests may mount (a small tmpfs for the disk-full test).
+if hasattr(os, "geteuid") and os.geteuid() == 0:
+    config.available_features.add("root")

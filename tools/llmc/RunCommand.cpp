@@ -939,15 +939,16 @@ int runTrainCommand(int argc, char **argv) {
     if (std::error_code ec = llvm::sys::fs::create_directories(config.out))
       return fail("cannot create '" + config.out + "': " + ec.message());
     // What a run killed while writing a checkpoint (SIGKILL, a node lost)
-    // left: the temporary files of that write, never renamed.
+    // left: the temporary files of that write, never renamed, and rank
+    // files of a ZeRO checkpoint whose main file never came.
     llvm::Expected<std::vector<std::string>> stale =
-        rt::removeCheckpointTemporaries(checkpointDir);
+        rt::removeInterruptedCheckpointFiles(checkpointDir);
     if (!stale)
       return fail(stale.takeError());
     if (!stale->empty())
-      out << "llmc run: removed " << stale->size()
-          << " stale temporary checkpoint file" << (stale->size() == 1 ? "" : "s")
-          << " of an interrupted write (" << stale->front()
+      out << "llmc run: removed " << stale->size() << " file"
+          << (stale->size() == 1 ? "" : "s")
+          << " of an interrupted checkpoint write (" << stale->front()
           << (stale->size() > 1 ? ", ..." : "") << ")\n";
     for (const rt::DamagedCheckpoint &d : damaged) {
       if (llvm::Error err = rt::setAsideCheckpoint(d.path))
