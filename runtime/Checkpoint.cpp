@@ -429,14 +429,13 @@ llvm::Error llmc::runtime::pruneCheckpoints(llvm::StringRef dir, int64_t keep) {
 }
 
 bool llmc::runtime::isCheckpointTemporary(llvm::StringRef name) {
-  // kir::writeFileAtomically's "<path>.tmp-%%%%%%%%".
+  // kir::writeFileAtomically's "<path>.tmp-%%%%%%%%" of a checkpoint name.
   size_t at = name.rfind(".ckpt.tmp-");
   if (at == llvm::StringRef::npos)
     return false;
-  llvm::StringRef random = name.substr(at + strlen(".ckpt.tmp-"));
-  llvm::StringRef stem = name.take_front(at);
-  if (random.size() != 8 || !llvm::all_of(random, llvm::isAlnum) ||
-      !stem.consume_front("step-"))
+  llvm::StringRef target = name.take_front(at + strlen(".ckpt"));
+  llvm::StringRef stem = target.drop_back(strlen(".ckpt"));
+  if (!kir::isTemporaryFileOf(name, target) || !stem.consume_front("step-"))
     return false;
   // "NNNNNN" or "NNNNNN.rank-R-of-W".
   llvm::StringRef digits = stem.take_while(llvm::isDigit);

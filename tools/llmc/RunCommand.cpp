@@ -938,17 +938,34 @@ int runTrainCommand(int argc, char **argv) {
   if (rank == 0) {
     if (std::error_code ec = llvm::sys::fs::create_directories(config.out))
       return fail("cannot create '" + config.out + "': " + ec.message());
-    // What a run killed while writing a checkpoint (SIGKILL, a node lost)
-    // left: the temporary files of that write, never renamed, and rank
-    // files of a ZeRO checkpoint whose main file never came.
+    // What a run killed while writing (SIGKILL, a node lost) left: the
+    // temporary files of a checkpoint, config.yaml, metrics.jsonl or
+    // loss.svg, never renamed, and rank files of a ZeRO checkpoint whose
+    // main file never came.
     llvm::Expected<std::vector<std::string>> stale =
         rt::removeInterruptedCheckpointFiles(checkpointDir);
     if (!stale)
       return fail(stale.takeError());
+    // And the temporaries of OUT's own files, written the same way.
+    std::error_code ec;
+    for (llvm::sys::fs::directory_iterator it(config.out, ec), end;
+         !ec && it != end; it.increment(ec)) {
+      llvm::StringRef name = llvm::sys::path::filename(it->path());
+      if (!llvm::any_of(std::initializer_list<llvm::StringRef>{
+                            "config.yaml", "metrics.jsonl", "loss.svg"},
+                        [&](llvm::StringRef target) {
+                          return ::llmc::kir::isTemporaryFileOf(name, target);
+                        }))
+        continue;
+      if (std::error_code removeEc = llvm::sys::fs::remove(it->path()))
+        return fail("cannot remove '" + it->path() + "': " +
+                    removeEc.message());
+      stale->push_back(it->path());
+    }
     if (!stale->empty())
       out << "llmc run: removed " << stale->size() << " file"
           << (stale->size() == 1 ? "" : "s")
-          << " of an interrupted checkpoint write (" << stale->front()
+          << " of an interrupted write (" << stale->front()
           << (stale->size() > 1 ? ", ..." : "") << ")\n";
     for (const rt::DamagedCheckpoint &d : damaged) {
       if (llvm::Error err = rt::setAsideCheckpoint(d.path))
