@@ -46,6 +46,7 @@
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/xxhash.h"
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -91,8 +92,11 @@ std::string toMessage(const char *text) { return text; }
 /// while stopping ends the process at once: killed by that signal, after
 /// the handler this one replaced (LLVM's, which removes the temporary file
 /// of a checkpoint being written).
-volatile std::sig_atomic_t stopSignal = 0;
-volatile std::sig_atomic_t stopQuiet = 0; // ranks other than 0
+// Lock-free atomics: safe in a handler, and read by the training thread
+// whichever thread (a BLAS worker) the signal lands on.
+std::atomic<int> stopSignal{0};
+std::atomic<bool> stopQuiet{false}; // ranks other than 0
+static_assert(std::atomic<int>::is_always_lock_free);
 struct sigaction replacedInt, replacedTerm;
 
 void onStopSignal(int signal, siginfo_t *info, void *context) {
@@ -792,7 +796,7 @@ int runTrainCommand(int argc, char **argv) {
         peakThreads, peak.measuredGflops, best, rt::describeBlas());
   }
   options.dp = dpAxis.get();
-  options.stopRequested = [] { return int(stopSignal); };
+  options.stopRequested = [] { return stopSignal.load(); };
   options.accumulateWithoutSync = config.parallel.zero < 2;
   options.memoryPhases = &memoryPhases;
   // LLMC_FAULT_INJECT=kill:RANK:STEP or hang:RANK:STEP kills (SIGKILL) or
