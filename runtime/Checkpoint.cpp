@@ -15,6 +15,7 @@
 #include "llvm/Support/xxhash.h"
 
 #include <algorithm>
+#include <tuple>
 #include <cstdio>
 #include <cstring>
 
@@ -420,29 +421,123 @@ std::vector<std::string> llmc::runtime::listCheckpoints(llvm::StringRef dir) {
   return paths;
 }
 
+/// The files of the checkpoint whose main file is `mainPath`: its per-rank
+/// files, then the main file (the order to remove them in: a main file
+/// without its rank files would be a checkpoint that cannot resume).
+static std::vector<std::string> checkpointFiles(llvm::StringRef mainPath) {
+  llvm::StringRef dir = llvm::sys::path::parent_path(mainPath);
+  std::string prefix = (llvm::sys::path::stem(mainPath) + ".rank-").str();
+  std::error_code ec;
+  std::vector<std::string> files;
+  for (llvm::sys::fs::directory_iterator it(dir.empty() ? "." : dir, ec), end;
+       !ec && it != end; it.increment(ec)) {
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    if (name.starts_with(prefix) && name.ends_with(".ckpt"))
+      files.push_back(it->path());
+  }
+  files.push_back(mainPath.str());
+  return files;
+}
+
 llvm::Error llmc::runtime::pruneCheckpoints(llvm::StringRef dir, int64_t keep) {
   if (keep <= 0)
     return llvm::Error::success();
   std::vector<std::string> paths = listCheckpoints(dir);
   for (size_t i = 0; i + keep < paths.size(); ++i) {
-    // The per-rank files first: a main file without them would be a
-    // checkpoint that cannot resume.
-    llvm::StringRef stem = llvm::sys::path::stem(paths[i]);
-    std::error_code ec;
-    std::vector<std::string> ranks;
-    for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end;
-         it.increment(ec)) {
-      llvm::StringRef name = llvm::sys::path::filename(it->path());
-      if (name.starts_with((stem + ".rank-").str()) && name.ends_with(".ckpt"))
-        ranks.push_back(it->path());
-    }
-    ranks.push_back(paths[i]);
-    for (const std::string &path : ranks)
+    for (const std::string &path : checkpointFiles(paths[i]))
       if (std::error_code ec = llvm::sys::fs::remove(path))
         return llvm::createStringError(ec, "cannot remove old checkpoint '" +
                                                path + "': " + ec.message());
   }
   return llvm::Error::success();
+}
+
+bool llmc::runtime::isCheckpointTemporary(llvm::StringRef name) {
+  // kir::writeFileAtomically's "<path>.tmp-%%%%%%%%" of a checkpoint name.
+  size_t at = name.rfind(".ckpt.tmp-");
+  if (at == llvm::StringRef::npos)
+    return false;
+  llvm::StringRef target = name.take_front(at + strlen(".ckpt"));
+  llvm::StringRef stem = target.drop_back(strlen(".ckpt"));
+  if (!kir::isTemporaryFileOf(name, target) || !stem.consume_front("step-"))
+    return false;
+  // "NNNNNN" or "NNNNNN.rank-R-of-W".
+  llvm::StringRef digits = stem.take_while(llvm::isDigit);
+  stem = stem.drop_front(digits.size());
+  if (digits.empty())
+    return false;
+  if (stem.empty())
+    return true;
+  llvm::StringRef rank, world;
+  if (!stem.consume_front(".rank-"))
+    return false;
+  std::tie(rank, world) = stem.split("-of-");
+  return !rank.empty() && !world.empty() && llvm::all_of(rank, llvm::isDigit) &&
+         llvm::all_of(world, llvm::isDigit);
+}
+
+llvm::Expected<std::vector<std::string>>
+llmc::runtime::removeInterruptedCheckpointFiles(llvm::StringRef dir) {
+  std::vector<std::string> stale;
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    if (isCheckpointTemporary(name)) {
+      stale.push_back(it->path());
+      continue;
+    }
+    // "step-NNNNNN.rank-R-of-W.ckpt" without "step-NNNNNN.ckpt".
+    size_t at = name.find(".rank-");
+    if (!name.starts_with("step-") || !name.ends_with(".ckpt") ||
+        at == llvm::StringRef::npos)
+      continue;
+    llvm::SmallString<256> main(dir);
+    llvm::sys::path::append(main, name.take_front(at) + ".ckpt");
+    if (!llvm::sys::fs::exists(main))
+      stale.push_back(it->path());
+  }
+  llvm::sort(stale);
+  for (const std::string &path : stale)
+    if (std::error_code ec = llvm::sys::fs::remove(path))
+      return llvm::createStringError(
+          ec, "cannot remove '" + path + "' of an interrupted checkpoint "
+                  "write: " + ec.message());
+  return stale;
+}
+
+llvm::Error llmc::runtime::setAsideCheckpoint(llvm::StringRef path) {
+  for (const std::string &file : checkpointFiles(path))
+    if (std::error_code ec = llvm::sys::fs::rename(file, file + ".damaged"))
+      return llvm::createStringError(ec, "cannot rename the damaged "
+                                         "checkpoint '" +
+                                             file + "': " + ec.message());
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::pair<std::string, Checkpoint>>
+llmc::runtime::readLatestGoodCheckpoint(
+    llvm::StringRef dir, std::vector<DamagedCheckpoint> &damaged) {
+  std::vector<std::string> paths = listCheckpoints(dir);
+  if (paths.empty())
+    return llvm::createStringError("no checkpoint in '" + dir + "'");
+  for (auto it = paths.rbegin(); it != paths.rend(); ++it) {
+    llvm::Expected<Checkpoint> checkpoint = readCheckpoint(*it);
+    llvm::Error error = checkpoint ? verifyShardFiles(*checkpoint, *it)
+                                   : checkpoint.takeError();
+    if (!error)
+      return std::make_pair(*it, std::move(*checkpoint));
+    std::string reason = llvm::toString(std::move(error));
+    // readCheckpoint's errors start with the path, which the caller names.
+    if (llvm::StringRef(reason).starts_with(*it + ": "))
+      reason = reason.substr(it->size() + 2);
+    damaged.push_back({*it, reason});
+  }
+  std::string all;
+  for (const DamagedCheckpoint &d : damaged)
+    all += "\n  " + d.path + ": " + d.reason;
+  return llvm::createStringError("no good checkpoint in '" + dir +
+                                 "'; every one is damaged:" + all);
 }
 
 std::string llmc::runtime::checkpointShardFileName(int64_t step, int rank,
@@ -551,17 +646,16 @@ llmc::runtime::fileDigest(llvm::StringRef path) {
                         uint64_t(llvm::xxh3_64bits(bytes)));
 }
 
-llvm::Expected<TensorMap>
-llmc::runtime::readShardedTensors(const Checkpoint &main,
-                                  llvm::StringRef mainPath) {
+llvm::Error llmc::runtime::verifyShardFiles(const Checkpoint &main,
+                                            llvm::StringRef mainPath) {
+  if (main.manifest.empty())
+    return llvm::Error::success();
   llvm::Expected<ShardManifest> manifest =
       ShardManifest::fromJson(main.manifest);
   if (!manifest)
     return llvm::createStringError(mainPath + ": " +
                                    llvm::toString(manifest.takeError()));
   llvm::StringRef dir = llvm::sys::path::parent_path(mainPath);
-  // Each rank's blocks, in rank order.
-  std::vector<TensorMap> ranks(manifest->worldSize);
   for (const ShardManifest::File &f : manifest->files) {
     llvm::SmallString<256> path(dir);
     llvm::sys::path::append(path, f.name);
@@ -582,6 +676,29 @@ llmc::runtime::readShardedTensors(const Checkpoint &main,
           llvm::Twine(digest->first) + " bytes, xxh3 " + hex(digest->second) +
           "; expected " + llvm::Twine(f.bytes) + " bytes, xxh3 " +
           hex(f.xxh3) + "): it is damaged or from another save");
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<TensorMap>
+llmc::runtime::readShardedTensors(const Checkpoint &main,
+                                  llvm::StringRef mainPath) {
+  llvm::Expected<ShardManifest> manifest =
+      ShardManifest::fromJson(main.manifest);
+  if (!manifest)
+    return llvm::createStringError(mainPath + ": " +
+                                   llvm::toString(manifest.takeError()));
+  if (llvm::Error error = verifyShardFiles(main, mainPath))
+    return std::move(error);
+  llvm::StringRef dir = llvm::sys::path::parent_path(mainPath);
+  // Each rank's blocks, in rank order.
+  std::vector<TensorMap> ranks(manifest->worldSize);
+  for (const ShardManifest::File &f : manifest->files) {
+    llvm::SmallString<256> path(dir);
+    llvm::sys::path::append(path, f.name);
+    std::string what = llvm::formatv("checkpoint shard '{0}' (rank {1} of {2})",
+                                     path, f.rank, manifest->worldSize)
+                           .str();
     llvm::Expected<Checkpoint> shard = readCheckpoint(path);
     if (!shard)
       return shard.takeError();

@@ -155,6 +155,44 @@ std::vector<std::string> listCheckpoints(llvm::StringRef dir);
 /// with their per-rank files.
 llvm::Error pruneCheckpoints(llvm::StringRef dir, int64_t keep);
 
+/// Whether `name` is a temporary file of writeCheckpoint's (through
+/// kir::writeFileAtomically): a checkpoint or per-rank file name followed
+/// by ".tmp-" and 8 characters ("step-000100.ckpt.tmp-1a2b3c4d").
+bool isCheckpointTemporary(llvm::StringRef name);
+
+/// Removes what a checkpoint write that never finished (SIGKILL, a node
+/// lost, a disk full) left in `dir`: its temporary files, and ZeRO rank
+/// files without their main file (rank 0 writes it last); returns their
+/// paths. Call it before the run writes there: another writer's files in
+/// progress look the same.
+llvm::Expected<std::vector<std::string>>
+removeInterruptedCheckpointFiles(llvm::StringRef dir);
+
+/// Checks that the per-rank files a ZeRO checkpoint's manifest lists exist
+/// with the sizes and XXH3-64 it records (nothing for a checkpoint of one
+/// file). The error names the file, its rank and what is wrong.
+llvm::Error verifyShardFiles(const Checkpoint &main, llvm::StringRef mainPath);
+
+/// A checkpoint of `dir` that --resume skipped, and why.
+struct DamagedCheckpoint {
+  std::string path;
+  std::string reason;
+};
+
+/// The newest checkpoint of `dir` that reads and verifies completely (its
+/// per-rank files too), and its path; the newer ones that do not go to
+/// `damaged`, newest first. An error when `dir` has no checkpoint or
+/// none is good (naming each and why).
+llvm::Expected<std::pair<std::string, Checkpoint>>
+readLatestGoodCheckpoint(llvm::StringRef dir,
+                         std::vector<DamagedCheckpoint> &damaged);
+
+/// Renames a damaged checkpoint and its per-rank files to "<name>.damaged"
+/// (kept for inspection, out of listCheckpoints and pruning), so a run
+/// resumed from an older one neither prunes its own new checkpoints in
+/// favour of it nor resumes from it again.
+llvm::Error setAsideCheckpoint(llvm::StringRef path);
+
 } // namespace llmc::runtime
 
 #endif // LLMC_RUNTIME_CHECKPOINT_H

@@ -191,6 +191,23 @@ Trainer::gatherFloats(std::vector<float> local) {
   return all;
 }
 
+llvm::Expected<int> Trainer::agreedStopSignal() {
+  if (!options.stopRequested)
+    return 0;
+  int64_t local = options.stopRequested();
+  if (!options.dp)
+    return int(local);
+  std::vector<int64_t> all(options.dp->size());
+  comm::Ticket ticket =
+      options.dp->allGather(&local, all.data(), 1, kir::DType::I64);
+  if (llvm::Error err = options.dp->wait(ticket))
+    return std::move(err);
+  for (int64_t signal : all)
+    if (signal != 0)
+      return int(signal);
+  return 0;
+}
+
 Checkpoint Trainer::checkpointState() const {
   Checkpoint c;
   c.step = currentStep;
@@ -402,10 +419,29 @@ llvm::Error Trainer::writePlot() {
 }
 
 llvm::Error Trainer::writeCheckpointNow() {
+  std::string dir = joinPath(options.outDir, "checkpoints");
+  // The newest checkpoint before this one, for the message if this write
+  // fails (disk full): the atomic write leaves it intact.
+  std::vector<std::string> before = listCheckpoints(dir);
+  llvm::Error error = writeCheckpointFiles(dir);
+  if (!error)
+    return writes() ? pruneCheckpoints(dir, options.keepCheckpoints)
+                    : llvm::Error::success();
+  std::string previous =
+      before.empty() ? "there is no earlier checkpoint"
+                     : "the newest checkpoint, " + before.back() +
+                           ", is intact (free space and continue with "
+                           "--resume)";
+  return llvm::createStringError(
+      "the checkpoint of step " + llvm::Twine(currentStep) +
+      " was not written: " + llvm::toString(std::move(error)) + "; " +
+      previous);
+}
+
+llvm::Error Trainer::writeCheckpointFiles(const std::string &dir) {
   // The tensors go from the store to the file one at a time: no copy of
   // the whole state is made.
   std::optional<Checkpoint> c = checkpointState();
-  std::string dir = joinPath(options.outDir, "checkpoints");
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return llvm::createStringError(ec, "cannot create '" + dir +
                                            "': " + ec.message());
@@ -455,7 +491,7 @@ llvm::Error Trainer::writeCheckpointNow() {
     return err;
   if (options.log)
     *options.log << "checkpoint: " << path << "\n";
-  return pruneCheckpoints(dir, options.keepCheckpoints);
+  return llvm::Error::success();
 }
 
 llvm::Error Trainer::takeSnapshot(Snapshot &snapshot, int64_t skippedSteps) {
@@ -796,6 +832,20 @@ llvm::Error Trainer::run() {
   };
 
   while (currentStep < options.maxSteps) {
+    // A step boundary: a stop asked for (SIGINT, SIGTERM) ends the run
+    // here with a checkpoint that --resume continues exactly.
+    llvm::Expected<int> stop = agreedStopSignal();
+    if (!stop)
+      return stop.takeError();
+    if (*stop != 0) {
+      stoppedBy = *stop;
+      if (!checkpointWritten)
+        if (llvm::Error err = writeCheckpointNow())
+          return err;
+      if (options.console)
+        options.console->clearStatus();
+      return writePlot();
+    }
     if (evalDue(currentStep)) {
       Clock::time_point evalStart = Clock::now();
       if (llvm::Error err = runEval())

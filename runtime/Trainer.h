@@ -106,6 +106,14 @@ struct TrainerOptions {
   std::function<llvm::Error(int64_t step, TensorStore &store,
                             double &lrScale)>
       injectFault;
+  /// Asked at every step boundary (before each step and after the last):
+  /// the signal that asks the run to stop (SIGINT, SIGTERM), 0 while none
+  /// has; null: never. On a stop the run writes a checkpoint of the step
+  /// it is at (unless it just did) and returns; stopSignal() says why.
+  /// With data parallelism every rank's answer is gathered at the
+  /// boundary and the first non-zero one in rank order counts, so all
+  /// ranks stop after the same step whichever got the signal.
+  std::function<int()> stopRequested;
 };
 
 /// The data, through callbacks (the command adapts its loader).
@@ -194,6 +202,8 @@ public:
   llvm::Expected<Checkpoint> checkpoint() const;
 
   int64_t step() const { return currentStep; }
+  /// The signal that stopped run() early (stopRequested), 0 if none.
+  int stopSignal() const { return stoppedBy; }
   /// Losses of the logged steps and evaluations of the run so far.
   const std::vector<MetricPoint> &trainLosses() const { return trainPoints; }
   const std::vector<MetricPoint> &valLosses() const { return valPoints; }
@@ -207,7 +217,14 @@ private:
   /// Every rank's `local` values, rank 0's first (one process: `local`).
   llvm::Expected<std::vector<float>> gatherFloats(std::vector<float> local);
   llvm::Expected<double> evaluate(std::string &sample);
+  /// Writes the checkpoint of the current step (rank 0 the main file; with
+  /// ZeRO every rank its file). A failed write (disk full) is an error
+  /// naming the file, the cause and the newest checkpoint, left intact.
   llvm::Error writeCheckpointNow();
+  llvm::Error writeCheckpointFiles(const std::string &dir);
+  /// stopRequested, agreed on by all ranks (a collective with data
+  /// parallelism: every rank calls it at the same boundary).
+  llvm::Expected<int> agreedStopSignal();
   /// The fraction of the peak that `tokensPerSecond` is in model FLOPs
   /// (every rank's tokens on every rank's peak); 0 when unknown.
   double modelFlopsUtilization(double tokensPerSecond) const;
@@ -279,6 +296,7 @@ private:
   Snapshot goodSnapshot, pendingSnapshot;
   int64_t batchesRead = 0; // micro-batches read by this run() so far
   std::vector<PlotEvent> eventPoints;
+  int stoppedBy = 0;
 };
 
 /// The loss curves as a standalone SVG: axes with ticks, the training loss

@@ -30,3 +30,24 @@ config.substitutions.append(
     ("%mpirun", "bash " + os.path.join(config.llmc_src_root, "scripts/mpirun.sh")))
 if shutil.which("mpirun"):
     config.available_features.add("mpi")
+# `tmpfs`: the tests may mount a small tmpfs (the disk-full test): root, and
+# a machine that lets it mount (a container may not), tried here once.
+def can_mount_tmpfs():
+    import subprocess
+    import tempfile
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or \
+            not shutil.which("mount"):
+        return False
+    probe = tempfile.mkdtemp(prefix="llmc-tmpfs-probe-")
+    try:
+        if subprocess.call(["mount", "-t", "tmpfs", "-o", "size=1m",
+                            "llmc-probe", probe],
+                           stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL) != 0:
+            return False
+        subprocess.call(["umount", probe])
+        return True
+    finally:
+        os.rmdir(probe)
+if can_mount_tmpfs():
+    config.available_features.add("tmpfs")

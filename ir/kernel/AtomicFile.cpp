@@ -1,7 +1,9 @@
 // Writing a file atomically: a temporary file, fsync, rename, directory fsync.
 #include "ir/kernel/AtomicFile.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -96,6 +98,12 @@ Error llmc::kir::writeFileAtomically(
   sys::DontRemoveFileOnSignal(tempPath);
   syncDirectoryOf(path);
   return Error::success();
+}
+
+bool llmc::kir::isTemporaryFileOf(StringRef name, StringRef target) {
+  // The "%%%%%%%%" of writeFileAtomically's model.
+  return name.consume_front(target) && name.consume_front(".tmp-") &&
+         name.size() == 8 && llvm::all_of(name, llvm::isAlnum);
 }
 
 Error llmc::kir::writeFileAtomically(StringRef path,

@@ -29,6 +29,12 @@ llvm::Error
 writeFileAtomically(llvm::StringRef path,
                     llvm::function_ref<llvm::Error(llvm::raw_ostream &)> write);
 
+/// Whether the file name `name` is one of the temporary files that
+/// writeFileAtomically makes for a file named `target`: `target` followed
+/// by ".tmp-" and 8 letters or digits. A process killed (SIGKILL) while
+/// writing leaves it behind.
+bool isTemporaryFileOf(llvm::StringRef name, llvm::StringRef target);
+
 /// Writes `bytes` as the whole of `path`, as above.
 llvm::Error writeFileAtomically(llvm::StringRef path,
                                 llvm::ArrayRef<uint8_t> bytes);

@@ -49,6 +49,7 @@
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/xxhash.h"
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -56,6 +57,7 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <unistd.h>
 
 using namespace mlir;
 using namespace mlir::llmc;
@@ -87,6 +89,69 @@ std::string toMessage(const llvm::Twine &text) { return text.str(); }
 std::string toMessage(const std::string &text) { return text; }
 std::string toMessage(const char *text) { return text; }
 
+/// SIGINT and SIGTERM stop a run cleanly: the handler records the signal,
+/// the trainer sees it at the next step boundary, writes a checkpoint and
+/// returns, and the command exits with 128 + the signal. A second one
+/// while stopping ends the process at once: killed by that signal, after
+/// the handler this one replaced (LLVM's, which removes the temporary file
+/// of a checkpoint being written).
+// Lock-free atomics: safe in a handler, and read by the training thread
+// whichever thread (a BLAS worker) the signal lands on.
+std::atomic<int> stopSignal{0};
+std::atomic<bool> stopQuiet{false}; // ranks other than 0
+static_assert(std::atomic<int>::is_always_lock_free);
+struct sigaction replacedInt, replacedTerm;
+
+void onStopSignal(int signal, siginfo_t *info, void *context) {
+  if (stopSignal != 0) {
+    // The replaced handler first (LLVM's removes the files registered with
+    // RemoveFileOnSignal), then the default action: it may have restored
+    // SIG_IGN (what a shell gives background jobs for SIGINT).
+    const struct sigaction &replaced =
+        signal == SIGINT ? replacedInt : replacedTerm;
+    if (replaced.sa_flags & SA_SIGINFO)
+      replaced.sa_sigaction(signal, info, context);
+    else if (replaced.sa_handler != SIG_DFL && replaced.sa_handler != SIG_IGN)
+      replaced.sa_handler(signal);
+    ::signal(signal, SIG_DFL);
+    ::raise(signal); // blocked here: delivered, fatally, on return
+    return;
+  }
+  stopSignal = signal;
+  if (stopQuiet)
+    return;
+  // Only async-signal-safe calls here: write(2) of a fixed text.
+  static const char intText[] =
+      "\nllmc run: SIGINT: stopping after this step with a checkpoint "
+      "(again to stop at once)\n";
+  static const char termText[] =
+      "\nllmc run: SIGTERM: stopping after this step with a checkpoint "
+      "(again to stop at once)\n";
+  if (signal == SIGINT)
+    (void)!::write(2, intText, sizeof(intText) - 1);
+  else
+    (void)!::write(2, termText, sizeof(termText) - 1);
+}
+
+void installStopHandlers(bool quiet) {
+  stopQuiet = quiet;
+  // A file over RLIMIT_FSIZE: write(2) fails with EFBIG and the checkpoint
+  // write reports it, instead of SIGXFSZ killing the process.
+  ::signal(SIGXFSZ, SIG_IGN);
+  struct sigaction action = {};
+  action.sa_sigaction = onStopSignal;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  sigaddset(&action.sa_mask, SIGINT);
+  sigaddset(&action.sa_mask, SIGTERM);
+  ::sigaction(SIGINT, &action, &replacedInt);
+  ::sigaction(SIGTERM, &action, &replacedTerm);
+}
+
+const char *signalName(int signal) {
+  return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "signal";
+}
+
 void printUsage(llvm::raw_ostream &os) {
   os << "usage: llmc run CONFIG.yaml [--resume[=CHECKPOINT]] [--KEY VALUE "
         "...]\n\n"
@@ -100,10 +165,22 @@ void printUsage(llvm::raw_ostream &os) {
         "(parallel.dp, parallel.zero 0-3),\nrank 0 logs and writes; "
         "checkpoints of a ZeRO run have one file per rank.\n\n"
         "Options:\n"
-        "  --resume              continue from the latest checkpoint in OUT\n"
+        "  --resume              continue from the latest good checkpoint in "
+        "OUT (a damaged\n"
+        "                        newer one is renamed *.damaged, with a "
+        "warning)\n"
         "  --resume=CHECKPOINT   continue from this checkpoint file\n"
         "  --print-config        print the resolved config and exit\n"
-        "  --help                this text\n\n";
+        "  --help                this text\n\n"
+        "Stopping: SIGINT (Ctrl-C) or SIGTERM (Slurm's preemption and time "
+        "limit) finish the\n"
+        "current step, write a checkpoint and exit with status 128 + the "
+        "signal (130, 143);\n"
+        "--resume continues it exactly. A second signal stops at once. A "
+        "checkpoint that\n"
+        "cannot be written (disk full) stops the run with status 1; the "
+        "previous ones stay\n"
+        "intact. Exit status 0: the run finished.\n\n";
   printTrainingConfigHelp(os);
 }
 
@@ -554,14 +631,26 @@ int runTrainCommand(int argc, char **argv) {
   std::string checkpointDir = joinPath(config.out, "checkpoints");
   std::optional<rt::Checkpoint> checkpoint;
   std::map<std::string, std::string> sections = resumeSections(config);
+  // A damaged newer checkpoint is set aside once OUT may be written.
+  std::vector<rt::DamagedCheckpoint> damaged;
+  std::optional<rt::Checkpoint> latest;
   if (resumeLatest && resume.empty()) {
-    std::vector<std::string> found = rt::listCheckpoints(checkpointDir);
-    if (found.empty())
-      return fail("--resume: no checkpoint in '" + checkpointDir + "'");
-    resume = found.back();
+    llvm::Expected<std::pair<std::string, rt::Checkpoint>> found =
+        rt::readLatestGoodCheckpoint(checkpointDir, damaged);
+    if (!found)
+      return fail("--resume: " + toMessage(found.takeError()));
+    resume = found->first;
+    latest = std::move(found->second);
+    if (rank == 0)
+      for (const rt::DamagedCheckpoint &d : damaged)
+        llvm::WithColor::warning(llvm::errs(), "llmc run")
+            << "--resume: skipping the damaged checkpoint " << d.path << ": "
+            << d.reason << "; resuming from the newest good one, " << resume
+            << "\n";
   }
   if (!resume.empty()) {
-    llvm::Expected<rt::Checkpoint> read = rt::readCheckpoint(resume);
+    llvm::Expected<rt::Checkpoint> read =
+        latest ? std::move(*latest) : rt::readCheckpoint(resume);
     if (!read)
       return fail(read.takeError());
     std::string difference =
@@ -757,21 +846,29 @@ int runTrainCommand(int argc, char **argv) {
         peakThreads, peak.measuredGflops, best, rt::describeBlas());
   }
   options.dp = dpAxis.get();
+  options.stopRequested = [] { return stopSignal.load(); };
   options.accumulateWithoutSync = config.parallel.zero < 2;
   options.memoryPhases = &memoryPhases;
   // LLMC_FAULT_INJECT=kill:RANK:STEP or hang:RANK:STEP kills (SIGKILL) or
   // stops (SIGSTOP) that rank before that step: how the tests prove that
   // the other ranks stop with a message naming it instead of hanging.
+  // int:RANK:STEP and term:RANK:STEP send it SIGINT or SIGTERM there: the
+  // clean stop, at a known step.
   if (const char *fault = std::getenv("LLMC_FAULT_INJECT")) {
     llvm::SmallVector<llvm::StringRef> parts;
     llvm::StringRef(fault).split(parts, ':');
     int64_t faultRank = -1, faultStep = -1;
-    if (parts.size() != 3 || (parts[0] != "kill" && parts[0] != "hang") ||
+    if (parts.size() != 3 ||
+        !llvm::is_contained({"kill", "hang", "int", "term"}, parts[0]) ||
         parts[1].getAsInteger(10, faultRank) ||
         parts[2].getAsInteger(10, faultStep))
       return fail(llvm::Twine("LLMC_FAULT_INJECT='") + fault +
-                  "': expected kill:RANK:STEP or hang:RANK:STEP");
-    int signal = parts[0] == "kill" ? SIGKILL : SIGSTOP;
+                  "': expected kill:RANK:STEP, hang:RANK:STEP, "
+                  "int:RANK:STEP or term:RANK:STEP");
+    int signal = parts[0] == "kill"   ? SIGKILL
+                 : parts[0] == "hang" ? SIGSTOP
+                 : parts[0] == "int"  ? SIGINT
+                                      : SIGTERM;
     if (faultRank == rank)
       options.beforeStep = [signal, faultStep](int64_t step) {
         if (step == faultStep)
@@ -905,6 +1002,41 @@ int runTrainCommand(int argc, char **argv) {
   if (rank == 0) {
     if (std::error_code ec = llvm::sys::fs::create_directories(config.out))
       return fail("cannot create '" + config.out + "': " + ec.message());
+    // What a run killed while writing (SIGKILL, a node lost) left: the
+    // temporary files of a checkpoint, config.yaml, metrics.jsonl or
+    // loss.svg, never renamed, and rank files of a ZeRO checkpoint whose
+    // main file never came.
+    llvm::Expected<std::vector<std::string>> stale =
+        rt::removeInterruptedCheckpointFiles(checkpointDir);
+    if (!stale)
+      return fail(stale.takeError());
+    // And the temporaries of OUT's own files, written the same way.
+    std::error_code ec;
+    for (llvm::sys::fs::directory_iterator it(config.out, ec), end;
+         !ec && it != end; it.increment(ec)) {
+      llvm::StringRef name = llvm::sys::path::filename(it->path());
+      if (!llvm::any_of(std::initializer_list<llvm::StringRef>{
+                            "config.yaml", "metrics.jsonl", "loss.svg"},
+                        [&](llvm::StringRef target) {
+                          return ::llmc::kir::isTemporaryFileOf(name, target);
+                        }))
+        continue;
+      if (std::error_code removeEc = llvm::sys::fs::remove(it->path()))
+        return fail("cannot remove '" + it->path() + "': " +
+                    removeEc.message());
+      stale->push_back(it->path());
+    }
+    if (!stale->empty())
+      out << "llmc run: removed " << stale->size() << " file"
+          << (stale->size() == 1 ? "" : "s")
+          << " of an interrupted write (" << stale->front()
+          << (stale->size() > 1 ? ", ..." : "") << ")\n";
+    for (const rt::DamagedCheckpoint &d : damaged) {
+      if (llvm::Error err = rt::setAsideCheckpoint(d.path))
+        return fail(std::move(err));
+      out << "llmc run: renamed the damaged checkpoint to " << d.path
+          << ".damaged\n";
+    }
     std::string text;
     llvm::raw_string_ostream os(text);
     printTrainingConfig(config, os);
@@ -940,7 +1072,19 @@ int runTrainCommand(int argc, char **argv) {
   malloc_trim(0);
 #endif
   memoryPhases.end("setup");
+  installStopHandlers(/*quiet=*/rank != 0);
   if (llvm::Error err = trainer.run())
     return fail(std::move(err));
+  if (int signal = trainer.stopSignal()) {
+    // 128 + the signal: what a shell reports for a process the signal
+    // killed, so a job script or scheduler that treats SIGTERM's death as
+    // "preempted, requeue" sees the same; 0 stays "finished".
+    out << "llmc run: stopped by " << signalName(signal) << " at step "
+        << trainer.step() << " of " << config.maxSteps << "; checkpoint "
+        << joinPath(checkpointDir, rt::checkpointFileName(trainer.step()))
+        << "; continue with --resume (exit status " << 128 + signal << ")\n";
+    out.flush();
+    return 128 + signal;
+  }
   return 0;
 }
