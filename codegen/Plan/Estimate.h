@@ -49,12 +49,14 @@ StateBytes shardStates(const StateBytes &perParameter, double parameters,
 /// micro-batch of `batch` sequences of `seqLen` tokens, on one of `tp`
 /// tensor-parallel ranks (with sequence parallelism), by term.
 ///
-/// Today this is a formula: the per-layer terms of Korthikanti et al. 2022
-/// ("Reducing Activation Recomputation in Large Transformer Models", sec. 4),
+/// A formula: the per-layer terms of Korthikanti et al. 2022 ("Reducing
+/// Activation Recomputation in Large Transformer Models", sec. 4),
 /// sbh(34 + 5as/h) bytes for 16-bit activations with dropout and a 4h MLP,
 /// generalized to the element size, the MLP width and activation and to
-/// models without dropout. Once the training step exists, this is the one
-/// function to replace by the memory plan of its compiled backward.
+/// models without dropout. Where the planner can compile the training step
+/// (no tensor or pipeline parallelism, fp8 or remat `attention`), the
+/// memory plan of the compiled @grad_step replaces it; the layout
+/// comparison and `--fit` search still use it.
 ///
 /// llmc-remat's selective policy is not one of Korthikanti's: it keeps the
 /// outputs of the ops that are not cheap to recompute (matmuls, attention)
