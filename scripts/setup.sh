@@ -14,6 +14,7 @@ packages=(
   flatbuffers-compiler libflatbuffers-dev  # the artifact format
   openmpi-bin libopenmpi-dev               # MPI collectives (runtime/Comm),
                                            # mpirun for multi-rank runs/tests
+  clang-22 libclang-rt-22-dev              # libFuzzer + ASan/UBSan: scripts/fuzz.sh
 )
 
 missing=()
