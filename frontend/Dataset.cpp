@@ -42,7 +42,12 @@ llvm::Expected<std::vector<int32_t>> llmc::data::readShard(llvm::StringRef path,
   auto buffer = readFile(path);
   if (!buffer)
     return buffer.takeError();
-  llvm::StringRef bytes = (*buffer)->getBuffer();
+  return parseShard((*buffer)->getBuffer(), path, vocabSize);
+}
+
+llvm::Expected<std::vector<int32_t>>
+llmc::data::parseShard(llvm::StringRef bytes, llvm::StringRef path,
+                       int32_t vocabSize) {
   if (static_cast<int64_t>(bytes.size()) < kShardHeaderBytes)
     return fileError(path, llvm::formatv("truncated header: the file has {0} "
                                          "bytes, an llm.c shard header has {1}",

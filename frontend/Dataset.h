@@ -59,6 +59,9 @@ inline constexpr int64_t kShardHeaderBytes = 256 * 4;
 /// vocabSize. Errors read "<path>: <what is wrong>".
 llvm::Expected<std::vector<int32_t>> readShard(llvm::StringRef path,
                                                int32_t vocabSize = 0);
+/// The same from a shard's bytes in memory; `name` starts every error.
+llvm::Expected<std::vector<int32_t>>
+parseShard(llvm::StringRef bytes, llvm::StringRef name, int32_t vocabSize = 0);
 
 /// Writes `tokens` as a shard at `path`, atomically. Every token must fit
 /// in uint16.

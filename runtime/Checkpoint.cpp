@@ -258,7 +258,11 @@ llvm::Expected<Checkpoint> llmc::runtime::readCheckpoint(llvm::StringRef path) {
                                   /*RequiresNullTerminator=*/false);
   if (std::error_code ec = file.getError())
     return fail(path, "cannot read the checkpoint: " + ec.message());
-  llvm::StringRef bytes = (*file)->getBuffer();
+  return parseCheckpoint((*file)->getBuffer(), path);
+}
+
+llvm::Expected<Checkpoint> llmc::runtime::parseCheckpoint(llvm::StringRef bytes,
+                                                          llvm::StringRef path) {
   if (bytes.size() < sizeof(kMagic) ||
       std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
     return fail(path, hasCheckpointLayout(bytes)

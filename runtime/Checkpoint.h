@@ -143,6 +143,9 @@ std::string describeMagic(llvm::StringRef head);
 
 /// Reads and verifies a whole checkpoint. Errors start with the path.
 llvm::Expected<Checkpoint> readCheckpoint(llvm::StringRef path);
+/// The same from a file's bytes in memory; `name` starts every error.
+llvm::Expected<Checkpoint> parseCheckpoint(llvm::StringRef bytes,
+                                           llvm::StringRef name);
 
 /// "step-000100.ckpt".
 std::string checkpointFileName(int64_t step);

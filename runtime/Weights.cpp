@@ -337,7 +337,10 @@ Expected<SafetensorsFile> readSafetensorsFile(StringRef path) {
   Expected<std::unique_ptr<MemoryBuffer>> buffer = readWholeFile(path);
   if (!buffer)
     return buffer.takeError();
-  StringRef contents = (*buffer)->getBuffer();
+  return parseSafetensors((*buffer)->getBuffer(), path);
+}
+
+Expected<SafetensorsFile> parseSafetensors(StringRef contents, StringRef path) {
   uint64_t fileSize = contents.size();
   if (fileSize < 8)
     return fileError(path, "the file is " + Twine(fileSize) +
@@ -662,7 +665,13 @@ Expected<TensorMap> readLlmcCheckpoint(StringRef path,
   Expected<std::unique_ptr<MemoryBuffer>> buffer = readWholeFile(path);
   if (!buffer)
     return buffer.takeError();
-  StringRef contents = (*buffer)->getBuffer();
+  return parseLlmcCheckpoint((*buffer)->getBuffer(), path, expected);
+}
+
+Expected<TensorMap> parseLlmcCheckpoint(StringRef contents, StringRef path,
+                                        const Gpt2Dims &expected) {
+  if (Error err = checkDims(path, expected))
+    return err;
   if (int64_t(contents.size()) < kLlmcHeaderBytes)
     return fileError(path, "the file is " + Twine(contents.size()) +
                                " bytes, shorter than the " +

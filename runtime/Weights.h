@@ -100,6 +100,9 @@ struct SafetensorsFile {
 /// Reads and validates a whole safetensors file. Every error names the file
 /// and, where there is one, the tensor.
 llvm::Expected<SafetensorsFile> readSafetensorsFile(llvm::StringRef path);
+/// The same from a file's bytes in memory; `name` starts every error.
+llvm::Expected<SafetensorsFile> parseSafetensors(llvm::StringRef bytes,
+                                                 llvm::StringRef name);
 /// The tensors only; a file holding an F64 tensor is an error (read it with
 /// readSafetensorsFile).
 llvm::Expected<TensorMap> readSafetensors(llvm::StringRef path);
@@ -150,6 +153,10 @@ enum class LlmcCheckpointFormat { F32 = 3, BF16 = 5 };
 /// and returns the F32 tensors of llmcCheckpointParams(expected).
 llvm::Expected<TensorMap> readLlmcCheckpoint(llvm::StringRef path,
                                              const Gpt2Dims &expected);
+/// The same from a file's bytes in memory; `name` starts every error.
+llvm::Expected<TensorMap> parseLlmcCheckpoint(llvm::StringRef bytes,
+                                              llvm::StringRef name,
+                                              const Gpt2Dims &expected);
 
 /// Writes `tensors` (exactly the names and shapes of llmcCheckpointParams;
 /// F32, F16 or BF16) as an llm.c checkpoint, padding wte with zero rows to

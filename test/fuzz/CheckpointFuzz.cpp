@@ -1,4 +1,4 @@
-// libFuzzer target: runtime::readCheckpoint (the checkpoints `llmc run`
+// libFuzzer target: runtime::parseCheckpoint (the checkpoints `llmc run`
 // writes) on any bytes, and the ZeRO manifest of what it accepts. The
 // checksums are not checked in the fuzz build (ir/kernel/Fuzzing.h).
 #include "test/fuzz/FuzzInput.h"
@@ -8,9 +8,8 @@
 using namespace llmc;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static fuzz::InputFile input(".ckpt");
-  llvm::Expected<runtime::Checkpoint> checkpoint =
-      runtime::readCheckpoint(input.write(data, size));
+  llvm::Expected<runtime::Checkpoint> checkpoint = runtime::parseCheckpoint(
+      llvm::StringRef(reinterpret_cast<const char *>(data), size), "<fuzz>");
   if (!checkpoint) {
     fuzz::expectMessage(checkpoint.takeError());
     return 0;

@@ -1,5 +1,5 @@
-// What the libFuzzer targets share: the input as a file, for readers whose
-// entry point is a path.
+// What the libFuzzer targets share: a scratch file (for round trips through
+// a writer) and the check that a refused input gets a message.
 #ifndef LLMC_TEST_FUZZ_FUZZINPUT_H
 #define LLMC_TEST_FUZZ_FUZZINPUT_H
 
@@ -17,9 +17,9 @@
 
 namespace llmc::fuzz {
 
-/// A file of this process (under $TMPDIR, /tmp by default) that each run
-/// overwrites with the input; `suffix` (".bin", ".txt") is the extension
-/// readers that look at it see. Removed at exit.
+/// A file of this process (under $TMPDIR, /tmp by default), named with
+/// `suffix` (".safetensors"); write() replaces its contents. Removed at
+/// exit.
 class InputFile {
 public:
   explicit InputFile(llvm::StringRef suffix) {

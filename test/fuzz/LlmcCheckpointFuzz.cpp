@@ -1,4 +1,4 @@
-// libFuzzer target: runtime::readLlmcCheckpoint (llm.c's model files) on any
+// libFuzzer target: runtime::parseLlmcCheckpoint (llm.c's model files) on any
 // bytes. The model dimensions it checks the file against come from the
 // file's own header when they are small (so that a well-formed file gets
 // past the header checks to the tensors), else from a fixed tiny model.
@@ -11,7 +11,6 @@
 using namespace llmc;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static fuzz::InputFile input(".bin");
   runtime::Gpt2Dims dims{/*nLayer=*/1, /*nHead=*/2, /*nEmbd=*/8,
                          /*seqLen=*/8, /*vocabSize=*/256};
   if (size >= 7 * 4) {
@@ -27,7 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       dims = own;
   }
   llvm::Expected<runtime::TensorMap> tensors =
-      runtime::readLlmcCheckpoint(input.write(data, size), dims);
+      runtime::parseLlmcCheckpoint(
+          llvm::StringRef(reinterpret_cast<const char *>(data), size),
+          "<fuzz>", dims);
   if (!tensors)
     fuzz::expectMessage(tensors.takeError());
   return 0;
