@@ -5,6 +5,7 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -86,6 +87,25 @@ TEST_F(DatasetTest, ShardRoundTrip) {
   auto empty = readShard(file("empty.bin"));
   ASSERT_TRUE(bool(empty));
   EXPECT_TRUE(empty->empty());
+}
+
+// parseShard reads the same bytes in memory, its errors starting with the
+// name it is given.
+TEST_F(DatasetTest, ParseShardFromMemory) {
+  std::vector<int32_t> tokens = {3, 1, 4, 1, 5};
+  ASSERT_FALSE(bool(writeShard(file("p.bin"), tokens)));
+  auto buffer = llvm::MemoryBuffer::getFile(file("p.bin"));
+  ASSERT_TRUE(bool(buffer));
+  llvm::StringRef bytes = (*buffer)->getBuffer();
+  auto parsed = parseShard(bytes, "<memory>");
+  ASSERT_TRUE(bool(parsed)) << errorText(parsed.takeError());
+  EXPECT_EQ(*parsed, tokens);
+  EXPECT_EQ(errorText(parseShard(bytes, "<memory>", 5).takeError()),
+            "<memory>: token 5 at index 4 is out of range for the "
+            "vocabulary size 5");
+  EXPECT_EQ(errorText(parseShard(bytes.drop_back(), "<memory>").takeError()),
+            "<memory>: truncated: the header counts 5 tokens (10 bytes) but "
+            "the file holds 9 bytes of tokens");
 }
 
 TEST_F(DatasetTest, ShardWriteRejectsWideTokens) {

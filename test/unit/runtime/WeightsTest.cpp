@@ -21,6 +21,7 @@ using namespace llmc::runtime;
 using llmc::kir::DType;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 namespace {
 
@@ -290,6 +291,16 @@ TEST_F(WeightsFileTest, SafetensorsRoundTripEveryDType) {
             file.f64Tensors["loss_f64"].values);
   EXPECT_EQ(read->metadata, file.metadata);
 
+  // The same bytes in memory parse the same; errors start with the name.
+  llvm::Expected<SafetensorsFile> parsed = parseSafetensors(raw, "<memory>");
+  ASSERT_EQ(errorText(parsed), "");
+  EXPECT_EQ(parsed->tensors, file.tensors);
+  EXPECT_EQ(parsed->metadata, file.metadata);
+  EXPECT_THAT(errorText(parseSafetensors(llvm::StringRef(raw).drop_back(1),
+                                         "<memory>")
+                            .takeError()),
+              StartsWith("<memory>: "));
+
   // The tensors-only reader refuses a file with an F64 tensor.
   llvm::Expected<TensorMap> tensorsOnly = readSafetensors(out);
   EXPECT_THAT(errorText(tensorsOnly),
@@ -522,6 +533,16 @@ TEST_F(WeightsFileTest, LlmcRoundTripF32WithPadding) {
   llvm::Expected<TensorMap> read = readLlmcCheckpoint(file, kTinyDims);
   ASSERT_EQ(errorText(read), "");
   EXPECT_EQ(*read, params);
+
+  // The same bytes in memory parse the same; errors start with the name.
+  llvm::Expected<TensorMap> parsed =
+      parseLlmcCheckpoint(raw, "<memory>", kTinyDims);
+  ASSERT_EQ(errorText(parsed), "");
+  EXPECT_EQ(*parsed, params);
+  EXPECT_THAT(errorText(parseLlmcCheckpoint(llvm::StringRef(raw).drop_back(4),
+                                            "<memory>", kTinyDims)
+                            .takeError()),
+              StartsWith("<memory>: "));
 }
 
 TEST_F(WeightsFileTest, LlmcRoundTripBF16AndHalfInput) {

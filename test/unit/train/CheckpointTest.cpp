@@ -83,6 +83,17 @@ TEST_F(CheckpointTest, RoundTrip) {
   EXPECT_EQ(back->tensors, c.tensors);
   // The file size is a multiple of the alignment and the data is aligned.
   EXPECT_EQ(readAll(path("a.ckpt")).size() % 64, 0u);
+
+  // The same bytes in memory parse the same; errors start with the name.
+  std::string bytes = readAll(path("a.ckpt"));
+  llvm::Expected<Checkpoint> parsed = parseCheckpoint(bytes, "<memory>");
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  EXPECT_EQ(parsed->tensors, c.tensors);
+  llvm::Expected<Checkpoint> cut =
+      parseCheckpoint(llvm::StringRef(bytes).drop_back(64), "<memory>");
+  ASSERT_FALSE(bool(cut));
+  EXPECT_EQ(llvm::StringRef(llvm::toString(cut.takeError())).take_front(10),
+            "<memory>: ");
 }
 
 // Streaming tensors (how the trainer writes from its store, without a copy
