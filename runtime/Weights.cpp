@@ -446,7 +446,10 @@ Expected<SafetensorsFile> parseSafetensors(StringRef contents, StringRef path) {
       F64Tensor tensor;
       tensor.shape = std::move(shape);
       tensor.values.resize(payload.size() / sizeof(double));
-      std::memcpy(tensor.values.data(), payload.data(), payload.size());
+      // An empty tensor has no storage: memcpy's pointers must not be null
+      // even for zero bytes (found by test/fuzz).
+      if (!payload.empty())
+        std::memcpy(tensor.values.data(), payload.data(), payload.size());
       result.f64Tensors.emplace(name.str(), std::move(tensor));
     }
   }

@@ -317,6 +317,21 @@ TEST_F(WeightsFileTest, SafetensorsRoundTripEveryDType) {
                                                  "second.safetensors"}));
 }
 
+// An empty F64 tensor (no bytes, a vector without storage) reads as one;
+// it once passed a null pointer to memcpy (UBSan, test/fuzz).
+TEST_F(WeightsFileTest, SafetensorsEmptyF64Tensor) {
+  std::string header =
+      R"({"e":{"dtype":"F64","shape":[0],"data_offsets":[0,0]},)"
+      R"("x":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})";
+  llvm::Expected<SafetensorsFile> read = parseSafetensors(
+      safetensors(header, std::string("\x07\x00\x00\x00", 4)), "<memory>");
+  ASSERT_EQ(errorText(read), "");
+  ASSERT_EQ(read->f64Tensors.count("e"), 1u);
+  EXPECT_EQ(read->f64Tensors["e"].shape, std::vector<int64_t>{0});
+  EXPECT_TRUE(read->f64Tensors["e"].values.empty());
+  EXPECT_EQ(read->tensors["x"].i32()[0], 7);
+}
+
 TEST_F(WeightsFileTest, SafetensorsReadsHandWrittenFile) {
   // Written as another tool would: unsorted, unpadded header, metadata.
   std::string header =
