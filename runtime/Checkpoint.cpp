@@ -653,22 +653,44 @@ llmc::runtime::fileDigest(llvm::StringRef path) {
                         uint64_t(llvm::xxh3_64bits(bytes)));
 }
 
-llvm::Error llmc::runtime::verifyShardFiles(const Checkpoint &main,
-                                            llvm::StringRef mainPath) {
-  if (main.manifest.empty())
-    return llvm::Error::success();
+namespace {
+/// The manifest in a ZeRO checkpoint's main file; errors name the file.
+llvm::Expected<ShardManifest> readManifest(const Checkpoint &main,
+                                           llvm::StringRef mainPath) {
   llvm::Expected<ShardManifest> manifest =
       ShardManifest::fromJson(main.manifest);
   if (!manifest)
     return llvm::createStringError(mainPath + ": " +
                                    llvm::toString(manifest.takeError()));
-  llvm::StringRef dir = llvm::sys::path::parent_path(mainPath);
+  return manifest;
+}
+
+/// A rank file of the manifest: where it lies (beside the main file) and
+/// how errors name it.
+struct ShardFile {
+  std::string path;
+  std::string what;
+};
+ShardFile locateShard(llvm::StringRef mainPath, const ShardManifest &manifest,
+                      const ShardManifest::File &f) {
+  llvm::SmallString<256> path(llvm::sys::path::parent_path(mainPath));
+  llvm::sys::path::append(path, f.name);
+  return {std::string(path),
+          llvm::formatv("checkpoint shard '{0}' (rank {1} of {2})", path,
+                        f.rank, manifest.worldSize)
+              .str()};
+}
+} // namespace
+
+llvm::Error llmc::runtime::verifyShardFiles(const Checkpoint &main,
+                                            llvm::StringRef mainPath) {
+  if (main.manifest.empty())
+    return llvm::Error::success();
+  llvm::Expected<ShardManifest> manifest = readManifest(main, mainPath);
+  if (!manifest)
+    return manifest.takeError();
   for (const ShardManifest::File &f : manifest->files) {
-    llvm::SmallString<256> path(dir);
-    llvm::sys::path::append(path, f.name);
-    std::string what = llvm::formatv("checkpoint shard '{0}' (rank {1} of {2})",
-                                     path, f.rank, manifest->worldSize)
-                           .str();
+    auto [path, what] = locateShard(mainPath, *manifest, f);
     if (f.rank < 0 || f.rank >= manifest->worldSize)
       return llvm::createStringError(mainPath + ": " + what +
                                      ": no such rank");
@@ -690,22 +712,15 @@ llvm::Error llmc::runtime::verifyShardFiles(const Checkpoint &main,
 llvm::Expected<TensorMap>
 llmc::runtime::readShardedTensors(const Checkpoint &main,
                                   llvm::StringRef mainPath) {
-  llvm::Expected<ShardManifest> manifest =
-      ShardManifest::fromJson(main.manifest);
+  llvm::Expected<ShardManifest> manifest = readManifest(main, mainPath);
   if (!manifest)
-    return llvm::createStringError(mainPath + ": " +
-                                   llvm::toString(manifest.takeError()));
+    return manifest.takeError();
   if (llvm::Error error = verifyShardFiles(main, mainPath))
     return std::move(error);
-  llvm::StringRef dir = llvm::sys::path::parent_path(mainPath);
   // Each rank's blocks, in rank order.
   std::vector<TensorMap> ranks(manifest->worldSize);
   for (const ShardManifest::File &f : manifest->files) {
-    llvm::SmallString<256> path(dir);
-    llvm::sys::path::append(path, f.name);
-    std::string what = llvm::formatv("checkpoint shard '{0}' (rank {1} of {2})",
-                                     path, f.rank, manifest->worldSize)
-                           .str();
+    auto [path, what] = locateShard(mainPath, *manifest, f);
     llvm::Expected<Checkpoint> shard = readCheckpoint(path);
     if (!shard)
       return shard.takeError();
