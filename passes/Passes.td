@@ -231,6 +231,43 @@ def LossScalingPass : Pass<"llmc-loss-scaling", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::llmc::LlmcDialect"];
 }
 
+def SparsifyPass : Pass<"llmc-sparsify", "mlir::ModuleOp"> {
+  let summary = "2:4 structured sparsity of matmul weights (Apex ASP, m4n2_1d)";
+  let description = [{
+    Runs after `llmc-optimizer` and `llmc-loss-scaling`, before
+    `llmc-remat` (so recomputed forward ops read the masked weights too) and
+    `llmc-fusion`; in the compile pipeline on `@forward` alone. The
+    selected weights are the matmul weights (the rhs of `llmc.matmul`,
+    through casts) that `params` names by glob pattern (`h.*.mlp.*`), by
+    default every one inside a transformer block (a parameter name with an
+    all-digit component: not the embeddings nor the classifier). A selected
+    weight must be read in the [N, K] layout (`transpose_b`) with K a
+    multiple of 4: the groups of 4 run along the reduction dimension K.
+
+    Each selected weight `W` gets a persistent f32 state
+    `sparsity_mask.W` of its shape, `llmc.state_init` 1 (dense until the
+    runtime prunes: it writes the mask, keeping the 2 largest magnitudes of
+    every 4, and the masked weight). `@forward` and `@grad_step` read
+    `W * mask` everywhere (one product, shared); `@update_step` reads the
+    gradient and every optimizer state of `W` times the mask and writes
+    `W' * mask`, so the norm, clipping and moments see masked gradients and
+    pruned weights stay exactly 0 through any number of steps. The module
+    gets `llmc.sparsity = {pattern, params}`.
+
+    Errors: a pattern other than 2:4, a glob matching no matmul weight, a
+    selected weight read only as [K, N] or with K not a multiple of 4, and
+    ZeRO-sharded optimizer state.
+  }];
+  let options = [
+    Option<"pattern", "pattern", "std::string", /*default=*/"\"2:4\"",
+           "The sparsity pattern (2:4: 2 of every 4 along K kept)">,
+    ListOption<"params", "params", "std::string",
+               "Glob patterns of the weights to sparsify (default: the "
+               "matmul weights inside transformer blocks)">
+  ];
+  let dependentDialects = ["mlir::llmc::LlmcDialect"];
+}
+
 def RematPass : Pass<"llmc-remat", "mlir::ModuleOp"> {
   let summary = "Activation checkpointing: recomputes saved activations in @grad_step";
   let description = [{

@@ -9,7 +9,8 @@ using namespace mlir;
 
 void mlir::llmc::buildCompilePipeline(
     OpPassManager &pm, const std::optional<AmpPassOptions> &amp,
-    const std::optional<ShardPassOptions> &shard) {
+    const std::optional<ShardPassOptions> &shard,
+    const std::optional<SparsifyPassOptions> &sparsify) {
   // First: every later pass assumes @forward(params..., tokens, targets)
   // -> loss made of llmc ops, so a module that is not one stops here with
   // a diagnostic instead of failing somewhere deep in the pipeline.
@@ -21,6 +22,10 @@ void mlir::llmc::buildCompilePipeline(
   // before fusion, as in the training pipeline).
   if (shard)
     pm.addPass(createShardPass(*shard));
+  // The forward of a sparse run (evaluation) reads the masked weights as
+  // the training step does.
+  if (sparsify)
+    pm.addPass(createSparsifyPass(*sparsify));
   // Last: fusion decides the kernels, so every graph pass that rewrites ops
   // runs before it; code generation lowers each llmc.fusion to a kernel.
   pm.addPass(createFusionPass());
@@ -52,6 +57,13 @@ void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
   // @update_step (which must exist first).
   if (options.lossScaling)
     pm.addPass(createLossScalingPass(*options.lossScaling));
+  // 2:4 sparsity masks the weights' reads in the finished forward and
+  // backward, and the gradients, moments and new weights of the update
+  // (after the optimizer and loss scaling built it, so that it wraps their
+  // final form); before remat, whose clones then read the masked weights,
+  // and fusion, which fuses each mask product into its reader's kernel.
+  if (options.sparsify)
+    pm.addPass(createSparsifyPass(*options.sparsify));
   // Remat rewrites the finished step (after the passes that add forward
   // or backward ops), and before fusion, so that recomputed ops fuse like
   // the others and its budget sees the kernels fusion will make.

@@ -14,10 +14,12 @@ namespace mlir::llmc {
 /// `llmc-compile-pipeline` so that lit tests run exactly the same passes.
 /// With `amp`, the forward runs in mixed precision as a training run of that
 /// precision evaluates it. With `shard` (ZeRO-3), its parameters are the
-/// rank's blocks, gathered where the forward reads them.
-void buildCompilePipeline(OpPassManager &pm,
-                          const std::optional<AmpPassOptions> &amp = {},
-                          const std::optional<ShardPassOptions> &shard = {});
+/// rank's blocks, gathered where the forward reads them. With `sparsify`,
+/// the selected weights are read through their 2:4 masks.
+void buildCompilePipeline(
+    OpPassManager &pm, const std::optional<AmpPassOptions> &amp = {},
+    const std::optional<ShardPassOptions> &shard = {},
+    const std::optional<SparsifyPassOptions> &sparsify = {});
 
 /// The options of the training passes, one field per pass.
 struct TrainingPipelineOptions {
@@ -29,6 +31,8 @@ struct TrainingPipelineOptions {
   std::optional<ShardPassOptions> shard;
   /// Dynamic loss scaling (fp16); unset: llmc-loss-scaling does not run.
   std::optional<LossScalingPassOptions> lossScaling;
+  /// 2:4 sparsity; unset: llmc-sparsify does not run.
+  std::optional<SparsifyPassOptions> sparsify;
   /// Activation checkpointing; unset (policy none): llmc-remat does not run.
   std::optional<RematPassOptions> remat;
   /// The planned peak llmc-remat's budget policy fits into the budget: code

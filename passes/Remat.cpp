@@ -70,9 +70,9 @@ int64_t bytesOf(Value value) {
   return type.getNumElements() * std::max<int64_t>(bits / 8, 1);
 }
 
-/// The transformer block a parameter belongs to: its first all-digit name
-/// component (`h.3.mlp.c_fc.weight` -> 3).
-std::optional<int64_t> blockOfParameter(StringRef name) {
+} // namespace
+
+std::optional<int64_t> mlir::llmc::blockOfParameter(StringRef name) {
   SmallVector<StringRef> parts;
   name.split(parts, '.');
   for (StringRef part : parts)
@@ -83,6 +83,8 @@ std::optional<int64_t> blockOfParameter(StringRef name) {
     }
   return std::nullopt;
 }
+
+namespace {
 
 /// The forward/backward split of @grad_step and each forward op's block.
 class StepStructure {

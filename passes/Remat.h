@@ -26,6 +26,12 @@ struct RematSummary {
 /// The summary of the llmc-remat run on `gradStep`, if one ran.
 std::optional<RematSummary> getRematSummary(func::FuncOp gradStep);
 
+/// The transformer block a parameter belongs to: its first all-digit name
+/// component (`h.3.mlp.c_fc.weight` -> 3); none for `wte`, `ln_f.weight`.
+/// llmc-remat groups ops into blocks by it, llmc-sparsify selects the
+/// weights inside blocks by it.
+std::optional<int64_t> blockOfParameter(StringRef name);
+
 /// FLOPs of one run of `op`: 2MNK for matmuls, 4 B H Tq Tk D for attention
 /// (half when causal), 5 per element for norms and softmax, 1 per result
 /// element for elementwise ops, 0 for views, fills and constants.
