@@ -34,6 +34,16 @@ shardOptions(const llmc::ParallelConfig &parallel) {
   shard.bucketMb = parallel.bucketMb;
   return shard;
 }
+/// llmc-sparsify's options; none for a dense run.
+std::optional<mlir::llmc::SparsifyPassOptions>
+sparsifyOptions(const llmc::SparsityConfig &sparsity) {
+  if (!sparsity.enabled)
+    return std::nullopt;
+  mlir::llmc::SparsifyPassOptions options;
+  options.pattern = sparsity.pattern;
+  options.params.assign(sparsity.params.begin(), sparsity.params.end());
+  return options;
+}
 } // namespace
 
 llvm::Expected<llmc::kir::Program>
@@ -43,7 +53,8 @@ llmc::compileForward(mlir::ModuleOp module, const TrainingOptions &training) {
   std::optional<mlir::llmc::ShardPassOptions> shard;
   if (training.parallel.zero == 3)
     shard = shardOptions(training.parallel);
-  mlir::llmc::buildCompilePipeline(pm, ampOptions(training.precision), shard);
+  mlir::llmc::buildCompilePipeline(pm, ampOptions(training.precision), shard,
+                                   sparsifyOptions(training.sparsity));
   if (mlir::failed(pm.run(module)))
     return llvm::createStringError("the compile pipeline failed (see the "
                                    "diagnostics above)");
@@ -88,6 +99,7 @@ llmc::compileTraining(mlir::ModuleOp module,
   }
 
   pipeline.shard = shardOptions(training.parallel);
+  pipeline.sparsify = sparsifyOptions(training.sparsity);
 
   const RematConfig &remat = training.remat;
   if (remat.policy != RematConfig::Policy::None) {

@@ -82,6 +82,9 @@ enum class Key {
   LossScaleConsecutiveHysteresis,
   Remat,
   RematBudget,
+  SparsityPattern,
+  SparsityPruneAtStep,
+  SparsityParams,
   ParallelDp,
   ParallelZero,
   ParallelBucketMb,
@@ -241,6 +244,18 @@ const KeyInfo kKeys[] = {
      "remat_budget) (none)"},
     {Key::RematBudget, "remat_budget", Kind::Bytes, "SIZE",
      "remat budget: the planned activation peak must fit, e.g. 512MiB"},
+    {Key::SparsityPattern, "sparsity.pattern", Kind::String, "2:4",
+     "structured sparsity (llmc-sparsify, Apex ASP's m4n2_1d): keep the 2 "
+     "largest magnitudes of every 4 along each selected weight's reduction "
+     "dimension; giving any sparsity key turns it on (2:4)"},
+    {Key::SparsityPruneAtStep, "sparsity.prune_at_step", Kind::NonNegative,
+     "N", "sparsity: train densely for N steps, then prune once and "
+          "fine-tune with the masks fixed; 0 prunes the initial (e.g. "
+          "init_from) weights (0)"},
+    {Key::SparsityParams, "sparsity.params", Kind::Names, "GLOB,...",
+     "sparsity: parameter-name patterns of the weights to prune, e.g. "
+     "h.*.mlp.* (default: every matmul weight inside the transformer "
+     "blocks, not the embeddings or the classifier)"},
     {Key::ParallelDp, "parallel.dp", Kind::Positive, "N",
      "data-parallel ranks (llmc-shard); must equal the launcher's world "
      "size, e.g. mpirun -np N (default: the world size)"},
@@ -904,6 +919,21 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
     c.remat.budgetBytes = *bytes;
     return Error::success();
   }
+  case Key::SparsityPattern:
+    if (text != "2:4")
+      return fail("unknown sparsity pattern '" + text + "'; expected 2:4");
+    c.sparsity.enabled = true;
+    c.sparsity.pattern = text;
+    return Error::success();
+  case Key::SparsityPruneAtStep:
+    c.sparsity.enabled = true;
+    return getInt(c.sparsity.pruneAtStep, 0);
+  case Key::SparsityParams:
+    c.sparsity.enabled = true;
+    c.sparsity.params.clear();
+    for (const std::string &item : value.items)
+      c.sparsity.params.push_back(StringRef(item).trim().str());
+    return Error::success();
   case Key::ParallelDp:
     return getInt(c.parallel.dp, 1);
   case Key::ParallelZero:
@@ -1116,6 +1146,16 @@ Error Parser::validate(TrainingConfig &c) {
   if (values.count(Key::RematBudget) &&
       c.remat.policy != RematConfig::Policy::Budget)
     return errorAtKey(Key::RematBudget, "needs remat: budget");
+  if (c.sparsity.enabled && c.maxSteps &&
+      c.sparsity.pruneAtStep > c.maxSteps)
+    return errorAtKey(Key::SparsityPruneAtStep,
+                      formatv("step {0} is after max_steps {1}: the run "
+                              "would never prune",
+                              c.sparsity.pruneAtStep, c.maxSteps));
+  if (c.sparsity.enabled && c.parallel.zero > 0)
+    return errorAtKey(Key::SparsityPattern,
+                      "2:4 sparsity needs parallel.zero 0 (the masks of "
+                      "ZeRO-sharded optimizer state are not implemented)");
   if (c.out.empty()) {
     StringRef stem = sys::path::stem(bufferName);
     c.out = ("runs/" + (stem.empty() ? StringRef("run") : stem)).str();
@@ -1153,6 +1193,7 @@ Expected<TrainingConfig> Parser::apply() {
   options.lossScale = lossScale;
   options.remat = remat;
   options.parallel = parallel;
+  options.sparsity = sparsity;
   return options;
 }
 
@@ -1290,6 +1331,12 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
   os << "remat: " << ::llmc::stringifyRematPolicy(c.remat.policy) << "\n";
   if (c.remat.policy == RematConfig::Policy::Budget)
     os << "remat_budget: " << c.remat.budgetBytes << "\n";
+  if (c.sparsity.enabled) {
+    os << "sparsity:\n  pattern: " << c.sparsity.pattern
+       << "\n  prune_at_step: " << c.sparsity.pruneAtStep << "\n";
+    if (!c.sparsity.params.empty())
+      printList(os << "  ", "params", c.sparsity.params);
+  }
   os << "parallel:\n"
      << "  dp: " << c.parallel.dp << "\n  zero: " << c.parallel.zero
      << "\n  bucket_mb: " << formatDouble(c.parallel.bucketMb)

@@ -99,6 +99,19 @@ struct RematConfig {
   int64_t budgetBytes = 0; // Budget: the planned peak must fit in this
 };
 
+/// 2:4 structured sparsity (llmc-sparsify, Apex ASP's recipe): dense
+/// training up to `pruneAtStep`, then the selected weights are pruned once
+/// (by magnitude, 2 of every 4 along the reduction dimension) and the rest
+/// of the run fine-tunes them with the masks fixed.
+struct SparsityConfig {
+  bool enabled = false;
+  std::string pattern = "2:4";
+  int64_t pruneAtStep = 0;
+  /// Glob patterns of parameter names; empty: every matmul weight inside
+  /// the transformer blocks.
+  std::vector<std::string> params;
+};
+
 /// A size in bytes: "123", "64KiB", "1.5 MiB", "2GiB" (remat budgets);
 /// none for anything else or a size that is not positive.
 std::optional<int64_t> parseByteSize(llvm::StringRef text);
@@ -128,6 +141,7 @@ struct TrainingOptions {
   LossScaleConfig lossScale;
   RematConfig remat;
   ParallelConfig parallel;
+  SparsityConfig sparsity;
 };
 
 } // namespace llmc
@@ -180,6 +194,7 @@ struct TrainingConfig {
   ::llmc::PrecisionConfig precision;
   ::llmc::LossScaleConfig lossScale; // fp16 only
   ::llmc::RematConfig remat;
+  ::llmc::SparsityConfig sparsity;
   ::llmc::ParallelConfig parallel;
   ::llmc::GuardConfig guard;
   std::optional<double> dropout; // overrides the model's dropout

@@ -1,5 +1,6 @@
 // The training loop: steps, evaluation, metrics, the loss plot, checkpoints.
 #include "runtime/Trainer.h"
+#include "runtime/Sparsity.h"
 
 #include "ir/kernel/AtomicFile.h"
 #include "ir/kernel/MemoryPlan.h"
@@ -384,6 +385,70 @@ void llmc::runtime::readMetricLines(llvm::StringRef text, int64_t beforeStep,
     if (std::optional<double> loss = object->getNumber("val_loss"))
       val.push_back({*step, *loss});
   }
+}
+
+llvm::Error Trainer::pruneNow() {
+  // The validation loss right before and after: what pruning costs, which
+  // the fine-tune then wins back (the val_loss lines after show how much).
+  // No text sample: only the loss is wanted.
+  auto validationLoss = [&]() -> llvm::Expected<double> {
+    if (options.evalSteps == 0)
+      return std::nan("");
+    std::string sample;
+    int64_t sampleTokens = options.sampleTokens;
+    options.sampleTokens = 0;
+    llvm::Expected<double> loss = evaluate(sample);
+    options.sampleTokens = sampleTokens;
+    return loss;
+  };
+  llvm::Expected<double> before = validationLoss();
+  if (!before)
+    return before.takeError();
+  // Every rank prunes its own identical copy: the mask is a function of
+  // the weights, which data parallelism keeps equal.
+  llvm::Expected<std::vector<PrunedTensor>> pruned = pruneTwoOfFour(*store);
+  if (!pruned)
+    return pruned.takeError();
+  if (pruned->empty())
+    return llvm::createStringError(
+        "sparsity.prune_at_step is set but the compiled step has no "
+        "sparsity_mask states to prune");
+  llvm::Expected<double> after = validationLoss();
+  if (!after)
+    return after.takeError();
+  double zeros = 0;
+  for (const PrunedTensor &t : *pruned)
+    zeros += t.zeroFraction;
+  if (llvm::raw_ostream *log = options.log) {
+    *log << llvm::format("step %6lld | pruned 2:4: %zu tensors, %.1f%% zeros",
+                         (long long)currentStep, pruned->size(),
+                         100.0 * zeros / double(pruned->size()));
+    if (!std::isnan(*before))
+      *log << llvm::format(" | val loss %.4f -> %.4f", *before, *after);
+    *log << "\n";
+    for (const PrunedTensor &t : *pruned)
+      *log << llvm::format("         %-40s %5.1f%% zeros\n", t.name.c_str(),
+                           100.0 * t.zeroFraction);
+    log->flush();
+  }
+  std::string line;
+  llvm::raw_string_ostream os(line);
+  llvm::json::OStream j(os);
+  j.object([&] {
+    j.attribute("step", currentStep);
+    j.attribute("event", "prune");
+    j.attribute("pattern", "2:4");
+    if (!std::isnan(*before)) {
+      j.attribute("val_loss_before", *before);
+      j.attribute("val_loss_after", *after);
+    }
+    j.attributeObject("zero_fraction", [&] {
+      for (const PrunedTensor &t : *pruned)
+        j.attribute(t.name, t.zeroFraction);
+    });
+  });
+  eventPoints.push_back({currentStep, "prune"});
+  return appendMetrics(line);
 }
 
 llvm::Error Trainer::appendMetrics(const std::string &line) {
@@ -852,6 +917,15 @@ llvm::Error Trainer::run() {
         return err;
       phases().end("evaluation and sample");
       double seconds = secondsSince(evalStart);
+      evalSeconds += seconds;
+      intervalEvalSeconds += seconds;
+    }
+
+    if (currentStep == options.pruneAtStep) {
+      Clock::time_point pruneStart = Clock::now();
+      if (llvm::Error err = pruneNow())
+        return err;
+      double seconds = secondsSince(pruneStart);
       evalSeconds += seconds;
       intervalEvalSeconds += seconds;
     }

@@ -98,6 +98,13 @@ struct TrainerOptions {
   /// trainer continues (steps, checkpoints, evaluations) to say in which
   /// one the resident set peaked; null: the trainer's phases only.
   MemoryPhases *memoryPhases = nullptr;
+  /// 2:4 sparsity (runtime/Sparsity.h): before update `pruneAtStep` the
+  /// weights with a `sparsity_mask.` state are pruned once (masks from
+  /// magnitudes) and the run fine-tunes them with the masks fixed; the
+  /// validation loss right before and after, and each tensor's fraction of
+  /// zeros, are logged and written as a metrics.jsonl `prune` event. -1:
+  /// no pruning (a dense run, or a resumed one past its prune step).
+  int64_t pruneAtStep = -1;
   /// Spike and divergence handling (runtime/TrainingGuard.h).
   GuardOptions guard;
   /// Test hook (LLMC_GUARD_INJECT): called before each step's first
@@ -217,6 +224,8 @@ private:
   /// Every rank's `local` values, rank 0's first (one process: `local`).
   llvm::Expected<std::vector<float>> gatherFloats(std::vector<float> local);
   llvm::Expected<double> evaluate(std::string &sample);
+  /// Prunes the 2:4 weights (TrainerOptions::pruneAtStep) and logs it.
+  llvm::Error pruneNow();
   /// Writes the checkpoint of the current step (rank 0 the main file; with
   /// ZeRO every rank its file). A failed write (disk full) is an error
   /// naming the file, the cause and the newest checkpoint, left intact.

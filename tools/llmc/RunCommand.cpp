@@ -413,6 +413,8 @@ rt::TrainerOptions trainerOptions(const TrainingConfig &config) {
   options.beta1 = config.optimizer.beta1;
   options.beta2 = config.optimizer.beta2;
   options.maxSteps = config.maxSteps;
+  options.pruneAtStep =
+      config.sparsity.enabled ? config.sparsity.pruneAtStep : -1;
   options.logInterval = config.logInterval;
   options.evalInterval = config.evalInterval;
   options.evalSteps = config.evalSteps;

@@ -25,6 +25,7 @@
 #endif
 #include "tools/llmc/Convert.h"
 #include "tools/llmc/Plan.h"
+#include "tools/llmc/SparsityCommand.h"
 #include "passes/Pipelines.h"
 #include "passes/Remat.h"
 
@@ -77,6 +78,16 @@ static cl::SubCommand
             "Print the parameters (per tensor and total, counted from the "
             "IR) and the op counts of a model: model.mlir, a YAML config or "
             "a preset name");
+
+static cl::SubCommand sparsityCmd(
+    "sparsity",
+    "check CKPT: print, per matrix weight of an llmc run checkpoint, its "
+    "zeros and whether it is 2:4; exit 1 unless every weight selected for "
+    "sparsity (it has a sparsity_mask state) is 2:4 and zero where its mask "
+    "is");
+static cl::list<std::string> sparsityArgs(cl::Positional, cl::OneOrMore,
+                                          cl::desc("check <CKPT>"),
+                                          cl::sub(sparsityCmd));
 
 static cl::SubCommand
     presetsCmd("presets", "List the built-in model presets, or print one as a "
@@ -877,6 +888,15 @@ int main(int argc, char **argv) {
     if (llvm::Error error = convertCheckpoint(context, options, llvm::outs()))
       return fail(std::move(error));
     return 0;
+  }
+  if (sparsityCmd) {
+    if (sparsityArgs.size() != 2 || sparsityArgs[0] != "check")
+      return fail("usage: llmc sparsity check CKPT");
+    llvm::Expected<bool> ok =
+        ::llmc::checkSparsity(sparsityArgs[1], llvm::outs());
+    if (!ok)
+      return fail(ok.takeError());
+    return *ok ? 0 : 1;
   }
   if (infoCmd)
     return runInfo(context);

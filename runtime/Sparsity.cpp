@@ -1,0 +1,141 @@
+// 2:4 masks, checks and compression on the host (see Sparsity.h).
+#include "runtime/Sparsity.h"
+#include "runtime/Weights.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+
+using namespace llmc::runtime;
+
+namespace {
+/// |x|, with NaN above every number (a NaN weight is kept, not hidden).
+float magnitude(float x) {
+  return std::isnan(x) ? INFINITY : std::fabs(x);
+}
+} // namespace
+
+void llmc::runtime::maskTwoOfFour(llvm::ArrayRef<float> weights, int64_t k,
+                                  llvm::MutableArrayRef<float> mask) {
+  (void)k;
+  for (size_t g = 0; g + 4 <= weights.size(); g += 4) {
+    float m[4];
+    for (int i = 0; i < 4; ++i)
+      m[i] = magnitude(weights[g + i]);
+    // Element i is kept when fewer than 2 others outrank it (larger, or
+    // equal at a lower index).
+    for (int i = 0; i < 4; ++i) {
+      int above = 0;
+      for (int j = 0; j < 4; ++j)
+        if (j != i && (m[j] > m[i] || (m[j] == m[i] && j < i)))
+          ++above;
+      mask[g + i] = above < 2 ? 1.0f : 0.0f;
+    }
+  }
+}
+
+TwoOfFourCheck llmc::runtime::checkTwoOfFour(llvm::ArrayRef<float> values,
+                                             int64_t k) {
+  (void)k;
+  TwoOfFourCheck c;
+  c.elements = int64_t(values.size());
+  for (size_t g = 0; g + 4 <= values.size(); g += 4) {
+    int nonZeros = 0;
+    for (int i = 0; i < 4; ++i)
+      nonZeros += values[g + i] != 0.0f;
+    c.zeros += 4 - nonZeros;
+    ++c.groups;
+    c.denseGroups += nonZeros > 2;
+  }
+  return c;
+}
+
+llvm::Expected<CompressedTwoOfFour>
+llmc::runtime::compressTwoOfFour(llvm::StringRef name,
+                                 llvm::ArrayRef<float> values, int64_t rows,
+                                 int64_t k) {
+  if (k % 4 != 0 || rows * k != int64_t(values.size()))
+    return llvm::createStringError(llvm::formatv(
+        "{0}: a [{1}, {2}] 2:4 matrix needs {1}*{2} values and {2} a "
+        "multiple of 4 (it has {3} values)",
+        name, rows, k, values.size()));
+  CompressedTwoOfFour c;
+  c.rows = rows;
+  c.k = k;
+  c.values.resize(size_t(rows * k / 2));
+  c.meta.assign(size_t((rows * (k / 4) + 1) / 2), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < k / 4; ++g) {
+      const float *group = values.data() + r * k + g * 4;
+      int kept[2], n = 0;
+      for (int i = 0; i < 4; ++i)
+        if (group[i] != 0.0f) {
+          if (n == 2)
+            return llvm::createStringError(llvm::formatv(
+                "{0} is not 2:4: row {1}, columns {2}-{3} have more than 2 "
+                "non-zeros",
+                name, r, g * 4, g * 4 + 3));
+          kept[n++] = i;
+        }
+      // Fewer than 2 non-zeros: zeros at the first free positions, in
+      // increasing order as the hardware requires.
+      for (int i = 0; n < 2 && i < 4; ++i)
+        if (n == 0 || i != kept[0])
+          kept[n++] = i;
+      if (kept[0] > kept[1])
+        std::swap(kept[0], kept[1]);
+      int64_t index = r * (k / 4) + g;
+      c.values[size_t(index * 2)] = group[kept[0]];
+      c.values[size_t(index * 2 + 1)] = group[kept[1]];
+      uint8_t nibble = uint8_t(kept[0] | (kept[1] << 2));
+      c.meta[size_t(index / 2)] |= uint8_t(nibble << ((index & 1) * 4));
+    }
+  return c;
+}
+
+std::vector<float>
+llmc::runtime::decompressTwoOfFour(const CompressedTwoOfFour &c) {
+  std::vector<float> dense(size_t(c.rows * c.k), 0.0f);
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int64_t g = 0; g < c.k / 4; ++g) {
+      auto [a, b] = c.positions(r, g);
+      int64_t index = r * (c.k / 4) + g;
+      dense[size_t(r * c.k + g * 4 + a)] = c.values[size_t(index * 2)];
+      dense[size_t(r * c.k + g * 4 + b)] = c.values[size_t(index * 2 + 1)];
+    }
+  return dense;
+}
+
+llvm::Expected<std::vector<PrunedTensor>>
+llmc::runtime::pruneTwoOfFour(TensorStore &store) {
+  std::vector<PrunedTensor> pruned;
+  for (const std::string &maskName : store.names()) {
+    llvm::StringRef name(maskName);
+    if (!name.consume_front(kSparsityMaskPrefix))
+      continue;
+    llvm::Expected<HostTensor> weight = store.get(name);
+    if (!weight)
+      return weight.takeError();
+    if (weight->dtype != kir::DType::F32 || weight->shape.size() != 2 ||
+        weight->shape[1] % 4 != 0)
+      return llvm::createStringError(
+          "cannot prune '" + name.str() +
+          "': 2:4 needs an f32 [N, K] weight with K a multiple of 4");
+    HostTensor mask = HostTensor::zeros(kir::DType::F32, weight->shape);
+    maskTwoOfFour(weight->f32(), weight->shape[1], mask.f32());
+    llvm::MutableArrayRef<float> w = weight->f32();
+    llvm::ArrayRef<float> m = static_cast<const HostTensor &>(mask).f32();
+    for (size_t i = 0; i < w.size(); ++i)
+      w[i] *= m[i];
+    if (llvm::Error err = store.set(maskName, mask))
+      return std::move(err);
+    if (llvm::Error err = store.set(name, *weight))
+      return std::move(err);
+    pruned.push_back(
+        {name.str(),
+         checkTwoOfFour(static_cast<const HostTensor &>(*weight).f32(),
+                        weight->shape[1])
+             .zeroFraction()});
+  }
+  return pruned;
+}

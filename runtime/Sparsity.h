@@ -1,0 +1,83 @@
+// 2:4 structured sparsity on the host: the masks llmc-sparsify's states hold
+// (computed once, at the prune step), the check of a tensor, and the
+// compressed form NVIDIA's sparse tensor cores read.
+//
+// A 2:4 tensor is [rows, K] with K a multiple of 4, and at most 2 non-zeros
+// in every group of 4 consecutive elements of a row (K is the reduction
+// dimension of the matmul that reads it: the [N, K] nn.Linear layout).
+#ifndef LLMC_RUNTIME_SPARSITY_H
+#define LLMC_RUNTIME_SPARSITY_H
+
+#include "runtime/Backend.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llmc::runtime {
+
+/// The prefix of the state that holds the mask of weight W
+/// (`sparsity_mask.W`), as llmc-sparsify (passes/Sparsify.cpp) names it.
+constexpr llvm::StringLiteral kSparsityMaskPrefix = "sparsity_mask.";
+
+/// ASP's m4n2_1d mask of `weights` ([rows, k], row-major, k % 4 == 0): 1 for
+/// the 2 largest magnitudes of every group of 4 along k, 0 for the others.
+/// Ties keep the lower index (so the mask of a tensor is one function of
+/// its values); NaNs count as largest.
+void maskTwoOfFour(llvm::ArrayRef<float> weights, int64_t k,
+                   llvm::MutableArrayRef<float> mask);
+
+/// How far a [rows, k] tensor is from 2:4.
+struct TwoOfFourCheck {
+  int64_t groups = 0;      // groups of 4 along k
+  int64_t denseGroups = 0; // groups with more than 2 non-zeros
+  int64_t zeros = 0;       // elements exactly 0
+  int64_t elements = 0;
+  bool ok() const { return groups > 0 && denseGroups == 0; }
+  double zeroFraction() const {
+    return elements ? double(zeros) / double(elements) : 0.0;
+  }
+};
+/// `k` must divide the element count and be a multiple of 4.
+TwoOfFourCheck checkTwoOfFour(llvm::ArrayRef<float> values, int64_t k);
+
+/// A 2:4 [rows, k] matrix compressed as the sparse tensor cores take it
+/// (mma.sp, cuSPARSELt): per row, the k/2 kept values in order, and per
+/// group of 4 one 4-bit metadata nibble, the two kept positions (2 bits
+/// each, the lower position in the low bits); a group with fewer than 2
+/// non-zeros keeps zeros at the first free positions. Nibbles are packed
+/// low first, 2 per byte: half the values' bytes plus k/8 bytes a row.
+struct CompressedTwoOfFour {
+  int64_t rows = 0, k = 0;
+  std::vector<float> values;   // [rows, k / 2]
+  std::vector<uint8_t> meta;   // [rows, k / 8] (k / 4 nibbles a row)
+  /// The two kept positions of group `g` of row `r`.
+  std::pair<int, int> positions(int64_t r, int64_t g) const {
+    uint8_t nibble = meta[(r * (k / 4) + g) / 2] >> (((r * (k / 4) + g) & 1) * 4);
+    return {nibble & 3, (nibble >> 2) & 3};
+  }
+};
+/// Fails, naming `name`, when the tensor is not 2:4.
+llvm::Expected<CompressedTwoOfFour>
+compressTwoOfFour(llvm::StringRef name, llvm::ArrayRef<float> values,
+                  int64_t rows, int64_t k);
+/// The dense [rows, k] matrix back.
+std::vector<float> decompressTwoOfFour(const CompressedTwoOfFour &c);
+
+/// One pruned weight: its name and the fraction of its elements now zero.
+struct PrunedTensor {
+  std::string name;
+  double zeroFraction = 0;
+};
+/// Prunes every weight that has a `sparsity_mask.W` state in `store`: the
+/// mask from W's magnitudes, then W *= mask. The f32 master weights are
+/// pruned (the low-precision copies are made from them each step).
+llvm::Expected<std::vector<PrunedTensor>> pruneTwoOfFour(TensorStore &store);
+
+} // namespace llmc::runtime
+
+#endif // LLMC_RUNTIME_SPARSITY_H
