@@ -25,6 +25,7 @@
 #ifdef __linux__
 #include <malloc.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #endif
 
@@ -108,9 +109,16 @@ bool mallocMapping(const Mapping &m) {
     return true;
   if (!m.readable || m.rss == 0 || m.end - m.begin < 16)
     return false;
+  // Read through the kernel rather than dereference: another thread may
+  // have unmapped the range since smaps listed it (a large free, a
+  // thread's exit), and under AddressSanitizer (-DLLMC_SANITIZE=ON) a plain
+  // read of ASan's own shadow mappings faults in its shadow check.
   size_t size = 0;
-  std::memcpy(&size, reinterpret_cast<const char *>(m.begin) + 8,
-              sizeof(size));
+  struct iovec local = {&size, sizeof(size)};
+  struct iovec remote = {reinterpret_cast<void *>(m.begin + 8), sizeof(size)};
+  if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) !=
+      ssize_t(sizeof(size)))
+    return false;
   return (size & 2) && (size & ~size_t(7)) == m.end - m.begin;
 }
 

@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
 # Fuzzes llmc's readers of user input (test/fuzz): configures and builds
-# build-fuzz/ (clang-22, ASan + UBSan + libFuzzer, only the readers' MLIR-free
-# libraries) if needed, then runs each target, or TARGET, for SECONDS
-# (default 60; --short: 5). New inputs that reach new code go to
-# build-fuzz/corpus/TARGET (the committed seeds in test/fuzz/corpus/TARGET
-# are only read); a crashing input is kept as build-fuzz/crashes/TARGET-*
-# and the script exits 1.
+# build-fuzz/ (clang-22, ASan + UBSan + libFuzzer, only the readers'
+# libraries, against Debian's uninstrumented LLVM/MLIR) if needed, then runs
+# each target, or TARGET, for SECONDS (default 60; --short: 5). Targets:
+# safetensors llmc-checkpoint checkpoint token-shard text-data bpe-files
+# artifact mlir-module model-yaml train-yaml. New inputs that reach new code
+# go to build-fuzz/corpus/TARGET (the committed seeds in
+# test/fuzz/corpus/TARGET are only read); a crashing input is kept as
+# build-fuzz/crashes/TARGET-* and the script exits 1. The test suite runs
+# every target for a fixed number of inputs (test/fuzz/TARGET.test); this
+# is the long run.
 #   scripts/fuzz.sh                      every target, 60 s each
 #   scripts/fuzz.sh --short              every target, 5 s each
-#   scripts/fuzz.sh checkpoint 600       one target for ten minutes
+#   scripts/fuzz.sh mlir-module 600      one target for ten minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 targets=(safetensors llmc-checkpoint checkpoint token-shard text-data
-         bpe-files artifact)
+         bpe-files artifact mlir-module model-yaml train-yaml)
 seconds=60
 selected=()
 for arg in "$@"; do
   case $arg in
     --short) seconds=5 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *[!0-9]*)
       if [[ ! " ${targets[*]} " == *" $arg "* ]]; then
         echo "fuzz: unknown target '$arg' (targets: ${targets[*]})" >&2

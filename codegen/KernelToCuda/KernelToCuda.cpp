@@ -670,8 +670,9 @@ void KernelWriter::writeChunk(const llvm::BitVector &needed,
     // Vector loads before the lanes, vector stores after them.
     for (int32_t i : needed.set_bits()) {
       const kir::Instr &instr = kernel.body[i];
-      if (!plan.vectorOperand[instr.operand] ||
-          (instr.op != Op::Load && instr.op != Op::Store))
+      // Only loads and stores have an operand (others hold -1).
+      if ((instr.op != Op::Load && instr.op != Op::Store) ||
+          !plan.vectorOperand[instr.operand])
         continue;
       if (instr.op == Op::Load) {
         laneArray.set(i);

@@ -30,7 +30,8 @@ public:
     start = (64 - misalignment) % 64 + kGuard;
   }
   GuardedBuffer(const GuardedBuffer &other) : GuardedBuffer(other.size) {
-    std::memcpy(data(), other.data(), size);
+    if (size) // an empty (default) buffer has no storage: data() is null
+      std::memcpy(data(), other.data(), size);
   }
   GuardedBuffer &operator=(const GuardedBuffer &other) {
     GuardedBuffer copy(other);
