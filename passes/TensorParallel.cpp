@@ -19,6 +19,7 @@
 // matmul that contracts over a shared dimension is a partial sum and gets
 // g. The backward's collectives come from autodiff of f and g.
 #include "ir/LlmcOps.h"
+#include "ir/TensorParallel.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -35,13 +36,6 @@ using namespace mlir::llmc;
 namespace {
 
 constexpr const char *kAxis = "tp";
-
-/// How a parameter is cut: dimension `dim` as `groups` blocks of rows, each
-/// split over the ranks; `rowParallel` for a matmul's contracted dimension.
-struct ShardSpec {
-  int64_t dim = 0;
-  int64_t groups = 1;
-};
 
 /// The model's field `name` (the `llmc.model` dictionary GptBuilder
 /// writes), or -1.
@@ -101,22 +95,6 @@ private:
     return success();
   }
 
-  /// The parameters split over the ranks, by their GPT-2 names.
-  std::optional<ShardSpec> specOf(StringRef name, bool swiglu) {
-    auto is = [&](StringRef layer) {
-      return name.ends_with(("." + layer + ".weight").str()) ||
-             name.ends_with(("." + layer + ".bias").str());
-    };
-    bool bias = name.ends_with(".bias");
-    if (is("attn.c_attn"))
-      return ShardSpec{0, 3};
-    if (is("mlp.c_fc"))
-      return ShardSpec{0, swiglu ? 2 : 1};
-    if ((is("attn.c_proj") || is("mlp.c_proj")) && !bias)
-      return ShardSpec{1, 1};
-    return std::nullopt; // replicated (a row-parallel bias too)
-  }
-
   static RankedTensorType cut(Type type, int64_t dim, int64_t parts) {
     auto tensor = cast<RankedTensorType>(type);
     SmallVector<int64_t> shape(tensor.getShape());
@@ -136,7 +114,8 @@ private:
                                                        "llmc.param");
       if (!name)
         continue;
-      std::optional<ShardSpec> spec = specOf(name.getValue(), swiglu);
+      std::optional<TensorParallelSplit> spec =
+          tensorParallelSplit(name.getValue(), swiglu);
       if (!spec)
         continue;
       auto type = cast<RankedTensorType>(arg.getType());
