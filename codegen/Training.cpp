@@ -44,6 +44,16 @@ sparsifyOptions(const llmc::SparsityConfig &sparsity) {
   options.params.assign(sparsity.params.begin(), sparsity.params.end());
   return options;
 }
+
+/// llmc-tensor-parallel's options; none without tensor parallelism.
+std::optional<mlir::llmc::TensorParallelPassOptions>
+tensorParallelOptions(const llmc::ParallelConfig &parallel) {
+  if (parallel.tp <= 1)
+    return std::nullopt;
+  mlir::llmc::TensorParallelPassOptions options;
+  options.tp = parallel.tp;
+  return options;
+}
 } // namespace
 
 llvm::Expected<llmc::kir::Program>
@@ -54,7 +64,8 @@ llmc::compileForward(mlir::ModuleOp module, const TrainingOptions &training) {
   if (training.parallel.zero == 3)
     shard = shardOptions(training.parallel);
   mlir::llmc::buildCompilePipeline(pm, ampOptions(training.precision), shard,
-                                   sparsifyOptions(training.sparsity));
+                                   sparsifyOptions(training.sparsity),
+                                   tensorParallelOptions(training.parallel));
   if (mlir::failed(pm.run(module)))
     return llvm::createStringError("the compile pipeline failed (see the "
                                    "diagnostics above)");
@@ -100,6 +111,7 @@ llmc::compileTraining(mlir::ModuleOp module,
 
   pipeline.shard = shardOptions(training.parallel);
   pipeline.sparsify = sparsifyOptions(training.sparsity);
+  pipeline.tensorParallel = tensorParallelOptions(training.parallel);
 
   const RematConfig &remat = training.remat;
   if (remat.policy != RematConfig::Policy::None) {

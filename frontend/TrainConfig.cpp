@@ -86,6 +86,8 @@ enum class Key {
   SparsityPruneAtStep,
   SparsityParams,
   ParallelDp,
+  ParallelTp,
+  ParallelPp,
   ParallelZero,
   ParallelBucketMb,
   ParallelTimeout,
@@ -257,8 +259,14 @@ const KeyInfo kKeys[] = {
      "h.*.mlp.* (default: every matmul weight inside the transformer "
      "blocks, not the embeddings or the classifier)"},
     {Key::ParallelDp, "parallel.dp", Kind::Positive, "N",
-     "data-parallel ranks (llmc-shard); must equal the launcher's world "
-     "size, e.g. mpirun -np N (default: the world size)"},
+     "data-parallel ranks (llmc-shard); dp * tp * pp must equal the "
+     "launcher's world size, e.g. mpirun -np N (default: world / (tp * pp))"},
+    {Key::ParallelTp, "parallel.tp", Kind::Positive, "N",
+     "tensor-parallel ranks (Megatron-LM, llmc-tensor-parallel): attention "
+     "heads and the MLP's hidden units are split over them; "
+     "the world size is dp * tp * pp, ranks tp-fastest (1)"},
+    {Key::ParallelPp, "parallel.pp", Kind::Positive, "N",
+     "pipeline-parallel stages; only 1 for now (1)"},
     {Key::ParallelZero, "parallel.zero", Kind::NonNegative, "0-3",
      "ZeRO stage: 0 replicates all state (DDP), 1 shards the optimizer "
      "state, 2 also the gradients, 3 also the parameters (0)"},
@@ -936,6 +944,15 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
     return Error::success();
   case Key::ParallelDp:
     return getInt(c.parallel.dp, 1);
+  case Key::ParallelTp:
+    return getInt(c.parallel.tp, 1);
+  case Key::ParallelPp:
+    if (Error err = getInt(c.parallel.pp, 1))
+      return err;
+    if (c.parallel.pp > 1)
+      return fail("pipeline parallelism is not implemented yet (only "
+                  "pp: 1); use tp and dp");
+    return Error::success();
   case Key::ParallelZero:
     if (Error err = getInt(c.parallel.zero, 0))
       return err;
@@ -1338,7 +1355,8 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
       printList(os << "  ", "params", c.sparsity.params);
   }
   os << "parallel:\n"
-     << "  dp: " << c.parallel.dp << "\n  zero: " << c.parallel.zero
+     << "  dp: " << c.parallel.dp << "\n  tp: " << c.parallel.tp
+     << "\n  pp: " << c.parallel.pp << "\n  zero: " << c.parallel.zero
      << "\n  bucket_mb: " << formatDouble(c.parallel.bucketMb)
      << "\n  timeout: " << formatDouble(c.parallel.timeoutSeconds) << "\n";
   const ::llmc::GuardConfig &g = c.guard;

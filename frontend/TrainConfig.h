@@ -126,9 +126,14 @@ std::optional<RematConfig::Policy> parseRematPolicy(llvm::StringRef name);
 /// or dead rank, well above the skew of ranks doing the same work.
 constexpr double kDefaultCollectiveTimeoutSeconds = 30;
 
-/// Data parallelism and ZeRO (llmc-shard), and the collectives' timeout.
+/// The device mesh (dp x tp x pp ranks, tp fastest: world rank
+/// (pp_i * dp + dp_i) * tp + tp_i, as Megatron-LM lays them out), ZeRO
+/// over dp (llmc-shard), tensor parallelism over tp
+/// (llmc-tensor-parallel), and the collectives' timeout.
 struct ParallelConfig {
-  int64_t dp = 1; // 1 also when not given: `llmc run` sets the world size
+  int64_t dp = 1; // 1 also when not given: `llmc run` sets world / (tp * pp)
+  int64_t tp = 1;
+  int64_t pp = 1; // pipeline stages: only 1 until pipeline parallelism lands
   int64_t zero = 0;
   double bucketMb = mlir::llmc::defaults::kGradientBucketMb;
   double timeoutSeconds = kDefaultCollectiveTimeoutSeconds;

@@ -1017,6 +1017,15 @@ LogicalResult AllReduceOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+LogicalResult CopyToAxisOp::verify() {
+  if (!isMeshAxis(getAxis()))
+    return emitOpError("axis '")
+           << getAxis() << "' is not a mesh axis (dp, tp or pp)";
+  if (getAxisSize() < 1)
+    return emitOpError("axis_size must be at least 1, got ") << getAxisSize();
+  return success();
+}
+
 LogicalResult
 ReduceScatterOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                   Adaptor adaptor,

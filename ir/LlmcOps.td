@@ -816,14 +816,49 @@ def Llmc_AllReduceOp : Llmc_CollectiveOp<"all_reduce", [Differentiable]> {
     ```mlir
     %g = llmc.all_reduce %local avg on "dp" size 4 : tensor<768x3072xf32>
     ```
+    With `replicated`, the ranks of the axis go on with the result as one
+    value that each computes redundantly (Megatron-LM's g operator after a
+    row-parallel matmul: the objective counts that computation once, not
+    once per rank), so the VJP is the result's gradient unchanged; without
+    it the VJP is the SPMD one (an all_reduce of the gradients).
+    ```mlir
+    %y = llmc.all_reduce %partial sum on "tp" size 2 replicated : tensor<4x64x768xf32>
+    ```
   }];
   let arguments = (ins Llmc_FloatTensor:$input,
                        Llmc_CollectiveReductionAttr:$reduction,
-                       StrAttr:$axis, I64Attr:$axis_size);
+                       StrAttr:$axis, I64Attr:$axis_size,
+                       UnitAttr:$replicated);
   let results = (outs Llmc_FloatTensor:$result);
   let assemblyFormat = [{
-    $input `` $reduction `on` $axis `size` $axis_size attr-dict `:` type($input)
+    $input `` $reduction `on` $axis `size` $axis_size (`replicated` $replicated^)?
+    attr-dict `:` type($input)
   }];
+}
+
+def Llmc_CopyToAxisOp : Llmc_Op<"copy_to_axis",
+    [Pure, SameOperandsAndResultType, Llmc_View, Llmc_CheapToRecompute,
+     Differentiable]> {
+  let summary = "Identity forward, all-reduce (sum) of the gradient backward";
+  let description = [{
+    Megatron-LM's f operator (copy_to_tensor_model_parallel_region): the
+    input is a value every rank of `axis` holds alike; each rank uses it
+    for its own part of a column-parallel matmul, so each rank's gradient
+    of it is partial, and the VJP sums them over the axis (an
+    `llmc.all_reduce ... replicated`). The forward is the input itself (a
+    view: no kernel). llmc-tensor-parallel places it; autodiff turns it
+    into the backward's collective. Example:
+    ```mlir
+    %x1 = llmc.copy_to_axis %x on "tp" size 2 : tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input, StrAttr:$axis,
+                       I64Attr:$axis_size);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $axis `size` $axis_size attr-dict `:` type($input)
+  }];
+  let hasVerifier = 1;
 }
 
 def Llmc_ReduceScatterOp : Llmc_CollectiveOp<"reduce_scatter",

@@ -454,9 +454,28 @@ FailureOr<Grads> ReduceMaxOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
 FailureOr<Grads> AllReduceOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
   if (getReduction() == CollectiveReduction::Max)
     return emitOpError("has no gradient rule for a maximum");
+  // Megatron's g: the ranks use the result redundantly, the gradient is the
+  // same on each and passes through (an average of equal values, too).
+  if (getReplicated()) {
+    if (getReduction() == CollectiveReduction::Avg)
+      return Grads{MulOp::create(
+          b, getLoc(), resultGrads[0],
+          scalar(b, getLoc(), tensorType(resultGrads[0]).getElementType(),
+                 1.0 / double(getAxisSize())))};
+    return Grads{resultGrads[0]};
+  }
   return Grads{AllReduceOp::create(b, getLoc(), resultGrads[0],
                                    getReductionAttr(), getAxisAttr(),
                                    getAxisSizeAttr())};
+}
+
+// Megatron's f: each rank's gradient of the shared input is its part; the
+// sum over the axis is the whole, and every rank goes on with it alike.
+FailureOr<Grads> CopyToAxisOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
+  return Grads{AllReduceOp::create(
+      b, getLoc(), resultGrads[0],
+      CollectiveReductionAttr::get(getContext(), CollectiveReduction::Sum),
+      getAxisAttr(), getAxisSizeAttr(), b.getUnitAttr())};
 }
 
 // Rank r's block of the reduction: dx_s = the gathered blocks of every

@@ -119,9 +119,20 @@ public:
       }
       if (isa<FusionOp>(op))
         return op.emitOpError("llmc-amp runs before llmc-fusion");
-      // Casts, constants and fills (Llmc_AmpExempt) keep their types.
-      if (getAmpCategory(op.getName()) == AmpCategory::Exempt)
+      // Casts, constants and fills (Llmc_AmpExempt) keep their types. So do
+      // collectives: a tensor-parallel all-reduce of a low-precision
+      // matmul's partial sums gets them cast back to its f32 (MPI sums no
+      // f16; Megatron's fp32 all-reduce option).
+      if (getAmpCategory(op.getName()) == AmpCategory::Exempt) {
+        if (auto reduce = dyn_cast<AllReduceOp>(op))
+          if (reduce.getInput().getType() != reduce.getType()) {
+            OpBuilder b(&op);
+            reduce->setOperand(0, CastOp::create(b, op.getLoc(),
+                                                 reduce.getType(),
+                                                 reduce.getInput()));
+          }
         continue;
+      }
       if (failed(rewrite(&op)))
         return failure();
     }

@@ -48,6 +48,9 @@ namespace {
 struct Parameter {
   std::string name;
   RankedTensorType type;
+  /// The ranks of mesh axis "tp" it is split over (llmc.tp_shard); 1:
+  /// every rank holds it whole.
+  int64_t tpSize = 1;
 };
 
 /// Scalar arithmetic on tensor<f32> values and elementwise arithmetic with
@@ -130,9 +133,15 @@ private:
       auto name = gradStep.getArgAttrOfType<StringAttr>(i, "llmc.param");
       if (!name)
         break;
+      int64_t tpSize = 1;
+      if (auto shard =
+              gradStep.getArgAttrOfType<DictionaryAttr>(i, "llmc.tp_shard"))
+        if (auto size = shard.getAs<IntegerAttr>("size"))
+          tpSize = size.getInt();
       params.push_back(
           {name.str(),
-           cast<RankedTensorType>(gradStep.getArgument(i).getType())});
+           cast<RankedTensorType>(gradStep.getArgument(i).getType()),
+           tpSize});
     }
     if (params.empty() ||
         gradStep.getNumResults() != params.size() + 1) {
@@ -251,11 +260,23 @@ private:
     // Each op is built in its own statement: C++ leaves the order of
     // argument evaluation open, and the IR must not depend on the compiler.
     // The global gradient norm, then the clipping coefficient.
-    Value sumSquares;
+    // Under tensor parallelism a split parameter's squares are summed over
+    // its ranks (each holds a share); a whole one is counted once.
+    Value sumSquares, splitSquares;
+    int64_t tpSize = 1;
     for (size_t i = 0; i < n; ++i) {
       Value squares = arith.mul(grad(i), grad(i));
       Value sum = arith.sumAll(squares);
-      sumSquares = sumSquares ? arith.add(sumSquares, sum) : sum;
+      Value &total = params[i].tpSize > 1 ? splitSquares : sumSquares;
+      tpSize = std::max(tpSize, params[i].tpSize);
+      total = total ? arith.add(total, sum) : sum;
+    }
+    if (splitSquares) {
+      Value reduced = AllReduceOp::create(
+          b, loc, splitSquares,
+          CollectiveReductionAttr::get(b.getContext(), CollectiveReduction::Sum),
+          b.getStringAttr("tp"), b.getI64IntegerAttr(tpSize), UnitAttr());
+      sumSquares = sumSquares ? arith.add(sumSquares, reduced) : reduced;
     }
     Value gradNorm = arith.sqrt(sumSquares);
     Value clip;

@@ -182,6 +182,40 @@ def ShardPass : Pass<"llmc-shard", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::llmc::LlmcDialect"];
 }
 
+def TensorParallelPass : Pass<"llmc-tensor-parallel", "mlir::ModuleOp"> {
+  let summary = "Megatron-LM tensor parallelism: @forward as the program of one tp rank";
+  let description = [{
+    Runs on `@forward` before `llmc-amp` and `llmc-autodiff`. With `tp`
+    ranks on mesh axis "tp", the parameters of the transformer blocks (by
+    their GPT-2 names) become each rank's shards:
+
+    - column-parallel (output rows split): `*.attn.c_attn` (Q, K and V each
+      split by heads: rank r holds heads [r h/tp, (r+1) h/tp) of each) and
+      `*.mlp.c_fc` (SwiGLU's gate and up each split), weights and biases;
+      their input passes through `llmc.copy_to_axis` (Megatron's f:
+      identity forward, all-reduce of the gradient backward);
+    - row-parallel (input columns split): `*.attn.c_proj` and
+      `*.mlp.c_proj`; their matmul is followed by `llmc.all_reduce sum on
+      "tp" ... replicated` (Megatron's g), before the bias, which stays
+      replicated and is added once.
+
+    Every op between the two (slices, reshapes to heads, transposes,
+    rotary, attention, activations) is retyped to the rank's share; the
+    norms, embeddings and classifier stay replicated. The sharded
+    parameters carry `llmc.tp_shard = {dim, groups, size}`: dimension
+    `dim`, seen as `groups` x `size` blocks of equal rows (Q, K, V: groups
+    3), rank r holding block r of every group. Autodiff then produces the
+    backward's collectives from the VJPs of f and g; llmc-optimizer sums the
+    sharded gradients' squares over "tp" for the global norm. `tp=1`
+    changes nothing.
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", /*default=*/"1",
+           "Tensor-parallel ranks (the size of mesh axis tp)">
+  ];
+  let dependentDialects = ["mlir::llmc::LlmcDialect"];
+}
+
 def LossScalingPass : Pass<"llmc-loss-scaling", "mlir::ModuleOp"> {
   let summary = "Dynamic loss scaling inside the compiled training step";
   let description = [{

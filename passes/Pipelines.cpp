@@ -10,11 +10,15 @@ using namespace mlir;
 void mlir::llmc::buildCompilePipeline(
     OpPassManager &pm, const std::optional<AmpPassOptions> &amp,
     const std::optional<ShardPassOptions> &shard,
-    const std::optional<SparsifyPassOptions> &sparsify) {
+    const std::optional<SparsifyPassOptions> &sparsify,
+    const std::optional<TensorParallelPassOptions> &tensorParallel) {
   // First: every later pass assumes @forward(params..., tokens, targets)
   // -> loss made of llmc ops, so a module that is not one stops here with
   // a diagnostic instead of failing somewhere deep in the pipeline.
   pm.addPass(createVerifyLegalityPass());
+  // The forward of one tp rank, as in the training pipeline.
+  if (tensorParallel)
+    pm.addPass(createTensorParallelPass(*tensorParallel));
   // Mixed precision types the ops, so it comes before fusion groups them.
   if (amp)
     pm.addPass(createAmpPass(*amp));
@@ -34,6 +38,13 @@ void mlir::llmc::buildCompilePipeline(
 void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
                                        const TrainingPipelineOptions &options) {
   pm.addPass(createVerifyLegalityPass());
+  // Tensor parallelism cuts @forward into one tp rank's share and places
+  // Megatron's f and g in it, before autodiff, which then makes the
+  // backward's collectives from their VJPs; and before mixed precision, so
+  // that the tp all-reduces stay f32 (llmc-amp exempts collectives) and
+  // the casts are made on the shards.
+  if (options.tensorParallel)
+    pm.addPass(createTensorParallelPass(*options.tensorParallel));
   // Mixed precision rewrites @forward before autodiff, so that the gradient
   // step differentiates the casts: each f32 master weight's gradient comes
   // back through its cast as f32.

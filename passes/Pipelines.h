@@ -15,17 +15,21 @@ namespace mlir::llmc {
 /// With `amp`, the forward runs in mixed precision as a training run of that
 /// precision evaluates it. With `shard` (ZeRO-3), its parameters are the
 /// rank's blocks, gathered where the forward reads them. With `sparsify`,
-/// the selected weights are read through their 2:4 masks.
+/// the selected weights are read through their 2:4 masks. With
+/// `tensorParallel` (tp > 1), the forward is one tp rank's.
 void buildCompilePipeline(
     OpPassManager &pm, const std::optional<AmpPassOptions> &amp = {},
     const std::optional<ShardPassOptions> &shard = {},
-    const std::optional<SparsifyPassOptions> &sparsify = {});
+    const std::optional<SparsifyPassOptions> &sparsify = {},
+    const std::optional<TensorParallelPassOptions> &tensorParallel = {});
 
 /// The options of the training passes, one field per pass.
 struct TrainingPipelineOptions {
   /// Mixed precision; unset trains in f32 and llmc-amp does not run.
   std::optional<AmpPassOptions> amp;
   OptimizerPassOptions optimizer;
+  /// Tensor parallelism; unset (or tp 1): llmc-tensor-parallel does not run.
+  std::optional<TensorParallelPassOptions> tensorParallel;
   /// Data parallelism and ZeRO; unset (or dp 1): llmc-shard changes
   /// nothing.
   std::optional<ShardPassOptions> shard;

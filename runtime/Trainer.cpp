@@ -17,6 +17,7 @@
 #include "llvm/Support/Path.h"
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -260,6 +261,15 @@ llvm::Expected<Checkpoint> Trainer::checkpoint() const {
   return c;
 }
 
+const TpShard *Trainer::tpShardOf(llvm::StringRef tensor) const {
+  if (!options.tp || options.tpShards.empty() || tensor.starts_with("grad."))
+    return nullptr;
+  auto it = options.tpShards.find(tensor.str());
+  if (it == options.tpShards.end()) // an optimizer state: <kind>.<param>
+    it = options.tpShards.find(tensor.split('.').second.str());
+  return it == options.tpShards.end() ? nullptr : &it->second;
+}
+
 llvm::Error Trainer::initializeShards() {
   shardsInitialized = true;
   if (!programs.shardInit)
@@ -303,7 +313,17 @@ llvm::Error Trainer::resume(const Checkpoint &main, llvm::StringRef source) {
       return llvm::createStringError(source + ": the checkpoint has no "
                                               "tensor '" +
                                      name + "'");
-    if (llvm::Error err = store->set(name, it->second))
+    HostTensor value = it->second;
+    if (const TpShard *shard = tpShardOf(name)) {
+      // The whole tensor of the checkpoint (of any tp): this rank's share.
+      llvm::Expected<HostTensor> mine =
+          cutTpShard(value, *shard, options.tp->rank());
+      if (!mine)
+        return llvm::createStringError(source + ": '" + name + "': " +
+                                       llvm::toString(mine.takeError()));
+      value = std::move(*mine);
+    }
+    if (llvm::Error err = store->set(name, value))
       return llvm::createStringError(source + ": " +
                                      llvm::toString(std::move(err)));
   }
@@ -320,7 +340,16 @@ llvm::Error Trainer::resume(const Checkpoint &main, llvm::StringRef source) {
       return llvm::createStringError(source + ": the checkpoint has a tensor '" +
                                      entry.first +
                                      "' that the model does not have");
-    pendingFullStates[entry.first] = entry.second;
+    HostTensor value = entry.second;
+    if (const TpShard *shard = tpShardOf(entry.first)) {
+      llvm::Expected<HostTensor> mine =
+          cutTpShard(value, *shard, options.tp->rank());
+      if (!mine)
+        return llvm::createStringError(source + ": '" + entry.first + "': " +
+                                       llvm::toString(mine.takeError()));
+      value = std::move(*mine);
+    }
+    pendingFullStates[entry.first] = std::move(value);
   }
   if (data.restorePosition)
     if (llvm::Error err = data.restorePosition(c.loaderPosition))
@@ -510,7 +539,35 @@ llvm::Error Trainer::writeCheckpointFiles(const std::string &dir) {
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return llvm::createStringError(ec, "cannot create '" + dir +
                                            "': " + ec.message());
-  if (options.dp && programs.shardInit) {
+  // ZeRO under tensor parallelism: each rank's blocks are all-gathered over
+  // dp into its tp share (the flat padded layout, cut to the share's
+  // elements), and the shares joined below like the parameters', so that
+  // the main file alone holds the whole state (no rank files: tp ranks of
+  // a dp rank hold different blocks under one rank number).
+  if (options.dp && programs.shardInit && options.tp) {
+    for (const kir::Binding &input : programs.shardInit->program().inputs) {
+      const kir::Buffer &buffer =
+          programs.shardInit->program().buffers[input.buffer];
+      llvm::Expected<HostTensor> block = store->get("shard." + input.name);
+      if (!block)
+        return block.takeError();
+      HostTensor share;
+      share.dtype = block->dtype;
+      share.shape = buffer.shape;
+      std::vector<char> all(block->bytes.size() * dpSize());
+      comm::Ticket ticket =
+          options.dp->allGather(block->bytes.data(), all.data(),
+                                block->numElements(), block->dtype);
+      if (llvm::Error err = options.dp->wait(ticket))
+        return err;
+      int64_t elements = 1;
+      for (int64_t extent : buffer.shape)
+        elements *= extent;
+      all.resize(elements * kir::dtypeBytes(block->dtype));
+      share.bytes = std::move(all);
+      c->tensors[input.name] = std::move(share);
+    }
+  } else if (options.dp && programs.shardInit) {
     // ZeRO: every rank writes its blocks of the tensors @shard_init cuts;
     // the files' sizes and checksums go into rank 0's manifest, and the
     // main file, written last, makes the checkpoint.
@@ -548,11 +605,43 @@ llvm::Error Trainer::writeCheckpointFiles(const std::string &dir) {
            all[2 * rank], uint64_t(all[2 * rank + 1])});
     c->manifest = manifest.toJson();
   }
+  // Tensor parallelism: every tp rank's shares are joined into the whole
+  // tensors, which the main file holds as one process's.
+  std::vector<std::string> streamed;
+  std::vector<std::string> names = checkpointTensorNames();
+  for (const auto &entry : c->tensors) // ZeRO's gathered shares
+    names.push_back(entry.first);
+  for (const std::string &name : names) {
+    const TpShard *shard = tpShardOf(name);
+    if (!shard) {
+      if (!c->tensors.count(name))
+        streamed.push_back(name);
+      continue;
+    }
+    llvm::Expected<HostTensor> mine =
+        c->tensors.count(name) ? c->tensors.at(name) : store->get(name);
+    if (!mine)
+      return mine.takeError();
+    std::vector<char> all(mine->bytes.size() * options.tp->size());
+    comm::Ticket ticket =
+        options.tp->allGather(mine->bytes.data(), all.data(),
+                              mine->numElements(), mine->dtype);
+    if (llvm::Error err = options.tp->wait(ticket))
+      return err;
+    std::vector<HostTensor> parts(options.tp->size(), *mine);
+    for (size_t r = 0; r < parts.size(); ++r)
+      std::memcpy(parts[r].bytes.data(), all.data() + r * mine->bytes.size(),
+                  mine->bytes.size());
+    llvm::Expected<HostTensor> whole = joinTpShards(parts, *shard);
+    if (!whole)
+      return llvm::createStringError("checkpoint: '" + name + "': " +
+                                     llvm::toString(whole.takeError()));
+    c->tensors[name] = std::move(*whole);
+  }
   if (!writes())
     return llvm::Error::success();
   std::string path = joinPath(dir, checkpointFileName(currentStep));
-  if (llvm::Error err =
-          writeCheckpoint(path, *c, streamFromStore(checkpointTensorNames())))
+  if (llvm::Error err = writeCheckpoint(path, *c, streamFromStore(streamed)))
     return err;
   if (options.log)
     *options.log << "checkpoint: " << path << "\n";

@@ -19,6 +19,7 @@
 #include "runtime/Console.h"
 #include "runtime/MemoryReport.h"
 #include "runtime/TrainingGuard.h"
+#include "runtime/Weights.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
@@ -87,6 +88,15 @@ struct TrainerOptions {
   /// rank sums them in the global order; rank 0 alone logs and writes
   /// metrics, the plot, samples and checkpoints.
   comm::Communicator *dp = nullptr;
+  /// Tensor parallelism: the ranks of mesh axis "tp" (null: none). They
+  /// read the same micro-batches and hold the same losses; only tp rank 0
+  /// of dp rank 0 (world rank 0) writes.
+  comm::Communicator *tp = nullptr;
+  /// The parameters split over "tp" (llmc.tp_shard), by name; their
+  /// optimizer states (adam_m.<p>, ...) are split alike. Checkpoints hold
+  /// them whole (joined over the tp ranks), so that a run resumes at any
+  /// tp; a resume cuts this rank's share again.
+  std::map<std::string, TpShard> tpShards;
   /// Whether the micro-batches before a step's last skip the gradient
   /// communication (DDP and ZeRO-1: the no_sync grad step); ZeRO-2
   /// reduce-scatters every micro-batch's gradients.
@@ -220,7 +230,12 @@ private:
   int dpRank() const { return options.dp ? options.dp->rank() : 0; }
   int dpSize() const { return options.dp ? options.dp->size() : 1; }
   /// Rank 0 writes metrics, plots and checkpoints; the others only train.
-  bool writes() const { return dpRank() == 0; }
+  /// How `tensor` (a parameter or an optimizer state of one) is split over
+  /// "tp"; null: whole on every rank.
+  const TpShard *tpShardOf(llvm::StringRef tensor) const;
+  bool writes() const {
+    return dpRank() == 0 && (!options.tp || options.tp->rank() == 0);
+  }
   /// Every rank's `local` values, rank 0's first (one process: `local`).
   llvm::Expected<std::vector<float>> gatherFloats(std::vector<float> local);
   llvm::Expected<double> evaluate(std::string &sample);

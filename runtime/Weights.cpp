@@ -10,6 +10,7 @@
 #include "llvm/ADT/bit.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -1264,6 +1265,92 @@ TensorMap Executor::params() const {
 
 TensorMap Executor::states() const {
   return readBindings(*this, program().states);
+}
+
+
+namespace {
+/// The blocks of a tensor split as `shard`: `outer` x `groups` x `size`
+/// blocks of `block` bytes (the rows of one rank in one group, with every
+/// dimension after them).
+struct TpBlocks {
+  int64_t outer = 1, block = 0;
+};
+
+llvm::Expected<TpBlocks> tpBlocks(llvm::ArrayRef<int64_t> shape,
+                                  kir::DType dtype, const TpShard &shard) {
+  int64_t parts = shard.groups * shard.size;
+  if (shard.dim < 0 || shard.dim >= int64_t(shape.size()) || parts < 1 ||
+      shape[shard.dim] % parts != 0)
+    return llvm::createStringError(llvm::formatv(
+        "a tensor of {0} dimension(s) does not split into {1} x {2} blocks "
+        "along dimension {3}",
+        shape.size(), shard.groups, shard.size, shard.dim).str());
+  TpBlocks b;
+  for (int64_t i = 0; i < shard.dim; ++i)
+    b.outer *= shape[i];
+  b.block = shape[shard.dim] / parts * int64_t(kir::dtypeBytes(dtype));
+  for (size_t i = shard.dim + 1; i < shape.size(); ++i)
+    b.block *= shape[i];
+  return b;
+}
+} // namespace
+
+llvm::Expected<HostTensor> cutTpShard(const HostTensor &full,
+                                                     const TpShard &shard,
+                                                     int64_t rank) {
+  llvm::Expected<TpBlocks> b = tpBlocks(full.shape, full.dtype, shard);
+  if (!b)
+    return b.takeError();
+  if (rank < 0 || rank >= shard.size)
+    return llvm::createStringError("tp rank out of range");
+  HostTensor part;
+  part.dtype = full.dtype;
+  part.shape = full.shape;
+  part.shape[shard.dim] /= shard.size;
+  part.bytes.resize(full.bytes.size() / shard.size);
+  char *to = part.bytes.data();
+  for (int64_t o = 0; o < b->outer; ++o)
+    for (int64_t g = 0; g < shard.groups; ++g) {
+      const char *from =
+          full.bytes.data() +
+          ((o * shard.groups + g) * shard.size + rank) * b->block;
+      std::memcpy(to, from, b->block);
+      to += b->block;
+    }
+  return part;
+}
+
+llvm::Expected<HostTensor>
+joinTpShards(llvm::ArrayRef<HostTensor> parts,
+                            const TpShard &shard) {
+  if (parts.empty() || int64_t(parts.size()) != shard.size)
+    return llvm::createStringError(llvm::formatv(
+        "{0} shares for a tensor split over {1} ranks", parts.size(),
+        shard.size).str());
+  HostTensor full;
+  full.dtype = parts[0].dtype;
+  full.shape = parts[0].shape;
+  if (shard.dim < 0 || shard.dim >= int64_t(full.shape.size()))
+    return llvm::createStringError("dimension out of range");
+  full.shape[shard.dim] *= shard.size;
+  for (const HostTensor &part : parts)
+    if (part.shape != parts[0].shape || part.dtype != full.dtype)
+      return llvm::createStringError("the ranks' shares differ in shape");
+  llvm::Expected<TpBlocks> b = tpBlocks(full.shape, full.dtype, shard);
+  if (!b)
+    return b.takeError();
+  full.bytes.resize(parts[0].bytes.size() * shard.size);
+  for (int64_t r = 0; r < shard.size; ++r) {
+    const char *from = parts[r].bytes.data();
+    for (int64_t o = 0; o < b->outer; ++o)
+      for (int64_t g = 0; g < shard.groups; ++g) {
+        std::memcpy(full.bytes.data() +
+                        ((o * shard.groups + g) * shard.size + r) * b->block,
+                    from, b->block);
+        from += b->block;
+      }
+  }
+  return full;
 }
 
 } // namespace llmc::runtime

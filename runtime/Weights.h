@@ -78,6 +78,22 @@ inline bool operator!=(const HostTensor &lhs, const HostTensor &rhs) {
 
 using TensorMap = std::map<std::string, HostTensor>;
 
+/// How tensor parallelism splits a tensor over the `size` ranks of mesh
+/// axis "tp" (llmc-tensor-parallel's llmc.tp_shard): dimension `dim` seen
+/// as `groups` x `size` blocks of equal rows, rank r holding block r of
+/// every group (Q, K and V each split by heads: groups 3).
+struct TpShard {
+  int64_t dim = 0, groups = 1, size = 1;
+};
+
+/// Rank `rank`'s share of `full`; an error when `full` does not split.
+llvm::Expected<HostTensor> cutTpShard(const HostTensor &full,
+                                      const TpShard &shard, int64_t rank);
+/// The whole tensor from every rank's share, in rank order (the inverse
+/// of cutTpShard).
+llvm::Expected<HostTensor> joinTpShards(llvm::ArrayRef<HostTensor> parts,
+                                        const TpShard &shard);
+
 //===----------------------------------------------------------------------===//
 // safetensors
 //===----------------------------------------------------------------------===//

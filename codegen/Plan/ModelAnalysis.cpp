@@ -8,6 +8,7 @@
 #include "frontend/ModelInfo.h"
 #include "ir/LlmcDialect.h"
 #include "ir/ParseModule.h"
+#include "ir/TensorParallel.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
 
@@ -36,19 +37,18 @@ using mlir::llmc::config::readFile;
 //===----------------------------------------------------------------------===//
 
 namespace {
-/// Puts each parameter where a layout holds it, from its name and shape.
-/// Tensor parallelism (Megatron) splits every matrix but the position
-/// embedding (the token embedding and classifier over the vocabulary) and
-/// the biases of column-parallel layers (whose length is not n_embd); it
-/// replicates norms and the biases of row-parallel layers.
+/// Puts each parameter where a layout holds it: split over tp as
+/// llmc-tensor-parallel splits it (ir/TensorParallel.h: the attention and
+/// MLP projections and the column-parallel biases), whole otherwise
+/// (norms, row-parallel biases, and for now the embeddings and the
+/// classifier, whose vocabulary is not split yet).
 Error placeParameters(const ModelInfo &info, PlanModel &model) {
   const ModelConfig &config = model.config;
+  bool swiglu = config.activation == Activation::SwiGlu;
   std::map<int64_t, std::pair<int64_t, int64_t>> blocks; // split, replicated
   for (const ParameterInfo &param : info.parameters) {
     StringRef name = param.name;
-    bool split = param.type.getRank() >= 2
-                     ? name != "wpe"
-                     : param.type.getDimSize(0) != config.nEmbd;
+    bool split = tensorParallelSplit(name, swiglu).has_value();
     if (name.consume_front("h.")) {
       int64_t index = 0;
       if (name.consumeInteger(10, index) || !name.starts_with("."))

@@ -21,6 +21,7 @@
 //       local rank): collectives on device buffers checked like the MPI
 //       ones. Without a GPU every rank prints why it cannot create one.
 #include "runtime/Comm/Communicator.h"
+#include "runtime/Comm/Mesh.h"
 #ifdef LLMC_HAVE_NCCL
 #include "runtime/Comm/NcclCommunicator.h"
 #include "runtime/Cuda/CudaApi.h"
@@ -462,6 +463,44 @@ void checkSplit(Communicator &world, Checker &check) {
     check.fail("split barrier: " + llvm::toString(std::move(error)));
 }
 
+/// On an even world: the mesh dp = size/2 x tp = 2. Each axis holds the
+/// world ranks that agree on the other axis, in the order of its own
+/// (tp-fastest: tp pairs are neighbours).
+void checkMesh(Communicator &world, Checker &check) {
+  int rank = world.rank(), size = world.size();
+  if (size % 2)
+    return;
+  MeshShape shape{/*dp=*/size / 2, /*tp=*/2, /*pp=*/1};
+  llvm::Expected<MeshAxes> axes = splitMesh(world, shape);
+  ++check.checks;
+  if (!axes) {
+    check.fail("mesh: " + llvm::toString(axes.takeError()));
+    return;
+  }
+  MeshCoord me = meshCoord(shape, rank);
+  auto members = [&](Communicator *axis, bool tpAxis) {
+    int64_t mine = rank;
+    std::vector<int64_t> got(axis->size());
+    Ticket t = axis->allGather(&mine, got.data(), 1, DType::I64);
+    check.wait(*axis, t, "mesh all_gather");
+    std::vector<int64_t> want;
+    for (int i = 0; i < (tpAxis ? shape.tp : shape.dp); ++i) {
+      MeshCoord c = me;
+      (tpAxis ? c.tp : c.dp) = i;
+      want.push_back(meshRank(shape, c));
+    }
+    check.expectEqual(got, want, tpAxis ? "mesh tp axis members"
+                                        : "mesh dp axis members");
+  };
+  if (!axes->tp || (shape.dp > 1) != bool(axes->dp) || axes->pp) {
+    check.fail("mesh: wrong axes present");
+    return;
+  }
+  members(axes->tp.get(), true);
+  if (axes->dp)
+    members(axes->dp.get(), false);
+}
+
 /// The collective makes progress while the caller computes: rank 0 starts
 /// a large all-reduce and does not wait for it until every other rank has
 /// finished its own wait() (they tell it through files). Without progress
@@ -518,6 +557,7 @@ int runChecks(Communicator &world) {
   checkRandomSum(world, check, 100003);
   checkErrors(world, check);
   checkSplit(world, check);
+  checkMesh(world, check);
   checkOverlap(world, check);
   if (llvm::Error error = world.barrier())
     check.fail("barrier: " + llvm::toString(std::move(error)));

@@ -979,6 +979,24 @@ func.func @collective_unknown_axis(%x: tensor<8xf32>) {
 
 // -----
 
+// Tests that copy_to_axis copies to a mesh axis.
+func.func @copy_to_unknown_axis(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'llmc.copy_to_axis' op axis 'ep' is not a mesh axis (dp, tp or pp)}}
+  %0 = llmc.copy_to_axis %x on "ep" size 2 : tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that copy_to_axis's axis has at least one rank.
+func.func @copy_to_empty_axis(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'llmc.copy_to_axis' op axis_size must be at least 1, got 0}}
+  %0 = llmc.copy_to_axis %x on "tp" size 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
 // Tests that an axis has at least one rank.
 func.func @collective_empty_axis(%x: tensor<8xf32>) {
   // expected-error @+1 {{'llmc.all_gather' op axis_size must be at least 1, got 0}}

@@ -321,6 +321,18 @@ func.func @collectives(%g: tensor<8x6xf32>, %s: tensor<2x6xbf16>, %ids: tensor<3
   return %sum, %avg, %max, %rs, %rs1, %ag, %bc : tensor<8x6xf32>, tensor<8x6xf32>, tensor<8x6xf32>, tensor<2x6xf32>, tensor<8x2xf32>, tensor<8x6xbf16>, tensor<3xi32>
 }
 
+// Tests Megatron's f and g: copy_to_axis keeps the type, an all_reduce
+// may be marked replicated.
+// CHECK-LABEL: func.func @tensor_parallel_conjugates(
+// CHECK-NEXT: %[[F:.*]] = llmc.copy_to_axis %{{.*}} on "tp" size 2 : tensor<2x8x16xf32>
+// CHECK-NEXT: %[[G:.*]] = llmc.all_reduce %[[F]] sum on "tp" size 2 replicated : tensor<2x8x16xf32>
+// CHECK-NEXT: return %[[G]]
+func.func @tensor_parallel_conjugates(%x: tensor<2x8x16xf32>) -> tensor<2x8x16xf32> {
+  %f = llmc.copy_to_axis %x on "tp" size 2 : tensor<2x8x16xf32>
+  %g = llmc.all_reduce %f sum on "tp" size 2 replicated : tensor<2x8x16xf32>
+  return %g : tensor<2x8x16xf32>
+}
+
 // Tests that identical collectives are not merged (they are not Pure: every
 // rank must issue each one).
 // CHECK-LABEL: func.func @collectives_not_merged(

@@ -19,6 +19,7 @@
 #include "ir/kernel/AtomicFile.h"
 #include "runtime/Checkpoint.h"
 #include "runtime/Comm/Communicator.h"
+#include "runtime/Comm/Mesh.h"
 #include "runtime/Generate.h"
 #include "runtime/MemoryBudget.h"
 #include "runtime/SgemmPeak.h"
@@ -160,10 +161,14 @@ void printUsage(llvm::raw_ostream &os) {
         "evaluation), OUT/loss.svg (the loss curves),\n"
         "OUT/checkpoints/step-NNNNNN.ckpt and OUT/config.yaml (the resolved "
         "config).\n\n"
-        "Under a launcher (scripts/mpirun.sh -np N, mpirun, srun) every "
-        "process is one\ndata-parallel rank: the training step is sharded "
-        "(parallel.dp, parallel.zero 0-3),\nrank 0 logs and writes; "
-        "checkpoints of a ZeRO run have one file per rank.\n\n"
+        "Under a launcher (scripts/mpirun.sh -np N, mpirun, srun) the "
+        "processes form a mesh\ndp x tp x pp (--dp, --tp, --pp; parallel.dp, "
+        "parallel.tp, parallel.pp): world size\n= dp * tp * pp, ranks "
+        "tp-fastest (rank = (pp_i * dp + dp_i) * tp + tp_i). --tp N splits\n"
+        "attention heads and MLP hidden units over N ranks "
+        "(Megatron-LM);\n--dp defaults to world / (tp * pp) and shards the "
+        "batch (--zero 0-3); --pp > 1\nis not implemented yet. Rank 0 logs "
+        "and writes; checkpoints of a ZeRO run have\none file per rank.\n\n"
         "Options:\n"
         "  --resume              continue from the latest good checkpoint in "
         "OUT (a damaged\n"
@@ -515,21 +520,40 @@ int runTrainCommand(int argc, char **argv) {
     world->abort(1); // ends every rank of the job
     return 1;
   };
+  // The mesh: dp x tp x pp ranks; dp defaults to what tp and pp leave.
+  const int64_t tpSize = config.parallel.tp, ppSize = config.parallel.pp;
   if (config.origins.count("parallel.dp")) {
-    if (config.parallel.dp != worldSize)
+    int64_t mesh = config.parallel.dp * tpSize * ppSize;
+    if (mesh != worldSize)
       return fail(llvm::formatv(
-          "parallel.dp is {0} but the job has {1} rank{2}{3}",
-          config.parallel.dp, worldSize, worldSize == 1 ? "" : "s",
+          "the mesh dp={0} x tp={1} x pp={2} needs {3} rank{4} but the job "
+          "has {5}{6}",
+          config.parallel.dp, tpSize, ppSize, mesh, mesh == 1 ? "" : "s",
+          worldSize,
           worldSize == 1
               ? llvm::formatv(": start it with a launcher, e.g. "
                               "scripts/mpirun.sh -np {0} llmc run ...",
-                              config.parallel.dp)
+                              mesh)
                     .str()
               : std::string()).str());
+  } else if (worldSize % (tpSize * ppSize) != 0) {
+    return fail(llvm::formatv(
+        "the job has {0} rank{1}, which is not a multiple of tp={2} x pp={3}"
+        "{4}",
+        worldSize, worldSize == 1 ? "" : "s", tpSize, ppSize,
+        worldSize == 1 ? llvm::formatv(": start it with a launcher, e.g. "
+                                       "scripts/mpirun.sh -np {0} llmc run ...",
+                                       tpSize * ppSize)
+                             .str()
+                       : std::string()).str());
   } else {
-    config.parallel.dp = worldSize;
+    config.parallel.dp = worldSize / (tpSize * ppSize);
   }
-  if (worldSize == 1 && config.parallel.zero > 0)
+  if (tpSize > 1 && config.parallel.dp > 1 && config.parallel.zero == 3)
+    return fail("parallel.zero 3 with tensor parallelism is not implemented "
+                "yet (the tp shares of the parameters would be cut again "
+                "into ZeRO-3 blocks); use zero 0, 1 or 2 with tp");
+  if (config.parallel.dp == 1 && config.parallel.zero > 0)
     llvm::errs() << "llmc run: warning: parallel.zero " << config.parallel.zero
                  << " shards state over data-parallel ranks; one process "
                     "holds it all\n";
@@ -558,21 +582,23 @@ int runTrainCommand(int argc, char **argv) {
             "hash {1:x} vs {2:x}): every rank must run the same config and "
             "flags",
             other, uint64_t(hashes[other]), uint64_t(hashes[0])).str());
-    out << llvm::format("llmc run: %d ranks (%s), data parallel dp=%d, "
-                        "zero %lld, gradient buckets of %g MiB\n",
-                        worldSize, world->backend(), worldSize,
-                        (long long)config.parallel.zero,
+    out << llvm::format("llmc run: %d ranks (%s), mesh dp=%lld x tp=%lld x "
+                        "pp=%lld (tp fastest), zero %lld, gradient buckets "
+                        "of %g MiB\n",
+                        worldSize, world->backend(),
+                        (long long)config.parallel.dp, (long long)tpSize,
+                        (long long)ppSize, (long long)config.parallel.zero,
                         config.parallel.bucketMb);
   }
-  // Mesh axis dp: every rank of the world (tensor and pipeline parallelism
-  // will split the world into several axes).
-  std::unique_ptr<rt::comm::Communicator> dpAxis;
+  // One communicator per mesh axis of more than one rank.
+  std::unique_ptr<rt::comm::Communicator> dpAxis, tpAxis;
   if (worldSize > 1) {
-    llvm::Expected<std::unique_ptr<rt::comm::Communicator>> split =
-        world->split(0, rank, "dp");
-    if (!split)
-      return fail(split.takeError());
-    dpAxis = std::move(*split);
+    llvm::Expected<rt::comm::MeshAxes> axes = rt::comm::splitMesh(
+        *world, {int(config.parallel.dp), int(tpSize), int(ppSize)});
+    if (!axes)
+      return fail(axes.takeError());
+    dpAxis = std::move(axes->dp);
+    tpAxis = std::move(axes->tp);
   }
 
   // 2. The data. From here on the resident set is followed by phase, for
@@ -683,20 +709,26 @@ int runTrainCommand(int argc, char **argv) {
     return fail(device.takeError());
   device->log = &out;
   device->phases = &memoryPhases;
-  // The programs' collectives: on the host's MPI communicator, or on the
-  // GPU through NCCL (its unique id shared over MPI).
-  std::unique_ptr<rt::comm::Communicator> deviceAxis;
+  // The programs' collectives: on the host's MPI communicator of each
+  // axis, or on the GPU through an NCCL communicator per axis group (its
+  // unique id shared over that group's MPI communicator).
+  std::unique_ptr<rt::comm::Communicator> deviceDp, deviceTp;
+  for (auto [name, host, onDevice] :
+       {std::tuple{"dp", dpAxis.get(), &deviceDp},
+        std::tuple{"tp", tpAxis.get(), &deviceTp}}) {
+    if (!host)
+      continue;
 #ifdef LLMC_HAVE_NVRTC
-  if (dpAxis && device->cudaStore) {
-    llvm::Expected<std::unique_ptr<rt::comm::Communicator>> nccl =
-        rt::comm::createNccl(*dpAxis, device->cudaDevice, commOptions);
-    if (!nccl)
-      return fail(nccl.takeError());
-    deviceAxis = std::move(*nccl);
-  }
+    if (device->cudaStore) {
+      llvm::Expected<std::unique_ptr<rt::comm::Communicator>> nccl =
+          rt::comm::createNccl(*host, device->cudaDevice, commOptions);
+      if (!nccl)
+        return fail(nccl.takeError());
+      *onDevice = std::move(*nccl);
+    }
 #endif
-  if (dpAxis)
-    device->mesh.axes["dp"] = deviceAxis ? deviceAxis.get() : dpAxis.get();
+    device->mesh.axes[name] = *onDevice ? onDevice->get() : host;
+  }
 
   auto compileStart = std::chrono::steady_clock::now();
   llvm::Expected<OwningOpRef<ModuleOp>> module =
@@ -708,6 +740,20 @@ int runTrainCommand(int argc, char **argv) {
       ::llmc::compileTraining(**module, config.training());
   if (!programs)
     return fail(programs.takeError());
+  // Tensor parallelism: the parameters llmc-tensor-parallel split, and how.
+  std::map<std::string, rt::TpShard> tpShards;
+  if (auto forward = (*module)->lookupSymbol<func::FuncOp>("forward"))
+    for (unsigned i = 0; i < forward.getNumArguments(); ++i) {
+      auto name = forward.getArgAttrOfType<StringAttr>(i, "llmc.param");
+      auto shard = forward.getArgAttrOfType<DictionaryAttr>(i, "llmc.tp_shard");
+      if (!name || !shard)
+        continue;
+      auto field = [&](StringRef key) {
+        auto value = shard.getAs<IntegerAttr>(key);
+        return value ? value.getInt() : int64_t(1);
+      };
+      tpShards[name.str()] = {field("dim"), field("groups"), field("size")};
+    }
   memoryPhases.end("building and lowering the training step");
   std::string modelName = info.name.empty() ? "model" : info.name;
   out << llvm::formatv(
@@ -781,9 +827,11 @@ int runTrainCommand(int argc, char **argv) {
   // 5. Weights: a checkpoint, --init-from, or the seeded initialization.
   //    ZeRO-3 has no full parameters to set: they go to the trainer,
   //    which cuts every rank's blocks from them.
-  bool zero3 = worldSize > 1 && config.parallel.zero == 3;
+  //    Under tensor parallelism every rank makes the whole weights too
+  //    and keeps its share of the split ones: one process's model, cut.
+  bool zero3 = config.parallel.dp > 1 && config.parallel.zero == 3;
   std::optional<rt::TensorMap> initialParams;
-  if (!checkpoint && zero3) {
+  if (!checkpoint && (zero3 || !tpShards.empty())) {
     std::vector<rt::ParamSpec> specs;
     for (const ParameterInfo &param : info.parameters)
       specs.push_back({param.name, std::vector<int64_t>(param.type.getShape().begin(), param.type.getShape().end())});
@@ -791,7 +839,22 @@ int runTrainCommand(int argc, char **argv) {
         specs, (*eval)->program(), config.initFrom, config.seed);
     if (!params)
       return fail(params.takeError());
-    initialParams = std::move(*params);
+    if (zero3) {
+      initialParams = std::move(*params);
+    } else {
+      for (auto &[name, tensor] : *params) {
+        rt::HostTensor value = std::move(tensor);
+        if (auto it = tpShards.find(name); it != tpShards.end()) {
+          llvm::Expected<rt::HostTensor> mine =
+              rt::cutTpShard(value, it->second, tpAxis->rank());
+          if (!mine)
+            return fail("'" + name + "': " + toMessage(mine.takeError()));
+          value = std::move(*mine);
+        }
+        if (llvm::Error err = (*eval)->setTensor(name, value))
+          return fail(std::move(err));
+      }
+    }
   } else if (!checkpoint) {
     if (llvm::Error err =
             rt::loadWeights(**eval, config.initFrom, config.seed))
@@ -848,6 +911,8 @@ int runTrainCommand(int argc, char **argv) {
         peakThreads, peak.measuredGflops, best, rt::describeBlas());
   }
   options.dp = dpAxis.get();
+  options.tp = tpAxis.get();
+  options.tpShards = tpShards;
   options.stopRequested = [] { return stopSignal.load(); };
   options.accumulateWithoutSync = config.parallel.zero < 2;
   options.memoryPhases = &memoryPhases;

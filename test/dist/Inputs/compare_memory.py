@@ -1,6 +1,7 @@
 """Checks that one rank's persistent memory agrees three ways.
 
 usage: compare_memory.py COMPILE.txt RUN.txt PLAN.json
+       compare_memory.py - RUN.txt PLAN.json   (run and plan only)
 
 COMPILE.txt holds `llmc compile --dp N` output (its "per rank" line: the
 plan of the compiled programs), RUN.txt `llmc run`'s output under mpirun
@@ -25,7 +26,8 @@ def figures(path, marker):
 
 
 def main():
-    compiled = figures(sys.argv[1], "per rank (")
+    compiled = (figures(sys.argv[1], "per rank (") if sys.argv[1] != "-"
+                else None)
     measured = figures(sys.argv[2], "memory per rank:")
     memory = json.load(open(sys.argv[3]))["memory"]
     planned = {
@@ -36,9 +38,11 @@ def main():
     }
     ok = True
     for kind in KINDS:
-        same = compiled[kind] == measured[kind] == round(planned[kind])
+        same = measured[kind] == round(planned[kind]) and (
+            compiled is None or compiled[kind] == measured[kind])
         ok = ok and same
-        print(f"{kind}: compiled {compiled[kind]} B, measured "
+        head = "" if compiled is None else f"compiled {compiled[kind]} B, "
+        print(f"{kind}: {head}measured "
               f"{measured[kind]} B, llmc plan {round(planned[kind])} B"
               f"{'' if same else '  MISMATCH'}")
     return 0 if ok else 1

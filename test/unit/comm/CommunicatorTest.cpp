@@ -1,6 +1,7 @@
 // Tests of runtime/Comm without a launcher: the single-process world, the
 // launcher check and the options read from the environment.
 #include "runtime/Comm/Communicator.h"
+#include "runtime/Comm/Mesh.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -177,3 +178,32 @@ TEST(Options, FromEnvironment) {
 }
 
 } // namespace
+
+TEST(Mesh, TpFastestLayout) {
+  // Megatron-LM's order: 8 ranks as pp=2 x dp=2 x tp=2.
+  MeshShape shape{/*dp=*/2, /*tp=*/2, /*pp=*/2};
+  EXPECT_EQ(shape.size(), 8);
+  for (int rank = 0; rank < 8; ++rank) {
+    MeshCoord c = meshCoord(shape, rank);
+    EXPECT_EQ(c.tp, rank % 2);
+    EXPECT_EQ(c.dp, (rank / 2) % 2);
+    EXPECT_EQ(c.pp, rank / 4);
+    EXPECT_EQ(meshRank(shape, c), rank);
+  }
+  MeshCoord c = meshCoord(MeshShape{/*dp=*/3, /*tp=*/4, /*pp=*/1}, 7);
+  EXPECT_EQ(c.tp, 3);
+  EXPECT_EQ(c.dp, 1);
+  EXPECT_EQ(c.pp, 0);
+}
+
+TEST(Mesh, SplitChecksTheWorldSize) {
+  std::unique_ptr<Communicator> world = createSingleProcess();
+  llvm::Expected<MeshAxes> bad = splitMesh(*world, MeshShape{1, 2, 1});
+  ASSERT_FALSE(static_cast<bool>(bad));
+  EXPECT_THAT(messageOf(bad.takeError()),
+              HasSubstr("the mesh dp=1 x tp=2 x pp=1 has 2 ranks but the job "
+                        "has 1"));
+  llvm::Expected<MeshAxes> one = splitMesh(*world, MeshShape{});
+  ASSERT_TRUE(static_cast<bool>(one)) << llvm::toString(one.takeError());
+  EXPECT_FALSE(one->dp || one->tp || one->pp);
+}

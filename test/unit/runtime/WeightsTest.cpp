@@ -916,3 +916,45 @@ TEST(Gpt2Init, HalfPrecisionAndErrors) {
 }
 
 } // namespace
+
+TEST(TpShard, CutsEachGroupAndJoinsBack) {
+  // A [6, 2] fused QKV-like weight: 3 groups of 2 rows, over 2 ranks: rank
+  // r holds row r of each group.
+  std::vector<float> values(12);
+  for (int i = 0; i < 12; ++i)
+    values[i] = float(i);
+  HostTensor full = HostTensor::fromF32(values, {6, 2});
+  TpShard shard{/*dim=*/0, /*groups=*/3, /*size=*/2};
+  llvm::Expected<HostTensor> r0 = cutTpShard(full, shard, 0);
+  llvm::Expected<HostTensor> r1 = cutTpShard(full, shard, 1);
+  ASSERT_TRUE(bool(r0) && bool(r1));
+  EXPECT_EQ(r0->shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(r0->toF32(), (std::vector<float>{0, 1, 4, 5, 8, 9}));
+  EXPECT_EQ(r1->toF32(), (std::vector<float>{2, 3, 6, 7, 10, 11}));
+  llvm::Expected<HostTensor> joined = joinTpShards({*r0, *r1}, shard);
+  ASSERT_TRUE(bool(joined)) << llvm::toString(joined.takeError());
+  EXPECT_EQ(*joined, full);
+}
+
+TEST(TpShard, RowParallelColumns) {
+  // [2, 4] split along dimension 1 over 2 ranks: each row's halves.
+  HostTensor full = HostTensor::fromF32({0, 1, 2, 3, 4, 5, 6, 7}, {2, 4});
+  TpShard shard{/*dim=*/1, /*groups=*/1, /*size=*/2};
+  llvm::Expected<HostTensor> r1 = cutTpShard(full, shard, 1);
+  ASSERT_TRUE(bool(r1));
+  EXPECT_EQ(r1->shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(r1->toF32(), (std::vector<float>{2, 3, 6, 7}));
+  llvm::Expected<HostTensor> r0 = cutTpShard(full, shard, 0);
+  ASSERT_TRUE(bool(r0));
+  llvm::Expected<HostTensor> joined = joinTpShards({*r0, *r1}, shard);
+  ASSERT_TRUE(bool(joined));
+  EXPECT_EQ(*joined, full);
+}
+
+TEST(TpShard, RejectsWhatDoesNotSplit) {
+  HostTensor full = HostTensor::fromF32({0, 1, 2}, {3});
+  llvm::Expected<HostTensor> bad = cutTpShard(full, {0, 1, 2}, 0);
+  ASSERT_FALSE(bool(bad));
+  EXPECT_THAT(llvm::toString(bad.takeError()),
+              ::testing::HasSubstr("does not split into 1 x 2 blocks"));
+}

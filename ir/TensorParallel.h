@@ -1,0 +1,32 @@
+// Which parameters tensor parallelism splits, and how: one rule that
+// llmc-tensor-parallel applies and `llmc plan` counts, so the planned
+// per-device parameters are those a tp rank holds.
+#ifndef LLMC_IR_TENSORPARALLEL_H
+#define LLMC_IR_TENSORPARALLEL_H
+
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <optional>
+
+namespace mlir::llmc {
+
+/// Dimension `dim` of the parameter seen as `groups` x tp blocks of rows,
+/// tp rank r holding block r of every group (the fused Q, K, V weight:
+/// groups 3; SwiGLU's fused gate and up: groups 2).
+struct TensorParallelSplit {
+  int64_t dim = 0;
+  int64_t groups = 1;
+};
+
+/// The split of the parameter `name` (GPT-2 names: h.<i>.attn.c_attn,
+/// h.<i>.mlp.c_fc column-parallel with their biases; the weights of
+/// h.<i>.attn.c_proj and h.<i>.mlp.c_proj row-parallel); none for a
+/// parameter every tp rank holds whole (norms, row-parallel biases,
+/// embeddings and the classifier: the vocabulary is not split yet).
+std::optional<TensorParallelSplit> tensorParallelSplit(llvm::StringRef name,
+                                                       bool swiglu);
+
+} // namespace mlir::llmc
+
+#endif // LLMC_IR_TENSORPARALLEL_H
