@@ -426,9 +426,11 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
     expectSameView(epilogueAux, h.epilogueAux, "gemm epilogue aux");
   }
   {
-    const auto &[batch, heads, seq, headDim, scale, causal, q, k, v, out, lse] =
-        attention;
+    const auto &[batch, heads, seq, headDim, scale, causal, q, k, v, out, lse,
+                 kvSeq, positions] = attention;
     const kir::AttentionStep &t = y.attention;
+    EXPECT_EQ(attention.keys(), t.keys());
+    expectSameView(positions, t.positions, "attention positions");
     EXPECT_EQ(batch, t.batch);
     EXPECT_EQ(heads, t.heads);
     EXPECT_EQ(seq, t.seq);
