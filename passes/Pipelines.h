@@ -15,6 +15,10 @@ namespace mlir::llmc {
 /// With `amp`, the forward runs in mixed precision as a training run of that
 /// precision evaluates it. With `shard` (ZeRO-3), its parameters are the
 /// rank's blocks, gathered where the forward reads them.
+/// What the inference programs (@prefill, @decode with a KV cache) go
+/// through before lowering. Registered as `llmc-inference-pipeline`.
+void buildInferencePipeline(OpPassManager &pm);
+
 void buildCompilePipeline(OpPassManager &pm,
                           const std::optional<AmpPassOptions> &amp = {},
                           const std::optional<ShardPassOptions> &shard = {});
