@@ -681,9 +681,7 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     step.kind = kir::StepKind::Attention;
     kir::AttentionStep &out = step.attention;
     decodeAttentionShape(out, *a);
-    out.kvSeq = a->kv_seq();
-    if (out.kvSeq < 0)
-      return fail(what + " has a negative kv_seq");
+    out.kvSeq = a->kv_seq(); // checked by kir::verifyProgram
     out.positions.buffer = a->positioned() ? 0 : -1; // set by decodeViews
     if (llvm::Error err = decodeViews(what, a->views(), [&](auto &&fn) {
           kir::forEachAttentionView(out, fn);

@@ -482,6 +482,10 @@ std::string ProgramVerifier::run() {
       const AttentionStep &a = step.attention;
       if (!checkAttentionTypes({&a.q, &a.k, &a.v, &a.out}, a.lse, what))
         return message;
+      if (a.kvSeq < 0) {
+        os << what << ": kv_seq must be >= 0 (0: seq), got " << a.kvSeq;
+        return message;
+      }
       if (a.positioned() &&
           program.buffers[a.positions.buffer].dtype != DType::I32) {
         os << what << ": positions must be i32";

@@ -12,7 +12,8 @@ llvm::Expected<llmc::InferenceSession>
 llmc::loadInference(mlir::MLIRContext &context,
                     const mlir::llmc::ModelConfig &config,
                     mlir::llmc::InferenceShape shape, llvm::StringRef weights,
-                    uint64_t seed, int numThreads, llvm::raw_ostream &log) {
+                    uint64_t seed, int numThreads, llvm::StringRef what,
+                    llvm::raw_ostream &log) {
   auto module = mlir::llmc::buildInferenceModule(context, config, shape);
   if (!module)
     return module.takeError();
@@ -22,7 +23,7 @@ llmc::loadInference(mlir::MLIRContext &context,
   if (auto available = runtime::availableHostMemory())
     if (llvm::Error error = runtime::checkMemoryFits(
             runtime::memoryNeed({&programs->prefill, &programs->decode}),
-            *available, "generating with model '" + config.name + "'",
+            *available, what.str(),
             /*training=*/false))
       return std::move(error);
   auto store = std::make_shared<runtime::PersistentStore>();

@@ -23,11 +23,13 @@ struct InferenceSession {
 /// Builds @prefill and @decode of `config` with `shape`, compiles them
 /// (kernels from the kernel cache or JIT-compiled), binds both to one
 /// store and loads `weights` (empty: GPT-2 initialization from `seed`).
-/// Says what it compiled on `log`.
+/// Says what it compiled on `log`; `what` starts the message when the
+/// programs do not fit in memory ("running model.llmc").
 llvm::Expected<InferenceSession>
 loadInference(mlir::MLIRContext &context, const mlir::llmc::ModelConfig &config,
               mlir::llmc::InferenceShape shape, llvm::StringRef weights,
-              uint64_t seed, int numThreads, llvm::raw_ostream &log);
+              uint64_t seed, int numThreads, llvm::StringRef what,
+              llvm::raw_ostream &log);
 
 } // namespace llmc
 

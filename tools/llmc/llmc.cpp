@@ -825,8 +825,10 @@ static int runCachedGenerate(MLIRContext &context,
   ::mlir::llmc::InferenceShape shape;
   shape.maxContext = maxContext ? int64_t(maxContext) : config->seqLen;
   shape.prefillTokens = std::min<int64_t>(prefillChunk, shape.maxContext);
-  auto session = ::llmc::loadInference(context, *config, shape, weightsPath,
-                                       seed, numThreads, llvm::errs());
+  auto session =
+      ::llmc::loadInference(context, *config, shape, weightsPath, seed,
+                            numThreads, "running " + artifactInput,
+                            llvm::errs());
   if (!session)
     return fail(session.takeError());
   ::llmc::runtime::CachedGenerator &generator = session->generator;
@@ -869,6 +871,7 @@ static int runCachedGenerate(MLIRContext &context,
   bool terminal = llvm::outs().is_displayed();
   ::llmc::runtime::TerminalText shown;
   ::llmc::runtime::GenerationStats stats;
+  auto start = std::chrono::steady_clock::now();
   llvm::Error error = ::llmc::runtime::generateCached(
       generator, tokens, maxTokens, options,
       [&](int64_t id) {
@@ -883,6 +886,12 @@ static int runCachedGenerate(MLIRContext &context,
   llvm::outs().flush();
   if (error)
     return fail(std::move(error));
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  llvm::errs() << llvm::format("llmc: %lld tokens in %.2f s (%.1f tokens/s)\n",
+                               (long long)maxTokens, seconds,
+                               maxTokens / seconds);
   double decodeTotal = 0;
   for (double seconds : stats.decodeSeconds)
     decodeTotal += seconds;

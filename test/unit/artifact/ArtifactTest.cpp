@@ -1050,8 +1050,8 @@ TEST_F(ArtifactTest, GatherReachIsTheIdRangeNotTheBatch) {
   // Ids nothing bounds: no bounds check could hold.
   EXPECT_EQ(kir::verifyProgram(gatherProgram(2, 256, 0)),
             "kernel 'gather' operand 1 is indexed along dimension 0 by %0, "
-            "whose range is unknown (a gather's ids must come from an input "
-            "with an id bound)");
+            "whose range is unknown (a gather's or scatter's ids must come "
+            "from an input with an id bound)");
 }
 
 TEST_F(ArtifactTest, LoadOverrideCountIsCheckedBeforeTheVerifier) {
