@@ -24,6 +24,11 @@ public:
         elem(b.getF32Type()) {}
 
   OwningOpRef<ModuleOp> build();
+  DictionaryAttr configAttrFor() { return configAttr(); }
+  /// Adds @`name`, an inference step over `seq` tokens per sequence with a
+  /// KV cache of `cacheSlots` (see buildInferenceModule), to `module`.
+  void buildInferenceStep(ModuleOp module, StringRef name,
+                          int64_t cacheSlots);
 
 private:
   RankedTensorType tensor(ArrayRef<int64_t> shape) {
@@ -41,6 +46,16 @@ private:
     return NameLoc::get(b.getStringAttr(name));
   }
 
+  /// The transformer between the embeddings and the final norm.
+  Value blocks(Value x);
+  /// Makes @`name` of the body built in `body`: parameters in the order
+  /// they were asked for, then `inputs` (llmc.input), then `states`
+  /// (llmc.state); `results` named by `resultNames` (llmc.output), the
+  /// last `states.size()` of them updating the states in order.
+  func::FuncOp finish(ModuleOp module, StringRef name,
+                      ArrayRef<std::pair<BlockArgument, StringRef>> inputs,
+                      ArrayRef<std::pair<BlockArgument, std::string>> states,
+                      ValueRange results, ArrayRef<StringRef> resultNames);
   Value linear(Value x, const Twine &prefix, int64_t in, int64_t out);
   Value norm(Value x, const Twine &prefix);
   Value dropout(Value x);
@@ -55,6 +70,12 @@ private:
   Block *body = nullptr;
   SmallVector<Attribute> paramNames;
   int64_t nextDropoutStream = 0;
+  // Inference steps: the tokens' positions [B, T] and, per layer, the
+  // cache states asked for and the caches written.
+  Value positions;
+  int64_t cacheSlots = 0;
+  SmallVector<std::pair<BlockArgument, std::string>> cacheStates;
+  SmallVector<Value> cacheUpdates;
 };
 
 Value GptBuilder::linear(Value x, const Twine &prefix, int64_t in,
@@ -79,7 +100,7 @@ Value GptBuilder::norm(Value x, const Twine &prefix) {
 }
 
 Value GptBuilder::dropout(Value x) {
-  if (cfg.dropout == 0.0)
+  if (cfg.dropout == 0.0 || positions) // inference: no dropout
     return x;
   return DropoutOp::create(b, x.getLoc(), x, b.getF32FloatAttr(cfg.dropout),
                            b.getI64IntegerAttr(nextDropoutStream++));
@@ -101,12 +122,29 @@ Value GptBuilder::attention(Value x, const Twine &prefix) {
   Value q = heads(0), k = heads(1), v = heads(2);
   if (cfg.position == Position::Rope) {
     FloatAttr theta = b.getF32FloatAttr(cfg.ropeTheta);
-    q = RotaryOp::create(b, l, q, theta, /*inverse=*/UnitAttr());
-    k = RotaryOp::create(b, l, k, theta, /*inverse=*/UnitAttr());
+    q = RotaryOp::create(b, l, q, positions, theta, /*inverse=*/UnitAttr());
+    k = RotaryOp::create(b, l, k, positions, theta, /*inverse=*/UnitAttr());
+  }
+  if (positions) {
+    // Inference: this step's keys and values join the layer's cache at
+    // their positions, and the queries attend over the cache.
+    auto cacheType = tensor({batch, h, cacheSlots, d});
+    auto cached = [&](Value fresh, StringRef which) -> Value {
+      std::string name = ("cache." + prefix + "." + which).str();
+      BlockArgument state = body->addArgument(cacheType, loc(name));
+      cacheStates.push_back({state, name});
+      Value written = CacheWriteOp::create(b, l, cacheType, fresh, state,
+                                           positions);
+      cacheUpdates.push_back(written);
+      return written;
+    };
+    k = cached(k, "k");
+    v = cached(v, "v");
   }
   FloatAttr scale = b.getF32FloatAttr(1.0 / std::sqrt(double(d)));
-  Value o =
-      AttentionOp::create(b, l, q, k, v, scale, b.getUnitAttr()).getResult();
+  Value o = AttentionOp::create(b, l, q, k, v, positions, scale,
+                                b.getUnitAttr())
+                .getResult();
   o = TransposeOp::create(b, l, o, b.getDenseI64ArrayAttr({0, 2, 1, 3}));
   o = ReshapeOp::create(b, l, tensor({batch, seq, c}), o);
   return linear(o, prefix + ".c_proj", c, c);
@@ -166,6 +204,68 @@ DictionaryAttr GptBuilder::configAttr() {
   return b.getDictionaryAttr(fields);
 }
 
+Value GptBuilder::blocks(Value x) {
+  x = dropout(x);
+  for (int64_t i = 0; i < cfg.nLayer; ++i) {
+    std::string layer = ("h." + Twine(i)).str();
+    Value a = attention(norm(x, layer + ".ln_1"), layer + ".attn");
+    x = AddOp::create(b, loc(layer), x, dropout(a));
+    Value m = mlp(norm(x, layer + ".ln_2"), layer + ".mlp");
+    x = AddOp::create(b, loc(layer), x, dropout(m));
+  }
+  return x;
+}
+
+func::FuncOp GptBuilder::finish(
+    ModuleOp module, StringRef name,
+    ArrayRef<std::pair<BlockArgument, StringRef>> inputs,
+    ArrayRef<std::pair<BlockArgument, std::string>> states, ValueRange results,
+    ArrayRef<StringRef> resultNames) {
+  func::ReturnOp::create(b, loc(name), results);
+  // The signature: parameters in the order they were asked for, then the
+  // inputs and the states.
+  llvm::DenseSet<BlockArgument> named;
+  for (auto &[arg, _] : inputs)
+    named.insert(arg);
+  for (auto &[arg, _] : states)
+    named.insert(arg);
+  SmallVector<BlockArgument> order;
+  for (BlockArgument arg : body->getArguments())
+    if (!named.contains(arg))
+      order.push_back(arg);
+  size_t numParams = order.size();
+  for (auto &[arg, _] : inputs)
+    order.push_back(arg);
+  for (auto &[arg, _] : states)
+    order.push_back(arg);
+  SmallVector<Type> argTypes;
+  for (BlockArgument arg : order)
+    argTypes.push_back(arg.getType());
+  auto funcType = b.getFunctionType(argTypes, results.getTypes());
+  b.setInsertionPointToEnd(module.getBody());
+  auto func = func::FuncOp::create(b, loc(name), name, funcType);
+  Block *entry = func.addEntryBlock();
+  for (auto [index, arg] : llvm::enumerate(order))
+    arg.replaceAllUsesWith(entry->getArgument(index));
+  entry->getOperations().splice(entry->end(), body->getOperations());
+
+  for (auto [index, paramName] : llvm::enumerate(paramNames))
+    func.setArgAttr(index, "llmc.param", paramName);
+  for (auto [index, input] : llvm::enumerate(inputs))
+    func.setArgAttr(numParams + index, "llmc.input",
+                    b.getStringAttr(input.second));
+  for (auto [index, state] : llvm::enumerate(states))
+    func.setArgAttr(numParams + inputs.size() + index, "llmc.state",
+                    b.getStringAttr(state.second));
+  size_t firstUpdate = results.size() - states.size();
+  for (auto [index, resultName] : llvm::enumerate(resultNames))
+    func.setResultAttr(index, "llmc.output", b.getStringAttr(resultName));
+  for (auto [index, state] : llvm::enumerate(states))
+    func.setResultAttr(firstUpdate + index, "llmc.updates",
+                       b.getStringAttr(state.second));
+  return func;
+}
+
 OwningOpRef<ModuleOp> GptBuilder::build() {
   int64_t c = cfg.nEmbd;
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc(cfg.name));
@@ -181,10 +281,8 @@ OwningOpRef<ModuleOp> GptBuilder::build() {
   Value wte = param("wte", {cfg.vocabSize, c});
   Value wpe = cfg.position == Position::Learned ? param("wpe", {cfg.seqLen, c})
                                                 : Value();
-  // tokens and targets end the signature; the final argument order is fixed
-  // when the function is created below.
-  Value tokens = body->addArgument(ids, loc("tokens"));
-  Value targets = body->addArgument(ids, loc("targets"));
+  BlockArgument tokens = body->addArgument(ids, loc("tokens"));
+  BlockArgument targets = body->addArgument(ids, loc("targets"));
 
   Value x = EmbeddingOp::create(b, loc("wte"), wte, tokens);
   if (wpe) {
@@ -193,50 +291,58 @@ OwningOpRef<ModuleOp> GptBuilder::build() {
                         b.getDenseI64ArrayAttr({seq, c}));
     x = AddOp::create(b, loc("wpe"), x, pos);
   }
-  x = dropout(x);
-  for (int64_t i = 0; i < cfg.nLayer; ++i) {
-    std::string layer = ("h." + Twine(i)).str();
-    Value a = attention(norm(x, layer + ".ln_1"), layer + ".attn");
-    x = AddOp::create(b, loc(layer), x, dropout(a));
-    Value m = mlp(norm(x, layer + ".ln_2"), layer + ".mlp");
-    x = AddOp::create(b, loc(layer), x, dropout(m));
-  }
-  x = norm(x, "ln_f");
+  x = norm(blocks(x), "ln_f");
   Value classifier =
       cfg.tieEmbeddings ? wte : param("lm_head.weight", {cfg.vocabSize, c});
   Value logits = MatmulOp::create(b, loc("lm_head"), x, classifier,
                                   /*transpose_a=*/false, /*transpose_b=*/true);
   Value loss =
       CrossEntropyOp::create(b, loc("loss"), logits, targets).getLoss();
-  func::ReturnOp::create(b, loc("loss"), ValueRange{loss, logits});
-
-  // The signature: parameters in the order they were asked for, then tokens
-  // and targets.
-  SmallVector<Type> inputs;
-  SmallVector<BlockArgument> params;
-  for (BlockArgument arg : body->getArguments())
-    if (arg != tokens && arg != targets)
-      params.push_back(arg);
-  for (BlockArgument arg : params)
-    inputs.push_back(arg.getType());
-  inputs.append({ids, ids});
-  auto funcType =
-      b.getFunctionType(inputs, {loss.getType(), logits.getType()});
-  b.setInsertionPointToEnd(module->getBody());
-  auto forward = func::FuncOp::create(b, loc("forward"), "forward", funcType);
-  Block *entry = forward.addEntryBlock();
-  for (auto [index, arg] : llvm::enumerate(params))
-    arg.replaceAllUsesWith(entry->getArgument(index));
-  tokens.replaceAllUsesWith(entry->getArgument(params.size()));
-  targets.replaceAllUsesWith(entry->getArgument(params.size() + 1));
-  entry->getOperations().splice(entry->end(), body->getOperations());
-
-  for (auto [index, name] : llvm::enumerate(paramNames))
-    forward.setArgAttr(index, "llmc.param", name);
-  forward.setArgAttr(params.size(), "llmc.input", b.getStringAttr("tokens"));
-  forward.setArgAttr(params.size() + 1, "llmc.input",
-                     b.getStringAttr("targets"));
+  finish(*module, "forward", {{tokens, "tokens"}, {targets, "targets"}}, {},
+         ValueRange{loss, logits}, {});
   return module;
+}
+
+void GptBuilder::buildInferenceStep(ModuleOp module, StringRef name,
+                                    int64_t slots) {
+  int64_t c = cfg.nEmbd;
+  auto ids = RankedTensorType::get({batch, seq}, b.getI32Type());
+  Block block;
+  body = &block;
+  b.setInsertionPointToEnd(body);
+  paramNames.clear();
+  cacheStates.clear();
+  cacheUpdates.clear();
+  cacheSlots = slots;
+
+  Value wte = param("wte", {cfg.vocabSize, c});
+  Value wpe = cfg.position == Position::Learned ? param("wpe", {cfg.seqLen, c})
+                                                : Value();
+  BlockArgument tokens = body->addArgument(ids, loc("tokens"));
+  BlockArgument positionsArg = body->addArgument(ids, loc("positions"));
+  positions = positionsArg;
+
+  Value x = EmbeddingOp::create(b, loc("wte"), wte, tokens);
+  if (wpe)
+    x = AddOp::create(b, loc("wpe"), x,
+                      EmbeddingOp::create(b, loc("wpe"), wpe, positions));
+  x = blocks(x);
+  // Only the last token's logits are wanted (the next token's
+  // distribution): the final norm and the classifier run on that row alone.
+  Value last = SliceOp::create(b, loc("ln_f"), x,
+                               b.getDenseI64ArrayAttr({0, seq - 1, 0}),
+                               b.getDenseI64ArrayAttr({batch, 1, c}));
+  last = ReshapeOp::create(b, loc("ln_f"), tensor({batch, c}), last);
+  last = norm(last, "ln_f");
+  Value classifier =
+      cfg.tieEmbeddings ? wte : param("lm_head.weight", {cfg.vocabSize, c});
+  Value logits = MatmulOp::create(b, loc("lm_head"), last, classifier,
+                                  /*transpose_a=*/false, /*transpose_b=*/true);
+  SmallVector<Value> results = {logits};
+  results.append(cacheUpdates.begin(), cacheUpdates.end());
+  finish(module, name, {{tokens, "tokens"}, {positionsArg, "positions"}},
+         cacheStates, results, {"logits"});
+  positions = Value();
 }
 
 } // namespace
@@ -257,6 +363,38 @@ mlir::llmc::buildForwardModule(MLIRContext &context, const ModelConfig &config,
   OwningOpRef<ModuleOp> module = GptBuilder(context, config, shape).build();
   if (failed(verify(*module)))
     return llvm::createStringError("internal error: the IR built for model '" +
+                                   config.name + "' does not verify");
+  return module;
+}
+
+llvm::Expected<OwningOpRef<ModuleOp>>
+mlir::llmc::buildInferenceModule(MLIRContext &context,
+                                 const ModelConfig &config,
+                                 InferenceShape shape) {
+  context.loadDialect<LlmcDialect, func::FuncDialect>();
+  if (shape.maxContext == 0)
+    shape.maxContext = config.seqLen;
+  if (shape.batch < 1)
+    return llvm::createStringError("batch size must be positive, got " +
+                                   Twine(shape.batch));
+  if (shape.maxContext < 1 || shape.maxContext > config.seqLen)
+    return llvm::createStringError(
+        "max context must be in [1, seq_len = " + Twine(config.seqLen) +
+        "] of model '" + config.name + "', got " + Twine(shape.maxContext));
+  if (shape.prefillTokens < 1 || shape.prefillTokens > shape.maxContext)
+    return llvm::createStringError(
+        "prefill chunk must be in [1, max context = " +
+        Twine(shape.maxContext) + "], got " + Twine(shape.prefillTokens));
+  OwningOpRef<ModuleOp> module = ModuleOp::create(NameLoc::get(
+      StringAttr::get(&context, config.name)));
+  GptBuilder prefill(context, config, {shape.batch, shape.prefillTokens});
+  module->getOperation()->setAttr("llmc.model", prefill.configAttrFor());
+  prefill.buildInferenceStep(*module, "prefill", shape.maxContext);
+  GptBuilder decode(context, config, {shape.batch, 1});
+  decode.buildInferenceStep(*module, "decode", shape.maxContext);
+  if (failed(verify(*module)))
+    return llvm::createStringError("internal error: the inference IR built "
+                                   "for model '" +
                                    config.name + "' does not verify");
   return module;
 }

@@ -29,6 +29,37 @@ llvm::Expected<OwningOpRef<ModuleOp>>
 buildForwardModule(MLIRContext &context, const ModelConfig &config,
                    ForwardShape shape);
 
+/// Static shapes of the inference programs: `batch` sequences, a KV cache
+/// of `maxContext` positions per sequence, prompts fed `prefillTokens` at a
+/// time.
+struct InferenceShape {
+  int64_t batch = 1;
+  int64_t maxContext = 0; // 0: the config's seq_len.
+  int64_t prefillTokens = 64;
+};
+
+/// Returns a module holding the two inference programs of the model, built
+/// by the same layers as @forward (so a checkpoint's parameters bind by
+/// name), with dropout off:
+///   func.func @prefill(params..., %tokens: tensor<BxPxi32>,
+///                      %positions: tensor<BxPxi32>, caches...)
+///       -> (tensor<BxVxf32>, caches...)
+///   func.func @decode(params..., %tokens: tensor<Bx1xi32>,
+///                     %positions: tensor<Bx1xi32>, caches...)
+///       -> (tensor<BxVxf32>, caches...)
+/// `positions` holds each token's place in its sequence (< maxContext). The
+/// caches are `llmc.state` arguments `cache.h.<i>.attn.k` / `.v` of shape
+/// [B, n_head, maxContext, head_dim], written at the tokens' positions by
+/// `llmc.cache_write` and returned as their `llmc.updates`; attention sees
+/// the cache slots up to each token's position. The logits (`llmc.output`
+/// "logits") are those of each sequence's last token in the step. A prompt
+/// shorter than a prefill chunk is padded by repeating its last token at
+/// its last position: the copies write the same keys and values to the
+/// same slot and end with the same logits.
+llvm::Expected<OwningOpRef<ModuleOp>>
+buildInferenceModule(MLIRContext &context, const ModelConfig &config,
+                     InferenceShape shape);
+
 } // namespace mlir::llmc
 
 #endif // LLMC_FRONTEND_GPTBUILDER_H

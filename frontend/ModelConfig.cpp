@@ -7,6 +7,7 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
@@ -552,3 +553,21 @@ bool operator==(const ModelConfig &lhs, const ModelConfig &rhs) {
 
 } // namespace llmc
 } // namespace mlir
+
+llvm::Expected<mlir::llmc::ModelConfig>
+mlir::llmc::parseModelConfigJson(llvm::StringRef json, llvm::StringRef what) {
+  llvm::Expected<llvm::json::Value> value = llvm::json::parse(json);
+  if (!value)
+    return llvm::createStringError(what + ": the model config is not JSON: " +
+                                   llvm::toString(value.takeError()));
+  llvm::json::Object *object = value->getAsObject();
+  if (!object)
+    return llvm::createStringError(what +
+                                   ": the model config is not a JSON object");
+  object->erase("batch");
+  // JSON is YAML (flow style): the one schema reads it.
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::json::Value(std::move(*object));
+  return parseModelConfig(os.str(), what);
+}

@@ -76,6 +76,13 @@ int64_t getDefaultFfnHidden(int64_t nEmbd, Activation activation);
 llvm::Expected<ModelConfig> parseModelConfig(llvm::StringRef text,
                                              llvm::StringRef bufferName);
 
+/// Parses the `llmc.model` config a compiled program records
+/// (kir::Program::modelJson: the config's keys and the batch it was built
+/// for, which is not part of the model and is ignored). `what` names the
+/// source in errors.
+llvm::Expected<ModelConfig> parseModelConfigJson(llvm::StringRef json,
+                                                 llvm::StringRef what);
+
 /// Reads and parses `path`; an unreadable file is an Error naming the path
 /// and the OS reason.
 llvm::Expected<ModelConfig> loadModelConfigFile(llvm::StringRef path);

@@ -592,11 +592,62 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+/// Checks `positions` of an op over `[B, ..., T, D]` (the op's `input`):
+/// shape [B, T].
+static LogicalResult verifyPositions(Operation *op, RankedTensorType input,
+                                     Value positions) {
+  auto type = cast<RankedTensorType>(positions.getType());
+  int64_t rank = input.getRank();
+  if (rank < 3)
+    return op->emitOpError("positions need an input of rank >= 3 [B, ..., "
+                           "T, D], got rank ")
+           << rank;
+  SmallVector<int64_t> expected = {input.getDimSize(0),
+                                   input.getDimSize(rank - 2)};
+  if (type.getShape() != ArrayRef<int64_t>(expected))
+    return op->emitOpError("positions must have shape [")
+           << expected[0] << ", " << expected[1] << "] (batch, tokens), got "
+           << type;
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  if (!getPositions())
+    return success();
+  if (!getCausal())
+    return emitOpError("positions mask keys causally; they need `causal`");
+  return verifyPositions(*this, getQuery().getType(), getPositions());
+}
+
+LogicalResult CacheWriteOp::verify() {
+  RankedTensorType cache = getCache().getType(), update = getUpdate().getType();
+  if (cache.getRank() != 4 || update.getRank() != 4)
+    return emitOpError("cache and update must be [B, H, S, D] and [B, H, T, "
+                       "D], got ranks ")
+           << cache.getRank() << " and " << update.getRank();
+  if (cache.getElementType() != update.getElementType())
+    return emitOpError("cache and update must have one element type, got ")
+           << cache.getElementType() << " and " << update.getElementType();
+  for (int64_t d : {0, 1, 3})
+    if (cache.getDimSize(d) != update.getDimSize(d))
+      return emitOpError("cache ")
+             << cache << " and update " << update
+             << " differ in batch, heads or head size";
+  if (update.getDimSize(2) > cache.getDimSize(2))
+    return emitOpError("update has ")
+           << update.getDimSize(2) << " tokens, more than the cache's "
+           << cache.getDimSize(2) << " slots";
+  return verifyPositions(*this, update, getPositions());
+}
+
 LogicalResult RotaryOp::verify() {
   RankedTensorType type = getInput().getType();
   if (type.getRank() < 2)
     return emitOpError("input must have rank >= 2 [..., T, D], got ")
            << type.getRank();
+  if (getPositions() &&
+      failed(verifyPositions(*this, type, getPositions())))
+    return failure();
   if (type.getShape().back() % 2 != 0)
     return emitOpError("head size must be even, got ")
            << type.getShape().back();

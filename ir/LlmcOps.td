@@ -440,43 +440,89 @@ def Llmc_AttentionOp : Llmc_Op<"attention",
     `k : [B..., Tk, D]`, `v : [B..., Tk, Dv]` and equal batch dimensions
     (batch and heads). With `causal`, query `i` sees keys `j <= i + Tk - Tq`
     (the masks of training, Tq = Tk, and of decoding with a cache, Tq < Tk).
+    With `positions : [B, Tq]` (integers; causal only), the keys are the
+    slots of a KV cache and query `i` of sequence `b` sees keys
+    `j <= positions[b, i]`: the position of the token it belongs to, so
+    slots past a sequence's current length are masked whatever they hold.
     Also returns the per-query log-sum-exp of the scaled, masked scores (f32)
     so the backward pass recomputes probabilities without storing them, as
-    flash attention does. Example:
+    flash attention does. Examples:
     ```mlir
     %o, %lse = llmc.attention %q, %k, %v {causal, scale = 1.250000e-01 : f32}
         : tensor<4x12x64x64xf32>, tensor<4x12x64x64xf32>, tensor<4x12x64x64xf32>
     // %o : tensor<4x12x64x64xf32>, %lse : tensor<4x12x64xf32>
+    // Decoding: one query per sequence over a cache of 1024 slots.
+    %d, %dlse = llmc.attention %q1, %kc, %vc positions %pos : tensor<4x1xi32>
+        {causal, scale = 1.250000e-01 : f32}
+        : tensor<4x12x1x64xf32>, tensor<4x12x1024x64xf32>,
+          tensor<4x12x1024x64xf32>
     ```
   }];
   let arguments = (ins Llmc_FloatTensor:$query, Llmc_FloatTensor:$key,
-                       Llmc_FloatTensor:$value, F32Attr:$scale,
+                       Llmc_FloatTensor:$value,
+                       Optional<Llmc_IndexTensor>:$positions, F32Attr:$scale,
                        UnitAttr:$causal);
   let results = (outs Llmc_FloatTensor:$result, Llmc_F32Tensor:$lse);
   let assemblyFormat = [{
-    $query `,` $key `,` $value attr-dict `:` type($query) `,` type($key) `,`
-    type($value)
+    $query `,` $key `,` $value (`positions` $positions^ `:` type($positions))?
+    attr-dict `:` type($query) `,` type($key) `,` type($value)
   }];
+  let hasVerifier = 1;
 }
 
 def Llmc_RotaryOp : Llmc_Op<"rotary",
-    [Pure, Llmc_Pointwise, Llmc_CheapToRecompute, SameOperandsAndResultType,
-     Differentiable]> {
+    [Pure, Llmc_Pointwise, Llmc_CheapToRecompute,
+     AllTypesMatch<["input", "result"]>, Differentiable]> {
   let summary = "Rotary position embedding (RoPE) over `[..., T, D]`";
   let description = [{
     Rotates pairs `(x[..., t, i], x[..., t, i + D/2])` by the angle
-    `t * theta^(-2i/D)` for `i < D/2` (the half-split pairing of GPT-NeoX and
-    Hugging Face Llama), position `t` being the index in the second-to-last
-    dimension. `inverse` rotates by the negated angle, which is the
-    transpose of the rotation and so its gradient. Example:
+    `p * theta^(-2i/D)` for `i < D/2` (the half-split pairing of GPT-NeoX and
+    Hugging Face Llama), where the position `p` is `t`, the index in the
+    second-to-last dimension, or, with `positions : [B, T]` (integers, the
+    input `[B, ..., T, D]`), `positions[b, t]`: the tokens of a decoding
+    step sit at their places in the sequence. `inverse` rotates by the
+    negated angle, which is the transpose of the rotation and so its
+    gradient. Example:
     ```mlir
     %qr = llmc.rotary %q {theta = 1.000000e+04 : f32} : tensor<2x4x16x16xf32>
+    %kr = llmc.rotary %k positions %pos : tensor<2x1xi32>
+        {theta = 1.000000e+04 : f32} : tensor<2x4x1x16xf32>
     ```
   }];
-  let arguments = (ins Llmc_FloatTensor:$input, F32Attr:$theta,
+  let arguments = (ins Llmc_FloatTensor:$input,
+                       Optional<Llmc_IndexTensor>:$positions, F32Attr:$theta,
                        UnitAttr:$inverse);
   let results = (outs Llmc_FloatTensor:$result);
-  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let assemblyFormat = [{
+    $input (`positions` $positions^ `:` type($positions))? attr-dict `:`
+    type($input)
+  }];
+  let hasVerifier = 1;
+}
+
+def Llmc_CacheWriteOp : Llmc_Op<"cache_write",
+    [Pure, Llmc_AmpExempt, AllTypesMatch<["cache", "result"]>]> {
+  let summary = "Writes keys or values into a KV cache at their positions";
+  let description = [{
+    `result` is `cache : [B, H, S, D]` with `result[b, h, positions[b, t], :]
+    = update[b, h, t, :]` for `update : [B, H, T, D]` and integer
+    `positions : [B, T]` in `[0, S)`; other slots keep their values. A
+    prefill or decode step returns it as the `llmc.updates` of the cache's
+    `llmc.state`, and code generation writes the T new rows in place (the
+    cache is never copied). Two tokens of one sequence at the same
+    position write the same slot in an unspecified order. Example:
+    ```mlir
+    %kc2 = llmc.cache_write %k into %kc at %pos
+        : tensor<4x12x1x64xf32>, tensor<4x12x1024x64xf32>, tensor<4x1xi32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$update, Llmc_FloatTensor:$cache,
+                       Llmc_IndexTensor:$positions);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $update `into` $cache `at` $positions attr-dict `:` type($update) `,`
+    type($cache) `,` type($positions)
+  }];
   let hasVerifier = 1;
 }
 

@@ -305,6 +305,9 @@ FailureOr<Grads> SoftmaxOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
 FailureOr<Grads> AttentionOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
   if (failed(noStatisticGrads(*this, resultGrads)))
     return failure();
+  if (getPositions())
+    return emitOpError("attention over a KV cache (positions) is for "
+                       "inference and has no gradient");
   auto grads = AttentionGradOp::create(
       b, getLoc(), resultGrads[0], getQuery(), getKey(), getValue(),
       getResult(), getLse(), getScaleAttr(), getCausalAttr());
@@ -314,8 +317,11 @@ FailureOr<Grads> AttentionOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
 // A rotation's transpose is the rotation by the negated angle.
 FailureOr<Grads> RotaryOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
   UnitAttr inverse = getInverse() ? UnitAttr() : b.getUnitAttr();
-  return Grads{RotaryOp::create(b, getLoc(), resultGrads[0], getThetaAttr(),
-                                inverse)};
+  Grads grads = {RotaryOp::create(b, getLoc(), resultGrads[0], getPositions(),
+                                  getThetaAttr(), inverse)};
+  if (getPositions())
+    grads.push_back(Value()); // integers
+  return grads;
 }
 
 FailureOr<Grads> CrossEntropyOp::buildVjp(OpBuilder &b,

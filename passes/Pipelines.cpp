@@ -84,7 +84,21 @@ void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
   pm.addPass(createFusionPass());
 }
 
+void mlir::llmc::buildInferencePipeline(OpPassManager &pm) {
+  // The inference functions (@prefill, @decode: frontend/GptBuilder.h) are
+  // built by the frontend, not written by users, and are not @forward-shaped
+  // (no targets, a KV cache state), so legality and llmc-amp, which check
+  // and rewrite @forward, do not run. Fusion decides their kernels as it
+  // does the training step's.
+  pm.addPass(createFusionPass());
+}
+
 void mlir::llmc::registerLlmcPipelines() {
+  PassPipelineRegistration<>(
+      "llmc-inference-pipeline",
+      "The passes `llmc generate` and `llmc export` run on @prefill and "
+      "@decode",
+      [](OpPassManager &pm) { buildInferencePipeline(pm); });
   PassPipelineRegistration<>(
       "llmc-compile-pipeline",
       "The passes `llmc compile` runs on a model module",

@@ -23,6 +23,10 @@ void buildCompilePipeline(
     const std::optional<SparsifyPassOptions> &sparsify = {},
     const std::optional<TensorParallelPassOptions> &tensorParallel = {});
 
+/// What the inference programs (@prefill, @decode with a KV cache) go
+/// through before lowering. Registered as `llmc-inference-pipeline`.
+void buildInferencePipeline(OpPassManager &pm);
+
 /// The options of the training passes, one field per pass.
 struct TrainingPipelineOptions {
   /// Mixed precision; unset trains in f32 and llmc-amp does not run.

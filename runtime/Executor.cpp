@@ -425,34 +425,55 @@ void CpuExecutor::runNarrowGemm(const kir::GemmStep &g) {
 }
 
 void CpuExecutor::runAttention(const kir::AttentionStep &att) {
-  int64_t T = att.seq, D = att.headDim;
+  int64_t T = att.seq, S = att.keys(), D = att.headDim;
   // One type for q, k, v and out (kir::verifyProgram); f16/bf16 heads are
-  // staged in f32 after the scores.
+  // staged in f32 after the scores: q and out [T, D], k and v [S, D].
   kir::DType type = prog.buffers[att.q.buffer].dtype;
-  int64_t staged = type == kir::DType::F32 ? 0 : 4 * T * D;
+  int64_t staged = type == kir::DType::F32 ? 0 : 2 * (T + S) * D;
+  const int32_t *positions =
+      att.positioned()
+          ? reinterpret_cast<const int32_t *>(base(att.positions.buffer))
+          : nullptr;
+  // The keys query t of batch b sees: a prefix of the S keys.
+  auto visibleKeys = [&](int64_t b, int64_t t) -> int64_t {
+    if (!att.causal)
+      return S;
+    int64_t last = positions ? positions[att.positions.offset +
+                                         b * att.positions.strides[0] +
+                                         t * att.positions.strides[1]]
+                             : t + S - T;
+    return std::clamp<int64_t>(last + 1, 0, S);
+  };
   pool.parallelFor(att.batch * att.heads, [&](int64_t begin, int64_t end,
                                               int thread) {
     std::vector<float> &scores = scratch[thread];
-    scores.resize(std::max<size_t>(scores.size(), T * T + staged));
-    float *staging = scores.data() + T * T;
+    scores.resize(std::max<size_t>(scores.size(), T * S + staged));
     for (int64_t pair = begin; pair < end; ++pair) {
       int64_t b = pair / att.heads, h = pair % att.heads;
-      auto head = [&](const kir::View &view, int64_t slot, bool load) {
-        return headMatrix(base(view.buffer), type, view, b, h, T, D,
-                          staging + slot * T * D, load);
+      // Only the keys some query sees are read (a KV cache's filled prefix).
+      int64_t keys = 0;
+      for (int64_t t = 0; t < T; ++t)
+        keys = std::max(keys, visibleKeys(b, t));
+      float *staging = scores.data() + T * keys;
+      auto head = [&](const kir::View &view, int64_t rows, bool load) {
+        auto matrix = headMatrix(base(view.buffer), type, view, b, h, rows, D,
+                                 staging, load);
+        staging += rows * D;
+        return matrix;
       };
-      auto [q, qs] = head(att.q, 0, true);
-      auto [k, ks] = head(att.k, 1, true);
-      auto [v, vs] = head(att.v, 2, true);
-      auto [out, os] = head(att.out, 3, false);
+      auto [q, qs] = head(att.q, T, true);
+      auto [k, ks] = head(att.k, keys, true);
+      auto [v, vs] = head(att.v, keys, true);
+      auto [out, os] = head(att.out, T, false);
       float *lse = reinterpret_cast<float *>(base(att.lse.buffer)) +
                    att.lse.offset + b * att.lse.strides[0] +
                    h * att.lse.strides[1];
-      // S = scale * Q K^T; K^T as a matrix: (row d, column s) at s*ks + d.
-      sgemm(T, T, D, {q, qs, 1}, {k, 1, ks}, scores.data(), T, att.scale);
+      if (keys > 0) // S = scale * Q K^T; K^T: (row d, column s) at s*ks + d.
+        sgemm(T, keys, D, {q, qs, 1}, {k, 1, ks}, scores.data(), keys,
+              att.scale);
       for (int64_t t = 0; t < T; ++t) {
-        float *row = scores.data() + t * T;
-        int64_t visible = att.causal ? t + 1 : T;
+        float *row = scores.data() + t * keys;
+        int64_t visible = visibleKeys(b, t);
         float max = -INFINITY;
         for (int64_t s = 0; s < visible; ++s)
           max = std::max(max, row[s]);
@@ -461,15 +482,21 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
           row[s] = std::exp(row[s] - max);
           sum += row[s];
         }
-        float inv = float(1.0 / sum);
+        // A query that sees no key (a position before the cache) gets 0.
+        float inv = visible ? float(1.0 / sum) : 0.0f;
         for (int64_t s = 0; s < visible; ++s)
           row[s] *= inv;
-        for (int64_t s = visible; s < T; ++s)
+        for (int64_t s = visible; s < keys; ++s)
           row[s] = 0.0f;
-        lse[t * att.lse.strides[2]] = max + float(std::log(sum));
+        lse[t * att.lse.strides[2]] =
+            visible ? max + float(std::log(sum)) : -INFINITY;
       }
       // Out = P V.
-      sgemm(T, D, T, {scores.data(), T, 1}, {v, vs, 1}, out, os);
+      if (keys > 0)
+        sgemm(T, D, keys, {scores.data(), keys, 1}, {v, vs, 1}, out, os);
+      else
+        for (int64_t t = 0; t < T; ++t)
+          std::fill_n(out + t * os, D, 0.0f);
       storeHead(base(att.out.buffer), type, att.out, b, h, T, D, out);
     }
   });

@@ -830,7 +830,8 @@ void KernelEmitter::emitStore(const kir::Instr &instr, int w, Value col) {
   default:
     break;
   }
-  Address address = emitAddress(instr.operand, {}, w, col);
+  Address address =
+      emitAddress(instr.operand, kir::indexOverrides(instr), w, col);
   unsigned alignment = kir::dtypeBytes(access.dtype);
   if (address.gather) {
     Value mask = splat(typeAt(b.getI1Type(), w), b.getBoolAttr(true));

@@ -319,10 +319,12 @@ bool isContiguousAccess(const kir::Kernel &kernel,
   const kir::Access &access = kernel.operands[operand];
   if (access.strides[rowDim] != 1)
     return false;
-  if (load && !load->args.empty()) {
-    if (load->args[rowDim] >= 0)
+  llvm::ArrayRef<int32_t> overrides =
+      load ? kir::indexOverrides(*load) : llvm::ArrayRef<int32_t>();
+  if (!overrides.empty()) {
+    if (overrides[rowDim] >= 0)
       return false;
-    for (int32_t arg : load->args)
+    for (int32_t arg : overrides)
       if (arg >= 0 && levels[arg] == Level::Column)
         return false;
   }
@@ -376,8 +378,7 @@ KernelPlan planKernel(const kir::Kernel &kernel) {
     for (int32_t use : uses[operand]) {
       const kir::Instr &instr = kernel.body[use];
       if (levels[use] != Level::Column ||
-          !isContiguousAccess(kernel, levels, instr.operand,
-                              instr.op == Op::Load ? &instr : nullptr))
+          !isContiguousAccess(kernel, levels, instr.operand, &instr))
         contiguous = false;
     }
     if (!contiguous)
@@ -702,8 +703,9 @@ void KernelWriter::writeChunk(const llvm::BitVector &needed,
       if (lanes && plan.vectorOperand[instr.operand])
         w.line("s" + std::to_string(i) + "[l] = " + value + ";");
       else
-        w.line("llmc_store(" + address(instr.operand, {}, "c", lanes) + ", " +
-               value + ");");
+        w.line("llmc_store(" +
+               address(instr.operand, kir::indexOverrides(instr), "c", lanes) +
+               ", " + value + ");");
       continue;
     }
     w.line("const " + llvm::Twine(valueTypeName(instr.type)) + " " + name(i) +
@@ -722,7 +724,9 @@ void KernelWriter::writeChunk(const llvm::BitVector &needed,
     w.close();
     for (auto &[i, pack] : vectorStores)
       w.line("llmc_store_vec<" + llvm::Twine(width) + ">(" +
-             address(kernel.body[i].operand, {}, first, false) + ", " + pack +
+             address(kernel.body[i].operand,
+                     kir::indexOverrides(kernel.body[i]), first, false) +
+             ", " + pack +
              ");");
   }
   laneArray.reset();
@@ -784,7 +788,8 @@ void KernelWriter::writeRowStores() {
     w.line(block ? "__syncthreads();" : "__syncwarp();");
   w.open(block ? "if (threadIdx.x == 0)" : "if (lane == 0)");
   for (int32_t i : stores)
-    w.line("llmc_store(" + address(kernel.body[i].operand, {}, "0", false) +
+    w.line("llmc_store(" + address(kernel.body[i].operand,
+                           kir::indexOverrides(kernel.body[i]), "0", false) +
            ", " + name(kernel.body[i].args[0]) + ");");
   w.close();
 }
@@ -852,7 +857,8 @@ void KernelWriter::writePointwise() {
     if (begin == 0 && !rowStores.empty()) {
       w.open("if (" + first + " == 0)");
       for (int32_t i : rowStores)
-        w.line("llmc_store(" + address(kernel.body[i].operand, {}, "0", false) +
+        w.line("llmc_store(" + address(kernel.body[i].operand,
+                           kir::indexOverrides(kernel.body[i]), "0", false) +
                ", " + name(kernel.body[i].args[0]) + ");");
       w.close();
     }

@@ -420,8 +420,21 @@ LogicalResult Lowering::expandRotary(ExpandFrame &f, RotaryOp rotary) {
       KOp::Exp,
       kb.binary(KOp::Mul, kb.emit(KOp::IToF, DType::F32, {pair}),
                 kb.constant(-2.0 * logTheta / double(rowLength))));
-  int32_t t = kb.emit(KOp::IToF, DType::F32,
-                      {kb.emit(KOp::Index, DType::I64, {}, -1, rank - 2)});
+  // The position: the token's index, or its place in the sequence.
+  int32_t position;
+  if (Value positions = rotary.getPositions()) {
+    if (rank < 3)
+      return rotary.emitOpError("code generation needs rank >= 3 with "
+                                "positions");
+    FailureOr<int32_t> loaded =
+        loadWithMap(kb, positions, {f.full[0], f.full[rank - 2]});
+    if (failed(loaded))
+      return failure();
+    position = *loaded;
+  } else {
+    position = kb.emit(KOp::Index, DType::I64, {}, -1, rank - 2);
+  }
+  int32_t t = kb.emit(KOp::IToF, DType::F32, {position});
   int32_t angle = kb.binary(KOp::Mul, t, freq);
   int32_t cosA = kb.unary(KOp::Cos, angle), sinA = kb.unary(KOp::Sin, angle);
   if (rotary.getInverse())

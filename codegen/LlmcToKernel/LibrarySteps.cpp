@@ -263,6 +263,20 @@ LogicalResult Lowering::lowerAttention(AttentionOp op) {
   };
   AttentionStep step;
   setAttentionShape(step, qkv[0], op);
+  step.kvSeq = qkv[1].shape[rank - 2];
+  if (Value positions = op.getPositions()) {
+    if (rank != 4)
+      return op.emitOpError("code generation supports positions on [batch, "
+                            "heads, seq, head_dim] attention");
+    FailureOr<TensorView> view = viewOf(positions);
+    if (failed(view))
+      return failure();
+    if (view->dtype != DType::I32)
+      *view = copyContiguous(*view, nameOf(positions), DType::I32);
+    step.positions.buffer = view->buffer;
+    step.positions.offset = view->offset;
+    step.positions.strides.assign(view->strides.begin(), view->strides.end());
+  }
   step.q = toView(qkv[0]);
   step.k = toView(qkv[1]);
   step.v = toView(qkv[2]);
@@ -486,4 +500,45 @@ LogicalResult Lowering::lowerCollective(Operation *op) {
   collectivesInFlight.push_back(program.steps.size() - 1);
   return success();
 }
+} // namespace mlir::llmc::lowering
+
+namespace mlir::llmc::lowering {
+
+LogicalResult Lowering::lowerCacheWrite(CacheWriteOp op) {
+  // The cache is a persistent state that this function updates with the
+  // op's result: the new rows are stored straight into its buffer, and no
+  // other op may read the old cache (it no longer exists once written).
+  auto cache = dyn_cast<BlockArgument>(op.getCache());
+  if (!cache || !func.getArgAttr(cache.getArgNumber(), "llmc.state") ||
+      updateTargets.lookup(op.getResult()) != cache)
+    return op.emitOpError("code generation writes a cache in place: its "
+                          "cache must be an llmc.state argument that the "
+                          "function returns the result as the llmc.updates "
+                          "of");
+  if (!op.getCache().hasOneUse())
+    return op.emitOpError("code generation writes the cache in place, so "
+                          "nothing else may read the cache it replaces");
+  FailureOr<TensorView> update = viewOf(op.getUpdate());
+  if (failed(update))
+    return failure();
+  TensorView into = views.lookup(cache);
+  // update (B, H, T, D) -> cache (B, H, S, D) at row positions[b, t]: a
+  // kernel over the update's elements whose store replaces the token index.
+  ArrayRef<int64_t> shape = update->shape;
+  std::string origin = nameOf(op.getResult());
+  KernelBuilder kb(kernelName("cache_write"), origin, shape);
+  SmallVector<int> map = identityMap(4);
+  int32_t value = kb.load(*update, map);
+  FailureOr<int32_t> position = loadWithMap(kb, op.getPositions(), {0, 2});
+  if (failed(position))
+    return failure();
+  int32_t operand = kb.operand(into, map);
+  kb.emit(KOp::Store, DType::F32, {value, -1, -1, *position, -1}, operand);
+  noteIdBound(op.getPositions(), into.shape[2]);
+  addKernelStep(std::move(kb.kernel), origin);
+  views[op.getResult()] = into;
+  storedInPlace.insert(op.getResult());
+  return success();
+}
+
 } // namespace mlir::llmc::lowering

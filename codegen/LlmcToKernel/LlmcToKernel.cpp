@@ -101,6 +101,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
     return lowerGemm(op, nullptr, {});
   if (auto attention = dyn_cast<AttentionOp>(op))
     return lowerAttention(attention);
+  if (auto write = dyn_cast<CacheWriteOp>(op))
+    return lowerCacheWrite(write);
   if (auto grad = dyn_cast<AttentionGradOp>(op))
     return lowerAttentionGrad(grad);
   if (auto grad = dyn_cast<EmbeddingGradOp>(op))

@@ -232,6 +232,8 @@ private:
                                        const TensorView &c,
                                        std::optional<DType> roundTo);
   LogicalResult lowerAttention(AttentionOp op);
+  /// cache_write as a scatter kernel storing into the cache's state buffer.
+  LogicalResult lowerCacheWrite(CacheWriteOp op);
   LogicalResult lowerAttentionGrad(AttentionGradOp op);
   LogicalResult lowerEmbeddingGrad(EmbeddingGradOp op);
   /// all_reduce, reduce_scatter, all_gather, broadcast_from: a

@@ -235,12 +235,14 @@ static void encodeAttentionShape(Builder &out, int64_t batch, int64_t heads,
 static Offset<fb::AttentionStep>
 encodeAttention(FlatBufferBuilder &b, const kir::AttentionStep &attention) {
   const auto &[batch, heads, seq, headDim, scale, causal, q, k, v, outView,
-               lse] = attention;
+               lse, kvSeq, positions] = attention;
   auto views = encodeViews(
       b, [&](auto &&fn) { kir::forEachAttentionView(attention, fn); });
   fb::AttentionStepBuilder out(b);
   encodeAttentionShape(out, batch, heads, seq, headDim, scale, causal);
   out.add_views(views);
+  out.add_kv_seq(attention.keys());
+  out.add_positioned(attention.positioned());
   return out.Finish();
 }
 
@@ -679,6 +681,8 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     step.kind = kir::StepKind::Attention;
     kir::AttentionStep &out = step.attention;
     decodeAttentionShape(out, *a);
+    out.kvSeq = a->kv_seq(); // checked by kir::verifyProgram
+    out.positions.buffer = a->positioned() ? 0 : -1; // set by decodeViews
     if (llvm::Error err = decodeViews(what, a->views(), [&](auto &&fn) {
           kir::forEachAttentionView(out, fn);
         }))
@@ -818,10 +822,12 @@ static std::string checkBeforeVerifying(const kir::Program &program) {
   llvm::raw_string_ostream os(message);
   for (const kir::Kernel &kernel : program.kernels)
     for (auto [i, instr] : llvm::enumerate(kernel.body))
-      if (instr.op == kir::Op::Load && !instr.args.empty() &&
-          instr.args.size() != kernel.domain.size()) {
-        os << "kernel '" << kernel.name << "', instruction %" << i
-           << " (load): has " << instr.args.size()
+      if ((instr.op == kir::Op::Load || instr.op == kir::Op::Store) &&
+          !kir::indexOverrides(instr).empty() &&
+          kir::indexOverrides(instr).size() != kernel.domain.size()) {
+        os << "kernel '" << kernel.name << "', instruction %" << i << " ("
+           << kir::opName(instr.op) << "): has "
+           << kir::indexOverrides(instr).size()
            << " index overrides, needs none or one per domain dimension ("
            << kernel.domain.size() << ")";
         return message;

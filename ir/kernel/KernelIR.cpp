@@ -96,13 +96,14 @@ const char *llmc::kir::opName(Op op) {
 int llmc::kir::numArgs(Op op) {
   switch (op) {
   case Op::Load:
+  case Op::Store:
     return -1;
   case Op::Const:
   case Op::Index:
     return 0;
   case Op::Neg: case Op::Exp: case Op::Log: case Op::Tanh: case Op::Erf:
   case Op::Sqrt: case Op::Rsqrt: case Op::Sin: case Op::Cos: case Op::Abs:
-  case Op::IToF: case Op::ReduceSum: case Op::ReduceMax: case Op::Store:
+  case Op::IToF: case Op::ReduceSum: case Op::ReduceMax:
   case Op::RoundF16: case Op::RoundBF16:
     return 1;
   case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Max:
@@ -240,7 +241,8 @@ std::string llmc::kir::verifyKernel(const Kernel &kernel) {
   for (size_t i = 0; i < kernel.body.size(); ++i) {
     const Instr &instr = kernel.body[i];
     for (int32_t arg : instr.args)
-      if (arg >= int32_t(i) || (arg < 0 && instr.op != Op::Load)) {
+      if (arg >= int32_t(i) ||
+          (arg < 0 && instr.op != Op::Load && instr.op != Op::Store)) {
         fail(i) << "argument %" << arg << " is not defined before its use";
         return message;
       }
@@ -261,6 +263,30 @@ std::string llmc::kir::verifyKernel(const Kernel &kernel) {
       }
       DType storage = kernel.operands[instr.operand].dtype;
       if (instr.op == Op::Store) {
+        if (instr.args.size() != 1 && instr.args.size() != 1 + rank) {
+          fail(i) << "needs a value and no index overrides or one per "
+                     "domain dim";
+          return message;
+        }
+        if (instr.args[0] < 0) {
+          fail(i) << "stores no value";
+          return message;
+        }
+        llvm::ArrayRef<int32_t> at = indexOverrides(instr);
+        for (auto [d, arg] : llvm::enumerate(at)) {
+          if (arg < 0)
+            continue;
+          if (d + 1 == rank) {
+            fail(i) << "overrides the row dimension's index (a scatter "
+                       "writes whole runs of a row)";
+            return message;
+          }
+          if (types[arg] != DType::I64 || levels[arg] != Level::Row) {
+            fail(i) << "index override %" << arg
+                    << " is not a row-level i64";
+            return message;
+          }
+        }
         if (argType(0) != computeType(storage)) {
           fail(i) << "stores " << dtypeName(argType(0)) << " to "
                   << dtypeName(storage) << " storage";
@@ -417,23 +443,25 @@ void llmc::kir::printKernel(llvm::raw_ostream &os, const Kernel &kernel) {
       os << " " << instr.dim;
       break;
     case Op::Load:
+    case Op::Store: {
+      if (instr.op == Op::Store)
+        os << " %" << instr.args[0] << " to";
       os << " operand " << instr.operand;
-      if (!instr.args.empty()) {
+      llvm::ArrayRef<int32_t> at = indexOverrides(instr);
+      if (!at.empty()) {
         os << " at [";
-        for (size_t d = 0; d < instr.args.size(); ++d) {
+        for (size_t d = 0; d < at.size(); ++d) {
           if (d)
             os << ", ";
-          if (instr.args[d] < 0)
+          if (at[d] < 0)
             os << "i" << d;
           else
-            os << "%" << instr.args[d];
+            os << "%" << at[d];
         }
         os << "]";
       }
       break;
-    case Op::Store:
-      os << " %" << instr.args[0] << " to operand " << instr.operand;
-      break;
+    }
     default:
       for (size_t a = 0; a < instr.args.size(); ++a)
         os << (a ? ", %" : " %") << instr.args[a];

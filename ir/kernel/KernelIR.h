@@ -71,7 +71,12 @@ enum class Op : uint8_t {
   ReduceSum, ReduceMax,
   // Store args[0] to `operand` at the domain index. A row-level value goes
   // to an operand whose stride along the row is 0 and is stored once per
-  // row; a column-level value needs a non-zero row stride.
+  // row; a column-level value needs a non-zero row stride. args[1..]:
+  // none, or one per domain dim as for Load (an I64 index replacing that
+  // dim's, or -1), a scatter: overrides must be row-level values and leave
+  // the row dim's index alone, so one row writes one contiguous run (a KV
+  // cache written at each token's position). Rows whose overrides collide
+  // write the same elements in an unspecified order.
   Store,
   // A uniform F32 in [0, 1) from three I64 args [key, counterHigh,
   // counterLow]: Philox4x32-10 with key {lo32(key), hi32(key)} and counter
@@ -91,7 +96,7 @@ enum class Op : uint8_t {
 };
 
 const char *opName(Op op);
-int numArgs(Op op); // -1 for Load (0 or rank)
+int numArgs(Op op); // -1 for Load (0 or rank) and Store (1 or 1 + rank)
 
 struct Instr {
   Op op = Op::Const;
@@ -101,6 +106,13 @@ struct Instr {
   int32_t dim = -1;          // Index
   double imm = 0.0;          // Const
 };
+
+/// The index overrides of a Load or Store (empty: the domain index in
+/// every dim), one per domain dim.
+inline llvm::ArrayRef<int32_t> indexOverrides(const Instr &instr) {
+  llvm::ArrayRef<int32_t> args = instr.args;
+  return instr.op == Op::Store ? args.drop_front(1) : args;
+}
 
 struct Kernel {
   std::string name;            // unique in its program, a C identifier

@@ -228,15 +228,16 @@ bool ProgramVerifier::checkKernel(int32_t index, const llvm::Twine &what) {
     std::vector<IndexRange> &ranges = reach[instr.operand];
     for (size_t d = 0; d < kernel.domain.size(); ++d) {
       IndexRange range{0, kernel.domain[d] - 1};
-      if (instr.op == Op::Load && !instr.args.empty() && instr.args[d] >= 0) {
-        if (!values[instr.args[d]]) {
+      llvm::ArrayRef<int32_t> at = indexOverrides(instr);
+      if (!at.empty() && at[d] >= 0) {
+        if (!values[at[d]]) {
           os << "kernel '" << kernel.name << "' operand " << instr.operand
-             << " is indexed along dimension " << d << " by %"
-             << instr.args[d] << ", whose range is unknown (a gather's ids "
+             << " is indexed along dimension " << d << " by %" << at[d]
+             << ", whose range is unknown (a gather's or scatter's ids "
              << "must come from an input with an id bound)";
           return false;
         }
-        range = *values[instr.args[d]];
+        range = *values[at[d]];
       }
       if (!used[instr.operand])
         ranges.push_back(range);
@@ -481,6 +482,20 @@ std::string ProgramVerifier::run() {
       const AttentionStep &a = step.attention;
       if (!checkAttentionTypes({&a.q, &a.k, &a.v, &a.out}, a.lse, what))
         return message;
+      if (a.kvSeq < 0) {
+        os << what << ": kv_seq must be >= 0 (0: seq), got " << a.kvSeq;
+        return message;
+      }
+      if (a.positioned() &&
+          program.buffers[a.positions.buffer].dtype != DType::I32) {
+        os << what << ": positions must be i32";
+        return message;
+      }
+      if (!a.positioned() && a.causal && a.keys() < a.seq) {
+        os << what << ": causal attention without positions needs at least "
+                      "as many keys as queries";
+        return message;
+      }
       break;
     }
     case StepKind::AttentionGrad: {
@@ -676,7 +691,10 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
     case StepKind::Attention: {
       const AttentionStep &a = step.attention;
       os << "attention batch " << a.batch << " heads " << a.heads << " seq "
-         << a.seq << " head_dim " << a.headDim << " scale " << a.scale
+         << a.seq;
+      if (a.keys() != a.seq)
+        os << " kv_seq " << a.keys();
+      os << " head_dim " << a.headDim << " scale " << a.scale
          << (a.causal ? " causal" : "");
       printViews(os, step);
       break;
@@ -741,7 +759,7 @@ int64_t llmc::kir::countFlops(const Program &program) {
     case StepKind::Attention: {
       const AttentionStep &a = step.attention;
       // QK^T and PV; causal attention computes about half of each.
-      int64_t full = 4 * a.batch * a.heads * a.seq * a.seq * a.headDim;
+      int64_t full = 4 * a.batch * a.heads * a.seq * a.keys() * a.headDim;
       flops += a.causal ? full / 2 : full;
       break;
     }

@@ -100,14 +100,24 @@ struct GemmStep {
 /// Scaled dot-product attention per (batch, head):
 ///   out[t] = sum_s softmax_s(scale * q[t].k[s] (+ causal mask)) v[s]
 ///   lse[t] = log sum_s exp(scale * q[t].k[s])  (over unmasked s)
-/// q, k, v, out: [batch, heads, seq, headDim] views (strides per dim) of
-/// one float type (f32, f16 or bf16: computed in f32, out rounded to
-/// nearest even); lse: [batch, heads, seq], f32.
+/// q, out: [batch, heads, seq, headDim] and k, v: [batch, heads, kvSeq,
+/// headDim] views (strides per dim) of one float type (f32, f16 or bf16:
+/// computed in f32, out rounded to nearest even); lse: [batch, heads, seq],
+/// f32. The causal mask lets query t see keys s <= t + kvSeq - seq, or,
+/// with `positions` (an i32 [batch, seq] view: each query's position in a
+/// KV cache of kvSeq slots), keys s <= positions[b][t] (clamped to kvSeq -
+/// 1): decoding reads only the cache's filled prefix, so its cost grows
+/// with the position, not with kvSeq. kvSeq 0 means seq.
 struct AttentionStep {
   int64_t batch = 0, heads = 0, seq = 0, headDim = 0;
   float scale = 1.0f;
   bool causal = true;
   View q, k, v, out, lse;
+  int64_t kvSeq = 0;
+  View positions; // buffer -1: none
+
+  int64_t keys() const { return kvSeq > 0 ? kvSeq : seq; }
+  bool positioned() const { return positions.buffer >= 0; }
 };
 
 /// The gradients of AttentionStep per (batch, head), recomputing the
@@ -229,12 +239,16 @@ void forEachGemmView(G &g, Fn &&fn) {
 template <typename A, typename Fn>
 void forEachAttentionView(A &a, Fn &&fn) {
   std::vector<int64_t> shape = {a.batch, a.heads, a.seq, a.headDim};
+  std::vector<int64_t> keys = {a.batch, a.heads, a.keys(), a.headDim};
   fn("q", a.q, ViewRole::Read, shape);
-  fn("k", a.k, ViewRole::Read, shape);
-  fn("v", a.v, ViewRole::Read, shape);
+  fn("k", a.k, ViewRole::Read, keys);
+  fn("v", a.v, ViewRole::Read, keys);
   fn("out", a.out, ViewRole::Written, shape);
   fn("lse", a.lse, ViewRole::Written,
      std::vector<int64_t>{a.batch, a.heads, a.seq});
+  if (a.positioned())
+    fn("positions", a.positions, ViewRole::Read,
+       std::vector<int64_t>{a.batch, a.seq});
 }
 
 template <typename A, typename Fn>

@@ -455,6 +455,11 @@ llvm::Error LaunchPlanner::planAttention(size_t index, const kir::Step &step) {
     return kernels.takeError();
   if (forward) {
     const kir::AttentionStep &att = step.attention;
+    if (att.positioned() || att.keys() != att.seq)
+      return llvm::createStringError(
+          "attention step '" + step.origin +
+          "' reads a KV cache (positions or kv_seq), which the CUDA flash "
+          "kernel does not run yet; run inference programs on the CPU");
     for (const kir::View *view : {&att.k, &att.v, &att.out})
       if (prog.buffers[view->buffer].dtype != dtype)
         return llvm::createStringError(

@@ -1059,3 +1059,84 @@ func.func @all_reduce_bad_reduction(%x: tensor<6xf32>) {
   %0 = llmc.all_reduce %x min on "dp" size 2 : tensor<6xf32>
   return
 }
+
+// -----
+
+// Tests that attention positions need causal masking.
+func.func @attention_positions_causal(%q: tensor<2x4x1x8xf32>, %k: tensor<2x4x16x8xf32>, %p: tensor<2x1xi32>) {
+  // expected-error @+1 {{'llmc.attention' op positions mask keys causally; they need `causal`}}
+  %0:2 = llmc.attention %q, %k, %k positions %p : tensor<2x1xi32> {scale = 0.5 : f32} : tensor<2x4x1x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
+  return
+}
+
+// -----
+
+// Tests that attention positions are [batch, queries].
+func.func @attention_positions_shape(%q: tensor<2x4x1x8xf32>, %k: tensor<2x4x16x8xf32>, %p: tensor<1x2xi32>) {
+  // expected-error @+1 {{'llmc.attention' op positions must have shape [2, 1] (batch, tokens), got 'tensor<1x2xi32>'}}
+  %0:2 = llmc.attention %q, %k, %k positions %p : tensor<1x2xi32> {causal, scale = 0.5 : f32} : tensor<2x4x1x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
+  return
+}
+
+// -----
+
+// Tests that positions need a batch dimension.
+func.func @attention_positions_rank(%q: tensor<1x8xf32>, %k: tensor<16x8xf32>, %p: tensor<1x1xi32>) {
+  // expected-error @+1 {{'llmc.attention' op positions need an input of rank >= 3 [B, ..., T, D], got rank 2}}
+  %0:2 = llmc.attention %q, %k, %k positions %p : tensor<1x1xi32> {causal, scale = 0.5 : f32} : tensor<1x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>
+  return
+}
+
+// -----
+
+// Tests that rotary positions are [batch, tokens].
+func.func @rotary_positions_shape(%x: tensor<2x4x3x8xf32>, %p: tensor<2x4xi32>) {
+  // expected-error @+1 {{'llmc.rotary' op positions must have shape [2, 3] (batch, tokens), got 'tensor<2x4xi32>'}}
+  %0 = llmc.rotary %x positions %p : tensor<2x4xi32> {theta = 1.0e4 : f32} : tensor<2x4x3x8xf32>
+  return
+}
+
+// -----
+
+// Tests that a cache is [B, H, S, D].
+func.func @cache_write_rank(%u: tensor<2x1x8xf32>, %c: tensor<2x16x8xf32>, %p: tensor<2x1xi32>) {
+  // expected-error @+1 {{'llmc.cache_write' op cache and update must be [B, H, S, D] and [B, H, T, D], got ranks 3 and 3}}
+  %0 = llmc.cache_write %u into %c at %p : tensor<2x1x8xf32>, tensor<2x16x8xf32>, tensor<2x1xi32>
+  return
+}
+
+// -----
+
+// Tests that cache and update share an element type.
+func.func @cache_write_type(%u: tensor<2x4x1x8xbf16>, %c: tensor<2x4x16x8xf32>, %p: tensor<2x1xi32>) {
+  // expected-error @+1 {{'llmc.cache_write' op cache and update must have one element type, got 'f32' and 'bf16'}}
+  %0 = llmc.cache_write %u into %c at %p : tensor<2x4x1x8xbf16>, tensor<2x4x16x8xf32>, tensor<2x1xi32>
+  return
+}
+
+// -----
+
+// Tests that cache and update agree in batch, heads and head size.
+func.func @cache_write_heads(%u: tensor<2x2x1x8xf32>, %c: tensor<2x4x16x8xf32>, %p: tensor<2x1xi32>) {
+  // expected-error @+1 {{'llmc.cache_write' op cache 'tensor<2x4x16x8xf32>' and update 'tensor<2x2x1x8xf32>' differ in batch, heads or head size}}
+  %0 = llmc.cache_write %u into %c at %p : tensor<2x2x1x8xf32>, tensor<2x4x16x8xf32>, tensor<2x1xi32>
+  return
+}
+
+// -----
+
+// Tests that an update has no more tokens than the cache has slots.
+func.func @cache_write_slots(%u: tensor<1x1x4x8xf32>, %c: tensor<1x1x2x8xf32>, %p: tensor<1x4xi32>) {
+  // expected-error @+1 {{'llmc.cache_write' op update has 4 tokens, more than the cache's 2 slots}}
+  %0 = llmc.cache_write %u into %c at %p : tensor<1x1x4x8xf32>, tensor<1x1x2x8xf32>, tensor<1x4xi32>
+  return
+}
+
+// -----
+
+// Tests that cache_write positions are [batch, tokens].
+func.func @cache_write_positions(%u: tensor<2x4x1x8xf32>, %c: tensor<2x4x16x8xf32>, %p: tensor<2x2xi32>) {
+  // expected-error @+1 {{'llmc.cache_write' op positions must have shape [2, 1] (batch, tokens), got 'tensor<2x2xi32>'}}
+  %0 = llmc.cache_write %u into %c at %p : tensor<2x4x1x8xf32>, tensor<2x4x16x8xf32>, tensor<2x2xi32>
+  return
+}

@@ -199,6 +199,20 @@ func.func @rotary(%q: tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> {
   return %1 : tensor<2x4x16x8xf32>
 }
 
+// Tests the ops of a decoding step with a KV cache: rotary at given
+// positions, cache_write, and attention masked by the queries' positions.
+// CHECK-LABEL: func.func @kv_cache(
+// CHECK-SAME: %[[K:[a-z0-9]+]]: tensor<2x4x1x8xf32>, %[[C:[a-z0-9]+]]: tensor<2x4x16x8xf32>, %[[P:[a-z0-9]+]]: tensor<2x1xi32>
+// CHECK-NEXT: %[[R:.*]] = llmc.rotary %[[K]] positions %[[P]] : tensor<2x1xi32> {theta = 1.000000e+04 : f32} : tensor<2x4x1x8xf32>
+// CHECK-NEXT: %[[W:.*]] = llmc.cache_write %[[R]] into %[[C]] at %[[P]] : tensor<2x4x1x8xf32>, tensor<2x4x16x8xf32>, tensor<2x1xi32>
+// CHECK-NEXT: %{{.*}}, %{{.*}} = llmc.attention %[[R]], %[[W]], %[[W]] positions %[[P]] : tensor<2x1xi32> {causal, scale = 5.000000e-01 : f32} : tensor<2x4x1x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
+func.func @kv_cache(%k: tensor<2x4x1x8xf32>, %cache: tensor<2x4x16x8xf32>, %pos: tensor<2x1xi32>) -> (tensor<2x4x1x8xf32>, tensor<2x4x16x8xf32>) {
+  %r = llmc.rotary %k positions %pos : tensor<2x1xi32> {theta = 1.0e4 : f32} : tensor<2x4x1x8xf32>
+  %w = llmc.cache_write %r into %cache at %pos : tensor<2x4x1x8xf32>, tensor<2x4x16x8xf32>, tensor<2x1xi32>
+  %o:2 = llmc.attention %r, %w, %w positions %pos : tensor<2x1xi32> {causal, scale = 0.5 : f32} : tensor<2x4x1x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
+  return %o#0, %w : tensor<2x4x1x8xf32>, tensor<2x4x16x8xf32>
+}
+
 // Tests cross_entropy: a scalar f32 loss and an f32 lse per position.
 // CHECK-LABEL: func.func @cross_entropy(
 // CHECK-SAME: %[[LOGITS:[a-z0-9]+]]: tensor<2x8x50xf32>, %[[TARGETS:[a-z0-9]+]]: tensor<2x8xi64>

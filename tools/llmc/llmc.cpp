@@ -18,6 +18,8 @@
 #include "ir/kernel/Artifact.h"
 #include "ir/kernel/AtomicFile.h"
 #include "runtime/Generate.h"
+#include "runtime/CachedGenerate.h"
+#include "tools/llmc/Inference.h"
 #include "runtime/MemoryBudget.h"
 #ifdef LLMC_HAVE_NVRTC
 #include "codegen/KernelToCuda/CudaCompiler.h"
@@ -163,6 +165,31 @@ static cl::opt<int> numThreads("threads",
                                cl::desc("CPU threads (default: all)"),
                                cl::init(0), cl::sub(generateCmd),
                                cl::sub(inspectCmd));
+static cl::opt<int64_t> maxContext(
+    "max-context",
+    cl::desc("Positions the KV cache holds (default: the model's seq_len); "
+             "when it fills, the last half of the text is fed again"),
+    cl::init(0), cl::sub(generateCmd));
+static cl::opt<int64_t> prefillChunk(
+    "prefill-chunk",
+    cl::desc("Prompt tokens per @prefill step (default 64, at most "
+             "--max-context)"),
+    cl::init(64), cl::sub(generateCmd));
+static cl::opt<bool> recompute(
+    "recompute",
+    cl::desc("Run the artifact's training-shaped forward over the whole "
+             "window for every token instead of the KV-cache programs (slow; "
+             "a reference for them, and the path for hand-written models "
+             "without a model config)"),
+    cl::sub(generateCmd));
+static cl::opt<bool> printLogits(
+    "print-logits",
+    cl::desc("Print the logits after the whole prompt (line 'last'), then "
+             "after each of its tokens (line per position: the greedy next "
+             "token and every logit), instead of generating; the KV-cache "
+             "programs feed the prompt through @prefill, then token by token "
+             "through @decode (tests compare them with --recompute)"),
+    cl::sub(generateCmd));
 static cl::opt<std::string> device(
     "device",
     cl::desc("Where to run: cpu (the default) or cuda (an NVIDIA GPU: the "
@@ -770,7 +797,147 @@ static int runInspect() {
   return 0;
 }
 
-static int runGenerate() {
+/// Prints one line per fed position for --print-logits.
+static void printLogitsLine(const llvm::Twine &position,
+                            llvm::ArrayRef<float> logits) {
+  int64_t best = std::max_element(logits.begin(), logits.end()) -
+                 logits.begin();
+  llvm::outs() << "logits " << position << " argmax " << best << ":";
+  for (float value : logits)
+    llvm::outs() << llvm::format(" %.8e", value);
+  llvm::outs() << "\n";
+}
+
+/// `llmc generate` with the KV-cache programs built from the artifact's
+/// model config. Returns -1 when the artifact has none (a hand-written
+/// model) and the recompute path should run instead.
+static int runCachedGenerate(MLIRContext &context,
+                             const ::llmc::data::Tokenizer &tok) {
+  llvm::Expected<::llmc::kir::Program> artifact =
+      ::llmc::kir::readArtifact(artifactInput);
+  if (!artifact)
+    return fail(artifact.takeError());
+  if (artifact->modelJson.empty()) {
+    llvm::errs() << "llmc: " << artifactInput
+                 << " has no model config (a hand-written model): "
+                    "generating by recomputing the forward per token\n";
+    return -1;
+  }
+  if (device != "cpu") {
+    llvm::errs() << "llmc: the KV-cache programs run on the CPU for now: "
+                    "generating on the device by recomputing the forward "
+                    "per token\n";
+    return -1;
+  }
+  auto config =
+      ::mlir::llmc::parseModelConfigJson(artifact->modelJson, artifactInput);
+  if (!config)
+    return fail(config.takeError());
+  ::mlir::llmc::InferenceShape shape;
+  shape.maxContext = maxContext ? int64_t(maxContext) : config->seqLen;
+  shape.prefillTokens = std::min<int64_t>(prefillChunk, shape.maxContext);
+  auto session =
+      ::llmc::loadInference(context, *config, shape, weightsPath, seed,
+                            numThreads, "running " + artifactInput,
+                            llvm::errs());
+  if (!session)
+    return fail(session.takeError());
+  ::llmc::runtime::CachedGenerator &generator = session->generator;
+  std::vector<int32_t> tokens = tok.encode(prompt);
+  if (tokens.empty())
+    tokens = tok.encode("\n"); // the model needs one token to start from
+  if (printLogits) {
+    // Position by position: the first token through @prefill, each next
+    // one through @decode.
+    if (int64_t(tokens.size()) > generator.maxContext())
+      return fail("--print-logits: the prompt is longer than the context");
+    int64_t batch = generator.batch(), vocab = generator.vocab();
+    // The whole prompt through @prefill (in chunks, the last one padded).
+    auto whole = generator.prefill(
+        std::vector<std::vector<int32_t>>(batch, tokens));
+    if (!whole)
+      return fail(whole.takeError());
+    printLogitsLine("last", llvm::ArrayRef<float>(*whole).take_front(vocab));
+    auto logits = generator.prefill(std::vector<std::vector<int32_t>>(
+        batch, std::vector<int32_t>{tokens[0]}));
+    if (!logits)
+      return fail(logits.takeError());
+    printLogitsLine("0", llvm::ArrayRef<float>(*logits).take_front(vocab));
+    for (size_t p = 1; p < tokens.size(); ++p) {
+      logits = generator.decode(std::vector<int32_t>(batch, tokens[p]),
+                                std::vector<int32_t>(batch, int32_t(p)));
+      if (!logits)
+        return fail(logits.takeError());
+      printLogitsLine(llvm::Twine(p),
+                      llvm::ArrayRef<float>(*logits).take_front(vocab));
+    }
+    return 0;
+  }
+  ::llmc::runtime::SamplingOptions options;
+  options.temperature = temperature;
+  options.topK = topK;
+  options.seed = seed;
+  llvm::outs() << prompt;
+  llvm::outs().flush();
+  bool terminal = llvm::outs().is_displayed();
+  ::llmc::runtime::TerminalText shown;
+  ::llmc::runtime::GenerationStats stats;
+  auto start = std::chrono::steady_clock::now();
+  llvm::Error error = ::llmc::runtime::generateCached(
+      generator, tokens, maxTokens, options,
+      [&](int64_t id) {
+        std::string bytes = tok.decodeToken(int32_t(id));
+        llvm::outs() << (terminal ? shown.feed(bytes) : bytes);
+        llvm::outs().flush();
+      },
+      &stats);
+  if (terminal)
+    llvm::outs() << shown.finish();
+  llvm::outs() << "\n";
+  llvm::outs().flush();
+  if (error)
+    return fail(std::move(error));
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  llvm::errs() << llvm::format("llmc: %lld tokens in %.2f s (%.1f tokens/s)\n",
+                               (long long)maxTokens, seconds,
+                               maxTokens / seconds);
+  double decodeTotal = 0;
+  for (double seconds : stats.decodeSeconds)
+    decodeTotal += seconds;
+  llvm::errs() << llvm::format(
+      "llmc: prefill %lld tokens in %.3f s (%.1f tokens/s, chunks of %lld); "
+      "decode %zu tokens in %.3f s (%.1f tokens/s)\n",
+      (long long)stats.promptTokens, stats.prefillSeconds,
+      stats.promptTokens / std::max(stats.prefillSeconds, 1e-9),
+      (long long)generator.prefillChunk(), stats.decodeSeconds.size(),
+      decodeTotal,
+      stats.decodeSeconds.size() / std::max(decodeTotal, 1e-9));
+  // Decode time by position, in up to 4 ranges: flat but for attention's
+  // linear read of the cache.
+  size_t n = stats.decodeSeconds.size();
+  if (n >= 4) {
+    llvm::errs() << "llmc: decode ms/token by position:";
+    for (size_t part = 0; part < 4; ++part) {
+      size_t begin = part * n / 4, end = (part + 1) * n / 4;
+      double sum = 0;
+      for (size_t i = begin; i < end; ++i)
+        sum += stats.decodeSeconds[i];
+      llvm::errs() << llvm::format(
+          " [%lld, %lld] %.3f", (long long)stats.decodePositions[begin],
+          (long long)stats.decodePositions[end - 1],
+          1e3 * sum / double(end - begin));
+    }
+    llvm::errs() << "\n";
+  }
+  if (stats.contextShifts)
+    llvm::errs() << "llmc: the context filled " << stats.contextShifts
+                 << " time(s); its last half was fed again each time\n";
+  return 0;
+}
+
+static int runGenerate(MLIRContext &mlirContext) {
   if (maxTokens < 0)
     return fail("--max-tokens: expected a count >= 0, got " +
                 llvm::Twine(maxTokens));
@@ -785,6 +952,11 @@ static int runGenerate() {
   auto tokenizer = ::llmc::data::loadTokenizer(tokenizerSpec);
   if (!tokenizer)
     return fail(tokenizer.takeError());
+  if (!recompute) {
+    int result = runCachedGenerate(mlirContext, **tokenizer);
+    if (result >= 0)
+      return result;
+  }
   auto executor = loadArtifact(artifactInput, weightsPath);
   if (!executor)
     return fail(executor.takeError());
@@ -792,6 +964,39 @@ static int runGenerate() {
   std::vector<int32_t> context = tok.encode(prompt);
   if (context.empty())
     context = tok.encode("\n"); // the model needs one token to start from
+  if (printLogits) {
+    // One forward over the prompt (causal: the padding after it changes
+    // nothing before it); a row of logits per position.
+    const ::llmc::kir::Program &program = (*executor)->program();
+    auto tokens = std::find_if(
+        program.inputs.begin(), program.inputs.end(),
+        [](const ::llmc::kir::Binding &b) { return b.name == "tokens"; });
+    if (tokens == program.inputs.end())
+      return fail("--print-logits: the program has no tokens input");
+    std::vector<int64_t> shape = program.buffers[tokens->buffer].shape;
+    if (shape.size() != 2 || int64_t(context.size()) > shape[1])
+      return fail("--print-logits: the prompt is longer than the artifact's "
+                  "sequence length");
+    auto input = ::llmc::runtime::HostTensor::zeros(
+        ::llmc::kir::DType::I32, shape);
+    std::copy(context.begin(), context.end(), input.i32().begin());
+    if (llvm::Error error = (*executor)->setTensor("tokens", input))
+      return fail(std::move(error));
+    if (llvm::Error error = (*executor)->run())
+      return fail(std::move(error));
+    auto logits = (*executor)->output("logits");
+    if (!logits)
+      return fail(logits.takeError());
+    int64_t vocab = program.buffers[program.outputs.back().buffer].shape.back();
+    for (const auto &output : program.outputs)
+      if (output.name == "logits")
+        vocab = program.buffers[output.buffer].shape.back();
+    printLogitsLine("last",
+                    logits->f32().slice((context.size() - 1) * vocab, vocab));
+    for (size_t p = 0; p < context.size(); ++p)
+      printLogitsLine(llvm::Twine(p), logits->f32().slice(p * vocab, vocab));
+    return 0;
+  }
   ::llmc::runtime::SamplingOptions options;
   options.temperature = temperature;
   options.topK = topK;
@@ -879,7 +1084,7 @@ int main(int argc, char **argv) {
   if (inspectCmd)
     return runInspect();
   if (generateCmd)
-    return runGenerate();
+    return runGenerate(context);
   if (convertCmd) {
     if (outputPath.empty())
       return fail("convert: -o OUT is required (OUT.safetensors or OUT.bin)");

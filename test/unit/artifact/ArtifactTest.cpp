@@ -426,9 +426,11 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
     expectSameView(epilogueAux, h.epilogueAux, "gemm epilogue aux");
   }
   {
-    const auto &[batch, heads, seq, headDim, scale, causal, q, k, v, out, lse] =
-        attention;
+    const auto &[batch, heads, seq, headDim, scale, causal, q, k, v, out, lse,
+                 kvSeq, positions] = attention;
     const kir::AttentionStep &t = y.attention;
+    EXPECT_EQ(attention.keys(), t.keys());
+    expectSameView(positions, t.positions, "attention positions");
     EXPECT_EQ(batch, t.batch);
     EXPECT_EQ(heads, t.heads);
     EXPECT_EQ(seq, t.seq);
@@ -1048,8 +1050,8 @@ TEST_F(ArtifactTest, GatherReachIsTheIdRangeNotTheBatch) {
   // Ids nothing bounds: no bounds check could hold.
   EXPECT_EQ(kir::verifyProgram(gatherProgram(2, 256, 0)),
             "kernel 'gather' operand 1 is indexed along dimension 0 by %0, "
-            "whose range is unknown (a gather's ids must come from an input "
-            "with an id bound)");
+            "whose range is unknown (a gather's or scatter's ids must come "
+            "from an input with an id bound)");
 }
 
 TEST_F(ArtifactTest, LoadOverrideCountIsCheckedBeforeTheVerifier) {

@@ -85,11 +85,15 @@ struct KernelBuilder {
     instr.args = {condition, x, y};
     return add(instr);
   }
-  void store(int operand, int32_t value) {
+  /// `overrides`: none, or one index per domain dim (-1 keeps it): a
+  /// scatter.
+  void store(int operand, int32_t value,
+             std::vector<int32_t> overrides = {}) {
     kir::Instr instr;
     instr.op = kir::Op::Store;
     instr.operand = operand;
     instr.args = {value};
+    instr.args.insert(instr.args.end(), overrides.begin(), overrides.end());
     add(instr);
   }
 };

@@ -233,6 +233,49 @@ TEST(KernelToCpu, RowLevelStoresOnly) {
   expectClose(gotMaxes, wantMaxes, 0);
 }
 
+// A scatter store (a KV-cache write): row (b, t) of the update lands in
+// slot positions[b][t] of the cache; the other slots keep their values.
+// The verifier rejects overriding the row index and column-level indices.
+TEST(KernelToCpu, ScatterStore) {
+  const int64_t batch = 2, tokens = 3, slots = 8, dim = 20;
+  KernelBuilder k("scatter", {batch, tokens, dim});
+  int update = k.operand(0, DType::F32, {tokens * dim, dim, 1});
+  int positions = k.operand(1, DType::I32, {tokens, 1, 0});
+  int cache = k.operand(2, DType::F32, {slots * dim, dim, 1});
+  int32_t at = k.load(positions);
+  k.store(cache, k.load(update), {-1, at, -1});
+  ASSERT_EQ(kir::verifyKernel(k.kernel), "");
+  Compiled compiled = compileKernels({k.kernel});
+  ASSERT_TRUE(compiled);
+  std::vector<float> in = randomFloats(batch * tokens * dim, -1, 1, 3);
+  std::vector<int32_t> ids = {5, 0, 7, 2, 3, 1};
+  std::vector<float> got(batch * slots * dim, 42.0f);
+  compiled.run("scatter", {in.data(), ids.data(), got.data()}, 0,
+               batch * tokens);
+  std::vector<double> want(got.size(), 42.0);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t c = 0; c < dim; ++c)
+        want[(b * slots + ids[b * tokens + t]) * dim + c] =
+            in[(b * tokens + t) * dim + c];
+  expectClose(got, want, 0);
+
+  kir::Kernel rowDim = k.kernel;
+  rowDim.body.back().args = {rowDim.body.back().args[0], -1, -1, at};
+  EXPECT_NE(kir::verifyKernel(rowDim).find("overrides the row dimension"),
+            std::string::npos);
+  KernelBuilder column("scatter_column", {batch, tokens, dim});
+  int colUpdate = column.operand(0, DType::F32, {tokens * dim, dim, 1});
+  int colCache = column.operand(1, DType::F32, {slots * dim, dim, 1});
+  column.store(colCache, column.load(colUpdate), {-1, column.index(2), -1});
+  EXPECT_NE(kir::verifyKernel(column.kernel).find("is not a row-level i64"),
+            std::string::npos);
+  kir::Kernel count = k.kernel;
+  count.body.back().args.pop_back();
+  EXPECT_NE(kir::verifyKernel(count).find("no index overrides or one per"),
+            std::string::npos);
+}
+
 // An epilogue reads and writes one buffer at the same index (operands 0
 // and 1 are buffer 0): each element is read before it is overwritten.
 TEST(KernelToCpu, InPlaceEpilogue) {

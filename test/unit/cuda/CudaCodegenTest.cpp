@@ -399,6 +399,34 @@ TEST(CudaEmitter, GatherAndIntegerOps) {
 }
 
 // Every math function, max/min with NaN, division, integer-to-float.
+// A KV-cache write: new rows [B, H, T, D] stored into a cache [B, H, S, D]
+// at each token's position (a store whose token index is a loaded id);
+// the cache's other slots keep their values. The emulated CUDA kernel
+// writes the same bits as the CPU's, and NVRTC compiles it.
+TEST(CudaEmitter, ScatterStore) {
+  const int64_t batch = 2, heads = 3, tokens = 2, slots = 7, dim = 8;
+  KernelBuilder k("cache_write", {batch, heads, tokens, dim});
+  int update = k.operand(0, DType::F32,
+                         {heads * tokens * dim, tokens * dim, dim, 1});
+  int positions = k.operand(1, DType::I32, {tokens, 0, 1, 0});
+  int cache = k.operand(2, DType::F32,
+                        {heads * slots * dim, slots * dim, dim, 1});
+  int32_t at = k.load(positions);
+  k.store(cache, k.load(update), {-1, -1, at, -1});
+  RunOptions options;
+  options.sizes = {{2, batch * heads * slots * dim}};
+  options.init = [](int32_t index, DType dtype, size_t count, char *data) {
+    if (index == 1) { // distinct in-range slots per sequence
+      int32_t ids[] = {3, 4, 6, 0};
+      std::memcpy(data, ids, sizeof(ids));
+      return;
+    }
+    defaultInit(index, dtype, count, data);
+  };
+  EXPECT_EQ(checkAgainstCpu({k.kernel}, options).maxAbs, 0.0);
+  expectNvrtcCompiles({k.kernel});
+}
+
 TEST(CudaEmitter, MathFunctions) {
   const int64_t rows = 4, length = 50;
   KernelBuilder k("math", {rows, length});

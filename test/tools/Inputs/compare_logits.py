@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Compares two `llmc generate --print-logits` outputs: the same lines, the
+same greedy tokens and every logit within a tolerance.
+
+usage: compare_logits.py A B [--tolerance 1e-5]
+"""
+import sys
+
+
+def read(path):
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("logits "):
+                continue
+            head, values = line.split(":", 1)
+            _, label, _, argmax = head.split()
+            rows[label] = (int(argmax), [float(v) for v in values.split()])
+    return rows
+
+
+def main():
+    args = sys.argv[1:]
+    tolerance = 1e-5
+    if "--tolerance" in args:
+        i = args.index("--tolerance")
+        tolerance = float(args[i + 1])
+        del args[i:i + 2]
+    a, b = read(args[0]), read(args[1])
+    if not a or a.keys() != b.keys():
+        sys.exit(f"different rows: {sorted(a)} vs {sorted(b)}")
+    worst = 0.0
+    for label in a:
+        (ma, va), (mb, vb) = a[label], b[label]
+        if len(va) != len(vb):
+            sys.exit(f"row {label}: {len(va)} vs {len(vb)} logits")
+        diff = max(abs(x - y) for x, y in zip(va, vb))
+        worst = max(worst, diff)
+        if diff > tolerance:
+            sys.exit(f"row {label}: logits differ by {diff:.3g} > {tolerance}")
+        if ma != mb:
+            sys.exit(f"row {label}: greedy tokens {ma} vs {mb}")
+    print(f"{len(a)} rows, {len(next(iter(a.values()))[1])} logits each, "
+          f"max difference {worst:.3g} <= {tolerance}")
+
+
+main()

@@ -1,0 +1,63 @@
+// loadInference: model config -> @prefill and @decode on one store.
+#include "tools/llmc/Inference.h"
+
+#include "codegen/Inference.h"
+#include "codegen/KernelToCpu/KernelToCpu.h"
+#include "runtime/Backend.h"
+#include "runtime/MemoryBudget.h"
+
+#include "llvm/Support/Format.h"
+
+llvm::Expected<llmc::InferenceSession>
+llmc::loadInference(mlir::MLIRContext &context,
+                    const mlir::llmc::ModelConfig &config,
+                    mlir::llmc::InferenceShape shape, llvm::StringRef weights,
+                    uint64_t seed, int numThreads, llvm::StringRef what,
+                    llvm::raw_ostream &log) {
+  auto module = mlir::llmc::buildInferenceModule(context, config, shape);
+  if (!module)
+    return module.takeError();
+  llvm::Expected<InferencePrograms> programs = compileInference(**module);
+  if (!programs)
+    return programs.takeError();
+  if (auto available = runtime::availableHostMemory())
+    if (llvm::Error error = runtime::checkMemoryFits(
+            runtime::memoryNeed({&programs->prefill, &programs->decode}),
+            *available, what.str(),
+            /*training=*/false))
+      return std::move(error);
+  auto store = std::make_shared<runtime::PersistentStore>();
+  InferenceSession session;
+  for (auto [name, program, executor] :
+       {std::tuple<const char *, kir::Program *,
+                   std::unique_ptr<runtime::CpuExecutor> *>{
+            "prefill", &programs->prefill, &session.prefill},
+        {"decode", &programs->decode, &session.decode}}) {
+    std::vector<kir::Kernel> kernels = program->kernels;
+    cpu::CacheStats stats;
+    auto created = runtime::createCpuExecutor(
+        std::move(*program),
+        [&]() { return cpu::compileKernelsToObject(kernels); }, numThreads,
+        &stats, {}, store);
+    if (!created)
+      return created.takeError();
+    log << llvm::format("llmc: @%s: %zu kernels %s (%.2f s)\n", name,
+                        kernels.size(),
+                        stats.hit ? "loaded from the kernel cache"
+                                  : "JIT-compiled",
+                        stats.hit ? stats.loadSeconds
+                                  : stats.compileSeconds + stats.loadSeconds);
+    if (!stats.warning.empty())
+      log << "llmc: warning: " << stats.warning << "\n";
+    *executor = std::move(*created);
+  }
+  // One store: the parameters loaded through @prefill are @decode's too.
+  if (llvm::Error error = runtime::loadWeights(*session.prefill, weights, seed))
+    return std::move(error);
+  llvm::Expected<runtime::CachedGenerator> generator =
+      runtime::CachedGenerator::create(*session.prefill, *session.decode);
+  if (!generator)
+    return generator.takeError();
+  session.generator = *generator;
+  return session;
+}

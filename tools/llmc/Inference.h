@@ -1,0 +1,36 @@
+// The KV-cache inference programs of a model loaded for the CPU: what
+// `llmc generate` runs (and what `llmc export` compiles ahead of time).
+#ifndef LLMC_TOOLS_LLMC_INFERENCE_H
+#define LLMC_TOOLS_LLMC_INFERENCE_H
+
+#include "frontend/GptBuilder.h"
+#include "runtime/CachedGenerate.h"
+#include "runtime/Executor.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+
+namespace llmc {
+
+struct InferenceSession {
+  std::unique_ptr<runtime::CpuExecutor> prefill, decode;
+  runtime::CachedGenerator generator;
+};
+
+/// Builds @prefill and @decode of `config` with `shape`, compiles them
+/// (kernels from the kernel cache or JIT-compiled), binds both to one
+/// store and loads `weights` (empty: GPT-2 initialization from `seed`).
+/// Says what it compiled on `log`; `what` starts the message when the
+/// programs do not fit in memory ("running model.llmc").
+llvm::Expected<InferenceSession>
+loadInference(mlir::MLIRContext &context, const mlir::llmc::ModelConfig &config,
+              mlir::llmc::InferenceShape shape, llvm::StringRef weights,
+              uint64_t seed, int numThreads, llvm::StringRef what,
+              llvm::raw_ostream &log);
+
+} // namespace llmc
+
+#endif // LLMC_TOOLS_LLMC_INFERENCE_H
