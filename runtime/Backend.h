@@ -91,6 +91,9 @@ public:
   /// more than one rank does not run. The mesh must outlive the executor.
   virtual llvm::Error setMesh(const Mesh &mesh) = 0;
   virtual CollectiveStats collectiveStats() const { return {}; }
+  /// One line on the 2:4 sparse library path (which weights ran from a
+  /// packed copy, on which instructions); empty where there is none.
+  virtual std::string sparseSummary() const { return ""; }
   /// Adds the host memory this executor holds to `ledger`: its arena as
   /// "arena: <label>" (planned), inputs, scratch, JIT code and thread
   /// stacks. A device executor adds its arena as planned elsewhere.

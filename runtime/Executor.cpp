@@ -12,6 +12,7 @@
 #include "runtime/Executor.h"
 #include "runtime/Cpu/LowPrecision.h"
 #include "runtime/MemoryReport.h"
+#include "runtime/Sparsity.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -133,7 +134,8 @@ CpuExecutor::CpuExecutor(kir::Program program,
                          std::vector<CpuKernelFn> kernels, int numThreads,
                          std::shared_ptr<PersistentStore> store)
     : prog(std::move(program)), kernelFns(std::move(kernels)),
-      pool(numThreads), persistent(std::move(store)) {
+      pool(numThreads), persistent(std::move(store)),
+      isa(cpu::bestSparseIsa()) {
   // Our threads split the work; BLAS must not start threads of its own.
   openblas_set_num_threads(1);
   if (!persistent)
@@ -166,6 +168,25 @@ llvm::Error CpuExecutor::bindBuffers() {
     std::vector<void *> &operands = kernelOperands.emplace_back();
     for (const kir::Access &access : kernel.operands)
       operands.push_back(base(access.buffer));
+  }
+  // Whether a run writes the store (an update step): then it tells the
+  // store, whose write count the 2:4 copies of weights are checked by.
+  auto persistentBuffer = [&](int32_t buffer) {
+    return kir::isPersistent(prog.buffers[buffer].kind);
+  };
+  for (const kir::Step &step : prog.steps) {
+    if (step.kind == kir::StepKind::Kernel) {
+      const kir::Kernel &kernel = prog.kernels[step.kernel];
+      for (const kir::Instr &instr : kernel.body)
+        if (instr.op == kir::Op::Store &&
+            persistentBuffer(kernel.operands[instr.operand].buffer))
+          writesPersistent = true;
+    }
+    kir::forEachView(step, [&](const char *, const kir::View &view,
+                               kir::ViewRole role, const auto &) {
+      if (role != kir::ViewRole::Read && persistentBuffer(view.buffer))
+        writesPersistent = true;
+    });
   }
   return llvm::Error::success();
 }
@@ -233,6 +254,8 @@ llvm::Error CpuExecutor::setTensor(llvm::StringRef name,
             "tensor '" + name + "' is " + kir::dtypeName(tensor.dtype) +
             ", the model expects " + kir::dtypeName(buffer.dtype));
       std::memcpy(base(binding.buffer), tensor.bytes.data(), buffer.bytes());
+      if (kir::isPersistent(buffer.kind))
+        persistent->noteWrite();
       return llvm::Error::success();
     }
   return llvm::createStringError(
@@ -295,6 +318,56 @@ void CpuExecutor::runKernel(int32_t index) {
   });
 }
 
+const cpu::PackedTwoOfFour *
+CpuExecutor::sparseWeightOf(const kir::GemmStep &g) {
+  if (!g.sparseWeight || g.batch * g.m > sparseMaxRows ||
+      prog.buffers[g.a.buffer].dtype != kir::DType::F32 ||
+      prog.buffers[g.c.buffer].dtype != kir::DType::F32 ||
+      (g.transA ? g.a.strides[1] : g.a.strides[2]) != 1)
+    return nullptr;
+  PackedWeight &entry = packedWeights[{g.b.buffer, g.b.offset}];
+  uint64_t writes = persistent->writeCount();
+  if (!entry.checked || entry.writeCount != writes) {
+    // The weight as the GEMM reads it: [n, k] rows at B's row stride.
+    const float *w =
+        reinterpret_cast<const float *>(base(g.b.buffer)) + g.b.offset;
+    std::vector<float> dense(g.n * g.k);
+    for (int64_t r = 0; r < g.n; ++r)
+      std::copy_n(w + r * g.b.strides[1], g.k, dense.begin() + r * g.k);
+    llvm::Expected<CompressedTwoOfFour> compressed = compressTwoOfFour(
+        prog.buffers[g.b.buffer].name, dense, g.n, g.k);
+    if (compressed) {
+      entry.packed = cpu::packForCpu(*compressed);
+      ++sparse.packedWeights;
+      sparse.packedBytes += entry.packed->bytes();
+      sparse.denseBytes += g.n * g.k * int64_t(sizeof(float));
+    } else {
+      llvm::consumeError(compressed.takeError()); // not 2:4: dense
+      entry.packed.reset();
+      ++sparse.denseWeights;
+    }
+    entry.writeCount = writes;
+    entry.checked = true;
+  }
+  return entry.packed ? &*entry.packed : nullptr;
+}
+
+std::string CpuExecutor::sparseSummary() const {
+  int64_t marked = llvm::count_if(prog.steps, [](const kir::Step &step) {
+    return step.kind == kir::StepKind::Gemm && step.gemm.sparseWeight;
+  });
+  if (marked == 0)
+    return "";
+  return llvm::formatv("2:4 kernels ({0}, up to {1} rows): {2} weights "
+                       "packed ({3:f1} of {4:f1} MiB), {5} not 2:4, {6} GEMM "
+                       "steps run sparse",
+                       cpu::sparseIsaName(isa), sparseMaxRows,
+                       sparse.packedWeights, sparse.packedBytes / 1048576.0,
+                       sparse.denseBytes / 1048576.0, sparse.denseWeights,
+                       sparse.sparseSteps)
+      .str();
+}
+
 void CpuExecutor::runGemm(const kir::GemmStep &g) {
   if (prog.buffers[g.a.buffer].dtype != kir::DType::F32 ||
       prog.buffers[g.b.buffer].dtype != kir::DType::F32 ||
@@ -303,13 +376,31 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
   auto at = [&](const kir::View &view) {
     return reinterpret_cast<float *>(base(view.buffer)) + view.offset;
   };
+  CpuKernelFn epilogue = g.epilogue >= 0 ? kernelFns[g.epilogue] : nullptr;
+  if (const cpu::PackedTwoOfFour *packed = sparseWeightOf(g)) {
+    // 2:4: W's rows split over the threads (one x row is a GEMV), then
+    // the epilogue by rows.
+    int64_t rowStride = g.transA ? g.a.strides[2] : g.a.strides[1];
+    pool.parallelFor(g.n, [&](int64_t begin, int64_t end, int) {
+      for (int64_t batch = 0; batch < g.batch; ++batch)
+        cpu::sparseMatmulF32(isa, *packed, at(g.a) + batch * g.a.strides[0],
+                             g.m, rowStride,
+                             at(g.c) + batch * g.c.strides[0],
+                             g.c.strides[1], begin, end);
+    });
+    ++sparse.sparseSteps;
+    if (epilogue)
+      pool.parallelFor(g.batch * g.m, [&](int64_t begin, int64_t end, int) {
+        epilogue(kernelOperands[g.epilogue].data(), begin, end);
+      });
+    return;
+  }
   // Strides of op(A) [m x k] and op(B) [k x n] from the stored layouts.
   int64_t aM = g.transA ? g.a.strides[2] : g.a.strides[1];
   int64_t aK = g.transA ? g.a.strides[1] : g.a.strides[2];
   int64_t bK = g.transB ? g.b.strides[2] : g.b.strides[1];
   int64_t bN = g.transB ? g.b.strides[1] : g.b.strides[2];
   float *a = at(g.a), *b = at(g.b), *c = at(g.c);
-  CpuKernelFn epilogue = g.epilogue >= 0 ? kernelFns[g.epilogue] : nullptr;
   void *const *epilogueOperands =
       epilogue ? kernelOperands[g.epilogue].data() : nullptr;
   // Accumulating: each block of rows or columns adds into its own block of C.
@@ -681,6 +772,8 @@ llvm::Error CpuExecutor::run() {
   }
   if (profiling)
     ++stepProfile.runs;
+  if (writesPersistent)
+    persistent->noteWrite();
   return llvm::Error::success();
 }
 

@@ -13,13 +13,16 @@
 #include "ir/kernel/Program.h"
 #include "runtime/Backend.h"
 #include "runtime/Cpu/KernelCache.h"
+#include "runtime/Cpu/SparseGemm.h"
 #include "runtime/PersistentStore.h"
 #include "runtime/ThreadPool.h"
 #include "runtime/Weights.h"
 
 #include "llvm/Support/Error.h"
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace llmc::runtime {
@@ -79,6 +82,23 @@ public:
   void setProfiling(bool enabled) { profiling = enabled; }
   const StepProfile &profile() const { return stepProfile; }
 
+  /// GEMM steps marked kir::GemmStep::sparseWeight whose weight is 2:4 run
+  /// the 2:4 kernels (runtime/Cpu/SparseGemm.h, on `sparseIsa()`) when
+  /// they have at most this many rows (batch * m); above it, the dense
+  /// BLAS product, which is faster there. 0: never. The default is the
+  /// crossover bench-sparse measures (README, "2:4 kernels").
+  static constexpr int64_t kDefaultSparseMaxRows = 16;
+  void setSparseMaxRows(int64_t rows) { sparseMaxRows = rows; }
+  cpu::SparseIsa sparseIsa() const { return isa; }
+  /// What the 2:4 path did: weights found 2:4 (packed) and not, and the
+  /// GEMM steps run from a packed weight, since the executor was created.
+  struct SparseStats {
+    int64_t packedWeights = 0, denseWeights = 0, sparseSteps = 0;
+    int64_t packedBytes = 0, denseBytes = 0; // of the packed weights
+  };
+  const SparseStats &sparseStats() const { return sparse; }
+  std::string sparseSummary() const override;
+
 private:
   CpuExecutor(kir::Program program, std::vector<CpuKernelFn> kernels,
               int numThreads, std::shared_ptr<PersistentStore> store);
@@ -88,6 +108,10 @@ private:
   void runGemm(const kir::GemmStep &gemm);
   /// A GEMM with an f16/bf16 operand or result: tiles through f32 staging.
   void runNarrowGemm(const kir::GemmStep &gemm);
+  /// The 2:4 copy of a sparseWeight step's B when it is 2:4 and the step
+  /// should use it; packed on first use and again after the store is
+  /// written (a new load, or a training step).
+  const cpu::PackedTwoOfFour *sparseWeightOf(const kir::GemmStep &gemm);
   void runAttention(const kir::AttentionStep &attention);
   void runAttentionGrad(const kir::AttentionGradStep &grad);
   void runEmbeddingGrad(const kir::EmbeddingGradStep &grad);
@@ -114,6 +138,18 @@ private:
   Mesh mesh;
   std::vector<comm::Ticket> tickets; // per CollectiveStart step
   CollectiveStats collectives;
+  // 2:4: packed weights by (B's buffer, offset), each with the store's
+  // write count it was read at; none when the weight is not 2:4.
+  struct PackedWeight {
+    std::optional<cpu::PackedTwoOfFour> packed;
+    uint64_t writeCount = 0;
+    bool checked = false;
+  };
+  std::map<std::pair<int32_t, int64_t>, PackedWeight> packedWeights;
+  int64_t sparseMaxRows = kDefaultSparseMaxRows;
+  cpu::SparseIsa isa;
+  bool writesPersistent = false; // some step writes a Param or State
+  SparseStats sparse;
 };
 
 /// Loads the program's kernels from the kernel cache, or compiles them with

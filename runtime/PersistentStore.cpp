@@ -94,6 +94,7 @@ llvm::Error PersistentStore::set(llvm::StringRef name,
   if (!data)
     return data.takeError();
   std::memcpy(*data, tensor.bytes.data(), tensor.bytes.size());
+  noteWrite();
   return llvm::Error::success();
 }
 

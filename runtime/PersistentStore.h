@@ -12,6 +12,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -56,7 +57,15 @@ public:
        llvm::function_ref<llvm::Error(const TensorView &)> consume)
       const override;
 
+  /// Counts writes to the store's tensors: set() and every executor run or
+  /// copy that writes a persistent tensor through its pointer (they call
+  /// noteWrite()). What is derived from tensors' values (the CPU
+  /// executor's 2:4 copies of weights) stays valid while it is unchanged.
+  uint64_t writeCount() const { return writes.load(); }
+  void noteWrite() { writes.fetch_add(1); }
+
 private:
+  std::atomic<uint64_t> writes{0};
   struct Entry {
     kir::DType dtype;
     std::vector<int64_t> shape;

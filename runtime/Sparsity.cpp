@@ -5,6 +5,8 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <cstring>
+#include <set>
 
 using namespace llmc::runtime;
 
@@ -138,4 +140,89 @@ llmc::runtime::pruneTwoOfFour(TensorStore &store) {
              .zeroFraction()});
   }
   return pruned;
+}
+
+llvm::Error llmc::runtime::compressTensorTwoOfFour(TensorMap &tensors,
+                                                   llvm::StringRef name) {
+  auto it = tensors.find(name.str());
+  if (it == tensors.end())
+    return llvm::createStringError("no tensor '" + name + "' to compress");
+  const HostTensor &dense = it->second;
+  if (dense.dtype != kir::DType::F32 || dense.shape.size() != 2)
+    return llvm::createStringError("'" + name +
+                                   "': 2:4 compression takes an f32 [N, K] "
+                                   "weight");
+  int64_t rows = dense.shape[0], k = dense.shape[1];
+  llvm::Expected<CompressedTwoOfFour> c =
+      compressTwoOfFour(name, dense.f32(), rows, k);
+  if (!c)
+    return c.takeError();
+  HostTensor values = HostTensor::fromF32(c->values, {rows, k / 2});
+  HostTensor meta =
+      HostTensor::zeros(kir::DType::I32, {int64_t(c->meta.size() + 3) / 4});
+  std::memcpy(meta.bytes.data(), c->meta.data(), c->meta.size());
+  tensors.erase(it);
+  tensors[(name + kTwoOfFourValuesSuffix).str()] = std::move(values);
+  tensors[(name + kTwoOfFourMetaSuffix).str()] = std::move(meta);
+  return llvm::Error::success();
+}
+
+llvm::Error llmc::runtime::expandTwoOfFour(TensorMap &tensors,
+                                           llvm::StringRef path) {
+  std::set<std::string> compressed;
+  for (const auto &[name, tensor] : tensors) {
+    llvm::StringRef n(name);
+    if (n.consume_back(kTwoOfFourValuesSuffix) ||
+        n.consume_back(kTwoOfFourMetaSuffix))
+      compressed.insert(n.str());
+  }
+  for (const std::string &name : compressed) {
+    auto fail = [&](const llvm::Twine &what) {
+      return llvm::createStringError(path + ": 2:4 weight '" + name + "': " +
+                                     what);
+    };
+    auto values = tensors.find(name + kTwoOfFourValuesSuffix.str());
+    auto meta = tensors.find(name + kTwoOfFourMetaSuffix.str());
+    if (values == tensors.end() || meta == tensors.end())
+      return fail(llvm::Twine("has ") +
+                  (values == tensors.end() ? "metadata but no values"
+                                           : "values but no metadata"));
+    if (tensors.count(name))
+      return fail("is stored both dense and compressed");
+    if (values->second.dtype != kir::DType::F32 ||
+        values->second.shape.size() != 2 ||
+        meta->second.dtype != kir::DType::I32 ||
+        meta->second.shape.size() != 1)
+      return fail("expected F32 values [N, K/2] and I32 metadata words");
+    CompressedTwoOfFour c;
+    c.rows = values->second.shape[0];
+    c.k = 2 * values->second.shape[1];
+    if (c.k % 4 != 0)
+      return fail(llvm::formatv("{0} values a row: K = {1} is not a multiple "
+                                "of 4",
+                                c.k / 2, c.k));
+    int64_t metaBytes = (c.rows * (c.k / 4) + 1) / 2;
+    if (meta->second.shape[0] != (metaBytes + 3) / 4)
+      return fail(llvm::formatv("{0} metadata words for [{1}, {2}], expected "
+                                "{3}",
+                                meta->second.shape[0], c.rows, c.k,
+                                (metaBytes + 3) / 4));
+    c.values.assign(values->second.f32().begin(), values->second.f32().end());
+    c.meta.assign(meta->second.bytes.begin(),
+                  meta->second.bytes.begin() + metaBytes);
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t g = 0; g < c.k / 4; ++g) {
+        auto [a, b] = c.positions(r, g);
+        if (a >= b)
+          return fail(llvm::formatv("row {0}, group {1}: positions {2}, {3} "
+                                    "are not two increasing ones of 0..3 "
+                                    "(damaged metadata)",
+                                    r, g, a, b));
+      }
+    tensors[name] =
+        HostTensor::fromF32(decompressTwoOfFour(c), {c.rows, c.k});
+    tensors.erase(values);
+    tensors.erase(meta);
+  }
+  return llvm::Error::success();
 }

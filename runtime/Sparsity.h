@@ -68,6 +68,21 @@ compressTwoOfFour(llvm::StringRef name, llvm::ArrayRef<float> values,
 /// The dense [rows, k] matrix back.
 std::vector<float> decompressTwoOfFour(const CompressedTwoOfFour &c);
 
+/// How a safetensors file stores 2:4 weight W compressed: W itself is
+/// absent; `W.values_2of4` is F32 [N, K/2] (CompressedTwoOfFour::values)
+/// and `W.meta_2of4` I32 [ceil(N * K / 32)], the metadata bytes
+/// (CompressedTwoOfFour::meta) little-endian, zero-padded to whole words.
+constexpr llvm::StringLiteral kTwoOfFourValuesSuffix = ".values_2of4";
+constexpr llvm::StringLiteral kTwoOfFourMetaSuffix = ".meta_2of4";
+
+/// Replaces f32 [N, K] tensor `name` of `tensors` by its compressed pair;
+/// fails, naming it, when it is not 2:4.
+llvm::Error compressTensorTwoOfFour(TensorMap &tensors, llvm::StringRef name);
+/// Replaces every compressed pair of `tensors` by the dense tensor; errors
+/// name `path`, the tensor and what is wrong (a missing half, shapes that
+/// disagree, positions that are not two increasing ones of 0..3).
+llvm::Error expandTwoOfFour(TensorMap &tensors, llvm::StringRef path);
+
 /// One pruned weight: its name and the fraction of its elements now zero.
 struct PrunedTensor {
   std::string name;

@@ -5,6 +5,7 @@
 #include "runtime/Backend.h"
 #include "runtime/Checkpoint.h"
 #include "runtime/HuggingFace.h"
+#include "runtime/Sparsity.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/bit.h"
@@ -1109,6 +1110,10 @@ readSafetensorsWeights(llvm::ArrayRef<ParamSpec> specs,
       return llvm::createStringError(
           "'" + path + "' holds the weights of another model:" + difference);
   }
+  // Weights `llmc convert --sparse` stored in the 2:4 layout, dense again
+  // (the executor packs them for its kernels from the dense values).
+  if (llvm::Error error = expandTwoOfFour(file->tensors, path))
+    return std::move(error);
   bool llmcNames = llvm::all_of(specs, [&](const ParamSpec &spec) {
     return file->tensors.count(spec.name);
   });

@@ -118,6 +118,15 @@ LogicalResult Lowering::lowerGemm(Operation *matmul, Operation *fusion,
     return success();
   }
 
+  // A weight in the nn.Linear layout ([N, K], read transposed) may run from
+  // a 2:4 compressed copy; the backend checks its values when they are
+  // loaded (kir::GemmStep::sparseWeight).
+  gemm.sparseWeight =
+      transB && shared && lhs->dtype == DType::F32 &&
+      *productType == DType::F32 && gemm.k % 4 == 0 &&
+      gemm.b.strides[2] == 1 &&
+      program.buffers[gemm.b.buffer].kind == ::llmc::kir::BufferKind::Param;
+
   // C: the product, contiguous, of the product's type (a GEMM rounds a
   // narrow product itself); the epilogue (if any) runs on it in place when
   // its one final value has C's type, else into buffers of its own. A

@@ -202,7 +202,8 @@ encodeViews(FlatBufferBuilder &b, Visit visit) {
 static Offset<fb::GemmStep> encodeGemm(FlatBufferBuilder &b,
                                        const kir::GemmStep &gemm) {
   const auto &[batch, m, n, k, transA, transB, a, bView, c, epilogue,
-               accumulate, epilogueKind, epilogueBias, epilogueAux] = gemm;
+               accumulate, epilogueKind, epilogueBias, epilogueAux,
+               sparseWeight] = gemm;
   auto views = encodeViews(
       b, [&](auto &&fn) { kir::forEachGemmView(gemm, fn); });
   fb::GemmStepBuilder out(b);
@@ -216,6 +217,7 @@ static Offset<fb::GemmStep> encodeGemm(FlatBufferBuilder &b,
   out.add_accumulate(accumulate);
   out.add_epilogue_kind(fb::EpilogueKind(epilogueKind));
   out.add_views(views);
+  out.add_sparse_weight(sparseWeight);
   return out.Finish();
 }
 
@@ -673,6 +675,7 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
                   llvm::Twine(unsigned(g->epilogue_kind())) +
                   ", which this llmc does not know");
     out.epilogueKind = kir::EpilogueKind(g->epilogue_kind());
+    out.sparseWeight = g->sparse_weight();
     if (llvm::Error err = decodeViews(what, g->views(), [&](auto &&fn) {
           kir::forEachGemmView(out, fn);
         }))

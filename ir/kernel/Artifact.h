@@ -30,7 +30,8 @@ namespace llmc::kir {
 /// 5: initial values of State buffers (the loss scale).
 /// 6: GEMM epilogue kinds and their bias and aux views.
 /// 7: a library step's views as one list in kir::forEach*View's order.
-constexpr uint32_t kArtifactFormatVersion = 8;
+/// 9: GEMM steps' sparse_weight (B may run from a 2:4 copy).
+constexpr uint32_t kArtifactFormatVersion = 9;
 
 /// The FlatBuffers file identifier (bytes 8-11 of a file) and the usual
 /// file extension, without the dot.

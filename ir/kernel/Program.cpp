@@ -457,6 +457,15 @@ std::string ProgramVerifier::run() {
         os << what << ": an accumulating GEMM has no epilogue";
         return message;
       }
+      if (g.sparseWeight &&
+          (!g.transB || g.accumulate || g.k % 4 != 0 || bType != DType::F32 ||
+           g.b.strides[0] != 0 || g.b.strides[2] != 1 ||
+           program.buffers[g.b.buffer].kind != BufferKind::Param)) {
+        os << what << ": a sparse_weight GEMM needs B an f32 Param read as "
+           << "[n, k] (transB, unit k stride, shared by the batch), k a "
+           << "multiple of 4, and C written whole";
+        return message;
+      }
       if (g.epilogue >= 0) {
         if (!checkKernel(g.epilogue, what + " epilogue"))
           return message;
@@ -686,6 +695,8 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
       }
       if (g.accumulate)
         os << " accumulate";
+      if (g.sparseWeight)
+        os << " sparse_weight";
       break;
     }
     case StepKind::Attention: {

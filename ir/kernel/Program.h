@@ -86,6 +86,14 @@ const char *epilogueKindName(EpilogueKind kind);
 /// `epilogueKind` says what the epilogue kernel computes when it is one a
 /// GEMM library can run itself (codegen classifies it once, at lowering);
 /// a backend may then run that instead of the kernel, or the kernel.
+///
+/// `sparseWeight`: B is a weight a backend may multiply from a 2:4
+/// compressed copy (runtime/Cpu/SparseGemm.h) when its values are 2:4: a
+/// Param buffer read as [n, k] (transB, unit stride along k, one for the
+/// whole batch), f32, k a multiple of 4, C written whole. Codegen marks
+/// the steps that qualify; whether the values are 2:4 is known only when
+/// weights are loaded, so the backend checks them once per load and runs
+/// the dense product where they are not (or where dense is faster).
 struct GemmStep {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool transA = false, transB = false;
@@ -95,6 +103,7 @@ struct GemmStep {
   EpilogueKind epilogueKind = EpilogueKind::None;
   View epilogueBias; // Bias, GeluBias: f32 [n], strides {1}
   View epilogueAux;  // DGelu: f32 [m, n], strides {ld, 1} (batch 1)
+  bool sparseWeight = false;
 };
 
 /// Scaled dot-product attention per (batch, head):

@@ -9,6 +9,7 @@
 #include "frontend/ModelInfo.h"
 #include "runtime/Checkpoint.h"
 #include "runtime/HuggingFace.h"
+#include "runtime/Sparsity.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -27,6 +28,7 @@ struct TrainedModel {
   std::string modelJson; // the llmc.model config, without name and batch
   int64_t step = 0;
   int64_t numParameters = 0;
+  std::vector<std::string> sparseSelected; // weights with a sparsity mask
 };
 } // namespace
 
@@ -77,6 +79,9 @@ static llvm::Expected<TrainedModel> readTrainedModel(MLIRContext &context,
           ::llmc::kir::formatShape(it->second.shape) + ", its model expects " +
           ::llmc::kir::formatShape(shape));
     model.params[param.name] = std::move(it->second);
+    if (checkpoint->tensors.count(
+            (llvm::Twine(rt::kSparsityMaskPrefix) + param.name).str()))
+      model.sparseSelected.push_back(param.name);
   }
   model.numParameters = info.numParameters;
   // The name is not kept in checkpoints and the batch is a compile shape:
@@ -125,6 +130,10 @@ llvm::Error mlir::llmc::convertCheckpoint(MLIRContext &context,
   if (bin && options.names != "hf")
     return createStringError("--names applies to .safetensors output; an "
                              "llm.c checkpoint has its own layout");
+  if (options.sparse && (bin || options.names != "llmc" || *dtype != DType::F32))
+    return createStringError("--sparse writes the compressed 2:4 layout into "
+                             "a .safetensors file with --names llmc and "
+                             "--precision fp32");
 
   llvm::Expected<TrainedModel> model =
       readTrainedModel(context, options.input);
@@ -193,8 +202,21 @@ llvm::Error mlir::llmc::convertCheckpoint(MLIRContext &context,
   file.metadata["llmc.names"] = naming;
   for (auto &entry : file.tensors)
     entry.second = rt::castFloatTensor(entry.second, *dtype);
+  if (options.sparse) {
+    if (model->sparseSelected.empty())
+      return createStringError(
+          "--sparse: '" + in + "' has no weight selected for 2:4 (no " +
+          rt::kSparsityMaskPrefix + " state: a dense run)");
+    for (const std::string &name : model->sparseSelected)
+      if (llvm::Error error = rt::compressTensorTwoOfFour(file.tensors, name))
+        return createStringError("--sparse: '" + in + "': " +
+                                 llvm::toString(std::move(error)));
+  }
   if (llvm::Error error = rt::writeSafetensors(out, file))
     return error;
+  if (options.sparse)
+    os << llvm::formatv("2:4 compressed: {0} weights\n",
+                        model->sparseSelected.size());
   os << llvm::formatv("wrote {0}: {1} tensors, {2} parameters, {3} names, "
                       "{4}, step {5} of {6}\n",
                       out, file.tensors.size(), model->numParameters,

@@ -16,6 +16,9 @@ struct ConvertOptions {
   std::string output; // .safetensors or .bin
   std::string precision = "fp32"; // fp32, bf16, fp16
   std::string names = "hf";       // hf or llmc (safetensors only)
+  // The weights selected for 2:4 (a sparsity_mask state) in the compressed
+  // layout (runtime/Sparsity.h: writeTwoOfFour); llmc names, fp32 only.
+  bool sparse = false;
 };
 
 /// Writes `options.output` atomically (nothing is left behind on an error)

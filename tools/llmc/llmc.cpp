@@ -120,6 +120,14 @@ static cl::opt<std::string> convertNames(
              "Hugging Face GPT-2 or Llama) or llmc (llmc's own, for models "
              "with neither layout)"),
     cl::init("hf"), cl::value_desc("hf|llmc"), cl::sub(convertCmd));
+static cl::opt<bool> convertSparse(
+    "sparse",
+    cl::desc("Store the weights selected for 2:4 (those with a "
+             "sparsity_mask) compressed: kept values [N, K/2] as "
+             "W.values_2of4 and their 2-bit positions as W.meta_2of4, half "
+             "the values' bytes; llmc generate --weights expands them (needs "
+             "--names llmc, fp32)"),
+    cl::sub(convertCmd));
 static cl::opt<bool> convertWeightsOnly(
     "weights-only",
     cl::desc("Parameters only, no optimizer state (always so; accepted for "
@@ -189,6 +197,13 @@ static cl::opt<bool> printLogits(
              "token and every logit), instead of generating; the KV-cache "
              "programs feed the prompt through @prefill, then token by token "
              "through @decode (tests compare them with --recompute)"),
+    cl::sub(generateCmd));
+static cl::opt<int64_t> sparseMaxRows(
+    "sparse-max-rows",
+    cl::desc("CPU: GEMMs whose weight is 2:4 run the 2:4 kernels when they "
+             "have at most this many rows, the dense BLAS above (default: "
+             "the crossover bench-sparse measured; 0: never)"),
+    cl::init(::llmc::runtime::CpuExecutor::kDefaultSparseMaxRows),
     cl::sub(generateCmd));
 static cl::opt<std::string> device(
     "device",
@@ -684,6 +699,7 @@ loadCpuArtifact(llvm::StringRef path, llvm::StringRef weights) {
       numThreads, &stats);
   if (!executor)
     return executor.takeError();
+  (*executor)->setSparseMaxRows(sparseMaxRows);
   llvm::errs() << llvm::format(
       "llmc: %zu kernels %s (%.2f s), %d threads\n", kernels.size(),
       stats.hit ? "loaded from the kernel cache" : "JIT-compiled",
@@ -1026,6 +1042,9 @@ static int runGenerate(MLIRContext &mlirContext) {
   llvm::errs() << llvm::format("llmc: %lld tokens in %.2f s (%.1f tokens/s)\n",
                                (long long)maxTokens, seconds,
                                maxTokens / seconds);
+  std::string sparse = (*executor)->sparseSummary();
+  if (!sparse.empty())
+    llvm::errs() << "llmc: " << sparse << "\n";
   return 0;
 }
 
@@ -1089,7 +1108,7 @@ int main(int argc, char **argv) {
     if (outputPath.empty())
       return fail("convert: -o OUT is required (OUT.safetensors or OUT.bin)");
     ConvertOptions options{convertInput, outputPath, convertPrecision,
-                           convertNames};
+                           convertNames, convertSparse};
     if (llvm::Error error = convertCheckpoint(context, options, llvm::outs()))
       return fail(std::move(error));
     return 0;

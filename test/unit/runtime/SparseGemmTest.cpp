@@ -1,0 +1,190 @@
+// The CPU's 2:4 sparse products (runtime/Cpu/SparseGemm.h), every ISA path
+// this CPU runs, against the dense product of the masked weights in double.
+#include "runtime/Cpu/SparseGemm.h"
+#include "runtime/Sparsity.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <random>
+
+using namespace llmc::cpu;
+using namespace llmc::runtime;
+
+namespace {
+
+/// A random [n, k] weight pruned to 2:4 by magnitude, some groups with one
+/// or no non-zero (the compressed form keeps zeros for them).
+std::vector<float> randomTwoOfFour(int64_t n, int64_t k, std::mt19937 &rng) {
+  std::normal_distribution<float> normal;
+  std::vector<float> w(n * k), mask(n * k);
+  for (float &v : w)
+    v = normal(rng);
+  maskTwoOfFour(w, k, mask);
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] *= mask[i];
+  for (size_t g = 0; g < w.size(); g += 4) {
+    if (g % 36 == 8) // one kept value zero
+      for (int i = 0; i < 4; ++i)
+        if (w[g + i] != 0) {
+          w[g + i] = 0;
+          break;
+        }
+    if (g % 52 == 12) // the whole group zero
+      std::fill(w.begin() + g, w.begin() + g + 4, 0.0f);
+  }
+  return w;
+}
+
+/// Runs `isa` on [m, k] x [n, k]^T and compares with the dense product in
+/// double: |y - ref| <= 1e-5 * sum |x_c w_c| (relative to the magnitude
+/// of the terms, the scale f32 summation error has; random signs make
+/// |ref| itself arbitrarily small). x rows have a stride past k, filled
+/// with NaN, and y's columns outside [n0, n1) hold a sentinel: a kernel
+/// that reads past k or writes outside its rows fails.
+void checkProduct(SparseIsa isa, int64_t m, int64_t n, int64_t k, int64_t n0,
+                  int64_t n1, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << sparseIsaName(isa) << " m=" << m
+                                  << " n=" << n << " k=" << k << " rows ["
+                                  << n0 << ", " << n1 << ")");
+  std::mt19937 rng(seed);
+  std::vector<float> w = randomTwoOfFour(n, k, rng);
+  llvm::Expected<CompressedTwoOfFour> compressed =
+      compressTwoOfFour("w", w, n, k);
+  ASSERT_TRUE(bool(compressed)) << llvm::toString(compressed.takeError());
+  PackedTwoOfFour packed = packForCpu(*compressed);
+  EXPECT_EQ(packed.paddedK % 32, 0);
+  int64_t ldx = k + 3, ldy = n + 2;
+  std::normal_distribution<float> normal;
+  std::vector<float> x(m * ldx, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < k; ++c)
+      x[i * ldx + c] = normal(rng);
+  const float sentinel = 12345.0f;
+  std::vector<float> y(m * ldy, sentinel);
+  sparseMatmulF32(isa, packed, x.data(), m, ldx, y.data(), ldy, n0, n1);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < ldy; ++j) {
+      float got = y[i * ldy + j];
+      if (j < n0 || j >= n1) {
+        ASSERT_EQ(got, sentinel) << "wrote y[" << i << ", " << j << "]";
+        continue;
+      }
+      double ref = 0, scale = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        double term = double(x[i * ldx + c]) * double(w[j * k + c]);
+        ref += term;
+        scale += std::fabs(term);
+      }
+      ASSERT_LE(std::fabs(got - ref), 1e-5 * scale + 1e-30)
+          << "y[" << i << ", " << j << "] = " << got << ", dense " << ref;
+    }
+}
+
+/// The paths this CPU runs, printed once so that the log says which ran.
+std::vector<SparseIsa> pathsHere() {
+  std::vector<SparseIsa> paths;
+  for (SparseIsa isa : {SparseIsa::Scalar, SparseIsa::Avx2, SparseIsa::Avx512})
+    if (cpuRuns(isa))
+      paths.push_back(isa);
+  return paths;
+}
+
+class SparseGemm : public testing::TestWithParam<SparseIsa> {
+protected:
+  void SetUp() override {
+    if (!cpuRuns(GetParam()))
+      GTEST_SKIP() << "this CPU does not run the " << sparseIsaName(GetParam())
+                   << " path";
+    std::cout << "[ path     ] " << sparseIsaName(GetParam()) << "\n";
+  }
+};
+
+TEST_P(SparseGemm, GemvMatchesTheDenseProductOnOddShapes) {
+  // k a multiple of 4 but not of 8: a group tail in every vector step.
+  for (int64_t k : {4, 12, 20, 36, 60, 100, 228, 772})
+    for (int64_t n : {1, 3, 5, 13, 37})
+      checkProduct(GetParam(), 1, n, k, 0, n, uint32_t(k * 31 + n));
+}
+
+TEST_P(SparseGemm, GemmMatchesTheDenseProductOnOddShapes) {
+  for (int64_t m : {2, 3, 5, 7, 33, 67})
+    for (int64_t k : {12, 44, 100, 300})
+      for (int64_t n : {1, 7, 19})
+        checkProduct(GetParam(), m, n, k, 0, n, uint32_t(m * 1000 + k + n));
+}
+
+TEST_P(SparseGemm, ARangeOfRowsWritesOnlyThoseColumns) {
+  checkProduct(GetParam(), 1, 41, 68, 5, 30, 3);
+  checkProduct(GetParam(), 9, 41, 68, 13, 14, 4);
+  checkProduct(GetParam(), 5, 41, 68, 7, 7, 5); // an empty range
+}
+
+TEST_P(SparseGemm, GptShapesMatchTheDenseProduct) {
+  // GPT-2 124M's c_fc (3072 x 768) and c_proj (768 x 3072) in decode and a
+  // short odd prefill.
+  checkProduct(GetParam(), 1, 3072, 768, 0, 3072, 11);
+  checkProduct(GetParam(), 5, 768, 3072, 0, 768, 12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, SparseGemm,
+                         testing::Values(SparseIsa::Scalar, SparseIsa::Avx2,
+                                         SparseIsa::Avx512),
+                         [](const testing::TestParamInfo<SparseIsa> &info) {
+                           return std::string(sparseIsaName(info.param));
+                         });
+
+TEST(SparseGemmDispatch, BestPathFollowsCpuinfo) {
+  // /proc/cpuinfo's flags, read independently of __builtin_cpu_supports.
+  auto cpuinfo = llvm::MemoryBuffer::getFileAsStream("/proc/cpuinfo");
+  if (!cpuinfo)
+    GTEST_SKIP() << "no /proc/cpuinfo";
+  llvm::StringRef text = (*cpuinfo)->getBuffer();
+  size_t at = text.find("\nflags");
+  ASSERT_NE(at, llvm::StringRef::npos) << "/proc/cpuinfo has no flags line";
+  std::string flags = text.substr(at + 1).split('\n').first.str() + " ";
+  auto has = [&](const char *flag) {
+    return flags.find(" " + std::string(flag) + " ") != std::string::npos;
+  };
+  bool avx512 = has("avx512f");
+  bool avx2 = has("avx2") && has("fma");
+  SparseIsa expected = avx512 ? SparseIsa::Avx512
+                       : avx2 ? SparseIsa::Avx2
+                              : SparseIsa::Scalar;
+  EXPECT_EQ(bestSparseIsa(), expected);
+  std::cout << "[ paths    ] this CPU runs:";
+  for (SparseIsa isa : pathsHere())
+    std::cout << " " << sparseIsaName(isa);
+  std::cout << " (best " << sparseIsaName(bestSparseIsa()) << ")\n";
+}
+
+TEST(SparseGemmPack, PackKeepsValuesAndPositions) {
+  std::mt19937 rng(9);
+  int64_t n = 3, k = 44; // 11 groups: a word and a half a row
+  std::vector<float> w = randomTwoOfFour(n, k, rng);
+  llvm::Expected<CompressedTwoOfFour> c = compressTwoOfFour("w", w, n, k);
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  PackedTwoOfFour p = packForCpu(*c);
+  EXPECT_EQ(p.paddedK, 64);
+  EXPECT_EQ(p.bytes(), int64_t(n * (32 * 4 + 2 * 4)));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t g = 0; g < p.paddedK / 4; ++g) {
+      uint32_t nibble = p.meta[r * p.wordsPerRow() + g / 8] >> (4 * (g % 8)) & 15;
+      const float *values = &p.values[r * p.valuesPerRow() + 2 * g];
+      if (g >= k / 4) { // padding: zeros at positions 0 and 1
+        EXPECT_EQ(nibble, 0x4u);
+        EXPECT_EQ(values[0], 0.0f);
+        EXPECT_EQ(values[1], 0.0f);
+        continue;
+      }
+      auto [a, b] = c->positions(r, g);
+      EXPECT_EQ(nibble, uint32_t(a | b << 2));
+      EXPECT_EQ(values[0], w[r * k + 4 * g + a]);
+      EXPECT_EQ(values[1], w[r * k + 4 * g + b]);
+    }
+}
+
+} // namespace
