@@ -169,23 +169,25 @@ llvm::Error CpuExecutor::bindBuffers() {
     for (const kir::Access &access : kernel.operands)
       operands.push_back(base(access.buffer));
   }
-  // Whether a run writes the store (an update step): then it tells the
+  // Whether a run writes parameters (an update step): then it tells the
   // store, whose write count the 2:4 copies of weights are checked by.
-  auto persistentBuffer = [&](int32_t buffer) {
-    return kir::isPersistent(prog.buffers[buffer].kind);
+  // States (a KV cache, optimizer moments) change every run and are never
+  // packed, so their writes do not count.
+  auto paramBuffer = [&](int32_t buffer) {
+    return prog.buffers[buffer].kind == kir::BufferKind::Param;
   };
   for (const kir::Step &step : prog.steps) {
     if (step.kind == kir::StepKind::Kernel) {
       const kir::Kernel &kernel = prog.kernels[step.kernel];
       for (const kir::Instr &instr : kernel.body)
         if (instr.op == kir::Op::Store &&
-            persistentBuffer(kernel.operands[instr.operand].buffer))
-          writesPersistent = true;
+            paramBuffer(kernel.operands[instr.operand].buffer))
+          writesParams = true;
     }
     kir::forEachView(step, [&](const char *, const kir::View &view,
                                kir::ViewRole role, const auto &) {
-      if (role != kir::ViewRole::Read && persistentBuffer(view.buffer))
-        writesPersistent = true;
+      if (role != kir::ViewRole::Read && paramBuffer(view.buffer))
+        writesParams = true;
     });
   }
   return llvm::Error::success();
@@ -254,7 +256,7 @@ llvm::Error CpuExecutor::setTensor(llvm::StringRef name,
             "tensor '" + name + "' is " + kir::dtypeName(tensor.dtype) +
             ", the model expects " + kir::dtypeName(buffer.dtype));
       std::memcpy(base(binding.buffer), tensor.bytes.data(), buffer.bytes());
-      if (kir::isPersistent(buffer.kind))
+      if (buffer.kind == kir::BufferKind::Param)
         persistent->noteWrite();
       return llvm::Error::success();
     }
@@ -772,7 +774,7 @@ llvm::Error CpuExecutor::run() {
   }
   if (profiling)
     ++stepProfile.runs;
-  if (writesPersistent)
+  if (writesParams)
     persistent->noteWrite();
   return llvm::Error::success();
 }

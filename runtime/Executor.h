@@ -148,7 +148,7 @@ private:
   std::map<std::pair<int32_t, int64_t>, PackedWeight> packedWeights;
   int64_t sparseMaxRows = kDefaultSparseMaxRows;
   cpu::SparseIsa isa;
-  bool writesPersistent = false; // some step writes a Param or State
+  bool writesParams = false; // some step writes a Param
   SparseStats sparse;
 };
 

@@ -58,7 +58,7 @@ public:
       const override;
 
   /// Counts writes to the store's tensors: set() and every executor run or
-  /// copy that writes a persistent tensor through its pointer (they call
+  /// copy that writes a parameter through its pointer (they call
   /// noteWrite()). What is derived from tensors' values (the CPU
   /// executor's 2:4 copies of weights) stays valid while it is unchanged.
   uint64_t writeCount() const { return writes.load(); }

@@ -30,8 +30,11 @@ namespace llmc::kir {
 /// 5: initial values of State buffers (the loss scale).
 /// 6: GEMM epilogue kinds and their bias and aux views.
 /// 7: a library step's views as one list in kir::forEach*View's order.
+/// 8: collective steps (all-reduce, reduce-scatter, all-gather, broadcast).
 /// 9: GEMM steps' sparse_weight (B may run from a 2:4 copy).
-constexpr uint32_t kArtifactFormatVersion = 9;
+/// 10: attention steps' kv_seq and positions (attention over a KV cache)
+/// and stores at computed indices (the cache writes).
+constexpr uint32_t kArtifactFormatVersion = 10;
 
 /// The FlatBuffers file identifier (bytes 8-11 of a file) and the usual
 /// file extension, without the dot.

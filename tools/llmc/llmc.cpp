@@ -858,6 +858,8 @@ static int runCachedGenerate(MLIRContext &context,
                             llvm::errs());
   if (!session)
     return fail(session.takeError());
+  session->prefill->setSparseMaxRows(sparseMaxRows);
+  session->decode->setSparseMaxRows(sparseMaxRows);
   ::llmc::runtime::CachedGenerator &generator = session->generator;
   std::vector<int32_t> tokens = tok.encode(prompt);
   if (tokens.empty())
@@ -950,6 +952,13 @@ static int runCachedGenerate(MLIRContext &context,
   if (stats.contextShifts)
     llvm::errs() << "llmc: the context filled " << stats.contextShifts
                  << " time(s); its last half was fed again each time\n";
+  for (auto [name, executor] :
+       {std::pair{"prefill", session->prefill.get()},
+        std::pair{"decode", session->decode.get()}}) {
+    std::string sparse = executor->sparseSummary();
+    if (!sparse.empty())
+      llvm::errs() << "llmc: @" << name << ": " << sparse << "\n";
+  }
   return 0;
 }
 

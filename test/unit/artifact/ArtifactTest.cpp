@@ -254,6 +254,7 @@ kir::Program makeProgram() {
   gemm.gemm.c = view(kLogits, 0, {0, 16, 1});
   gemm.gemm.epilogue = 1;
   gemm.gemm.epilogueKind = kir::EpilogueKind::Gelu;
+  gemm.gemm.sparseWeight = true; // B (wte) is an f32 [N, K] parameter
   gemm.origin = "llmc.matmul";
 
   // q, k, v interleaved in qkv [2, 4, 3 * 2 heads * 4].
@@ -408,7 +409,8 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
   EXPECT_EQ(origin, y.origin);
   {
     const auto &[batch, m, n, k, transA, transB, a, b, c, epilogue,
-                 accumulate, epilogueKind, epilogueBias, epilogueAux] = gemm;
+                 accumulate, epilogueKind, epilogueBias, epilogueAux,
+                 sparseWeight] = gemm;
     const kir::GemmStep &h = y.gemm;
     EXPECT_EQ(batch, h.batch);
     EXPECT_EQ(m, h.m);
@@ -424,6 +426,7 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
     EXPECT_EQ(epilogueKind, h.epilogueKind);
     expectSameView(epilogueBias, h.epilogueBias, "gemm epilogue bias");
     expectSameView(epilogueAux, h.epilogueAux, "gemm epilogue aux");
+    EXPECT_EQ(sparseWeight, h.sparseWeight);
   }
   {
     const auto &[batch, heads, seq, headDim, scale, causal, q, k, v, out, lse,
