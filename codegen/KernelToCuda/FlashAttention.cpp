@@ -44,7 +44,11 @@ std::string suffix(const FlashAttentionVariant &variant) {
 // kernel templates.
 //
 // Forward (per block: kForwardRows query rows of one (batch, head); a warp
-// owns kForwardRowsPerWarp rows): key tiles of 32 rows go through shared
+// owns kForwardRowsPerWarp rows): each row sees a prefix of the kvSeq keys
+// (all, or with the causal mask up to positions[b][t], else t + kvSeq -
+// seq, as AttentionStep defines it), and the block walks the longest of
+// its rows' prefixes only, so decoding reads the cache's filled part; key
+// tiles of 32 rows go through shared
 // memory; for each tile, lane j scores key j against a row, the warp takes
 // the tile's max and sum (online softmax: the running max m, the running
 // sum l and the accumulator are rescaled by exp(m_old - m_new)), and each
@@ -68,10 +72,11 @@ struct llmc_attn_fwd_args {
   const void *q, *k, *v;
   void *out;
   float *lse;
-  llmc_attn_view vq, vk, vv, vout, vlse;
+  const int *positions; // null: none
+  llmc_attn_view vq, vk, vv, vout, vlse, vpos;
   int batch, heads, seq, causal;
   float scale;
-  int pad;
+  int kvSeq; // keys in k and v; 0: seq
 };
 struct llmc_attn_bwd_args {
   const void *dout, *q, *k, *v, *out;
@@ -99,6 +104,7 @@ __device__ inline unsigned llmc_fa_float_to_bits(float value) {
 
 __device__ inline float llmc_fa_inf() { return llmc_fa_bits_to_float(0x7f800000u); }
 __device__ inline int llmc_fa_min(int x, int y) { return x < y ? x : y; }
+__device__ inline int llmc_fa_max(int x, int y) { return x > y ? x : y; }
 
 __device__ inline float llmc_fa_to_float(float x) { return x; }
 __device__ inline float llmc_fa_to_float(llmc_fa_bf16 x) {
@@ -174,6 +180,20 @@ __device__ inline long long llmc_fa_at(const llmc_attn_view &view, int b,
          d * view.dim;
 }
 
+// How many keys (a prefix of the `keys`) query t of batch b sees: all of
+// them without the causal mask, else up to its position in the cache
+// (positions[b][t], or t + keys - seq), clamped to [0, keys].
+__device__ inline int llmc_fa_visible(const llmc_attn_fwd_args &a, int b,
+                                      int t, int keys) {
+  if (!a.causal)
+    return keys;
+  long long last =
+      a.positions ? (long long)a.positions[a.vpos.offset + b * a.vpos.batch +
+                                           t * a.vpos.seq]
+                  : (long long)t + keys - a.seq;
+  return last < 0 ? 0 : last >= keys ? keys : (int)(last + 1);
+}
+
 template <int D, typename T, int WARPS, int ROWS_PER_WARP>
 __device__ void llmc_fa_forward(const llmc_attn_fwd_args &a) {
   constexpr int ROWS = WARPS * ROWS_PER_WARP, KEYS = 32;
@@ -184,34 +204,42 @@ __device__ void llmc_fa_forward(const llmc_attn_fwd_args &a) {
   const int b = blockIdx.y / a.heads, h = blockIdx.y % a.heads;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int q0 = blockIdx.x * ROWS, seq = a.seq;
+  const int keys = a.kvSeq > 0 ? a.kvSeq : seq;
 
   for (int i = tid; i < ROWS * D; i += WARPS * 32) {
     int r = i / D, d = i % D, t = q0 + r;
     qs[r][d] = t < seq ? llmc_fa_load<T>(a.q, llmc_fa_at(a.vq, b, h, t, d)) : 0.0f;
   }
+  // Keys each of the warp's rows sees (0 past seq), and the block's most:
+  // only that prefix of the keys (a KV cache's filled part) is read.
   float m[ROWS_PER_WARP], l[ROWS_PER_WARP], acc[ROWS_PER_WARP][DL];
+  int limit[ROWS_PER_WARP];
   for (int r = 0; r < ROWS_PER_WARP; ++r) {
+    int t = q0 + warp * ROWS_PER_WARP + r;
+    limit[r] = t < seq ? llmc_fa_visible(a, b, t, keys) : 0;
     m[r] = -llmc_fa_inf();
     l[r] = 0.0f;
     for (int i = 0; i < DL; ++i)
       acc[r][i] = 0.0f;
   }
-  int keyEnd = a.causal ? llmc_fa_min(seq, q0 + ROWS) : seq;
+  int keyEnd = 0;
+  for (int r = 0; r < ROWS && q0 + r < seq; ++r)
+    keyEnd = llmc_fa_max(keyEnd, llmc_fa_visible(a, b, q0 + r, keys));
   for (int k0 = 0; k0 < keyEnd; k0 += KEYS) {
     __syncthreads(); // the previous tile is consumed (and qs is written)
     for (int i = tid; i < KEYS * D; i += WARPS * 32) {
       int r = i / D, d = i % D, s = k0 + r;
-      bool in = s < seq;
+      bool in = s < keyEnd;
       ks[r][d] = in ? llmc_fa_load<T>(a.k, llmc_fa_at(a.vk, b, h, s, d)) : 0.0f;
       vs[r][d] = in ? llmc_fa_load<T>(a.v, llmc_fa_at(a.vv, b, h, s, d)) : 0.0f;
     }
     __syncthreads();
     for (int r = 0; r < ROWS_PER_WARP; ++r) {
-      int row = warp * ROWS_PER_WARP + r, t = q0 + row, s = k0 + lane;
+      int row = warp * ROWS_PER_WARP + r, s = k0 + lane;
       float dot = 0.0f;
       for (int d = 0; d < D; ++d)
         dot += qs[row][d] * ks[lane][d];
-      bool visible = s < seq && (!a.causal || s <= t);
+      bool visible = s < limit[r];
       float score = visible ? dot * a.scale : -llmc_fa_inf();
       float newMax = fmaxf(m[r], llmc_fa_warp_max(score));
       if (newMax == -llmc_fa_inf()) // nothing visible yet (uniform in the warp)
@@ -236,14 +264,16 @@ __device__ void llmc_fa_forward(const llmc_attn_fwd_args &a) {
     int t = q0 + warp * ROWS_PER_WARP + r;
     if (t >= seq)
       continue;
-    float inverse = 1.0f / l[r];
+    // A row that sees no key (a position before the cache): out 0, lse -inf.
+    bool any = l[r] > 0.0f;
+    float inverse = any ? 1.0f / l[r] : 0.0f;
     for (int i = 0; i < DL; ++i) {
       int d = lane + 32 * i;
       if (d < D)
         llmc_fa_store<T>(a.out, llmc_fa_at(a.vout, b, h, t, d), acc[r][i] * inverse);
     }
     if (lane == 0)
-      a.lse[llmc_fa_at(a.vlse, b, h, t, 0)] = m[r] + logf(l[r]);
+      a.lse[llmc_fa_at(a.vlse, b, h, t, 0)] = any ? m[r] + logf(l[r]) : -llmc_fa_inf();
   }
 }
 

@@ -80,10 +80,13 @@ struct AttentionForwardArgs {
   const void *q = nullptr, *k = nullptr, *v = nullptr;
   void *out = nullptr;
   float *lse = nullptr;
-  AttentionViewArgs vq, vk, vv, vout, vlse;
+  /// kir::AttentionStep::positions (i32; null: none): element (b, t) at
+  /// vpos.offset + b*vpos.batch + t*vpos.seq.
+  const int32_t *positions = nullptr;
+  AttentionViewArgs vq, vk, vv, vout, vlse, vpos;
   int32_t batch = 0, heads = 0, seq = 0, causal = 1;
   float scale = 1.0f;
-  int32_t pad = 0;
+  int32_t kvSeq = 0; // keys in k and v; 0: seq
 };
 
 /// The flash attention backward kernels' argument (layout =

@@ -455,11 +455,10 @@ llvm::Error LaunchPlanner::planAttention(size_t index, const kir::Step &step) {
     return kernels.takeError();
   if (forward) {
     const kir::AttentionStep &att = step.attention;
-    if (att.positioned() || att.keys() != att.seq)
-      return llvm::createStringError(
-          "attention step '" + step.origin +
-          "' reads a KV cache (positions or kv_seq), which the CUDA flash "
-          "kernel does not run yet; run inference programs on the CPU");
+    if (att.positioned() &&
+        prog.buffers[att.positions.buffer].dtype != kir::DType::I32)
+      return llvm::createStringError("attention step '" + step.origin +
+                                     "': positions must be i32");
     for (const kir::View *view : {&att.k, &att.v, &att.out})
       if (prog.buffers[view->buffer].dtype != dtype)
         return llvm::createStringError(
@@ -484,11 +483,19 @@ llvm::Error LaunchPlanner::planAttention(size_t index, const kir::Step &step) {
     args.vout = viewArgs(att.out);
     args.vlse = viewArgs(att.lse);
     args.vlse.dim = 0;
+    if (att.positioned()) { // [batch, seq] i32
+      args.positions =
+          reinterpret_cast<const int32_t *>(address(att.positions));
+      args.vpos.offset = att.positions.offset;
+      args.vpos.batch = att.positions.strides[0];
+      args.vpos.seq = att.positions.strides[1];
+    }
     args.batch = att.batch;
     args.heads = att.heads;
     args.seq = att.seq;
     args.causal = att.causal;
     args.scale = att.scale;
+    args.kvSeq = att.keys();
     return llvm::Error::success();
   }
   const kir::AttentionGradStep &att = step.attentionGrad;

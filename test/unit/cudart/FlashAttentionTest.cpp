@@ -2,7 +2,9 @@
 // sizes 16, 64, 128; f32, f16, bf16), and under the CPU emulation of CUDA
 // (test/unit/cuda/CudaEmulation.h) forward and backward match a plain
 // double-precision reference of kir::AttentionStep / AttentionGradStep on
-// small odd shapes, with q, k, v strided views into one fused qkv buffer.
+// small odd shapes, with q, k, v strided views into one fused qkv buffer;
+// and the forward over a KV cache (kvSeq keys, per-row positions) against
+// the same kind of reference.
 #include "codegen/KernelToCuda/FlashAttention.h"
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "codegen/KernelToCuda/Nvrtc.h"
@@ -18,6 +20,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -71,7 +74,7 @@ TEST(FlashAttentionTest, RejectsUnsupportedVariants) {
 TEST(FlashAttentionTest, ArgumentBlockLayout) {
   // The source declares the same layout: 8-byte fields, then 4-byte ones.
   EXPECT_EQ(sizeof(AttentionViewArgs), 40u);
-  EXPECT_EQ(sizeof(AttentionForwardArgs), 5 * 8 + 5 * 40 + 6 * 4u);
+  EXPECT_EQ(sizeof(AttentionForwardArgs), 6 * 8 + 6 * 40 + 6 * 4u);
   EXPECT_EQ(sizeof(AttentionBackwardArgs), 9 * 8 + 9 * 40 + 6 * 4u);
 }
 
@@ -396,5 +399,165 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(kir::dtypeName(info.param.dtype)) +
              (info.param.causal ? "_causal" : "_full");
     });
+
+//===----------------------------------------------------------------------===//
+// Forward over a KV cache (kvSeq > seq, positions)
+//===----------------------------------------------------------------------===//
+
+struct CacheCase {
+  const char *name;
+  int64_t seq, kvSeq;
+  bool positioned, causal;
+  // positions[b][t] (when positioned); -1 is a query before the cache.
+  std::vector<std::vector<int32_t>> positions;
+};
+
+TEST(FlashEmulationTest, ForwardOverKvCacheMatchesDoubleReference) {
+  const int64_t B = 2, H = 3, D = 16;
+  std::vector<FlashAttentionVariant> variants = {
+      {D, kir::DType::F32}, {D, kir::DType::F16}, {D, kir::DType::BF16}};
+  std::string error;
+  std::unique_ptr<EmulatedFlash> module = EmulatedFlash::build(variants, error);
+  ASSERT_TRUE(module) << error;
+
+  const std::vector<CacheCase> cases = {
+      // Decoding: one query per batch row, at position 0 (sees one key) and
+      // deep into an odd cache of two key tiles.
+      {"decode", 1, 37, true, true, {{0}, {35}}},
+      {"decode_last_slot", 1, 37, true, true, {{36}, {17}}},
+      // Prefill of P = 5 tokens into the cache; batch 1 continues at 30
+      // (the prefix crosses the 32-key tile) and a position past the cache
+      // is clamped to its last slot.
+      {"prefill", 5, 37, true, true, {{0, 1, 2, 3, 4}, {30, 31, 32, 33, 40}}},
+      // A query before the cache sees no key: out 0, lse -inf.
+      {"prefill_unfilled", 5, 37, true, true, {{-1, 0, 1, 2, 3}, {3, 4, 5, 6, 7}}},
+      // No positions: query t sees keys s <= t + kvSeq - seq.
+      {"tail_causal", 5, 37, false, true, {}},
+      {"tail_full", 5, 37, false, false, {}},
+      // Seventeen queries (two query tiles) over a cache of 41.
+      {"prefill_two_tiles", 17, 41, true, true, {}},
+  };
+  for (const FlashAttentionVariant &variant : variants)
+    for (const CacheCase &c : cases) {
+      SCOPED_TRACE(std::string(kir::dtypeName(variant.dtype)) + " " + c.name);
+      const int64_t T = c.seq, S = c.kvSeq;
+      std::vector<std::vector<int32_t>> positions = c.positions;
+      if (c.positioned && positions.empty())
+        positions = {std::vector<int32_t>(T), std::vector<int32_t>(T)};
+      if (c.positioned && c.positions.empty())
+        for (int64_t t = 0; t < T; ++t) {
+          positions[0][t] = int32_t(t);
+          positions[1][t] = int32_t(S - T + t);
+        }
+      // q, out: [B, T, H, D]; k: [B, H, S, D]; v: [B, S, H, D] after an
+      // offset of 5; lse: [B, H, T]; positions: column-major [B, T] after
+      // an offset of 3.
+      std::mt19937 random(11);
+      std::uniform_real_distribution<float> uniform(-1.5f, 1.5f);
+      Storage q(variant.dtype, B * T * H * D), k(variant.dtype, B * H * S * D),
+          v(variant.dtype, 5 + B * S * H * D), out(variant.dtype, B * T * H * D);
+      for (int64_t i = 0; i < B * T * H * D; ++i)
+        q.set(i, uniform(random));
+      for (int64_t i = 0; i < B * H * S * D; ++i)
+        k.set(i, uniform(random));
+      for (int64_t i = 0; i < 5 + B * S * H * D; ++i)
+        v.set(i, uniform(random));
+      for (int64_t i = 0; i < B * T * H * D; ++i)
+        out.set(i, 1234.0f); // every element must be written
+      std::vector<float> lse(B * H * T, 1234.0f);
+      std::vector<int32_t> pos(3 + B * T, 0);
+      if (c.positioned)
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t t = 0; t < T; ++t)
+            pos[3 + b + t * B] = positions[b][t];
+      auto qAt = [&](int64_t b, int64_t h, int64_t t, int64_t d) {
+        return ((b * T + t) * H + h) * D + d;
+      };
+      auto kAt = [&](int64_t b, int64_t h, int64_t s, int64_t d) {
+        return ((b * H + h) * S + s) * D + d;
+      };
+      auto vAt = [&](int64_t b, int64_t h, int64_t s, int64_t d) {
+        return 5 + ((b * S + s) * H + h) * D + d;
+      };
+      const float scale = 1.0f / std::sqrt(float(D));
+
+      // The plain reference (kir::AttentionStep's definition).
+      std::vector<double> refOut(B * T * H * D, 0.0), refLse(B * H * T);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t t = 0; t < T; ++t) {
+            int64_t last = c.positioned ? positions[b][t] : t + S - T;
+            int64_t visible =
+                c.causal ? std::clamp<int64_t>(last + 1, 0, S) : S;
+            std::vector<double> p(visible);
+            double max = -INFINITY;
+            for (int64_t s = 0; s < visible; ++s) {
+              double dot = 0;
+              for (int64_t d = 0; d < D; ++d)
+                dot += double(q.get(qAt(b, h, t, d))) * k.get(kAt(b, h, s, d));
+              p[s] = double(scale) * dot;
+              max = std::max(max, p[s]);
+            }
+            double sum = 0;
+            for (int64_t s = 0; s < visible; ++s)
+              sum += std::exp(p[s] - max);
+            refLse[(b * H + h) * T + t] =
+                visible ? max + std::log(sum) : -INFINITY;
+            for (int64_t d = 0; d < D; ++d) {
+              double acc = 0;
+              for (int64_t s = 0; s < visible; ++s)
+                acc += std::exp(p[s] - max) / sum * v.get(vAt(b, h, s, d));
+              refOut[qAt(b, h, t, d)] = acc;
+            }
+          }
+
+      AttentionForwardArgs forward;
+      forward.q = q.data();
+      forward.k = k.data();
+      forward.v = v.data();
+      forward.out = out.data();
+      forward.lse = lse.data();
+      forward.vq = {0, T * H * D, D, H * D, 1};
+      forward.vk = {0, H * S * D, S * D, D, 1};
+      forward.vv = {5, S * H * D, D, H * D, 1};
+      forward.vout = forward.vq;
+      forward.vlse = {0, H * T, T, 1, 0};
+      if (c.positioned) {
+        forward.positions = pos.data();
+        forward.vpos = {3, 1, 0, B, 0};
+      }
+      forward.batch = B;
+      forward.heads = H;
+      forward.seq = T;
+      forward.causal = c.causal;
+      forward.scale = scale;
+      forward.kvSeq = S;
+      module->run(flashForwardName(variant), &forward,
+                  flashForwardLaunch(B, H, T));
+
+      double rounding = variant.dtype == kir::DType::F32   ? 0.0
+                        : variant.dtype == kir::DType::F16 ? 1.0 / 2048
+                                                           : 1.0 / 256;
+      int bad = 0;
+      for (int64_t i = 0; i < B * T * H * D && bad < 5; ++i)
+        if (!(std::fabs(out.get(i) - refOut[i]) <=
+              2e-5 + 2 * rounding * std::fabs(refOut[i]))) {
+          ADD_FAILURE() << "out[" << i << "] = " << out.get(i)
+                        << ", expected " << refOut[i];
+          ++bad;
+        }
+      for (int64_t i = 0; i < B * H * T && bad < 5; ++i) {
+        bool ok = std::isinf(refLse[i])
+                      ? lse[i] == refLse[i]
+                      : std::fabs(lse[i] - refLse[i]) <=
+                            2e-5 * std::max(1.0, std::fabs(refLse[i]));
+        if (!ok) {
+          ADD_FAILURE() << "lse[" << i << "] = " << lse[i] << ", expected "
+                        << refLse[i];
+          ++bad;
+        }
+      }
+    }
+}
 
 } // namespace
