@@ -824,6 +824,59 @@ static void printLogitsLine(const llvm::Twine &position,
   llvm::outs() << "\n";
 }
 
+namespace {
+/// What both generate paths print: the prompt, then each generated token as
+/// it comes (on a terminal, control bytes and broken UTF-8 are shown
+/// escaped; into a pipe or file the bytes go as generated), then on stderr
+/// how long the tokens took.
+class GeneratedText {
+public:
+  explicit GeneratedText(const ::llmc::data::Tokenizer &tok)
+      : tok(tok), terminal(llvm::outs().is_displayed()) {
+    llvm::outs() << prompt;
+    llvm::outs().flush();
+    start = std::chrono::steady_clock::now();
+  }
+
+  void token(int64_t id) {
+    std::string bytes = tok.decodeToken(int32_t(id));
+    llvm::outs() << (terminal ? shown.feed(bytes) : bytes);
+    llvm::outs().flush();
+  }
+
+  /// Ends the text; returns generation's error, or prints the rate.
+  llvm::Error finish(llvm::Error error) {
+    if (terminal)
+      llvm::outs() << shown.finish();
+    llvm::outs() << "\n";
+    llvm::outs().flush();
+    if (error)
+      return error;
+    double seconds = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    llvm::errs() << llvm::format(
+        "llmc: %lld tokens in %.2f s (%.1f tokens/s)\n", (long long)maxTokens,
+        seconds, maxTokens / seconds);
+    return llvm::Error::success();
+  }
+
+private:
+  const ::llmc::data::Tokenizer &tok;
+  bool terminal;
+  ::llmc::runtime::TerminalText shown;
+  std::chrono::steady_clock::time_point start;
+};
+} // namespace
+
+static ::llmc::runtime::SamplingOptions samplingOptions() {
+  ::llmc::runtime::SamplingOptions options;
+  options.temperature = temperature;
+  options.topK = topK;
+  options.seed = seed;
+  return options;
+}
+
 /// `llmc generate` with the KV-cache programs built from the artifact's
 /// model config. Returns -1 when the artifact has none (a hand-written
 /// model) and the recompute path should run instead.
@@ -891,36 +944,12 @@ static int runCachedGenerate(MLIRContext &context,
     }
     return 0;
   }
-  ::llmc::runtime::SamplingOptions options;
-  options.temperature = temperature;
-  options.topK = topK;
-  options.seed = seed;
-  llvm::outs() << prompt;
-  llvm::outs().flush();
-  bool terminal = llvm::outs().is_displayed();
-  ::llmc::runtime::TerminalText shown;
   ::llmc::runtime::GenerationStats stats;
-  auto start = std::chrono::steady_clock::now();
-  llvm::Error error = ::llmc::runtime::generateCached(
-      generator, tokens, maxTokens, options,
-      [&](int64_t id) {
-        std::string bytes = tok.decodeToken(int32_t(id));
-        llvm::outs() << (terminal ? shown.feed(bytes) : bytes);
-        llvm::outs().flush();
-      },
-      &stats);
-  if (terminal)
-    llvm::outs() << shown.finish();
-  llvm::outs() << "\n";
-  llvm::outs().flush();
-  if (error)
+  GeneratedText text(tok);
+  if (llvm::Error error = text.finish(::llmc::runtime::generateCached(
+          generator, tokens, maxTokens, samplingOptions(),
+          [&](int64_t id) { text.token(id); }, &stats)))
     return fail(std::move(error));
-  double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  llvm::errs() << llvm::format("llmc: %lld tokens in %.2f s (%.1f tokens/s)\n",
-                               (long long)maxTokens, seconds,
-                               maxTokens / seconds);
   double decodeTotal = 0;
   for (double seconds : stats.decodeSeconds)
     decodeTotal += seconds;
@@ -1022,35 +1051,11 @@ static int runGenerate(MLIRContext &mlirContext) {
       printLogitsLine(llvm::Twine(p), logits->f32().slice(p * vocab, vocab));
     return 0;
   }
-  ::llmc::runtime::SamplingOptions options;
-  options.temperature = temperature;
-  options.topK = topK;
-  options.seed = seed;
-  llvm::outs() << prompt;
-  llvm::outs().flush();
-  auto start = std::chrono::steady_clock::now();
-  // On a terminal, control bytes and broken UTF-8 are shown escaped; into a
-  // pipe or file the bytes go as generated.
-  bool terminal = llvm::outs().is_displayed();
-  ::llmc::runtime::TerminalText shown;
-  llvm::Error error = ::llmc::runtime::generate(
-      **executor, context, maxTokens, options, [&](int64_t id) {
-        std::string bytes = tok.decodeToken(int32_t(id));
-        llvm::outs() << (terminal ? shown.feed(bytes) : bytes);
-        llvm::outs().flush();
-      });
-  if (terminal)
-    llvm::outs() << shown.finish();
-  llvm::outs() << "\n";
-  llvm::outs().flush();
-  if (error)
+  GeneratedText text(tok);
+  if (llvm::Error error = text.finish(::llmc::runtime::generate(
+          **executor, context, maxTokens, samplingOptions(),
+          [&](int64_t id) { text.token(id); })))
     return fail(std::move(error));
-  double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  llvm::errs() << llvm::format("llmc: %lld tokens in %.2f s (%.1f tokens/s)\n",
-                               (long long)maxTokens, seconds,
-                               maxTokens / seconds);
   std::string sparse = (*executor)->sparseSummary();
   if (!sparse.empty())
     llvm::errs() << "llmc: " << sparse << "\n";
