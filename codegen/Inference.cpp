@@ -18,17 +18,14 @@ llmc::compileInference(mlir::ModuleOp module) {
   for (auto [name, program] :
        {std::pair<const char *, kir::Program *>{"prefill", &programs.prefill},
         {"decode", &programs.decode}}) {
-    auto func = module.lookupSymbol<mlir::func::FuncOp>(name);
-    if (!func)
+    auto lowered = mlir::llmc::lowerFunction(module, name);
+    if (!lowered)
+      return lowered.takeError();
+    if (!*lowered)
       return llvm::createStringError(llvm::Twine("the module has no @") +
                                      name + " (build it with "
                                             "buildInferenceModule)");
-    mlir::FailureOr<kir::Program> lowered = mlir::llmc::lowerToProgram(func);
-    if (mlir::failed(lowered))
-      return llvm::createStringError(llvm::Twine("lowering @") + name +
-                                     " to kernels failed (see the "
-                                     "diagnostics above)");
-    *program = std::move(*lowered);
+    *program = std::move(**lowered);
   }
   return programs;
 }

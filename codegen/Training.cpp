@@ -132,30 +132,22 @@ llmc::compileTraining(mlir::ModuleOp module,
        {std::pair<const char *, kir::Program *>{"forward", &programs.forward},
         {"grad_step", &programs.gradStep},
         {"update_step", &programs.updateStep}}) {
-    auto func = module.lookupSymbol<mlir::func::FuncOp>(name);
-    if (!func)
+    auto lowered = mlir::llmc::lowerFunction(module, name);
+    if (!lowered)
+      return lowered.takeError();
+    if (!*lowered)
       return llvm::createStringError(
           llvm::Twine("the training pipeline produced no @") + name);
-    mlir::FailureOr<kir::Program> lowered = mlir::llmc::lowerToProgram(func);
-    if (mlir::failed(lowered))
-      return llvm::createStringError(llvm::Twine("lowering @") + name +
-                                     " to kernels failed (see the "
-                                     "diagnostics above)");
-    *program = std::move(*lowered);
+    *program = std::move(**lowered);
   }
   // The functions llmc-shard adds when it shards the step.
   for (auto [name, program] :
        {std::pair<const char *, std::optional<kir::Program> *>{
             "grad_step_no_sync", &programs.gradStepNoSync},
         {"shard_init", &programs.shardInit}}) {
-    auto func = module.lookupSymbol<mlir::func::FuncOp>(name);
-    if (!func)
-      continue;
-    mlir::FailureOr<kir::Program> lowered = mlir::llmc::lowerToProgram(func);
-    if (mlir::failed(lowered))
-      return llvm::createStringError(llvm::Twine("lowering @") + name +
-                                     " to kernels failed (see the "
-                                     "diagnostics above)");
+    auto lowered = mlir::llmc::lowerFunction(module, name);
+    if (!lowered)
+      return lowered.takeError();
     *program = std::move(*lowered);
   }
   return programs;

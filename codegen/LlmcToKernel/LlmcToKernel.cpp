@@ -336,6 +336,19 @@ mlir::llmc::lowerToProgram(mlir::func::FuncOp func) {
   return lowering::Lowering(func).run();
 }
 
+llvm::Expected<std::optional<::llmc::kir::Program>>
+mlir::llmc::lowerFunction(ModuleOp module, StringRef name) {
+  auto func = module.lookupSymbol<func::FuncOp>(name);
+  if (!func)
+    return std::nullopt;
+  FailureOr<::llmc::kir::Program> lowered = lowerToProgram(func);
+  if (failed(lowered))
+    return llvm::createStringError("lowering @" + name +
+                                   " to kernels failed (see the diagnostics "
+                                   "above)");
+  return std::optional<::llmc::kir::Program>(std::move(*lowered));
+}
+
 std::string mlir::llmc::modelConfigJson(ModuleOp module) {
   auto model = module->getAttrOfType<DictionaryAttr>("llmc.model");
   if (!model)

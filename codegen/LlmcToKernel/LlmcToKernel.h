@@ -9,6 +9,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
+#include "llvm/Support/Error.h"
+
+#include <optional>
 
 namespace mlir::llmc {
 
@@ -16,6 +19,12 @@ namespace mlir::llmc {
 /// each) to a program and plans its memory. Emits a diagnostic on the op
 /// that cannot be lowered and fails.
 FailureOr<::llmc::kir::Program> lowerToProgram(func::FuncOp func);
+
+/// lowerToProgram of the module's @`name` for the drivers that lower the
+/// functions a pipeline made: std::nullopt when the module has no such
+/// function, an error naming it when its lowering fails.
+llvm::Expected<std::optional<::llmc::kir::Program>>
+lowerFunction(ModuleOp module, StringRef name);
 
 /// The module's `llmc.model` config as JSON (kir::Program::modelJson): its
 /// bool, integer, float and string entries. Empty without the attribute.
