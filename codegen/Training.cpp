@@ -47,11 +47,12 @@ sparsifyOptions(const llmc::SparsityConfig &sparsity) {
 
 /// llmc-tensor-parallel's options; none without tensor parallelism.
 std::optional<mlir::llmc::TensorParallelPassOptions>
-tensorParallelOptions(const llmc::ParallelConfig &parallel) {
-  if (parallel.tp <= 1)
+tensorParallelOptions(const llmc::TrainingOptions &training) {
+  if (training.parallel.tp <= 1)
     return std::nullopt;
   mlir::llmc::TensorParallelPassOptions options;
-  options.tp = parallel.tp;
+  options.tp = training.parallel.tp;
+  options.rank = training.tpRank;
   return options;
 }
 } // namespace
@@ -65,7 +66,7 @@ llmc::compileForward(mlir::ModuleOp module, const TrainingOptions &training) {
     shard = shardOptions(training.parallel);
   mlir::llmc::buildCompilePipeline(pm, ampOptions(training.precision), shard,
                                    sparsifyOptions(training.sparsity),
-                                   tensorParallelOptions(training.parallel));
+                                   tensorParallelOptions(training));
   if (mlir::failed(pm.run(module)))
     return llvm::createStringError("the compile pipeline failed (see the "
                                    "diagnostics above)");
@@ -111,7 +112,7 @@ llmc::compileTraining(mlir::ModuleOp module,
 
   pipeline.shard = shardOptions(training.parallel);
   pipeline.sparsify = sparsifyOptions(training.sparsity);
-  pipeline.tensorParallel = tensorParallelOptions(training.parallel);
+  pipeline.tensorParallel = tensorParallelOptions(training);
 
   const RematConfig &remat = training.remat;
   if (remat.policy != RematConfig::Policy::None) {

@@ -147,6 +147,9 @@ struct TrainingOptions {
   RematConfig remat;
   ParallelConfig parallel;
   SparsityConfig sparsity;
+  /// This process's rank on mesh axis tp (not configured: `llmc run` sets
+  /// it): the block of the vocabulary its programs hold.
+  int64_t tpRank = 0;
 };
 
 } // namespace llmc

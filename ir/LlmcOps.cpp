@@ -250,6 +250,32 @@ LogicalResult checkCrossEntropy(const Inference &inf, RankedTensorType logits,
   return success();
 }
 
+// The vocabulary block of a tensor-parallel rank (the vocab_shard_* ops):
+// `vocab_start` in [0, vocab_size).
+LogicalResult checkVocabShard(const Inference &inf) {
+  FailureOr<int64_t> start = inf.i64Attr("vocab_start");
+  FailureOr<int64_t> size = inf.i64Attr("vocab_size");
+  if (failed(start) || failed(size))
+    return failure();
+  if (*start < 0 || *start >= *size)
+    return inf.fail("vocab_start (", *start, ") must lie in [0, vocab_size = ",
+                    *size, ")");
+  return success();
+}
+
+// One f32 row statistic of the vocab-parallel cross-entropy: the targets'
+// shape.
+LogicalResult checkRowStatistic(const Inference &inf, Value value,
+                                StringRef what, ArrayRef<int64_t> shape) {
+  FailureOr<RankedTensorType> type = inf.tensor(value, what);
+  if (failed(type))
+    return failure();
+  auto expected = RankedTensorType::get(shape, f32(value.getContext()));
+  if (*type != expected)
+    return inf.fail(what, " must have type ", expected, ", got ", *type);
+  return success();
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -287,7 +313,7 @@ LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &results) {
-  Inference inf = inference<EmbeddingOp>(loc);
+  Inference inf = inference<EmbeddingOp>(loc, adaptor.getAttributes());
   auto table = inf.floatTensor(adaptor.getTable(), "table");
   auto indices = inf.indexTensor(adaptor.getIndices(), "indices");
   if (failed(table) || failed(indices))
@@ -299,6 +325,22 @@ LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *,
   shape.push_back(table->getDimSize(1));
   results.push_back(RankedTensorType::get(shape, table->getElementType()));
   return success();
+}
+
+// The optional block of the vocabulary of embedding and embedding_grad.
+static LogicalResult verifyVocabBlock(Operation *op, IntegerAttr start,
+                                      IntegerAttr size) {
+  if (bool(start) != bool(size))
+    return op->emitOpError("needs both vocab_start and vocab_size, or neither");
+  if (start && (start.getInt() < 0 || start.getInt() >= size.getInt()))
+    return op->emitOpError("vocab_start (")
+           << start.getInt() << ") must lie in [0, vocab_size = "
+           << size.getInt() << ")";
+  return success();
+}
+
+LogicalResult EmbeddingOp::verify() {
+  return verifyVocabBlock(*this, getVocabStartAttr(), getVocabSizeAttr());
 }
 
 LogicalResult EmbeddingGradOp::verify() {
@@ -316,7 +358,7 @@ LogicalResult EmbeddingGradOp::verify() {
   if (grad.getElementType() != result.getElementType())
     return emitOpError("grad and result must have one element type, got ")
            << grad.getElementType() << " and " << result.getElementType();
-  return success();
+  return verifyVocabBlock(*this, getVocabStartAttr(), getVocabSizeAttr());
 }
 
 //===----------------------------------------------------------------------===//
@@ -677,6 +719,56 @@ LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
+LogicalResult VocabShardMaxOp::inferReturnTypes(MLIRContext *ctx,
+                                                std::optional<Location> loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &results) {
+  Inference inf = inference<VocabShardMaxOp>(loc, adaptor.getAttributes());
+  auto logits = inf.floatTensor(adaptor.getLogits(), "logits");
+  if (failed(logits) || failed(checkVocabShard(inf)))
+    return failure();
+  if (logits->getRank() < 1)
+    return inf.fail("logits must have rank >= 1");
+  results.push_back(
+      RankedTensorType::get(logits->getShape().drop_back(), f32(ctx)));
+  return success();
+}
+
+LogicalResult VocabShardCrossEntropyOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  Inference inf =
+      inference<VocabShardCrossEntropyOp>(loc, adaptor.getAttributes());
+  auto logits = inf.floatTensor(adaptor.getLogits(), "logits");
+  auto targets = inf.indexTensor(adaptor.getTargets(), "targets");
+  if (failed(logits) || failed(targets) ||
+      failed(checkCrossEntropy(inf, *logits, *targets)) ||
+      failed(checkRowStatistic(inf, adaptor.getMax(), "max",
+                               targets->getShape())) ||
+      failed(checkVocabShard(inf)))
+    return failure();
+  auto row = RankedTensorType::get(targets->getShape(), f32(ctx));
+  results.append({row, row});
+  return success();
+}
+
+LogicalResult CrossEntropyCombineOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  Inference inf = inference<CrossEntropyCombineOp>(loc);
+  auto max = inf.tensor(adaptor.getMax(), "max");
+  if (failed(max))
+    return failure();
+  for (auto [value, what] :
+       {std::pair{adaptor.getMax(), "max"}, {adaptor.getSumExp(), "sum_exp"},
+        {adaptor.getTargetLogit(), "target_logit"}})
+    if (failed(checkRowStatistic(inf, value, what, max->getShape())))
+      return failure();
+  results.push_back(RankedTensorType::get({}, f32(ctx)));
+  results.push_back(*max);
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Shape manipulation
 //===----------------------------------------------------------------------===//
@@ -949,6 +1041,27 @@ LogicalResult CrossEntropyGradOp::inferReturnTypes(
   auto expected = RankedTensorType::get(targets->getShape(), f32(ctx));
   if (*lse != expected)
     return inf.fail("lse must have type ", expected, ", got ", *lse);
+  results.push_back(*logits);
+  return success();
+}
+
+LogicalResult VocabShardCrossEntropyGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  Inference inf =
+      inference<VocabShardCrossEntropyGradOp>(loc, adaptor.getAttributes());
+  auto logits = inf.floatTensor(adaptor.getLogits(), "logits");
+  auto targets = inf.indexTensor(adaptor.getTargets(), "targets");
+  if (failed(logits) || failed(targets) ||
+      failed(checkCrossEntropy(inf, *logits, *targets)) ||
+      failed(checkVocabShard(inf)))
+    return failure();
+  for (auto [value, what] :
+       {std::pair{adaptor.getSumExpGrad(), "sum_exp_grad"},
+        {adaptor.getTargetLogitGrad(), "target_logit_grad"},
+        {adaptor.getMax(), "max"}})
+    if (failed(checkRowStatistic(inf, value, what, targets->getShape())))
+      return failure();
   results.push_back(*logits);
   return success();
 }

@@ -73,12 +73,30 @@ def Llmc_EmbeddingOp : Llmc_Op<"embedding",
     %x = llmc.embedding %wte, %tokens : tensor<50257x768xf32>, tensor<4x64xi32>
     // %x : tensor<4x64x768xf32>
     ```
+    With `vocab_start` and `vocab_size` the table is one tensor-parallel
+    rank's block of rows of a vocabulary of `vocab_size` ids, row r holding
+    id `vocab_start + r` (Megatron's VocabParallelEmbedding): an id in the
+    block selects its row, any other id in `[0, vocab_size)` gives zeros,
+    so the sum over the ranks (an all-reduce) is the whole lookup.
+    ```mlir
+    %x = llmc.embedding %wte1, %tokens vocab_start 25129 vocab_size 50257
+        : tensor<25129x768xf32>, tensor<4x64xi32>
+    ```
   }];
-  let arguments = (ins Llmc_FloatTensor:$table, Llmc_IndexTensor:$indices);
+  let arguments = (ins Llmc_FloatTensor:$table, Llmc_IndexTensor:$indices,
+                       OptionalAttr<I64Attr>:$vocab_start,
+                       OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs Llmc_FloatTensor:$result);
   let assemblyFormat = [{
-    $table `,` $indices attr-dict `:` type($table) `,` type($indices)
+    $table `,` $indices (`vocab_start` $vocab_start^ `vocab_size` $vocab_size)?
+    attr-dict `:` type($table) `,` type($indices)
   }];
+  let builders = [
+    OpBuilder<(ins "Value":$table, "Value":$indices), [{
+      build($_builder, $_state, table, indices, IntegerAttr(), IntegerAttr());
+    }]>
+  ];
+  let hasVerifier = 1;
 }
 
 def Llmc_EmbeddingGradOp : Llmc_Op<"embedding_grad", [Pure,
@@ -92,11 +110,16 @@ def Llmc_EmbeddingGradOp : Llmc_Op<"embedding_grad", [Pure,
     %dwte = llmc.embedding_grad %dx, %tokens
         : tensor<4x64x768xf32>, tensor<4x64xi32> -> tensor<50257x768xf32>
     ```
+    With `vocab_start` and `vocab_size` (the embedding's), the result is
+    the block of rows from `vocab_start`: ids outside it add nothing.
   }];
-  let arguments = (ins Llmc_FloatTensor:$grad, Llmc_IndexTensor:$indices);
+  let arguments = (ins Llmc_FloatTensor:$grad, Llmc_IndexTensor:$indices,
+                       OptionalAttr<I64Attr>:$vocab_start,
+                       OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs Llmc_FloatTensor:$result);
   let assemblyFormat = [{
-    $grad `,` $indices attr-dict `:` type($grad) `,` type($indices) `->` type($result)
+    $grad `,` $indices (`vocab_start` $vocab_start^ `vocab_size` $vocab_size)?
+    attr-dict `:` type($grad) `,` type($indices) `->` type($result)
   }];
   let hasVerifier = 1;
 }
@@ -553,6 +576,97 @@ def Llmc_CrossEntropyOp : Llmc_Op<"cross_entropy",
   }];
 }
 
+// Vocabulary-parallel cross-entropy (Megatron's vocab_parallel_cross_entropy):
+// each tp rank holds the logits of its block of the vocabulary, and the
+// loss is assembled from per-row statistics that llmc-tensor-parallel
+// all-reduces in between, so the logits are never gathered:
+//   %m = llmc.vocab_shard_max %logits ...             // local max
+//   %M = llmc.all_reduce %m max on "tp" ...           // global max
+//   %s, %t = llmc.vocab_shard_cross_entropy %logits, %targets, %M ...
+//   %S = llmc.all_reduce %s sum ... replicated        // sum of exp(l - M)
+//   %T = llmc.all_reduce %t sum ... replicated        // the target's logit
+//   %loss, %lse = llmc.cross_entropy_combine %M, %S, %T
+// The max is only a shift that keeps exp in range: the loss does not depend
+// on it, so no gradient flows into it (vocab_shard_max has no VJP, and the
+// rules of the two ops that read %M give it none).
+
+def Llmc_VocabShardMaxOp : Llmc_Op<"vocab_shard_max",
+    [Pure, Llmc_RowReduction, Llmc_CheapToRecompute, Llmc_AmpDeny,
+     InferTypeOpAdaptor]> {
+  let summary = "Row maximum of one rank's block of vocabulary logits";
+  let description = [{
+    `max[i] = max over v of logits[i, v]` for the columns v whose id
+    `vocab_start + v` is below `vocab_size` (the padding columns of the
+    last rank's block are left out). The result is f32, the logits' shape
+    without the last dimension. Example:
+    ```mlir
+    %m = llmc.vocab_shard_max %logits vocab_start 128 vocab_size 255
+        : tensor<4x64x128xf32>
+    // %m : tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$logits, I64Attr:$vocab_start,
+                       I64Attr:$vocab_size);
+  let results = (outs Llmc_F32Tensor:$max);
+  let assemblyFormat = [{
+    $logits `vocab_start` $vocab_start `vocab_size` $vocab_size attr-dict `:`
+    type($logits)
+  }];
+}
+
+def Llmc_VocabShardCrossEntropyOp : Llmc_Op<"vocab_shard_cross_entropy",
+    [Pure, Llmc_RowReduction, Llmc_CheapToRecompute, Llmc_AmpDeny,
+     InferTypeOpAdaptor, Differentiable]> {
+  let summary = "One rank's part of a vocabulary-parallel cross-entropy";
+  let description = [{
+    Given the max over the whole vocabulary (`max`, all-reduced), returns
+    per row the sum of `exp(logits[i, v] - max[i])` over the rank's real
+    columns (ids `vocab_start + v < vocab_size`) and the target's logit
+    `logits[i, targets[i] - vocab_start]` when the rank holds that id, 0
+    otherwise. Summed over the ranks they are the whole row's. Targets must
+    lie in `[0, vocab_size)`. The gradient is
+    `llmc.vocab_shard_cross_entropy_grad`; `max` gets none. Example:
+    ```mlir
+    %s, %t = llmc.vocab_shard_cross_entropy %logits, %targets, %max
+        vocab_start 128 vocab_size 255
+        : tensor<4x64x128xf32>, tensor<4x64xi32>, tensor<4x64xf32>
+    // %s, %t : tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$logits, Llmc_IndexTensor:$targets,
+                       Llmc_F32Tensor:$max, I64Attr:$vocab_start,
+                       I64Attr:$vocab_size);
+  let results = (outs Llmc_F32Tensor:$sum_exp, Llmc_F32Tensor:$target_logit);
+  let assemblyFormat = [{
+    $logits `,` $targets `,` $max `vocab_start` $vocab_start `vocab_size`
+    $vocab_size attr-dict `:` type($logits) `,` type($targets) `,` type($max)
+  }];
+}
+
+def Llmc_CrossEntropyCombineOp : Llmc_Op<"cross_entropy_combine",
+    [Pure, Llmc_CheapToRecompute, Llmc_AmpDeny, InferTypeOpAdaptor,
+     AllTypesMatch<["max", "sum_exp", "target_logit"]>, Differentiable]> {
+  let summary = "Mean cross-entropy from whole-row statistics";
+  let description = [{
+    `lse = max + log(sum_exp)` and `loss = mean_i(lse[i] - target_logit[i])`
+    from the statistics of every position (all f32, one shape): what
+    `llmc.cross_entropy` returns, for logits that no rank holds whole.
+    The VJP gives `sum_exp` the gradient `dloss / (N sum_exp)` and
+    `target_logit` `-dloss / N` (N positions), `max` none: the loss does
+    not depend on the shift. Example:
+    ```mlir
+    %loss, %lse = llmc.cross_entropy_combine %max, %sum_exp, %target_logit
+        : tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_F32Tensor:$max, Llmc_F32Tensor:$sum_exp,
+                       Llmc_F32Tensor:$target_logit);
+  let results = (outs Llmc_Scalar:$loss, Llmc_F32Tensor:$lse);
+  let assemblyFormat = [{
+    $max `,` $sum_exp `,` $target_logit attr-dict `:` type($max)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Shape manipulation
 //===----------------------------------------------------------------------===//
@@ -832,6 +946,38 @@ def Llmc_CrossEntropyGradOp : Llmc_Op<"cross_entropy_grad",
   let assemblyFormat = [{
     $grad `,` $logits `,` $targets `,` $lse attr-dict `:` type($grad) `,`
     type($logits) `,` type($targets) `,` type($lse)
+  }];
+}
+
+def Llmc_VocabShardCrossEntropyGradOp
+    : Llmc_Op<"vocab_shard_cross_entropy_grad",
+              [Pure, Llmc_RowReduction, Llmc_RowGradient,
+               Llmc_CheapToRecompute, InferTypeOpAdaptor]> {
+  let summary = "Gradient of llmc.vocab_shard_cross_entropy for its logits";
+  let description = [{
+    `result[i, v] = sum_exp_grad[i] * exp(logits[i, v] - max[i])` for the
+    rank's real columns (0 for padding), plus `target_logit_grad[i]` where
+    `vocab_start + v == targets[i]`. After cross_entropy_combine's VJP this
+    is `dloss (softmax - onehot) / N` on the rank's columns: the whole
+    vocabulary's softmax from the all-reduced max and sum alone. Example:
+    ```mlir
+    %dl = llmc.vocab_shard_cross_entropy_grad %ds, %dt, %logits, %targets,
+        %max vocab_start 128 vocab_size 255
+        : tensor<4x64xf32>, tensor<4x64xf32>, tensor<4x64x128xf32>,
+          tensor<4x64xi32>, tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Llmc_F32Tensor:$sum_exp_grad,
+                       Llmc_F32Tensor:$target_logit_grad,
+                       Llmc_FloatTensor:$logits, Llmc_IndexTensor:$targets,
+                       Llmc_F32Tensor:$max, I64Attr:$vocab_start,
+                       I64Attr:$vocab_size);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $sum_exp_grad `,` $target_logit_grad `,` $logits `,` $targets `,` $max
+    `vocab_start` $vocab_start `vocab_size` $vocab_size attr-dict `:`
+    type($sum_exp_grad) `,` type($target_logit_grad) `,` type($logits) `,`
+    type($targets) `,` type($max)
   }];
 }
 

@@ -120,8 +120,10 @@ LogicalResult noStatisticGrads(Operation *op, ValueRange resultGrads) {
 //===----------------------------------------------------------------------===//
 
 FailureOr<Grads> EmbeddingOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
+  // A rank's block of the vocabulary gets the gradient of its own rows.
   Value table = EmbeddingGradOp::create(b, getLoc(), getTable().getType(),
-                                        resultGrads[0], getIndices());
+                                        resultGrads[0], getIndices(),
+                                        getVocabStartAttr(), getVocabSizeAttr());
   return Grads{table, Value()};
 }
 
@@ -332,6 +334,37 @@ FailureOr<Grads> CrossEntropyOp::buildVjp(OpBuilder &b,
                                             getLogits(), getTargets(),
                                             getLse());
   return Grads{logits, Value()};
+}
+
+// d sum_exp and d target_logit (either may be null: zeros) to the rank's
+// logits; the shared max is a shift the loss does not depend on.
+FailureOr<Grads> VocabShardCrossEntropyOp::buildVjp(OpBuilder &b,
+                                                    ValueRange resultGrads) {
+  Location loc = getLoc();
+  auto row = cast<RankedTensorType>(getSumExp().getType());
+  Value ds = resultGrads[0] ? resultGrads[0] : fill(b, loc, row, 0.0);
+  Value dt = resultGrads[1] ? resultGrads[1] : fill(b, loc, row, 0.0);
+  Value logits = VocabShardCrossEntropyGradOp::create(
+      b, loc, ds, dt, getLogits(), getTargets(), getMax(),
+      getVocabStartAttr(), getVocabSizeAttr());
+  return Grads{logits, Value(), Value()};
+}
+
+// loss = mean(max + log(sum_exp) - target_logit) over N positions.
+FailureOr<Grads> CrossEntropyCombineOp::buildVjp(OpBuilder &b,
+                                                 ValueRange resultGrads) {
+  if (failed(noStatisticGrads(*this, resultGrads)))
+    return failure();
+  Location loc = getLoc();
+  auto row = cast<RankedTensorType>(getSumExp().getType());
+  Type f32 = row.getElementType();
+  double n = double(row.getNumElements());
+  Value perPosition =
+      MulOp::create(b, loc, resultGrads[0], scalar(b, loc, f32, 1.0 / n));
+  Value dsum = DivOp::create(b, loc, perPosition, getSumExp());
+  Value dtarget = BroadcastOp::create(
+      b, loc, row, MulOp::create(b, loc, perPosition, scalar(b, loc, f32, -1.0)));
+  return Grads{Value(), dsum, dtarget};
 }
 
 //===----------------------------------------------------------------------===//

@@ -122,15 +122,19 @@ public:
       // Casts, constants and fills (Llmc_AmpExempt) keep their types. So do
       // collectives: a tensor-parallel all-reduce of a low-precision
       // matmul's partial sums gets them cast back to its f32 (MPI sums no
-      // f16; Megatron's fp32 all-reduce option).
+      // f16; Megatron's fp32 all-reduce option), and the all-gather of
+      // vocabulary-parallel logits gathers f32 as @forward returns them.
       if (getAmpCategory(op.getName()) == AmpCategory::Exempt) {
-        if (auto reduce = dyn_cast<AllReduceOp>(op))
-          if (reduce.getInput().getType() != reduce.getType()) {
+        if (isa<AllReduceOp, AllGatherOp>(op)) {
+          Value input = op.getOperand(0);
+          Type elementType = getElementTypeOrSelf(op.getResult(0).getType());
+          if (getElementTypeOrSelf(input.getType()) != elementType) {
             OpBuilder b(&op);
-            reduce->setOperand(0, CastOp::create(b, op.getLoc(),
-                                                 reduce.getType(),
-                                                 reduce.getInput()));
+            op.setOperand(0, CastOp::create(
+                                 b, op.getLoc(),
+                                 withElementType(input, elementType), input));
           }
+        }
         continue;
       }
       if (failed(rewrite(&op)))

@@ -247,7 +247,11 @@ LogicalResult buildGradStep(func::FuncOp forward) {
                            b.getStringAttr("grad." + name.getValue()));
   }
 
-  // The forward body, copied.
+  // The forward body, copied: the ops the loss depends on. Those that
+  // feed only @forward's other results stay out, collectives included
+  // (under vocabulary parallelism the logits @forward returns are
+  // all-gathered for sampling; the step needs no such gather, and every
+  // rank leaves it out alike).
   Block *entry = gradStep.addEntryBlock();
   b.setInsertionPointToEnd(entry);
   IRMapping mapping;
@@ -255,8 +259,16 @@ LogicalResult buildGradStep(func::FuncOp forward) {
               entry->getArguments().take_front(dlossIndex));
   SmallVector<Operation *> forwardOps;
   Operation *forwardReturn = forward.getBody().front().getTerminator();
+  llvm::DenseSet<Operation *> needed;
+  SmallVector<Value> worklist = {forwardReturn->getOperand(0)};
+  while (!worklist.empty()) {
+    Operation *def = worklist.pop_back_val().getDefiningOp();
+    if (def && needed.insert(def).second)
+      llvm::append_range(worklist, def->getOperands());
+  }
   for (Operation &op : forward.getBody().front().without_terminator())
-    forwardOps.push_back(b.clone(op, mapping));
+    if (needed.contains(&op))
+      forwardOps.push_back(b.clone(op, mapping));
   Value loss = mapping.lookup(forwardReturn->getOperand(0));
   Location lossLoc = forwardReturn->getLoc();
 

@@ -199,19 +199,34 @@ def TensorParallelPass : Pass<"llmc-tensor-parallel", "mlir::ModuleOp"> {
       "tp" ... replicated` (Megatron's g), before the bias, which stays
       replicated and is added once.
 
+    - vocabulary-parallel (Megatron's VocabParallelEmbedding): `wte` and
+      an untied `lm_head.weight` keep ceil(V/tp) rows, rank r the ids from
+      r ceil(V/tp) (the last block padded with zero rows when tp does not
+      divide V). The lookup becomes `llmc.embedding ... vocab_start
+      vocab_size` (zeros for other ranks' ids) followed by g; the
+      classifier is column-parallel, and `llmc.cross_entropy` of its split
+      logits becomes `llmc.vocab_shard_max`, an all-reduce (max),
+      `llmc.vocab_shard_cross_entropy`, two all-reduces (sum) and
+      `llmc.cross_entropy_combine`: the loss and its gradient never gather
+      the logits. A logits result of @forward is all-gathered (and cut
+      back to V).
+
     Every op between the two (slices, reshapes to heads, transposes,
     rotary, attention, activations) is retyped to the rank's share; the
-    norms, embeddings and classifier stay replicated. The sharded
-    parameters carry `llmc.tp_shard = {dim, groups, size}`: dimension
-    `dim`, seen as `groups` x `size` blocks of equal rows (Q, K, V: groups
-    3), rank r holding block r of every group. Autodiff then produces the
-    backward's collectives from the VJPs of f and g; llmc-optimizer sums the
-    sharded gradients' squares over "tp" for the global norm. `tp=1`
-    changes nothing.
+    norms and wpe stay replicated. The sharded parameters carry
+    `llmc.tp_shard = {dim, groups, size}` (and `pad`, the zero rows added
+    to the vocabulary): dimension `dim`, seen as `groups` x `size` blocks
+    of equal rows (Q, K, V: groups 3), rank r holding block r of every
+    group. Autodiff then produces the backward's collectives from the VJPs
+    of f and g; llmc-optimizer sums the sharded gradients' squares over
+    "tp" for the global norm. `tp=1` changes nothing. `rank` picks the
+    rank whose program this is: only its vocab_start depends on it.
   }];
   let options = [
     Option<"tp", "tp", "int64_t", /*default=*/"1",
-           "Tensor-parallel ranks (the size of mesh axis tp)">
+           "Tensor-parallel ranks (the size of mesh axis tp)">,
+    Option<"rank", "rank", "int64_t", /*default=*/"0",
+           "This program's rank on mesh axis tp (its block of the vocabulary)">
   ];
   let dependentDialects = ["mlir::llmc::LlmcDialect"];
 }

@@ -18,6 +18,25 @@
 // op that reads one is retyped (slices and reshapes get their sizes cut); a
 // matmul that contracts over a shared dimension is a partial sum and gets
 // g. The backward's collectives come from autodiff of f and g.
+//
+// The vocabulary is split too (Megatron's VocabParallelEmbedding and
+// vocab_parallel_cross_entropy): wte (and an untied lm_head) keep
+// ceil(V/tp) rows each, the last rank's block padded with zero rows. The
+// lookup selects only the rank's ids and g sums the ranks' rows; the
+// classifier is column-parallel, and its logits [B, T, V/tp] go into the
+// loss split:
+//
+//   %m = llmc.vocab_shard_max %logits vocab_start 128 vocab_size 256
+//   %M = llmc.all_reduce %m max on "tp" size 2 replicated
+//   %s, %t = llmc.vocab_shard_cross_entropy %logits, %targets, %M ...
+//   %S = llmc.all_reduce %s sum on "tp" size 2 replicated
+//   %T = llmc.all_reduce %t sum on "tp" size 2 replicated
+//   %loss, %lse = llmc.cross_entropy_combine %M, %S, %T
+//
+// so neither the loss nor its gradient gathers the logits; only @forward's
+// logits result (for sampling) is all-gathered, and cut back to V.
+// vocab_start is the one rank-dependent number of the program: the pass
+// option `rank` says which rank's program this is.
 #include "ir/LlmcOps.h"
 #include "ir/TensorParallel.h"
 #include "passes/Passes.h"
@@ -68,6 +87,11 @@ public:
     }
     if (tp == 1)
       return;
+    if (rank < 0 || rank >= tp) {
+      module.emitError("llmc-tensor-parallel: rank must lie in [0, tp), got ")
+          << int64_t(rank) << " for tp=" << int64_t(tp);
+      return signalPassFailure();
+    }
     auto forward = module.lookupSymbol<func::FuncOp>("forward");
     if (!forward) {
       module.emitError("llmc-tensor-parallel needs @forward");
@@ -102,6 +126,33 @@ private:
     return RankedTensorType::get(shape, tensor.getElementType());
   }
 
+  static RankedTensorType withDim(Type type, int64_t dim, int64_t size) {
+    auto tensor = cast<RankedTensorType>(type);
+    SmallVector<int64_t> shape(tensor.getShape());
+    shape[dim] = size;
+    return RankedTensorType::get(shape, tensor.getElementType());
+  }
+
+  /// The rank's block of a vocabulary of `size` ids: rows from `start`.
+  struct VocabBlock {
+    int64_t start = 0, size = 0;
+  };
+  /// Values whose last dimension (rows of a table: dimension 0) is the
+  /// rank's block of the vocabulary.
+  DenseMap<Value, VocabBlock> vocabBlocks;
+
+  CollectiveReductionAttr reduction(CollectiveReduction kind) {
+    return CollectiveReductionAttr::get(&getContext(), kind);
+  }
+
+  /// g: the sum over tp of each rank's partial `value`, used whole after.
+  Value allReduce(OpBuilder &b, Location loc, Value value,
+                  CollectiveReduction kind) {
+    return AllReduceOp::create(b, loc, value, reduction(kind),
+                               b.getStringAttr(kAxis),
+                               b.getI64IntegerAttr(tp), b.getUnitAttr());
+  }
+
   LogicalResult shardForward(ModuleOp module, func::FuncOp forward) {
     bool swiglu = isSwiGlu(module);
     Block &body = forward.getBody().front();
@@ -119,21 +170,37 @@ private:
       if (!spec)
         continue;
       auto type = cast<RankedTensorType>(arg.getType());
-      if (spec->dim >= type.getRank() ||
-          type.getDimSize(spec->dim) % (spec->groups * tp) != 0)
-        return forward.emitError("llmc-tensor-parallel: parameter '")
-               << name.getValue() << "' of type " << type
-               << " does not split into " << spec->groups << " x " << int64_t(tp)
-               << " blocks along dimension " << spec->dim;
-      arg.setType(cut(type, spec->dim, tp));
+      SmallVector<NamedAttribute> shard = {
+          b.getNamedAttr("dim", b.getI64IntegerAttr(spec->dim)),
+          b.getNamedAttr("groups", b.getI64IntegerAttr(spec->groups)),
+          b.getNamedAttr("size", b.getI64IntegerAttr(tp))};
+      if (spec->vocab && type.getRank() == 2) {
+        // Rows [rank * Vr, (rank + 1) * Vr) of the vocabulary padded to
+        // tp * Vr rows: `pad` zero rows end the last rank's block.
+        int64_t vocab = type.getDimSize(0);
+        int64_t rows = vocabRowsPerRank(vocab, tp);
+        if (rows * (tp - 1) >= vocab)
+          return forward.emitError("llmc-tensor-parallel: the vocabulary of ")
+                 << vocab << " ids is too small for tp=" << int64_t(tp)
+                 << ": the last rank's block of " << rows
+                 << " rows would hold no id";
+        arg.setType(withDim(type, 0, rows));
+        vocabBlocks[arg] = {rank * rows, vocab};
+        if (int64_t pad = rows * tp - vocab)
+          shard.push_back(b.getNamedAttr("pad", b.getI64IntegerAttr(pad)));
+      } else {
+        if (spec->dim >= type.getRank() ||
+            type.getDimSize(spec->dim) % (spec->groups * tp) != 0)
+          return forward.emitError("llmc-tensor-parallel: parameter '")
+                 << name.getValue() << "' of type " << type
+                 << " does not split into " << spec->groups << " x "
+                 << int64_t(tp) << " blocks along dimension " << spec->dim;
+        arg.setType(cut(type, spec->dim, tp));
+      }
       argTypes[arg.getArgNumber()] = arg.getType();
       sharded[arg] = spec->dim;
-      forward.setArgAttr(
-          arg.getArgNumber(), "llmc.tp_shard",
-          b.getDictionaryAttr(
-              {b.getNamedAttr("dim", b.getI64IntegerAttr(spec->dim)),
-               b.getNamedAttr("groups", b.getI64IntegerAttr(spec->groups)),
-               b.getNamedAttr("size", b.getI64IntegerAttr(tp))}));
+      forward.setArgAttr(arg.getArgNumber(), "llmc.tp_shard",
+                         b.getDictionaryAttr(shard));
       ++count;
     }
     if (count == 0)
@@ -157,10 +224,48 @@ private:
         return failure();
     }
     auto ret = cast<func::ReturnOp>(body.getTerminator());
-    for (Value v : ret.getOperands())
-      if (sharded.count(v))
+    for (OpOperand &result : ret->getOpOperands()) {
+      Value v = result.get();
+      if (!sharded.count(v))
+        continue;
+      auto block = vocabBlocks.find(v);
+      if (block == vocabBlocks.end())
         return forward.emitError("llmc-tensor-parallel: a result of "
                                  "@forward is a rank's share, not the whole");
+      // The logits @forward returns (for sampling) are gathered whole and
+      // cut back to the vocabulary: the padding columns are never sampled.
+      // The loss does not read them, so llmc-autodiff leaves this out of
+      // @grad_step.
+      // A gather concatenates whole blocks: the vocabulary goes in front
+      // for it ([V/tp, B, T] -> [V, B, T]) and back after.
+      b.setInsertionPoint(ret);
+      auto type = cast<RankedTensorType>(v.getType());
+      int64_t last = type.getRank() - 1;
+      SmallVector<int64_t> toFront = {last}, toBack;
+      for (int64_t d = 0; d < last; ++d) {
+        toFront.push_back(d);
+        toBack.push_back(d + 1);
+      }
+      toBack.push_back(0);
+      Value front = TransposeOp::create(b, ret.getLoc(), v,
+                                        b.getDenseI64ArrayAttr(toFront));
+      Value gathered = AllGatherOp::create(
+          b, ret.getLoc(), front, b.getI64IntegerAttr(0),
+          b.getStringAttr(kAxis), b.getI64IntegerAttr(tp));
+      Value whole = TransposeOp::create(b, ret.getLoc(), gathered,
+                                        b.getDenseI64ArrayAttr(toBack));
+      if (type.getDimSize(last) * tp != block->second.size) {
+        SmallVector<int64_t> offsets(type.getRank(), 0);
+        SmallVector<int64_t> sizes(type.getShape());
+        sizes[last] = block->second.size;
+        whole = SliceOp::create(b, ret.getLoc(), whole,
+                                b.getDenseI64ArrayAttr(offsets),
+                                b.getDenseI64ArrayAttr(sizes));
+      }
+      result.set(whole);
+    }
+    forward.setFunctionType(FunctionType::get(
+        module.getContext(), argTypes, ret.getOperandTypes()));
     return success();
   }
 
@@ -184,30 +289,54 @@ private:
       int64_t lhsRank = cast<RankedTensorType>(matmul.getLhs().getType())
                             .getRank();
       if (rhs->second == 0 && lhs == sharded.end()) {
-        // Column-parallel: f on the input, output columns are the share.
+        // Column-parallel: f on the input, output columns are the share
+        // (the weight's rows: heads, hidden units or vocabulary ids).
         Value copy = CopyToAxisOp::create(b, loc, matmul.getLhs(),
                                           b.getStringAttr(kAxis),
                                           b.getI64IntegerAttr(tp));
         matmul->setOperand(0, copy);
         Value y = matmul.getResult();
-        y.setType(cut(y.getType(), lhsRank - 1, tp));
+        y.setType(withDim(y.getType(), lhsRank - 1,
+                          cast<RankedTensorType>(matmul.getRhs().getType())
+                              .getDimSize(0)));
         sharded[y] = lhsRank - 1;
+        if (auto block = vocabBlocks.find(matmul.getRhs());
+            block != vocabBlocks.end())
+          vocabBlocks[y] = block->second;
         return success();
       }
       if (rhs->second == 1 && lhs != sharded.end() &&
           lhs->second == lhsRank - 1) {
         // Row-parallel: a partial sum of the whole; g makes it whole.
         b.setInsertionPointAfter(matmul);
-        auto reduce = AllReduceOp::create(
-            b, loc, matmul.getResult(),
-            CollectiveReductionAttr::get(b.getContext(),
-                                         CollectiveReduction::Sum),
-            b.getStringAttr(kAxis), b.getI64IntegerAttr(tp), b.getUnitAttr());
-        matmul.getResult().replaceAllUsesExcept(reduce.getResult(), reduce);
+        Value whole =
+            allReduce(b, loc, matmul.getResult(), CollectiveReduction::Sum);
+        matmul.getResult().replaceAllUsesExcept(whole, whole.getDefiningOp());
         return success();
       }
       return fail("its operands are not split as a column- or row-parallel "
                   "projection");
+    }
+    if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
+      // The rank's rows of the lookup, zeros for other ids; g sums them.
+      auto block = vocabBlocks.find(embedding.getTable());
+      if (block == vocabBlocks.end() || shares.size() != 1 ||
+          shares[0].first != 0)
+        return fail("only a table split by vocabulary rows is looked up");
+      embedding.setVocabStart(block->second.start);
+      embedding.setVocabSize(block->second.size);
+      b.setInsertionPointAfter(embedding);
+      Value whole = allReduce(b, loc, embedding.getResult(),
+                              CollectiveReduction::Sum);
+      embedding.getResult().replaceAllUsesExcept(whole,
+                                                 whole.getDefiningOp());
+      return success();
+    }
+    if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
+      auto block = vocabBlocks.find(ce.getLogits());
+      if (block == vocabBlocks.end())
+        return fail("its logits are not split by vocabulary");
+      return splitCrossEntropy(ce, block->second);
     }
     if (auto slice = dyn_cast<SliceOp>(op)) {
       int64_t dim = shares[0].second;
@@ -280,6 +409,29 @@ private:
       return retype(op, resultDim, sharded);
     }
     return fail("no tensor-parallel rule for it");
+  }
+
+  /// The loss from per-row statistics of each rank's logits, all-reduced
+  /// in between (Megatron's vocab_parallel_cross_entropy): the max first,
+  /// then the sum of exponentials and the target's logit relative to it.
+  LogicalResult splitCrossEntropy(CrossEntropyOp ce, VocabBlock block) {
+    OpBuilder b(ce);
+    Location loc = ce.getLoc();
+    auto start = b.getI64IntegerAttr(block.start);
+    auto size = b.getI64IntegerAttr(block.size);
+    Value local = VocabShardMaxOp::create(b, loc, ce.getLogits(), start, size);
+    Value max = allReduce(b, loc, local, CollectiveReduction::Max);
+    auto stats = VocabShardCrossEntropyOp::create(b, loc, ce.getLogits(),
+                                                  ce.getTargets(), max, start,
+                                                  size);
+    Value sumExp = allReduce(b, loc, stats.getSumExp(), CollectiveReduction::Sum);
+    Value target =
+        allReduce(b, loc, stats.getTargetLogit(), CollectiveReduction::Sum);
+    auto combined = CrossEntropyCombineOp::create(b, loc, max, sumExp, target);
+    ce.getLoss().replaceAllUsesWith(combined.getLoss());
+    ce.getLse().replaceAllUsesWith(combined.getLse());
+    ce.erase();
+    return success();
   }
 
   /// Cuts dimension `dim` of every result of `op` (of that rank or more).

@@ -1300,9 +1300,32 @@ llvm::Expected<TpBlocks> tpBlocks(llvm::ArrayRef<int64_t> shape,
 }
 } // namespace
 
+/// A vocabulary's padding rows: only along dimension 0 of one group.
+llvm::Error checkTpPad(const TpShard &shard) {
+  if (shard.pad < 0 || (shard.pad > 0 && (shard.dim != 0 || shard.groups != 1)))
+    return llvm::createStringError(llvm::formatv(
+        "{0} padding rows along dimension {1} of {2} groups: only dimension "
+        "0 of one group is padded",
+        shard.pad, shard.dim, shard.groups).str());
+  return llvm::Error::success();
+}
+
 llvm::Expected<HostTensor> cutTpShard(const HostTensor &full,
                                                      const TpShard &shard,
                                                      int64_t rank) {
+  if (llvm::Error error = checkTpPad(shard))
+    return std::move(error);
+  if (shard.pad > 0 && !full.shape.empty()) {
+    // Rows are contiguous along dimension 0: the padding is zero bytes at
+    // the end.
+    HostTensor padded = full;
+    int64_t rowBytes = full.bytes.size() / std::max<int64_t>(full.shape[0], 1);
+    padded.shape[0] += shard.pad;
+    padded.bytes.resize(full.bytes.size() + shard.pad * rowBytes, 0);
+    TpShard whole = shard;
+    whole.pad = 0;
+    return cutTpShard(padded, whole, rank);
+  }
   llvm::Expected<TpBlocks> b = tpBlocks(full.shape, full.dtype, shard);
   if (!b)
     return b.takeError();
@@ -1354,6 +1377,15 @@ joinTpShards(llvm::ArrayRef<HostTensor> parts,
                     from, b->block);
         from += b->block;
       }
+  }
+  if (llvm::Error error = checkTpPad(shard))
+    return std::move(error);
+  if (shard.pad > 0) {
+    if (shard.pad >= full.shape[0])
+      return llvm::createStringError("more padding rows than rows");
+    int64_t rowBytes = full.bytes.size() / full.shape[0];
+    full.shape[0] -= shard.pad;
+    full.bytes.resize(full.shape[0] * rowBytes);
   }
   return full;
 }

@@ -81,9 +81,11 @@ using TensorMap = std::map<std::string, HostTensor>;
 /// How tensor parallelism splits a tensor over the `size` ranks of mesh
 /// axis "tp" (llmc-tensor-parallel's llmc.tp_shard): dimension `dim` seen
 /// as `groups` x `size` blocks of equal rows, rank r holding block r of
-/// every group (Q, K and V each split by heads: groups 3).
+/// every group (Q, K and V each split by heads: groups 3). `pad`: zero
+/// rows appended along dimension 0 before cutting (a vocabulary that `size`
+/// does not divide; groups 1), and dropped again when joining.
 struct TpShard {
-  int64_t dim = 0, groups = 1, size = 1;
+  int64_t dim = 0, groups = 1, size = 1, pad = 0;
 };
 
 /// Rank `rank`'s share of `full`; an error when `full` does not split.

@@ -37,6 +37,8 @@ __device__ void llmc_embedding_grad(const Id *ids, long long idsOffset,
     return;
   for (long long p = 0; p < positions; ++p) {
     long long row = (long long)ids[idsOffset + p * idsStride];
+    if (row < 0) // another tp rank's id (kir::EmbeddingGradStep)
+      continue;
     out[outOffset + row * outRowStride + c * outColStride] +=
         grad[gradOffset + p * gradPosStride + c * gradColStride];
   }

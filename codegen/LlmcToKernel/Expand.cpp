@@ -5,6 +5,7 @@
 #include "codegen/LlmcToKernel/LoweringState.h"
 
 #include <cmath>
+#include <limits>
 
 namespace mlir::llmc::lowering {
 
@@ -391,12 +392,39 @@ LogicalResult Lowering::expandEmbedding(ExpandFrame &f, EmbeddingOp embedding) {
     return failure();
   int32_t index = kb.operand(*table, {-1, rank - 1}, /*overrideDim=*/0,
                              /*overrideStride=*/table->strides[0]);
+  std::optional<int64_t> start = embedding.getVocabStart();
+  int32_t row = *id;
+  if (start) {
+    // A rank's block of the vocabulary: rows from vocab_start. The row is
+    // clamped into the block (so the load stays inside the table) and
+    // other ids give zeros.
+    int64_t rows = table->shape[0];
+    int32_t local = kb.binary(KOp::Sub, *id, kb.intConstant(*start));
+    row = kb.binary(KOp::Min, kb.binary(KOp::Max, local, kb.intConstant(0)),
+                    kb.intConstant(rows - 1));
+    std::vector<int32_t> at(rank, -1);
+    at[0] = row;
+    int32_t value = kb.emit(KOp::Load, DType::F32, at, index);
+    int32_t inside = kb.emit(KOp::CmpEq, DType::I1, {local, row});
+    define(embedding.getResult(),
+           kb.emit(KOp::Select, DType::F32, {inside, value, kb.constant(0.0)}),
+           f.full);
+    noteIdBound(embedding.getIndices(), *embedding.getVocabSize());
+    return success();
+  }
   std::vector<int32_t> at(rank, -1);
-  at[0] = *id;
+  at[0] = row;
   int32_t value = kb.emit(KOp::Load, DType::F32, at, index);
   define(embedding.getResult(), value, f.full);
   noteIdBound(embedding.getIndices(), table->shape[0]);
   return success();
+}
+
+int32_t Lowering::realVocabColumn(KernelBuilder &kb, int dim,
+                                  int64_t vocabStart, int64_t vocabSize) {
+  return kb.emit(KOp::CmpLt, DType::I1,
+                 {kb.binary(KOp::Add, kb.index(dim), kb.intConstant(vocabStart)),
+                  kb.intConstant(vocabSize)});
 }
 
 LogicalResult Lowering::expandRotary(ExpandFrame &f, RotaryOp rotary) {
@@ -511,6 +539,46 @@ std::optional<LogicalResult> Lowering::expandRowReduction(ExpandFrame &f) {
     define(softmax.getResult(), kb.binary(KOp::Div, e, s), f.full);
     return success();
   }
+  if (isa<VocabShardMaxOp, VocabShardCrossEntropyOp>(op)) {
+    // One rank's block of vocabulary logits; padding columns count for
+    // nothing. The target's logit is summed out of the row (at most one
+    // column matches), so no load depends on the target id.
+    Value logits = op->getOperand(0);
+    FailureOr<int32_t> x =
+        scalarOf(kb, logits, f.full,
+                 cast<RankedTensorType>(logits.getType()).getShape());
+    if (failed(x))
+      return failure();
+    auto start = op->getAttrOfType<IntegerAttr>("vocab_start").getInt();
+    auto size = op->getAttrOfType<IntegerAttr>("vocab_size").getInt();
+    int32_t real = realVocabColumn(kb, f.rank - 1, start, size);
+    if (auto max = dyn_cast<VocabShardMaxOp>(op)) {
+      // The lowest float, not -inf: a block of padding only stays finite.
+      int32_t masked = kb.emit(
+          KOp::Select, DType::F32,
+          {real, *x, kb.constant(-double(std::numeric_limits<float>::max()))});
+      define(max.getMax(), kb.unary(KOp::ReduceMax, masked), f.rowLevel);
+      return success();
+    }
+    auto stats = cast<VocabShardCrossEntropyOp>(op);
+    FailureOr<int32_t> m = rowScalar(f, stats.getMax());
+    FailureOr<int32_t> target = rowScalar(f, stats.getTargets());
+    if (failed(m) || failed(target))
+      return failure();
+    int32_t zero = kb.constant(0.0);
+    int32_t e = kb.emit(KOp::Select, DType::F32,
+                        {real, kb.unary(KOp::Exp, kb.binary(KOp::Sub, *x, *m)),
+                         zero});
+    int32_t id = kb.binary(KOp::Add, kb.index(f.rank - 1), kb.intConstant(start));
+    int32_t hit = kb.emit(KOp::CmpEq, DType::I1, {id, *target});
+    define(stats.getSumExp(), kb.unary(KOp::ReduceSum, e), f.rowLevel);
+    define(stats.getTargetLogit(),
+           kb.unary(KOp::ReduceSum,
+                    kb.emit(KOp::Select, DType::F32, {hit, *x, zero})),
+           f.rowLevel);
+    noteIdBound(stats.getTargets(), size);
+    return success();
+  }
   if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op)) {
     FailureOr<int32_t> x =
         scalarOf(kb, op->getOperand(0), f.full,
@@ -582,6 +650,34 @@ std::optional<LogicalResult> Lowering::expandRowGrad(ExpandFrame &f) {
     define(op->getResult(0), kb.binary(KOp::Mul, centered, *rstd), f.full);
     return success();
   }
+  if (auto grad = dyn_cast<VocabShardCrossEntropyGradOp>(op)) {
+    // ds exp(l - max) on real columns, plus dt at the target's column:
+    // with cross_entropy_combine's VJP, dloss (softmax - onehot) / N.
+    FailureOr<int32_t> l = arg(f, 2);
+    FailureOr<int32_t> ds = rowScalar(f, grad.getSumExpGrad());
+    FailureOr<int32_t> dt = rowScalar(f, grad.getTargetLogitGrad());
+    FailureOr<int32_t> m = rowScalar(f, grad.getMax());
+    FailureOr<int32_t> target = rowScalar(f, grad.getTargets());
+    if (failed(l) || failed(ds) || failed(dt) || failed(m) || failed(target))
+      return failure();
+    int64_t start = grad.getVocabStart(), size = grad.getVocabSize();
+    int32_t zero = kb.constant(0.0);
+    int32_t real = realVocabColumn(kb, f.rank - 1, start, size);
+    int32_t softmax = kb.emit(
+        KOp::Select, DType::F32,
+        {real,
+         kb.binary(KOp::Mul, *ds,
+                   kb.unary(KOp::Exp, kb.binary(KOp::Sub, *l, *m))),
+         zero});
+    int32_t id = kb.binary(KOp::Add, kb.index(f.rank - 1), kb.intConstant(start));
+    int32_t hit = kb.emit(KOp::CmpEq, DType::I1, {id, *target});
+    define(grad.getResult(),
+           kb.binary(KOp::Add, softmax,
+                     kb.emit(KOp::Select, DType::F32, {hit, *dt, zero})),
+           f.full);
+    noteIdBound(grad.getTargets(), size);
+    return success();
+  }
   if (auto grad = dyn_cast<CrossEntropyGradOp>(op)) {
     // dloss (exp(l - lse) - [v == target]) / N: the probabilities of the
     // forward are recomputed from its lse, never stored.
@@ -618,7 +714,7 @@ LogicalResult Lowering::lowerGroup(Operation *anchor, StringRef name,
   for (Operation *op : ops) {
     Value shaped;
     if (isa<LayerNormOp, RmsNormOp, SoftmaxOp, ReduceSumOp, ReduceMeanOp,
-            ReduceMaxOp>(op))
+            ReduceMaxOp, VocabShardMaxOp, VocabShardCrossEntropyOp>(op))
       shaped = op->getOperand(0);
     else if (op->hasTrait<OpTrait::llmc::RowGradient>())
       shaped = op->getResult(0);

@@ -372,6 +372,34 @@ LogicalResult Lowering::lowerEmbeddingGrad(EmbeddingGradOp op) {
   if (grad2.dtype != DType::F32)
     grad2 = copyContiguous(grad2, nameOf(op.getGrad()), DType::F32);
   TensorView ids1 = reshaped(*ids, {positions}, nameOf(op.getIndices()));
+  if (std::optional<int64_t> start = op.getVocabStart()) {
+    // A rank's block of the vocabulary: the ids as rows of the block, -1
+    // (which selects no row) for the other ranks' ids.
+    KernelBuilder kb(kernelName("embedding_grad_rows"), "embedding_grad rows",
+                     {positions});
+    int32_t local =
+        kb.binary(KOp::Sub, kb.load(ids1, {0}), kb.intConstant(*start));
+    int32_t none = kb.intConstant(-1);
+    int32_t below = kb.emit(KOp::CmpLt, DType::I1, {local, kb.intConstant(0)});
+    int32_t above =
+        kb.emit(KOp::CmpLt, DType::I1, {kb.intConstant(rows - 1), local});
+    int32_t row = kb.emit(
+        KOp::Select, DType::I64,
+        {below, none, kb.emit(KOp::Select, DType::I64, {above, none, local})});
+    TensorView rowsView;
+    rowsView.buffer = newBuffer(nameOf(op.getIndices()) + ".rows",
+                                BufferKind::Arena, DType::I32, {positions});
+    rowsView.shape = {positions};
+    rowsView.strides = {1};
+    rowsView.dtype = DType::I32;
+    kb.store(rowsView, {0}, row);
+    std::string error = ::llmc::kir::verifyKernel(kb.kernel);
+    if (!error.empty())
+      return op.emitOpError("internal error: ") << error;
+    addKernelStep(std::move(kb.kernel), "embedding_grad rows");
+    noteIdBound(op.getIndices(), *op.getVocabSize());
+    ids1 = rowsView;
+  }
   std::optional<TensorView> target = accumulationTarget(op);
   FailureOr<TensorView> out =
       target ? FailureOr<TensorView>(*target)
@@ -400,7 +428,8 @@ LogicalResult Lowering::lowerEmbeddingGrad(EmbeddingGradOp op) {
   step.accumulate = target.has_value();
   if (!target) // else its only use, the add, is the accumulation
     views[op.getResult()] = *out;
-  noteIdBound(op.getIndices(), rows);
+  if (!op.getVocabStart())
+    noteIdBound(op.getIndices(), rows);
   Step s;
   s.kind = StepKind::EmbeddingGrad;
   s.embeddingGrad = std::move(step);

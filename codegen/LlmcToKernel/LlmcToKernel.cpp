@@ -110,6 +110,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
   if (auto ce = dyn_cast<CrossEntropyOp>(op))
     return lowerCrossEntropy(ce, ce.getLogits(), ce.getTargets(), ce.getLoss(),
                              ce.getLse());
+  if (auto combine = dyn_cast<CrossEntropyCombineOp>(op))
+    return lowerCrossEntropyCombine(combine);
   if (auto concat = dyn_cast<ConcatOp>(op))
     return lowerConcat(concat);
   if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastFromOp>(op))

@@ -299,6 +299,9 @@ private:
   LogicalResult lowerCrossEntropy(CrossEntropyOp op, Value outerLogits,
                                   Value outerTargets, Value outerLoss,
                                   Value outerLse);
+  /// cross_entropy_combine: lse and the mean loss from whole-row
+  /// statistics, one kernel over the positions.
+  LogicalResult lowerCrossEntropyCombine(CrossEntropyCombineOp op);
   LogicalResult lowerReduce(Operation *op);
   LogicalResult lowerConcat(ConcatOp op);
   LogicalResult lowerOp(Operation *op);
@@ -317,9 +320,16 @@ private:
   static int32_t geluErfDerivative(KernelBuilder &kb, int32_t x);
   LogicalResult expandEmbedding(ExpandFrame &f, EmbeddingOp embedding);
   LogicalResult expandRotary(ExpandFrame &f, RotaryOp rotary);
-  /// Row reductions: layer_norm, rms_norm, softmax, reduce_*.
+  /// Whether column v of the row (domain dim `dim`) is the id
+  /// `vocab_start + v` below `vocab_size`: a real id of a rank's block of
+  /// the vocabulary, not padding. I1.
+  static int32_t realVocabColumn(KernelBuilder &kb, int dim,
+                                 int64_t vocabStart, int64_t vocabSize);
+  /// Row reductions: layer_norm, rms_norm, softmax, reduce_*,
+  /// vocab_shard_max, vocab_shard_cross_entropy.
   std::optional<LogicalResult> expandRowReduction(ExpandFrame &f);
-  /// Backward row ops: softmax_grad, the norm grads, cross_entropy_grad.
+  /// Backward row ops: softmax_grad, the norm grads, cross_entropy_grad,
+  /// vocab_shard_cross_entropy_grad.
   std::optional<LogicalResult> expandRowGrad(ExpandFrame &f);
   /// The scalar of operand `index` of the op being expanded, broadcast
   /// against its result.

@@ -75,6 +75,54 @@ LogicalResult Lowering::lowerCrossEntropy(CrossEntropyOp op, Value logitsValue,
   return success();
 }
 
+LogicalResult Lowering::lowerCrossEntropyCombine(CrossEntropyCombineOp op) {
+  // One kernel over the N positions as one row [1, N]: lse = max +
+  // log(sum_exp) at each, and the mean of lse - target_logit.
+  if (op.getLoss().use_empty() && op.getLse().use_empty())
+    return success();
+  auto rowType = cast<RankedTensorType>(op.getMax().getType());
+  int64_t n = rowType.getNumElements();
+  auto flat = [&](Value value) -> FailureOr<TensorView> {
+    FailureOr<TensorView> view = viewOf(value);
+    if (failed(view))
+      return failure();
+    return reshaped(*view, {1, n}, nameOf(value));
+  };
+  FailureOr<TensorView> max = flat(op.getMax()), sum = flat(op.getSumExp()),
+                        target = flat(op.getTargetLogit());
+  if (failed(max) || failed(sum) || failed(target))
+    return failure();
+  KernelBuilder kb(kernelName("cross_entropy_combine"),
+                   "cross_entropy_combine", {1, n});
+  int32_t lse = kb.binary(KOp::Add, kb.load(*max, {0, 1}),
+                          kb.unary(KOp::Log, kb.load(*sum, {0, 1})));
+  if (!op.getLse().use_empty()) {
+    FailureOr<TensorView> lseView = newTensor(op.getLse(), nameOf(op.getLse()));
+    if (failed(lseView))
+      return failure();
+    views[op.getLse()] = *lseView;
+    kb.store(reshaped(*lseView, {1, n}, nameOf(op.getLse())), {0, 1}, lse);
+  }
+  if (!op.getLoss().use_empty()) {
+    int32_t total = kb.unary(
+        KOp::ReduceSum, kb.binary(KOp::Sub, lse, kb.load(*target, {0, 1})));
+    FailureOr<TensorView> loss = newTensor(op.getLoss(), nameOf(op.getLoss()));
+    if (failed(loss))
+      return failure();
+    views[op.getLoss()] = *loss;
+    TensorView lossView = *loss;
+    lossView.shape = {1};
+    lossView.strides = {0};
+    kb.store(lossView, {0},
+             kb.binary(KOp::Mul, total, kb.constant(1.0 / double(n))));
+  }
+  std::string error = ::llmc::kir::verifyKernel(kb.kernel);
+  if (!error.empty())
+    return op.emitOpError("internal error: ") << error;
+  addKernelStep(std::move(kb.kernel), "cross_entropy_combine");
+  return success();
+}
+
 LogicalResult Lowering::lowerReduce(Operation *op) {
   // A reduction over the last dimension is a row kernel; over other
   // dimensions, reduceDims walks them by strides.

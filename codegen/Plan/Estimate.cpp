@@ -1,5 +1,6 @@
 // `llmc plan`'s memory and time model of one layout.
 #include "codegen/Plan/Estimate.h"
+#include "ir/TensorParallel.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -207,6 +208,16 @@ Error plan::validateLayout(const PlanModel &model, const TrainConfig &train,
 }
 
 namespace {
+/// A tp rank's elements of the parameters split by vocabulary rows (each
+/// [V, C]): ceil(V/tp) rows, the last rank's padded (ir/TensorParallel.h).
+double vocabShare(const PlanModel &model, int64_t elements, int64_t tp) {
+  int64_t vocab = model.config.vocabSize;
+  if (vocab <= 0)
+    return static_cast<double>(elements) / static_cast<double>(tp);
+  return static_cast<double>(elements) / static_cast<double>(vocab) *
+         static_cast<double>(vocabRowsPerRank(vocab, tp));
+}
+
 /// The memory of pipeline stage `stage` under `layout`.
 DeviceMemory stageMemory(const PlanModel &model, const TrainConfig &train,
                          const ClusterConfig &cluster, const Layout &layout,
@@ -221,13 +232,15 @@ DeviceMemory stageMemory(const PlanModel &model, const TrainConfig &train,
   double blockParams = model.blockSplit / t + model.blockReplicated;
   memory.parameters = blocksPerStage * blockParams;
   if (first)
-    memory.parameters += model.firstSplit / t + model.firstReplicated;
+    memory.parameters +=
+        vocabShare(model, model.firstSplit, layout.tp) + model.firstReplicated;
   if (last) {
-    memory.parameters += model.lastSplit / t + model.lastReplicated;
+    memory.parameters +=
+        vocabShare(model, model.lastSplit, layout.tp) + model.lastReplicated;
     // A tied classifier on the last of several stages needs its own copy
     // of the token embedding (Megatron all-reduces the two gradients).
     if (layout.pp > 1)
-      memory.parameters += model.tiedEmbedding / t;
+      memory.parameters += vocabShare(model, model.tiedEmbedding, layout.tp);
   }
   StateBytes perParameter =
       getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
@@ -288,11 +301,13 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
   // Activations: blocks by formula, plus the embedding's dropout mask on
   // the first stage and, on the last, the final norm's and classifier's
   // inputs and the fp32 logits the loss keeps (Korthikanti et al.:
-  // 4sbh/t (1 + v/h) in 16 bits).
+  // 4sbh/t (1 + v/h) in 16 bits), each tp rank's ceil(v/t) of them
+  // (vocabulary-parallel cross-entropy).
   est.block = getBlockActivations(c, layout.microBatch, est.seqLen, layout.tp,
                                   train.precision);
   est.extraFirst = (c.dropout > 0 ? 1 : 0) * sbh / t;
-  est.extraLast = (2 * e * sbh + 4 * s * b * c.vocabSize) / t;
+  est.extraLast = 2 * e * sbh / t +
+                  4 * s * b * double(vocabRowsPerRank(c.vocabSize, layout.tp));
   est.memory = deviceMemory(model, train, cluster, layout, est.block,
                             est.extraFirst, est.extraLast, m, layout.remat);
   for (Remat r :

@@ -39,9 +39,9 @@ using mlir::llmc::config::readFile;
 namespace {
 /// Puts each parameter where a layout holds it: split over tp as
 /// llmc-tensor-parallel splits it (ir/TensorParallel.h: the attention and
-/// MLP projections and the column-parallel biases), whole otherwise
-/// (norms, row-parallel biases, and for now the embeddings and the
-/// classifier, whose vocabulary is not split yet).
+/// MLP projections, the column-parallel biases, and by vocabulary rows
+/// the token embedding and an untied classifier), whole otherwise (norms,
+/// row-parallel biases, the position embedding).
 Error placeParameters(const ModelInfo &info, PlanModel &model) {
   const ModelConfig &config = model.config;
   bool swiglu = config.activation == Activation::SwiGlu;

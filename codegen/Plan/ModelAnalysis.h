@@ -37,7 +37,9 @@ struct PlanModel {
   /// parameters tensor parallelism splits and those it replicates.
   int64_t blockSplit = 0, blockReplicated = 0;
   /// Outside the blocks, on the first stage (token and position
-  /// embeddings) and on the last (final norm, untied classifier).
+  /// embeddings) and on the last (final norm, untied classifier). The
+  /// split ones are split by vocabulary rows (wte, an untied lm_head): a
+  /// tp rank holds ceil(V/tp) of their V rows (vocabRowsPerRank).
   int64_t firstSplit = 0, firstReplicated = 0;
   int64_t lastSplit = 0, lastReplicated = 0;
   /// Parameters of the token embedding a tied classifier reuses; pipeline

@@ -152,7 +152,9 @@ struct AttentionGradStep {
 /// The table gradient of an embedding lookup, a deterministic scatter-add:
 ///   out[r][c] = sum over positions p with ids[p] == r, in increasing p,
 ///               of grad[p][c]          (0 for rows no id selects)
-/// ids: [positions] i32 or i64 (the buffer's dtype), each in [0, rows);
+/// ids: [positions] i32 or i64 (the buffer's dtype), each in [0, rows)
+/// or negative, selecting no row (computed rows of a tp rank's block of
+/// the vocabulary: -1 for the other ranks' ids);
 /// grad: [positions, channels] f32; out: [rows, channels] f32, written
 /// whole, unit channel stride. A backend may parallelize over rows and
 /// channels but must sum each row's positions in increasing order (no

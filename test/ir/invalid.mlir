@@ -1140,3 +1140,83 @@ func.func @cache_write_positions(%u: tensor<2x4x1x8xf32>, %c: tensor<2x4x16x8xf3
   %0 = llmc.cache_write %u into %c at %p : tensor<2x4x1x8xf32>, tensor<2x4x16x8xf32>, tensor<2x2xi32>
   return
 }
+
+// -----
+
+// Tests that a rank's block of the vocabulary starts inside it.
+func.func @embedding_vocab_start(%wte: tensor<25x16xf32>, %tokens: tensor<2x8xi32>) {
+  // expected-error @+1 {{'llmc.embedding' op vocab_start (49) must lie in [0, vocab_size = 49)}}
+  %0 = llmc.embedding %wte, %tokens vocab_start 49 vocab_size 49 : tensor<25x16xf32>, tensor<2x8xi32>
+  return
+}
+
+// -----
+
+// Tests that a block of the vocabulary names both its start and the size.
+func.func @embedding_vocab_size(%wte: tensor<25x16xf32>, %tokens: tensor<2x8xi32>) {
+  // expected-error @+1 {{'llmc.embedding' op needs both vocab_start and vocab_size, or neither}}
+  %0 = "llmc.embedding"(%wte, %tokens) {vocab_start = 25 : i64} : (tensor<25x16xf32>, tensor<2x8xi32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+// Tests the same two rules on embedding_grad.
+func.func @embedding_grad_vocab_size(%dx: tensor<2x8x16xf32>, %tokens: tensor<2x8xi32>) {
+  // expected-error @+1 {{'llmc.embedding_grad' op needs both vocab_start and vocab_size, or neither}}
+  %0 = "llmc.embedding_grad"(%dx, %tokens) {vocab_size = 49 : i64} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<25x16xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_grad_vocab_start(%dx: tensor<2x8x16xf32>, %tokens: tensor<2x8xi32>) {
+  // expected-error @+1 {{'llmc.embedding_grad' op vocab_start (-1) must lie in [0, vocab_size = 49)}}
+  %0 = llmc.embedding_grad %dx, %tokens vocab_start -1 vocab_size 49 : tensor<2x8x16xf32>, tensor<2x8xi32> -> tensor<25x16xf32>
+  return
+}
+
+// -----
+
+// Tests that vocab_shard_max reduces logits of rank >= 1.
+func.func @vocab_shard_max_rank(%l: tensor<f32>) {
+  // expected-error @+1 {{'llmc.vocab_shard_max' op logits must have rank >= 1}}
+  %0 = llmc.vocab_shard_max %l vocab_start 0 vocab_size 4 : tensor<f32>
+  return
+}
+
+// -----
+
+// Tests that the vocab_shard ops need their block of the vocabulary.
+func.func @vocab_shard_max_block(%l: tensor<2x8x25xf32>) {
+  // expected-error @+1 {{'llmc.vocab_shard_max' op requires attribute 'vocab_start'}}
+  %0 = "llmc.vocab_shard_max"(%l) {vocab_size = 49 : i64} : (tensor<2x8x25xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// Tests that the all-reduced max is one f32 per position.
+func.func @vocab_shard_cross_entropy_max(%l: tensor<2x8x25xf32>, %t: tensor<2x8xi32>, %m: tensor<2x8xbf16>) {
+  // expected-error @+1 {{'llmc.vocab_shard_cross_entropy' op max must have type 'tensor<2x8xf32>', got 'tensor<2x8xbf16>'}}
+  %0:2 = llmc.vocab_shard_cross_entropy %l, %t, %m vocab_start 0 vocab_size 49 : tensor<2x8x25xf32>, tensor<2x8xi32>, tensor<2x8xbf16>
+  return
+}
+
+// -----
+
+// Tests that the gradient's row statistics have the targets' shape.
+func.func @vocab_shard_cross_entropy_grad_rows(%ds: tensor<8xf32>, %dt: tensor<2x8xf32>, %l: tensor<2x8x25xf32>, %t: tensor<2x8xi32>, %m: tensor<2x8xf32>) {
+  // expected-error @+1 {{'llmc.vocab_shard_cross_entropy_grad' op sum_exp_grad must have type 'tensor<2x8xf32>', got 'tensor<8xf32>'}}
+  %0 = llmc.vocab_shard_cross_entropy_grad %ds, %dt, %l, %t, %m vocab_start 0 vocab_size 49 : tensor<8xf32>, tensor<2x8xf32>, tensor<2x8x25xf32>, tensor<2x8xi32>, tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// Tests that cross_entropy_combine reads f32 statistics.
+func.func @cross_entropy_combine_f32(%m: tensor<2x8xf16>) {
+  // expected-error @+1 {{'llmc.cross_entropy_combine' op max must have type 'tensor<2x8xf32>', got 'tensor<2x8xf16>'}}
+  %0:2 = llmc.cross_entropy_combine %m, %m, %m : tensor<2x8xf16>
+  return
+}

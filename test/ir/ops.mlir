@@ -312,6 +312,30 @@ func.func @cross_entropy_grad(%dloss: tensor<f32>, %logits: tensor<2x8x50xbf16>,
   return %0 : tensor<2x8x50xbf16>
 }
 
+// Tests a tensor-parallel rank's block of the vocabulary: the masked
+// lookup and its gradient (vocab_start, vocab_size), and the four ops of
+// the vocabulary-parallel cross-entropy: row statistics of the block's
+// logits (f32, the targets' shape), its gradient (the logits' type), and
+// the combined loss and lse.
+// CHECK-LABEL: func.func @vocab_parallel(
+// CHECK-SAME: %[[WTE:[a-z0-9]+]]: tensor<25x16xf32>, %[[TOK:[a-z0-9]+]]: tensor<2x8xi32>, %[[L:[a-z0-9]+]]: tensor<2x8x25xbf16>, %[[D:[a-z0-9]+]]: tensor<2x8x16xf32>
+// CHECK-NEXT: %[[X:.*]] = llmc.embedding %[[WTE]], %[[TOK]] vocab_start 25 vocab_size 49 : tensor<25x16xf32>, tensor<2x8xi32>
+// CHECK-NEXT: %[[DW:.*]] = llmc.embedding_grad %[[D]], %[[TOK]] vocab_start 25 vocab_size 49 : tensor<2x8x16xf32>, tensor<2x8xi32> -> tensor<25x16xf32>
+// CHECK-NEXT: %[[M:.*]] = llmc.vocab_shard_max %[[L]] vocab_start 25 vocab_size 49 : tensor<2x8x25xbf16>
+// CHECK-NEXT: %[[S:.*]], %[[T:.*]] = llmc.vocab_shard_cross_entropy %[[L]], %[[TOK]], %[[M]] vocab_start 25 vocab_size 49 : tensor<2x8x25xbf16>, tensor<2x8xi32>, tensor<2x8xf32>
+// CHECK-NEXT: %[[LOSS:.*]], %[[LSE:.*]] = llmc.cross_entropy_combine %[[M]], %[[S]], %[[T]] : tensor<2x8xf32>
+// CHECK-NEXT: %[[DL:.*]] = llmc.vocab_shard_cross_entropy_grad %[[S]], %[[T]], %[[L]], %[[TOK]], %[[M]] vocab_start 25 vocab_size 49 : tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8x25xbf16>, tensor<2x8xi32>, tensor<2x8xf32>
+// CHECK-NEXT: return %[[X]], %[[DW]], %[[LOSS]], %[[LSE]], %[[DL]] : tensor<2x8x16xf32>, tensor<25x16xf32>, tensor<f32>, tensor<2x8xf32>, tensor<2x8x25xbf16>
+func.func @vocab_parallel(%wte: tensor<25x16xf32>, %tokens: tensor<2x8xi32>, %logits: tensor<2x8x25xbf16>, %dx: tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<25x16xf32>, tensor<f32>, tensor<2x8xf32>, tensor<2x8x25xbf16>) {
+  %x = llmc.embedding %wte, %tokens vocab_start 25 vocab_size 49 : tensor<25x16xf32>, tensor<2x8xi32>
+  %dwte = llmc.embedding_grad %dx, %tokens vocab_start 25 vocab_size 49 : tensor<2x8x16xf32>, tensor<2x8xi32> -> tensor<25x16xf32>
+  %m = llmc.vocab_shard_max %logits vocab_start 25 vocab_size 49 : tensor<2x8x25xbf16>
+  %s, %t = llmc.vocab_shard_cross_entropy %logits, %tokens, %m vocab_start 25 vocab_size 49 : tensor<2x8x25xbf16>, tensor<2x8xi32>, tensor<2x8xf32>
+  %loss, %lse = llmc.cross_entropy_combine %m, %s, %t : tensor<2x8xf32>
+  %dl = llmc.vocab_shard_cross_entropy_grad %s, %t, %logits, %tokens, %m vocab_start 25 vocab_size 49 : tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8x25xbf16>, tensor<2x8xi32>, tensor<2x8xf32>
+  return %x, %dwte, %loss, %lse, %dl : tensor<2x8x16xf32>, tensor<25x16xf32>, tensor<f32>, tensor<2x8xf32>, tensor<2x8x25xbf16>
+}
+
 // Tests the collectives: all_reduce keeps the type, reduce_scatter divides
 // and all_gather multiplies dimension `dim` by the axis size.
 // CHECK-LABEL: func.func @collectives(

@@ -730,6 +730,11 @@ int runTrainCommand(int argc, char **argv) {
     device->mesh.axes[name] = *onDevice ? onDevice->get() : host;
   }
 
+  // What shapes the compiled programs; under tensor parallelism each rank
+  // compiles its own (its block of the vocabulary).
+  ::llmc::TrainingOptions training = config.training();
+  training.tpRank = tpAxis ? tpAxis->rank() : 0;
+
   auto compileStart = std::chrono::steady_clock::now();
   llvm::Expected<OwningOpRef<ModuleOp>> module =
       source.build(config.seqLen, /*withDropout=*/true);
@@ -737,7 +742,7 @@ int runTrainCommand(int argc, char **argv) {
     return fail(module.takeError());
   ModelInfo info = getModelInfo(**module);
   llvm::Expected<::llmc::TrainingPrograms> programs =
-      ::llmc::compileTraining(**module, config.training());
+      ::llmc::compileTraining(**module, training);
   if (!programs)
     return fail(programs.takeError());
   // Tensor parallelism: the parameters llmc-tensor-parallel split, and how.
@@ -748,11 +753,12 @@ int runTrainCommand(int argc, char **argv) {
       auto shard = forward.getArgAttrOfType<DictionaryAttr>(i, "llmc.tp_shard");
       if (!name || !shard)
         continue;
-      auto field = [&](StringRef key) {
+      auto field = [&](StringRef key, int64_t absent) {
         auto value = shard.getAs<IntegerAttr>(key);
-        return value ? value.getInt() : int64_t(1);
+        return value ? value.getInt() : absent;
       };
-      tpShards[name.str()] = {field("dim"), field("groups"), field("size")};
+      tpShards[name.str()] = {field("dim", 1), field("groups", 1),
+                              field("size", 1), field("pad", 0)};
     }
   memoryPhases.end("building and lowering the training step");
   std::string modelName = info.name.empty() ? "model" : info.name;
@@ -795,7 +801,7 @@ int runTrainCommand(int argc, char **argv) {
     if (!evalModule)
       return fail(evalModule.takeError());
     llvm::Expected<::llmc::kir::Program> lowered =
-        ::llmc::compileForward(**evalModule, config.training());
+        ::llmc::compileForward(**evalModule, training);
     if (!lowered)
       return fail(lowered.takeError());
     evalProgram = std::move(*lowered);
@@ -814,7 +820,7 @@ int runTrainCommand(int argc, char **argv) {
     if (!samplerModule)
       return fail(samplerModule.takeError());
     llvm::Expected<::llmc::kir::Program> lowered =
-        ::llmc::compileForward(**samplerModule, config.training());
+        ::llmc::compileForward(**samplerModule, training);
     if (!lowered)
       return fail(lowered.takeError());
     auto created = makeExecutor(std::move(*lowered), *device,
@@ -1042,7 +1048,7 @@ int runTrainCommand(int argc, char **argv) {
     if (!shorter)
       return shorter.takeError();
     llvm::Expected<::llmc::TrainingPrograms> compiled =
-        ::llmc::compileTraining(**shorter, config.training());
+        ::llmc::compileTraining(**shorter, training);
     if (!compiled)
       return compiled.takeError();
     if (!sync && !compiled->gradStepNoSync)

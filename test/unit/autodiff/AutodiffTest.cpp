@@ -443,6 +443,70 @@ TEST(OpGradientTies, ReduceMaxSplitsBetweenEqualMaxima) {
   EXPECT_EQ(grads[0].data, (std::vector<double>{0, kDloss / 2, 0, kDloss / 2}));
 }
 
+// The vocabulary-parallel embedding and cross-entropy of two tp ranks,
+// written in one function: V = 5 ids in 2 blocks of 3 rows (the last row
+// of block 1 padding), the all-reduces as the max and sums they compute.
+// The loss and the gradient of wte match one whole embedding, classifier
+// and llmc.cross_entropy (so the padding counts for nothing, and the rules
+// that give the shared max no gradient are right), and central
+// differences.
+TEST(VocabParallel, TwoBlocksMatchTheWholeVocabulary) {
+  const std::string blocks =
+      "func.func @forward(" + param("wte", "tensor<5x4xf32>") +
+      ", %tokens: tensor<2x3xi32> {llmc.input = \"tokens\"}"
+      ", %targets: tensor<2x3xi32> {llmc.input = \"targets\"}) -> tensor<f32> {\n"
+      "  %zero = llmc.fill 0.0 : tensor<1x4xf32>\n"
+      "  %padded = llmc.concat %wte, %zero dim 0 : tensor<5x4xf32>, tensor<1x4xf32>\n"
+      "  %b0 = llmc.slice %padded offsets [0, 0] sizes [3, 4] : tensor<6x4xf32>\n"
+      "  %b1 = llmc.slice %padded offsets [3, 0] sizes [3, 4] : tensor<6x4xf32>\n"
+      "  %e0 = llmc.embedding %b0, %tokens vocab_start 0 vocab_size 5 : tensor<3x4xf32>, tensor<2x3xi32>\n"
+      "  %e1 = llmc.embedding %b1, %tokens vocab_start 3 vocab_size 5 : tensor<3x4xf32>, tensor<2x3xi32>\n"
+      "  %x = llmc.add %e0, %e1 : tensor<2x3x4xf32>, tensor<2x3x4xf32>\n"
+      "  %l0 = llmc.matmul %x, %b0 {transpose_b} : tensor<2x3x4xf32>, tensor<3x4xf32>\n"
+      "  %l1 = llmc.matmul %x, %b1 {transpose_b} : tensor<2x3x4xf32>, tensor<3x4xf32>\n"
+      "  %m0 = llmc.vocab_shard_max %l0 vocab_start 0 vocab_size 5 : tensor<2x3x3xf32>\n"
+      "  %m1 = llmc.vocab_shard_max %l1 vocab_start 3 vocab_size 5 : tensor<2x3x3xf32>\n"
+      "  %m = llmc.max %m0, %m1 : tensor<2x3xf32>, tensor<2x3xf32>\n"
+      "  %s0, %t0 = llmc.vocab_shard_cross_entropy %l0, %targets, %m vocab_start 0 vocab_size 5 : tensor<2x3x3xf32>, tensor<2x3xi32>, tensor<2x3xf32>\n"
+      "  %s1, %t1 = llmc.vocab_shard_cross_entropy %l1, %targets, %m vocab_start 3 vocab_size 5 : tensor<2x3x3xf32>, tensor<2x3xi32>, tensor<2x3xf32>\n"
+      "  %s = llmc.add %s0, %s1 : tensor<2x3xf32>, tensor<2x3xf32>\n"
+      "  %t = llmc.add %t0, %t1 : tensor<2x3xf32>, tensor<2x3xf32>\n"
+      "  %loss, %lse = llmc.cross_entropy_combine %m, %s, %t : tensor<2x3xf32>\n"
+      "  return %loss : tensor<f32>\n}\n";
+  const std::string whole =
+      "func.func @forward(" + param("wte", "tensor<5x4xf32>") +
+      ", %tokens: tensor<2x3xi32> {llmc.input = \"tokens\"}"
+      ", %targets: tensor<2x3xi32> {llmc.input = \"targets\"}) -> tensor<f32> {\n"
+      "  %x = llmc.embedding %wte, %tokens : tensor<5x4xf32>, tensor<2x3xi32>\n"
+      "  %l = llmc.matmul %x, %wte {transpose_b} : tensor<2x3x4xf32>, tensor<5x4xf32>\n"
+      "  %loss, %lse = llmc.cross_entropy %l, %targets : tensor<2x3x5xf32>, tensor<2x3xi32>\n"
+      "  return %loss : tensor<f32>\n}\n";
+  MLIRContext context;
+  loadDialects(context);
+  OwningOpRef<ModuleOp> split = parseSourceString<ModuleOp>(blocks, &context);
+  OwningOpRef<ModuleOp> reference = parseSourceString<ModuleOp>(whole, &context);
+  ASSERT_TRUE(split && reference);
+  ASSERT_TRUE(succeeded(differentiate(*split)));
+  ASSERT_TRUE(succeeded(differentiate(*reference)));
+  std::mt19937_64 gen(15);
+  // Ids of both blocks, the last real one (4) included.
+  std::vector<Tensor> inputs =
+      randomInputs(function(*split, "forward"), gen, -2.0, 2.0, 5);
+  inputs[1].data = {0, 4, 3, 2, 4, 1};
+  inputs[2].data = {4, 0, 3, 4, 2, 1};
+  double loss = forwardLoss(function(*split, "forward"), inputs, {});
+  double expected = forwardLoss(function(*reference, "forward"), inputs, {});
+  EXPECT_NEAR(loss, expected, 1e-12 * std::fabs(expected));
+  std::vector<Tensor> grads = gradStep(*split, inputs, {});
+  std::vector<Tensor> wanted = gradStep(*reference, inputs, {});
+  ASSERT_EQ(grads.size(), 1u);
+  ASSERT_EQ(wanted.size(), 1u);
+  for (size_t i = 0; i < wanted[0].data.size(); ++i)
+    EXPECT_NEAR(grads[0].data[i], wanted[0].data[i], 1e-12) << "wte " << i;
+  FdReport report = checkAgainstDifferences(*split, inputs, {}, -1, gen);
+  EXPECT_EQ(report.checked, 20);
+}
+
 // The dropout mask is a function of (seed, step, stream, index): another
 // step gives another mask, and the gradient follows the forward's mask.
 TEST(OpGradientDropout, GradientUsesTheForwardMask) {

@@ -227,6 +227,10 @@ private:
         .Case<RotaryOp>([&](auto o) { rotary(o); return true; })
         .Case<CrossEntropyOp>([&](auto o) { crossEntropy(o); return true; })
         .Case<CrossEntropyGradOp>([&](auto o) { crossEntropyGrad(o); return true; })
+        .Case<VocabShardMaxOp>([&](auto o) { vocabShardMax(o); return true; })
+        .Case<VocabShardCrossEntropyOp>([&](auto o) { vocabShardCrossEntropy(o); return true; })
+        .Case<VocabShardCrossEntropyGradOp>([&](auto o) { vocabShardCrossEntropyGrad(o); return true; })
+        .Case<CrossEntropyCombineOp>([&](auto o) { crossEntropyCombine(o); return true; })
         .Case<ReshapeOp>([&](auto o) {
           out(o.getResult()).data = in(o.getInput()).data;
           return true;
@@ -258,22 +262,34 @@ private:
     }
   }
 
+  // A table that is a block of the vocabulary (vocab_start) holds rows
+  // [start, start + rows): other ids select nothing (-1).
+  static int64_t blockRow(Operation *op, double id, int64_t rows) {
+    auto start = op->getAttrOfType<IntegerAttr>("vocab_start");
+    int64_t row = int64_t(id) - (start ? start.getInt() : 0);
+    return row >= 0 && row < rows ? row : -1;
+  }
+
   void embedding(EmbeddingOp op) {
     const Tensor &table = in(op.getTable()), &ids = in(op.getIndices());
     Tensor &y = out(op.getResult());
     int64_t c = table.shape[1];
-    for (int64_t i = 0; i < ids.numel(); ++i)
+    for (int64_t i = 0; i < ids.numel(); ++i) {
+      int64_t row = blockRow(op, ids.data[i], table.shape[0]);
       for (int64_t j = 0; j < c; ++j)
-        y.data[i * c + j] = table.data[int64_t(ids.data[i]) * c + j];
+        y.data[i * c + j] = row < 0 ? 0.0 : table.data[row * c + j];
+    }
   }
 
   void embeddingGrad(EmbeddingGradOp op) {
     const Tensor &g = in(op.getGrad()), &ids = in(op.getIndices());
     Tensor &y = out(op.getResult());
     int64_t c = y.shape[1];
-    for (int64_t i = 0; i < ids.numel(); ++i)
-      for (int64_t j = 0; j < c; ++j)
-        y.data[int64_t(ids.data[i]) * c + j] += g.data[i * c + j];
+    for (int64_t i = 0; i < ids.numel(); ++i) {
+      int64_t row = blockRow(op, ids.data[i], y.shape[0]);
+      for (int64_t j = 0; row >= 0 && j < c; ++j)
+        y.data[row * c + j] += g.data[i * c + j];
+    }
   }
 
   // result[b, m, n] = sum_k op(A)[b, m, k] op(B)[b', k, n], where a rank-2
@@ -575,6 +591,65 @@ private:
       total += lse.data[i] - row[int64_t(targets.data[i])];
     }
     loss.data[0] = total / r.rows;
+  }
+
+  // The vocabulary-parallel cross-entropy, written from its definitions:
+  // column j of a block is the id vocab_start + j, real below vocab_size.
+  void vocabShardMax(VocabShardMaxOp op) {
+    const Tensor &logits = in(op.getLogits());
+    Tensor &y = out(op.getMax());
+    Rows r(logits.shape);
+    for (int64_t i = 0; i < r.rows; ++i) {
+      double m = -INFINITY;
+      for (int64_t j = 0; j < r.cols; ++j)
+        if (int64_t(op.getVocabStart() + j) < int64_t(op.getVocabSize()))
+          m = std::max(m, logits.data[i * r.cols + j]);
+      y.data[i] = m;
+    }
+  }
+
+  void vocabShardCrossEntropy(VocabShardCrossEntropyOp op) {
+    const Tensor &logits = in(op.getLogits()), &targets = in(op.getTargets()),
+                 &max = in(op.getMax());
+    Tensor &sum = out(op.getSumExp()), &target = out(op.getTargetLogit());
+    Rows r(logits.shape);
+    for (int64_t i = 0; i < r.rows; ++i)
+      for (int64_t j = 0; j < r.cols; ++j) {
+        int64_t id = op.getVocabStart() + j;
+        double l = logits.data[i * r.cols + j];
+        if (id < int64_t(op.getVocabSize()))
+          sum.data[i] += std::exp(l - max.data[i]);
+        if (id == int64_t(targets.data[i]))
+          target.data[i] = l;
+      }
+  }
+
+  void vocabShardCrossEntropyGrad(VocabShardCrossEntropyGradOp op) {
+    const Tensor &ds = in(op.getSumExpGrad()), &dt = in(op.getTargetLogitGrad()),
+                 &logits = in(op.getLogits()), &targets = in(op.getTargets()),
+                 &max = in(op.getMax());
+    Tensor &y = out(op.getResult());
+    Rows r(logits.shape);
+    for (int64_t i = 0; i < r.rows; ++i)
+      for (int64_t j = 0; j < r.cols; ++j) {
+        int64_t e = i * r.cols + j, id = op.getVocabStart() + j;
+        if (id < int64_t(op.getVocabSize()))
+          y.data[e] = ds.data[i] * std::exp(logits.data[e] - max.data[i]);
+        if (id == int64_t(targets.data[i]))
+          y.data[e] += dt.data[i];
+      }
+  }
+
+  void crossEntropyCombine(CrossEntropyCombineOp op) {
+    const Tensor &max = in(op.getMax()), &sum = in(op.getSumExp()),
+                 &target = in(op.getTargetLogit());
+    Tensor &loss = out(op.getLoss()), &lse = out(op.getLse());
+    double total = 0;
+    for (int64_t i = 0; i < max.numel(); ++i) {
+      lse.data[i] = max.data[i] + std::log(sum.data[i]);
+      total += lse.data[i] - target.data[i];
+    }
+    loss.data[0] = total / double(max.numel());
   }
 
   void crossEntropyGrad(CrossEntropyGradOp op) {

@@ -382,12 +382,31 @@ TEST(PlanLayout, TensorParallelSplitsMatrices) {
   int64_t h = 768;
   EXPECT_EQ(model.blockSplit, 12 * h * h + 7 * h);
   EXPECT_EQ(model.blockReplicated, 6 * h);
-  // The embeddings are whole on every tp rank, as llmc-tensor-parallel
-  // holds them (the vocabulary is not split yet).
-  EXPECT_EQ(model.firstSplit, 0);
-  EXPECT_EQ(model.firstReplicated, 50257 * h + 1024 * h);
+  // The token embedding is split by vocabulary rows (the tied classifier
+  // with it), the position embedding whole, as llmc-tensor-parallel holds
+  // them.
+  EXPECT_EQ(model.firstSplit, 50257 * h);
+  EXPECT_EQ(model.firstReplicated, 1024 * h);
   EXPECT_EQ(model.lastReplicated, 2 * h);
   EXPECT_EQ(model.tiedEmbedding, 50257 * h);
+}
+
+TEST(PlanLayout, TensorParallelPadsTheVocabulary) {
+  MLIRContext context;
+  PlanModel model = preset(context, "gpt2");
+  TrainConfig train;
+  int64_t h = 768;
+  auto parameters = [&](int64_t tp) {
+    Layout layout;
+    layout.tp = tp;
+    return estimate(model, train, cluster("", tp, 1), nullptr, layout)
+        .memory.parameters;
+  };
+  // 50257 ids over 2 ranks: 25129 rows each (one of padding on rank 1).
+  double blocks = model.numBlocks * (model.blockSplit / 2.0 +
+                                     model.blockReplicated);
+  EXPECT_DOUBLE_EQ(parameters(2),
+                   blocks + 25129.0 * h + 1024.0 * h + 2.0 * h);
 }
 
 TEST(PlanLayout, PipelineFirstStageHoldsMicroBatchesInFlight) {
