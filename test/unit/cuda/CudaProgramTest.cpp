@@ -80,9 +80,11 @@ llvm::Expected<NamedPrograms> forwardProgram(const char *yaml, int64_t batch,
   return NamedPrograms{{"forward", std::move(*program)}};
 }
 
-/// The three programs of a training step (compileTraining, AdamW).
-llvm::Expected<NamedPrograms> trainingPrograms(const char *yaml, int64_t batch,
-                                               int64_t seq) {
+/// The three programs of a training step (compileTraining, AdamW; with
+/// `options`' tensor parallelism, one tp rank's programs).
+llvm::Expected<NamedPrograms>
+trainingPrograms(const char *yaml, int64_t batch, int64_t seq,
+                 const TrainingOptions &options = TrainingOptions()) {
   auto config = mlir::llmc::parseModelConfig(yaml, "test.yaml");
   if (!config)
     return config.takeError();
@@ -91,7 +93,7 @@ llvm::Expected<NamedPrograms> trainingPrograms(const char *yaml, int64_t batch,
   auto module = mlir::llmc::buildForwardModule(context, *config, {batch, seq});
   if (!module)
     return module.takeError();
-  auto programs = compileTraining(**module, TrainingOptions());
+  auto programs = compileTraining(**module, options);
   if (!programs)
     return programs.takeError();
   return NamedPrograms{{"forward", std::move(programs->forward)},
@@ -595,6 +597,45 @@ TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
     });
     expectResultsClose(cpuResults, results(program, cudaMemory), 1e-4,
                        "all kernels emulated vs CPU kernels");
+  }
+}
+
+// Tensor parallelism (tp = 2, the last rank, V = 97 padded to 2 x 49):
+// the vocabulary-parallel lookup, cross-entropy statistics and their
+// gradients are kernels of the CUDA module like any other, so NVRTC must
+// compile them. The programs hold collectives, which the single-device
+// comparison above cannot run; the CPU side of the same programs is
+// checked against one process by test/dist/tp.test.
+TEST(CudaProgramTest, TensorParallelProgramsCompileWithNvrtc) {
+  std::string why;
+  if (!cuda::nvrtcAvailable(&why))
+    GTEST_SKIP() << why;
+  TrainingOptions options;
+  options.parallel.tp = 2;
+  options.tpRank = 1;
+  auto programs = trainingPrograms(
+      "name: tp\nn_layer: 1\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
+      "vocab_size: 97\n", 2, 8, options);
+  ASSERT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
+  for (auto &[function, program] : *programs) {
+    SCOPED_TRACE("@" + function);
+    ASSERT_EQ(kir::verifyProgram(program), "");
+    int collectives = 0;
+    for (const kir::Step &step : program.steps)
+      collectives += step.kind == kir::StepKind::CollectiveStart;
+    if (function != "update_step")
+      EXPECT_GT(collectives, 0) << "no tp all-reduce: not a tp program";
+    std::string source = cuda::emitCudaModule(program);
+    cuda::NvrtcOptions nvrtc;
+    nvrtc.cacheEnabled = false;
+    auto binaries = cuda::compileCuda(source, function + ".cu", nvrtc);
+    ASSERT_TRUE(bool(binaries)) << llvm::toString(binaries.takeError());
+    for (const kir::Kernel &kernel : program.kernels)
+      EXPECT_NE(binaries->ptx.find(".entry " + kernel.name), std::string::npos)
+          << kernel.name;
+    std::printf("[ nvrtc    ] tp rank 1 of 2 @%s: %zu kernels, %d "
+                "collectives\n",
+                function.c_str(), program.kernels.size(), collectives);
   }
 }
 
