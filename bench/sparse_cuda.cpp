@@ -174,18 +174,10 @@ void benchShape(Gpu &gpu, const char *name, int64_t m, int64_t n, int64_t k) {
   CUdeviceptr dSparse = gpu.upload(zeros.data(), zeros.size() * 4);
 
   DenseGemm dense(gpu, m, n, k);
-  cuda::SparseGemmArgs args;
-  args.values = reinterpret_cast<const void *>(dValues);
-  args.meta = reinterpret_cast<const void *>(dMeta);
-  args.x = reinterpret_cast<const void *>(dX);
-  args.y = reinterpret_cast<float *>(dSparse);
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.ldx = k;
-  args.ldy = n;
-  args.rowTiles = packed.rowTiles;
-  args.kTiles = packed.kTiles;
+  cuda::SparseGemmArgs args = cuda::sparseGemmArgs(
+      m, n, k, reinterpret_cast<const void *>(dValues),
+      reinterpret_cast<const void *>(dMeta), reinterpret_cast<const void *>(dX),
+      k, reinterpret_cast<float *>(dSparse), n);
   cuda::CudaLaunch launch = cuda::sparseGemmLaunch(n, m);
   void *params[] = {&args};
   auto runSparse = [&] {

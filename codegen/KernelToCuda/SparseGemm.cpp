@@ -7,6 +7,17 @@ std::string llmc::cuda::sparseGemmName(bool f16) {
   return f16 ? "llmc_sparse_gemm_f16" : "llmc_sparse_gemm_bf16";
 }
 
+SparseGemmArgs llmc::cuda::sparseGemmArgs(int64_t m, int64_t n, int64_t k,
+                                          const void *values,
+                                          const void *meta, const void *x,
+                                          int64_t ldx, float *y,
+                                          int64_t ldy) {
+  SparseGemmArgs args{values, meta, x, y, m, n, k, ldx, ldy, 0, 0};
+  args.rowTiles = (n + kSparseGemmRowsPerWarp - 1) / kSparseGemmRowsPerWarp;
+  args.kTiles = (k + 31) / 32;
+  return args;
+}
+
 CudaLaunch llmc::cuda::sparseGemmLaunch(int64_t n, int64_t m) {
   CudaLaunch launch;
   int64_t rowTiles = (n + kSparseGemmRowsPerWarp - 1) / kSparseGemmRowsPerWarp;
@@ -63,22 +74,18 @@ __device__ __forceinline__ void llmc_mma_sp_16832(float d[4],
                                                   const unsigned b[4],
                                                   unsigned e) {
 #ifdef __CUDA_ARCH__
+#define LLMC_MMA_SP_16832(T)                                                   \
+  asm volatile("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32." \
+               T "." T ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "           \
+               "{%8, %9, %10, %11}, {%0, %1, %2, %3}, %12, 0x0;\n"           \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])              \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),      \
+                 "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e))
   if (F16)
-    asm volatile(
-        "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9, %10, %11}, "
-        "{%0, %1, %2, %3}, %12, 0x0;\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
-          "r"(b[2]), "r"(b[3]), "r"(e));
+    LLMC_MMA_SP_16832("f16");
   else
-    asm volatile(
-        "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9, %10, %11}, "
-        "{%0, %1, %2, %3}, %12, 0x0;\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
-          "r"(b[2]), "r"(b[3]), "r"(e));
+    LLMC_MMA_SP_16832("bf16");
+#undef LLMC_MMA_SP_16832
 #else
   // The host emulation (test/unit/cuda/CudaEmulation.h).
   llmc_emu_mma_sp_m16n8k32(F16, d, a, b, e, 0);

@@ -38,6 +38,15 @@ std::string sparseGemmName(bool f16);
 /// and both kernels; self-contained (no CUDA headers).
 std::string emitSparseGemmModule();
 
+/// The argument block of y[m, n] = x[m, k] · W[n, k]ᵀ with W packed by
+/// runtime::packForTensorCores (`values`, `meta`; its tile counts follow
+/// from n and k), x at row stride ldx (even) and y at ldy: device
+/// addresses on a GPU, host ones under emulation.
+SparseGemmArgs sparseGemmArgs(int64_t m, int64_t n, int64_t k,
+                              const void *values, const void *meta,
+                              const void *x, int64_t ldx, float *y,
+                              int64_t ldy);
+
 /// The launch of a product with `n` W rows and `m` x rows: blocks of
 /// kSparseGemmWarps warps over W's 16-row tiles (x) and x's 32-row tiles
 /// (y), no shared memory.

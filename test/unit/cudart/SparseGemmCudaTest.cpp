@@ -9,6 +9,7 @@
 #include "runtime/Sparsity.h"
 #include "runtime/Weights.h"
 #include "test/unit/cuda/EmulationRunner.h"
+#include "test/unit/runtime/RandomTwoOfFour.h"
 
 #include "gtest/gtest.h"
 
@@ -21,27 +22,9 @@ using namespace llmc;
 using namespace llmc::cuda;
 using runtime::CompressedTwoOfFour;
 using runtime::TensorCoreTwoOfFour;
+using test::randomTwoOfFour;
 
 namespace {
-
-/// A random [n, k] weight pruned to 2:4 by magnitude; every 7th group
-/// keeps a single non-zero (the compressed form then keeps a zero).
-std::vector<float> randomTwoOfFour(int64_t n, int64_t k, std::mt19937 &rng) {
-  std::normal_distribution<float> normal;
-  std::vector<float> w(n * k), mask(n * k);
-  for (float &v : w)
-    v = normal(rng);
-  runtime::maskTwoOfFour(w, k, mask);
-  for (size_t i = 0; i < w.size(); ++i)
-    w[i] *= mask[i];
-  for (size_t g = 0; g < w.size(); g += 28)
-    for (int i = 0; i < 4; ++i)
-      if (w[g + i] != 0) {
-        w[g + i] = 0;
-        break;
-      }
-  return w;
-}
 
 uint16_t toBits(float v, bool f16) {
   return f16 ? runtime::floatToHalf(v) : runtime::floatToBFloat16(v);
@@ -193,18 +176,11 @@ void checkProduct(bool f16, int64_t m, int64_t n, int64_t k, uint32_t seed) {
       x[i * ldx + c] = toBits(normal(rng), f16);
   const float sentinel = 12345.0f;
   std::vector<float> y(m * ldy, sentinel);
-  SparseGemmArgs args;
-  args.values = packed.values.data();
-  args.meta = packed.meta.data();
-  args.x = x.data();
-  args.y = y.data();
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.ldx = ldx;
-  args.ldy = ldy;
-  args.rowTiles = packed.rowTiles;
-  args.kTiles = packed.kTiles;
+  SparseGemmArgs args =
+      sparseGemmArgs(m, n, k, packed.values.data(), packed.meta.data(),
+                     x.data(), ldx, y.data(), ldy);
+  EXPECT_EQ(args.rowTiles, packed.rowTiles);
+  EXPECT_EQ(args.kTiles, packed.kTiles);
   emulated().launch(f16, args);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < ldy; ++j) {
@@ -265,18 +241,9 @@ void runWithBadMetadata() {
   packed.meta[5] &= ~0xf0u;
   std::vector<uint16_t> x(8 * k, 0);
   std::vector<float> y(8 * n);
-  SparseGemmArgs args;
-  args.values = packed.values.data();
-  args.meta = packed.meta.data();
-  args.x = x.data();
-  args.y = y.data();
-  args.m = 1;
-  args.n = n;
-  args.k = k;
-  args.ldx = k;
-  args.ldy = n;
-  args.rowTiles = 1;
-  args.kTiles = 1;
+  SparseGemmArgs args = sparseGemmArgs(1, n, k, packed.values.data(),
+                                       packed.meta.data(), x.data(), k,
+                                       y.data(), n);
   emulated().launch(false, args);
 }
 

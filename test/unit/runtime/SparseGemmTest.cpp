@@ -4,6 +4,7 @@
 #include "runtime/Cpu/SparseGemm.h"
 #include "runtime/Sparsity.h"
 #include "runtime/Weights.h"
+#include "test/unit/runtime/RandomTwoOfFour.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 #include "gtest/gtest.h"
@@ -16,31 +17,9 @@
 
 using namespace llmc::cpu;
 using namespace llmc::runtime;
+using llmc::test::randomTwoOfFour;
 
 namespace {
-
-/// A random [n, k] weight pruned to 2:4 by magnitude, some groups with one
-/// or no non-zero (the compressed form keeps zeros for them).
-std::vector<float> randomTwoOfFour(int64_t n, int64_t k, std::mt19937 &rng) {
-  std::normal_distribution<float> normal;
-  std::vector<float> w(n * k), mask(n * k);
-  for (float &v : w)
-    v = normal(rng);
-  maskTwoOfFour(w, k, mask);
-  for (size_t i = 0; i < w.size(); ++i)
-    w[i] *= mask[i];
-  for (size_t g = 0; g < w.size(); g += 4) {
-    if (g % 36 == 8) // one kept value zero
-      for (int i = 0; i < 4; ++i)
-        if (w[g + i] != 0) {
-          w[g + i] = 0;
-          break;
-        }
-    if (g % 52 == 12) // the whole group zero
-      std::fill(w.begin() + g, w.begin() + g + 4, 0.0f);
-  }
-  return w;
-}
 
 /// Runs `isa` on [m, k] x [n, k]^T, W's kept values stored as `values`,
 /// and compares with the dense product in double of W as the kernel must
