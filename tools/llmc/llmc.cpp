@@ -46,8 +46,8 @@
 #include "llvm/Support/WithColor.h"
 
 #include <chrono>
-#include <optional>
 #include <cmath>
+#include <optional>
 
 using namespace mlir;
 using namespace mlir::llmc;
