@@ -1,7 +1,8 @@
 // bench-sparse: the matmuls of a transformer block's weights, dense (the
 // BLAS the CPU executor calls, threaded as it threads them) against 2:4
-// (runtime/Cpu/SparseGemm.h), f32, for decoding (batch 1: a GEMV per
-// weight, memory-bound) and prefill (M = 128..512 rows), over GPT-2 124M's
+// (runtime/Cpu/SparseGemm.h) with f32 kept values, for decoding (batch 1: a
+// GEMV per weight, memory-bound; also 2:4 with bf16 kept values) and
+// prefill (M = 128..512 rows), over GPT-2 124M's
 // block shapes and a ~350M model's (d = 1024, 24 layers), next to the
 // memory-bandwidth limit measured in the same run; and the crossover in M
 // that the executor's choice of path is set from.
@@ -11,8 +12,9 @@
 // Decode streams every layer's weights once per token (the weights of all
 // layers are allocated, far more than the caches hold), so its time is the
 // time of one token's block matmuls; the limit is the bytes read per token
-// (dense: 4 bytes a weight; 2:4: the packed values and metadata) over the
-// read bandwidth measured here.
+// (dense: 4 bytes a weight; 2:4: the packed values, f32 or bf16, and
+// metadata) over the read bandwidth measured here. x, y and the sums are
+// f32 in every variant.
 #include "runtime/Cpu/SparseGemm.h"
 #include "runtime/SgemmPeak.h"
 #include "runtime/Sparsity.h"
@@ -120,10 +122,10 @@ struct Model {
 };
 
 /// A random 2:4 [n, k] weight (magnitude-pruned normal values) and its
-/// packed form.
+/// packed forms (f32 and bf16 kept values).
 struct Weight {
   std::vector<float> dense;
-  PackedTwoOfFour packed;
+  PackedTwoOfFour packed, packedBf16;
 };
 Weight makeWeight(int64_t n, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -138,6 +140,7 @@ Weight makeWeight(int64_t n, int64_t k, uint32_t seed) {
     w.dense[i] *= mask[i];
   w.packed = cpu::packForCpu(
       cantFail(runtime::compressTwoOfFour("w", w.dense, n, k)));
+  w.packedBf16 = cpu::toBf16Values(w.packed);
   return w;
 }
 
@@ -167,9 +170,11 @@ void denseMatmul(runtime::ThreadPool &pool, const float *x, int64_t m,
 
 /// The executor's 2:4 product: W's rows split over the threads.
 void sparseMatmul(runtime::ThreadPool &pool, SparseIsa isa, const float *x,
-                  int64_t m, const Weight &w, int64_t n, float *y) {
+                  int64_t m, const Weight &w, int64_t n, float *y,
+                  bool bf16 = false) {
+  const PackedTwoOfFour &packed = bf16 ? w.packedBf16 : w.packed;
   pool.parallelFor(n, [&](int64_t begin, int64_t end, int) {
-    cpu::sparseMatmulF32(isa, w.packed, x, m, w.packed.k, y, n, begin, end);
+    cpu::sparseMatmulF32(isa, packed, x, m, packed.k, y, n, begin, end);
   });
 }
 
@@ -179,12 +184,13 @@ void benchModel(const Model &model, runtime::ThreadPool &pool, SparseIsa isa,
   std::vector<Shape> shapes = model.shapes();
   // Every layer's weights, so that decode streams them from memory.
   std::vector<std::vector<Weight>> weights(layers);
-  int64_t denseBytes = 0, sparseBytes = 0, params = 0;
+  int64_t denseBytes = 0, sparseBytes = 0, bf16Bytes = 0, params = 0;
   for (int64_t l = 0; l < layers; ++l)
     for (const Shape &s : shapes) {
       weights[l].push_back(makeWeight(s.n, s.k, uint32_t(l * 10 + s.n + s.k)));
       denseBytes += s.n * s.k * 4;
       sparseBytes += weights[l].back().packed.bytes();
+      bf16Bytes += weights[l].back().packedBf16.bytes();
       params += s.n * s.k;
     }
   int64_t maxN = 4 * model.d, maxM = 512;
@@ -196,45 +202,54 @@ void benchModel(const Model &model, runtime::ThreadPool &pool, SparseIsa isa,
 
   llvm::outs() << llvm::format(
       "\n%s: %lld layers measured of %lld, d=%lld, block weights %.1f M "
-      "(%.0f MiB f32, %.0f MiB 2:4 packed: %.1f%%)\n",
+      "(%.0f MiB f32, %.0f MiB 2:4 packed: %.1f%%, %.0f MiB with bf16 "
+      "values: %.1f%%)\n",
       model.name, (long long)layers, (long long)model.layers,
       (long long)model.d, params / 1e6, denseBytes / 1048576.0,
-      sparseBytes / 1048576.0, 100.0 * sparseBytes / denseBytes);
+      sparseBytes / 1048576.0, 100.0 * sparseBytes / denseBytes,
+      bf16Bytes / 1048576.0, 100.0 * bf16Bytes / denseBytes);
 
   // Decode: one token through every layer's four GEMVs.
   int reps = shortMode ? 2 : 5;
-  auto token = [&](bool sparse) {
+  // 0: dense, 1: 2:4 f32 values, 2: 2:4 bf16 values.
+  auto token = [&](int variant) {
     for (int64_t l = 0; l < layers; ++l)
       for (size_t i = 0; i < shapes.size(); ++i) {
-        if (sparse)
+        if (variant > 0)
           sparseMatmul(pool, isa, x.data(), 1, weights[l][i], shapes[i].n,
-                       y.data());
+                       y.data(), variant == 2);
         else
           denseMatmul(pool, x.data(), 1, weights[l][i], shapes[i].n,
                       shapes[i].k, y.data());
       }
   };
-  token(false);
-  token(true);
-  double denseSec = bestOf(reps, [&] { token(false); });
-  double sparseSec = bestOf(reps, [&] { token(true); });
+  token(0);
+  token(1);
+  token(2);
+  double denseSec = bestOf(reps, [&] { token(0); });
+  double sparseSec = bestOf(reps, [&] { token(1); });
+  double bf16Sec = bestOf(reps, [&] { token(2); });
   double scale = double(model.layers) / layers; // per token of the model
   llvm::outs() << "decode (batch 1, block GEMVs of one token; limit: bytes "
                   "read / read bandwidth):\n";
-  llvm::outs() << llvm::format("  %-6s %9s %10s %9s %8s %12s\n", "", "ms/tok",
+  llvm::outs() << llvm::format("  %-9s %9s %10s %9s %8s %12s\n", "", "ms/tok",
                                "tokens/s", "limit", "of limit", "GB/s read");
   auto decodeRow = [&](const char *label, double sec, int64_t bytes) {
     double limit = bytes / bandwidth;
     llvm::outs() << llvm::format(
-        "  %-6s %9.2f %10.1f %9.1f %7.0f%% %12.1f\n", label, sec * scale * 1e3,
+        "  %-9s %9.2f %10.1f %9.1f %7.0f%% %12.1f\n", label, sec * scale * 1e3,
         1.0 / (sec * scale), 1.0 / (limit * scale), 100.0 * limit / sec,
         bytes / sec / 1e9);
   };
   decodeRow("dense", denseSec, denseBytes);
-  decodeRow("2:4", sparseSec, sparseBytes);
-  llvm::outs() << llvm::format("  2:4 vs dense: %.2fx the tokens/s (%+.0f%%)\n",
+  decodeRow("2:4 f32", sparseSec, sparseBytes);
+  decodeRow("2:4 bf16", bf16Sec, bf16Bytes);
+  llvm::outs() << llvm::format("  2:4 vs dense: %.2fx the tokens/s (%+.0f%%); "
+                               "with bf16 values %.2fx (%+.0f%%)\n",
                                denseSec / sparseSec,
-                               100.0 * (denseSec / sparseSec - 1));
+                               100.0 * (denseSec / sparseSec - 1),
+                               denseSec / bf16Sec,
+                               100.0 * (denseSec / bf16Sec - 1));
 
   // Prefill: M rows through one layer's products (compute-bound; the
   // other layers are the same shapes), times the layers.
@@ -306,7 +321,8 @@ void crossover(runtime::ThreadPool &pool, SparseIsa isa) {
 int main(int argc, char **argv) {
   llvm::cl::ParseCommandLineOptions(
       argc, argv,
-      "bench-sparse: dense vs 2:4 f32 block matmuls, decode and prefill\n");
+      "bench-sparse: dense vs 2:4 (f32 and bf16 kept values) block "
+      "matmuls, decode and prefill\n");
   runtime::ThreadPool pool(numThreads);
   openblas_set_num_threads(1); // the pool's threads call BLAS
   SparseIsa isa = cpu::bestSparseIsa();

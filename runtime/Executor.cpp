@@ -340,6 +340,12 @@ CpuExecutor::sparseWeightOf(const kir::GemmStep &g) {
         prog.buffers[g.b.buffer].name, dense, g.n, g.k);
     if (compressed) {
       entry.packed = cpu::packForCpu(*compressed);
+      if (sparseValuesMode == SparseValuesMode::BF16 ||
+          (sparseValuesMode == SparseValuesMode::Auto &&
+           cpu::exactlyBf16(*entry.packed))) {
+        entry.packed = cpu::toBf16Values(*entry.packed);
+        ++sparse.bf16Weights;
+      }
       ++sparse.packedWeights;
       sparse.packedBytes += entry.packed->bytes();
       sparse.denseBytes += g.n * g.k * int64_t(sizeof(float));
@@ -361,12 +367,12 @@ std::string CpuExecutor::sparseSummary() const {
   if (marked == 0)
     return "";
   return llvm::formatv("2:4 kernels ({0}, up to {1} rows): {2} weights "
-                       "packed ({3:f1} of {4:f1} MiB), {5} not 2:4, {6} GEMM "
-                       "steps run sparse",
+                       "packed, {7} of them with bf16 values ({3:f1} of "
+                       "{4:f1} MiB), {5} not 2:4, {6} GEMM steps run sparse",
                        cpu::sparseIsaName(isa), sparseMaxRows,
                        sparse.packedWeights, sparse.packedBytes / 1048576.0,
                        sparse.denseBytes / 1048576.0, sparse.denseWeights,
-                       sparse.sparseSteps)
+                       sparse.sparseSteps, sparse.bf16Weights)
       .str();
 }
 

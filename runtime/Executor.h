@@ -90,10 +90,18 @@ public:
   static constexpr int64_t kDefaultSparseMaxRows = 16;
   void setSparseMaxRows(int64_t rows) { sparseMaxRows = rows; }
   cpu::SparseIsa sparseIsa() const { return isa; }
+  /// How a packed weight stores its kept values. Auto: bf16 when every
+  /// kept value is a bf16 exactly (weights loaded from a bf16 file: no
+  /// loss, half the value bytes), f32 otherwise. F32, BF16: always; BF16
+  /// rounds f32 values to nearest even, which changes the products (the
+  /// README gives the effect on GPT-2's logits). Set before the first run.
+  enum class SparseValuesMode : uint8_t { Auto, F32, BF16 };
+  void setSparseValues(SparseValuesMode mode) { sparseValuesMode = mode; }
   /// What the 2:4 path did: weights found 2:4 (packed) and not, and the
   /// GEMM steps run from a packed weight, since the executor was created.
   struct SparseStats {
     int64_t packedWeights = 0, denseWeights = 0, sparseSteps = 0;
+    int64_t bf16Weights = 0; // packed with bf16 values
     int64_t packedBytes = 0, denseBytes = 0; // of the packed weights
   };
   const SparseStats &sparseStats() const { return sparse; }
@@ -147,6 +155,7 @@ private:
   };
   std::map<std::pair<int32_t, int64_t>, PackedWeight> packedWeights;
   int64_t sparseMaxRows = kDefaultSparseMaxRows;
+  SparseValuesMode sparseValuesMode = SparseValuesMode::Auto;
   cpu::SparseIsa isa;
   bool writesParams = false; // some step writes a Param
   SparseStats sparse;

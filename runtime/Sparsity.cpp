@@ -226,3 +226,36 @@ llvm::Error llmc::runtime::expandTwoOfFour(TensorMap &tensors,
   }
   return llvm::Error::success();
 }
+
+TensorCoreTwoOfFour llmc::runtime::packForTensorCores(
+    const CompressedTwoOfFour &c, bool f16) {
+  TensorCoreTwoOfFour t;
+  t.n = c.rows;
+  t.k = c.k;
+  t.f16 = f16;
+  t.rowTiles = (c.rows + 15) / 16;
+  t.kTiles = (c.k + 31) / 32;
+  t.values.assign(t.rowTiles * t.kTiles * 32 * 4, 0);
+  // Padding: positions 0 and 1 in every nibble of every word.
+  t.meta.assign(t.rowTiles * t.kTiles * 16, 0x44444444u);
+  auto round = [&](float v) -> uint32_t {
+    return f16 ? floatToHalf(v) : floatToBFloat16(v);
+  };
+  for (int64_t row = 0; row < c.rows; ++row)
+    for (int64_t group = 0; group < c.k / 4; ++group) {
+      int64_t rt = row / 16, kt = group / 8;
+      int g = int(row % 8), upper = int(row % 16 / 8); // row g or g + 8
+      int inTile = int(group % 8), t4 = inTile % 4, half = inTile / 4;
+      int64_t tile = rt * t.kTiles + kt;
+      int lane = 4 * g + t4, reg = upper + 2 * half;
+      int64_t at = (row * (c.k / 4) + group) * 2;
+      t.values[size_t((tile * 32 + lane) * 4 + reg)] =
+          round(c.values[size_t(at)]) |
+          round(c.values[size_t(at + 1)]) << 16;
+      auto [p0, p1] = c.positions(row, group);
+      uint32_t &word = t.meta[size_t(tile * 16 + 2 * g + half)];
+      int shift = 16 * upper + 4 * t4;
+      word = (word & ~(0xFu << shift)) | uint32_t(p0 | p1 << 2) << shift;
+    }
+  return t;
+}

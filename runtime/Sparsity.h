@@ -68,6 +68,41 @@ compressTwoOfFour(llvm::StringRef name, llvm::ArrayRef<float> values,
 /// The dense [rows, k] matrix back.
 std::vector<float> decompressTwoOfFour(const CompressedTwoOfFour &c);
 
+/// A 2:4 [n, k] weight in the order the sparse tensor cores' warp-level
+/// instruction mma.sp.sync.aligned.m16n8k32.row.col.f32.{bf16,f16} reads
+/// it as its sparse A operand (PTX ISA 9.7.14.6, "Matrix fragments for
+/// sparse mma.m16n8k32 with .f16 and .bf16 types"), so that each lane of a
+/// warp loads its fragment with one 16-byte load and its metadata with one
+/// 4-byte load. The matrix is cut into tiles of 16 rows x 32 columns
+/// (rowTiles x kTiles, the last ones padded with zero values kept at
+/// positions 0 and 1, a valid metadata nibble); tile (rt, kt) is
+///   values[((rt * kTiles + kt) * 32 + lane) * 4 + r], r = 0..3: lane
+///     L = 4 * g + t (g = L / 4, t = L % 4) register r holds the two kept
+///     values of row 16 rt + g + 8 (r % 2), group t + 4 (r / 2) of the
+///     tile (columns 4 (t + 4 (r / 2)) .. + 3), the lower position's value
+///     in the low 16 bits (the ISA's a_{2r}, a_{2r+1});
+///   meta[(rt * kTiles + kt) * 16 + 2 * g + h], h = 0, 1: the nibbles of
+///     groups 4 h .. 4 h + 3 of row 16 rt + g in bits 0..15 (group 4 h + j
+///     at bits 4 j) and of row 16 rt + g + 8 in bits 16..31; a nibble is
+///     CompressedTwoOfFour's (lower position in its low 2 bits). Lane
+///     4 g + h passes this word with sparsity selector 0 (the threads with
+///     threadID_in_group 0 and 1 supply a group of four's metadata).
+/// 2 bytes a kept value plus 2 bits: 28% of the dense f32 bytes.
+struct TensorCoreTwoOfFour {
+  int64_t n = 0, k = 0, rowTiles = 0, kTiles = 0;
+  bool f16 = false; // values are f16 (else bf16) bit patterns
+  std::vector<uint32_t> values; // [rowTiles, kTiles, 32 lanes, 4 registers]
+  std::vector<uint32_t> meta;   // [rowTiles, kTiles, 16]
+
+  int64_t bytes() const {
+    return int64_t((values.size() + meta.size()) * sizeof(uint32_t));
+  }
+};
+/// `c` in the tensor cores' order, its values rounded to bf16 (or f16 with
+/// `f16`) to nearest even.
+TensorCoreTwoOfFour packForTensorCores(const CompressedTwoOfFour &c,
+                                       bool f16 = false);
+
 /// How a safetensors file stores 2:4 weight W compressed: W itself is
 /// absent; `W.values_2of4` is F32 [N, K/2] (CompressedTwoOfFour::values)
 /// and `W.meta_2of4` I32 [ceil(N * K / 32)], the metadata bytes

@@ -11,13 +11,19 @@
 // NR W rows shares the loads (x's across W rows, the indices across x
 // rows), MR * NR accumulators, reduced across lanes once at the end.
 // Decoding (m = 1) reads each W byte once: half of f32 W's bytes plus
-// k / 8 metadata bytes a row, about 56% of the dense GEMV's traffic.
+// k / 8 metadata bytes a row, about 56% of the dense GEMV's traffic. With
+// bf16 values every block is the same but for the value load: 16 (8 on
+// AVX2) bf16 in a half-width register, zero-extended to 32-bit lanes and
+// shifted left by 16, which is the f32 with the same value (bf16 is f32's
+// upper half); about 30% of the dense traffic.
 #include "runtime/Cpu/SparseGemm.h"
+#include "runtime/Weights.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 
 using namespace llmc::cpu;
 
@@ -52,6 +58,42 @@ llmc::cpu::packForCpu(const runtime::CompressedTwoOfFour &c) {
       packed.setPositions(r, g, a, b);
     }
   return packed;
+}
+
+float PackedTwoOfFour::value(int64_t i) const {
+  return valueType == SparseValues::F32
+             ? values[size_t(i)]
+             : runtime::bfloat16ToFloat(bf16Values[size_t(i)]);
+}
+
+const char *llmc::cpu::sparseValuesName(SparseValues values) {
+  return values == SparseValues::F32 ? "f32" : "bf16";
+}
+
+PackedTwoOfFour llmc::cpu::toBf16Values(const PackedTwoOfFour &w) {
+  assert(w.valueType == SparseValues::F32);
+  PackedTwoOfFour out;
+  out.n = w.n;
+  out.k = w.k;
+  out.paddedK = w.paddedK;
+  out.valueType = SparseValues::BF16;
+  out.meta = w.meta;
+  out.bf16Values.resize(w.values.size());
+  for (size_t i = 0; i < w.values.size(); ++i)
+    out.bf16Values[i] = runtime::floatToBFloat16(w.values[i]);
+  return out;
+}
+
+bool llmc::cpu::exactlyBf16(const PackedTwoOfFour &w) {
+  if (w.valueType == SparseValues::BF16)
+    return true;
+  for (float v : w.values) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    if (bits & 0xFFFF)
+      return false;
+  }
+  return true;
 }
 
 const char *llmc::cpu::sparseIsaName(SparseIsa isa) {
@@ -99,19 +141,36 @@ struct BlockArgs {
   int64_t row; // the block's first W row
 };
 
+/// The kept values of row `row` of `w`, as stored (float or bf16 bits).
+template <typename V> const V *rowValues(const PackedTwoOfFour &w, int64_t row);
+template <> const float *rowValues(const PackedTwoOfFour &w, int64_t row) {
+  return &w.values[size_t(row * w.valuesPerRow())];
+}
+template <> const uint16_t *rowValues(const PackedTwoOfFour &w, int64_t row) {
+  return &w.bf16Values[size_t(row * w.valuesPerRow())];
+}
+
+inline float widen(float v) { return v; }
+inline float widen(uint16_t bits) {
+  uint32_t x = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
 struct Scalar {
-  template <int MR, int NR> static void block(const BlockArgs &a) {
+  template <typename V, int MR, int NR> static void block(const BlockArgs &a) {
     const PackedTwoOfFour &w = *a.w;
     float acc[MR][NR] = {};
     for (int j = 0; j < NR; ++j) {
-      const float *values = &w.values[(a.row + j) * w.valuesPerRow()];
+      const V *values = rowValues<V>(w, a.row + j);
       const uint32_t *meta = &w.meta[(a.row + j) * w.wordsPerRow()];
       for (int64_t g = 0; g < w.k / 4; ++g) {
         uint32_t nibble = meta[g / 8] >> (4 * (g % 8));
         int64_t c0 = 4 * g + (nibble & 3), c1 = 4 * g + ((nibble >> 2) & 3);
+        float v0 = widen(values[2 * g]), v1 = widen(values[2 * g + 1]);
         for (int i = 0; i < MR; ++i)
-          acc[i][j] += values[2 * g] * a.x[i * a.ldx + c0] +
-                       values[2 * g + 1] * a.x[i * a.ldx + c1];
+          acc[i][j] += v0 * a.x[i * a.ldx + c0] + v1 * a.x[i * a.ldx + c1];
       }
     }
     for (int i = 0; i < MR; ++i)
@@ -121,7 +180,17 @@ struct Scalar {
 };
 
 struct Avx512 {
-  template <int MR, int NR>
+  /// 16 kept values from `p` as f32.
+  __attribute__((target("avx512f"))) static __m512 load16(const float *p) {
+    return _mm512_loadu_ps(p);
+  }
+  __attribute__((target("avx512f"))) static __m512 load16(const uint16_t *p) {
+    __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  }
+
+  template <typename V, int MR, int NR>
   __attribute__((target("avx512f"))) static void block(const BlockArgs &a) {
     const PackedTwoOfFour &w = *a.w;
     const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18,
@@ -133,10 +202,10 @@ struct Avx512 {
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < NR; ++j)
         acc[i][j] = _mm512_setzero_ps();
-    const float *values[NR];
+    const V *values[NR];
     const uint32_t *meta[NR];
     for (int j = 0; j < NR; ++j) {
-      values[j] = &w.values[(a.row + j) * w.valuesPerRow()];
+      values[j] = rowValues<V>(w, a.row + j);
       meta[j] = &w.meta[(a.row + j) * w.wordsPerRow()];
     }
     for (int64_t step = 0; step < w.wordsPerRow(); ++step) {
@@ -158,7 +227,7 @@ struct Avx512 {
         __m512i index = _mm512_add_epi32(
             groupBase,
             _mm512_and_si512(_mm512_srlv_epi32(word, shifts), three));
-        __m512 v = _mm512_loadu_ps(values[j] + 16 * step);
+        __m512 v = load16(values[j] + 16 * step);
         for (int i = 0; i < MR; ++i)
           acc[i][j] = _mm512_fmadd_ps(
               v, _mm512_permutex2var_ps(lo[i], index, hi[i]), acc[i][j]);
@@ -171,7 +240,17 @@ struct Avx512 {
 };
 
 struct Avx2 {
-  template <int MR, int NR>
+  /// 8 kept values from `p` as f32.
+  __attribute__((target("avx2,fma"))) static __m256 load8(const float *p) {
+    return _mm256_loadu_ps(p);
+  }
+  __attribute__((target("avx2,fma"))) static __m256 load8(const uint16_t *p) {
+    __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+  }
+
+  template <typename V, int MR, int NR>
   __attribute__((target("avx2,fma"))) static void block(const BlockArgs &a) {
     const PackedTwoOfFour &w = *a.w;
     const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
@@ -182,10 +261,10 @@ struct Avx2 {
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < NR; ++j)
         acc[i][j] = _mm256_setzero_ps();
-    const float *values[NR];
+    const V *values[NR];
     const uint16_t *meta[NR]; // half words: 4 groups a step
     for (int j = 0; j < NR; ++j) {
-      values[j] = &w.values[(a.row + j) * w.valuesPerRow()];
+      values[j] = rowValues<V>(w, a.row + j);
       meta[j] = reinterpret_cast<const uint16_t *>(
           &w.meta[(a.row + j) * w.wordsPerRow()]);
     }
@@ -216,7 +295,7 @@ struct Avx2 {
         __m256i index = _mm256_add_epi32(
             groupBase,
             _mm256_and_si256(_mm256_srlv_epi32(word, shifts), three));
-        __m256 v = _mm256_loadu_ps(values[j] + 8 * step);
+        __m256 v = load8(values[j] + 8 * step);
         for (int i = 0; i < MR; ++i) {
           __m256 gathered = _mm256_blend_ps(
               _mm256_permutevar8x32_ps(lo[i], index),
@@ -239,7 +318,7 @@ struct Avx2 {
 /// The blocks of one x row block of `mr` rows (1..4) over W rows n0..n1:
 /// NR W rows at a time (4 for a single x row, whose GEMV then keeps 4
 /// accumulators in flight; 2 otherwise), one at a time for the rest.
-template <typename Isa, int MR>
+template <typename Isa, typename V, int MR>
 void rowBlock(BlockArgs a, int64_t n0, int64_t n1) {
   constexpr int NR = MR == 1 ? 4 : 2;
   float *y = a.y;
@@ -247,16 +326,16 @@ void rowBlock(BlockArgs a, int64_t n0, int64_t n1) {
   for (; j + NR <= n1; j += NR) {
     a.row = j;
     a.y = y + j;
-    Isa::template block<MR, NR>(a);
+    Isa::template block<V, MR, NR>(a);
   }
   for (; j < n1; ++j) {
     a.row = j;
     a.y = y + j;
-    Isa::template block<MR, 1>(a);
+    Isa::template block<V, MR, 1>(a);
   }
 }
 
-template <typename Isa>
+template <typename Isa, typename V>
 void matmul(const PackedTwoOfFour &w, const float *x, int64_t m, int64_t ldx,
             float *y, int64_t ldy, int64_t n0, int64_t n1) {
   // x rows in tiles that stay in L2 (at most 512 KiB) while every W row of
@@ -270,16 +349,16 @@ void matmul(const PackedTwoOfFour &w, const float *x, int64_t m, int64_t ldx,
       BlockArgs a{&w, x + i * ldx, ldx, y + i * ldy, ldy, 0};
       switch (std::min<int64_t>(4, tileEnd - i)) {
       case 1:
-        rowBlock<Isa, 1>(a, n0, n1);
+        rowBlock<Isa, V, 1>(a, n0, n1);
         break;
       case 2:
-        rowBlock<Isa, 2>(a, n0, n1);
+        rowBlock<Isa, V, 2>(a, n0, n1);
         break;
       case 3:
-        rowBlock<Isa, 3>(a, n0, n1);
+        rowBlock<Isa, V, 3>(a, n0, n1);
         break;
       default:
-        rowBlock<Isa, 4>(a, n0, n1);
+        rowBlock<Isa, V, 4>(a, n0, n1);
         break;
       }
     }
@@ -293,12 +372,16 @@ void llmc::cpu::sparseMatmulF32(SparseIsa isa, const PackedTwoOfFour &w,
                                 float *y, int64_t ldy, int64_t n0,
                                 int64_t n1) {
   assert(cpuRuns(isa) && n0 >= 0 && n1 <= w.n);
+  bool bf16 = w.valueType == SparseValues::BF16;
   switch (isa) {
   case SparseIsa::Avx512:
-    return matmul<Avx512>(w, x, m, ldx, y, ldy, n0, n1);
+    return bf16 ? matmul<Avx512, uint16_t>(w, x, m, ldx, y, ldy, n0, n1)
+                : matmul<Avx512, float>(w, x, m, ldx, y, ldy, n0, n1);
   case SparseIsa::Avx2:
-    return matmul<Avx2>(w, x, m, ldx, y, ldy, n0, n1);
+    return bf16 ? matmul<Avx2, uint16_t>(w, x, m, ldx, y, ldy, n0, n1)
+                : matmul<Avx2, float>(w, x, m, ldx, y, ldy, n0, n1);
   case SparseIsa::Scalar:
-    return matmul<Scalar>(w, x, m, ldx, y, ldy, n0, n1);
+    return bf16 ? matmul<Scalar, uint16_t>(w, x, m, ldx, y, ldy, n0, n1)
+                : matmul<Scalar, float>(w, x, m, ldx, y, ldy, n0, n1);
   }
 }

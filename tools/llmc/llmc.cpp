@@ -47,6 +47,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 using namespace mlir;
 using namespace mlir::llmc;
@@ -205,6 +206,13 @@ static cl::opt<int64_t> sparseMaxRows(
              "the crossover bench-sparse measured; 0: never)"),
     cl::init(::llmc::runtime::CpuExecutor::kDefaultSparseMaxRows),
     cl::sub(generateCmd));
+static cl::opt<std::string> sparseValues(
+    "sparse-values",
+    cl::desc("CPU: how 2:4 weights store their kept values: auto (the "
+             "default: bf16 when every kept value is a bf16 exactly, e.g. "
+             "weights from a bf16 file, so nothing changes; f32 otherwise), "
+             "f32, or bf16 (rounds f32 values: half the value bytes, lossy)"),
+    cl::init("auto"), cl::value_desc("auto|f32|bf16"), cl::sub(generateCmd));
 static cl::opt<std::string> device(
     "device",
     cl::desc("Where to run: cpu (the default) or cuda (an NVIDIA GPU: the "
@@ -678,6 +686,20 @@ static int runCompile(MLIRContext &context) {
   return 0;
 }
 
+/// --sparse-values as the executor's mode; none for an unknown value
+/// (runGenerate checks it first).
+static std::optional<::llmc::runtime::CpuExecutor::SparseValuesMode>
+sparseValuesMode() {
+  using Mode = ::llmc::runtime::CpuExecutor::SparseValuesMode;
+  if (sparseValues == "auto")
+    return Mode::Auto;
+  if (sparseValues == "f32")
+    return Mode::F32;
+  if (sparseValues == "bf16")
+    return Mode::BF16;
+  return std::nullopt;
+}
+
 /// Loads an artifact and its kernels (from the kernel cache, or compiled
 /// now) into a CPU executor with parameters set.
 static llvm::Expected<std::unique_ptr<::llmc::runtime::CpuExecutor>>
@@ -700,6 +722,7 @@ loadCpuArtifact(llvm::StringRef path, llvm::StringRef weights) {
   if (!executor)
     return executor.takeError();
   (*executor)->setSparseMaxRows(sparseMaxRows);
+  (*executor)->setSparseValues(*sparseValuesMode());
   llvm::errs() << llvm::format(
       "llmc: %zu kernels %s (%.2f s), %d threads\n", kernels.size(),
       stats.hit ? "loaded from the kernel cache" : "JIT-compiled",
@@ -913,6 +936,8 @@ static int runCachedGenerate(MLIRContext &context,
     return fail(session.takeError());
   session->prefill->setSparseMaxRows(sparseMaxRows);
   session->decode->setSparseMaxRows(sparseMaxRows);
+  session->prefill->setSparseValues(*sparseValuesMode());
+  session->decode->setSparseValues(*sparseValuesMode());
   ::llmc::runtime::CachedGenerator &generator = session->generator;
   std::vector<int32_t> tokens = tok.encode(prompt);
   if (tokens.empty())
@@ -998,6 +1023,9 @@ static int runGenerate(MLIRContext &mlirContext) {
   if (topK < 0)
     return fail("--top-k: expected a count >= 0 (0: all), got " +
                 llvm::Twine(topK));
+  if (!sparseValuesMode())
+    return fail("--sparse-values: expected auto, f32 or bf16, got '" +
+                sparseValues + "'");
   if (!(temperature >= 0) || std::isinf(temperature))
     return fail(llvm::formatv("--temperature: expected a finite value >= 0 "
                               "(0: greedy), got {0}",

@@ -8,7 +8,10 @@
 // each of which is a real barrier: a fiber waits there until every thread
 // it synchronizes with has arrived. Shared memory is per block (a
 // `__shared__` variable is a static, and blocks do not overlap in time).
-// Shuffles exchange values through per-warp slots between two barriers.
+// Shuffles exchange values through per-warp slots between two barriers, and
+// so does the one tensor-core instruction emulated, the sparse
+// mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.{bf16,f16}
+// (llmc_emu_mma_sp_m16n8k32, below).
 // __half and __nv_bfloat16 are 16-bit types with round-to-nearest-even
 // conversions, like cuda_fp16.h's __float2half_rn and __float2bfloat16_rn.
 // The math functions are the host's (glibc), not CUDA's.
@@ -153,11 +156,14 @@ struct Block {
   int blockArrived = 0;
   std::vector<int> warpArrived; // per warp
   std::vector<uint64_t> slots;  // per thread: its shuffle operand
+  std::vector<uint32_t> mmaSlots; // per thread: its mma.sp registers
   const std::function<void()> *body = nullptr;
 };
 
 static Block *running = nullptr;
 constexpr size_t kStackBytes = 256 * 1024;
+// mma.sp's registers of one lane: A (4), B (4), C (4), metadata (1).
+constexpr size_t kMmaSlotWords = 13;
 
 [[noreturn]] inline void fail(const char *what) {
   const Thread &t = running->threads[running->current];
@@ -250,6 +256,7 @@ inline void launch(const long long grid[3], const int block[3],
   int threads = block[0] * block[1] * block[2];
   state.threads.resize(threads);
   state.slots.resize(threads);
+  state.mmaSlots.resize(size_t(threads) * kMmaSlotWords);
   state.warpArrived.assign((threads + 31) / 32, 0);
   for (int i = 0; i < threads; ++i)
     state.stacks.push_back(static_cast<char *>(std::malloc(kStackBytes)));
@@ -341,6 +348,98 @@ inline T __shfl_down_sync(unsigned mask, T value, unsigned delta,
   // Lanes past the end keep their own value, as on the GPU.
   int source = lane + int(delta) < 32 ? lane + int(delta) : lane;
   return llmc_emu_shuffle(mask, value, source);
+}
+
+//===----------------------------------------------------------------------===//
+// Sparse tensor cores
+//===----------------------------------------------------------------------===//
+
+/// mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.T.T.f32
+/// {d}, {a}, {b}, {d}, e, selector (T = f16 with `f16`, else bf16): d +=
+/// A (16x32, 2:4 sparse) x B (32x8), as the PTX ISA defines it (section
+/// 9.7.14.6, "Matrix multiply-accumulate operation using mma.sp instruction
+/// with sparse matrix A"; 9.7.14.6.1, "Sparse matrix storage"; 9.7.14.6.2.2,
+/// "Matrix Fragments for sparse mma.m16n8k32 with .f16 and .bf16 types"),
+/// in our reading of it; with groupID g = lane / 4, threadID_in_group t =
+/// lane % 4:
+///   - a[r] (r = 0..3) holds the two kept values (low half first) of row
+///     g + 8 (r % 2), 4-column chunk t + 4 (r / 2);
+///   - b[r] holds B rows 8 r + 2 t and 8 r + 2 t + 1 (low half first) of
+///     column g;
+///   - d[i] is D row g + 8 (i / 2), column 2 t + i % 2;
+///   - the metadata of row g (bits 0..15) and g + 8 (bits 16..31), chunks
+///     4 h .. 4 h + 3 (4 bits each, the first kept value's position in the
+///     low 2 bits), comes from lane 4 g + 2 selector + h, h = 0, 1: the
+///     selector (0 or 1 for this shape) names which pair of a group of four
+///     threads supplies it.
+/// Every lane of the warp must call it (it is .sync.aligned): each writes
+/// its registers to its slots, a warp barrier, each computes its own 4
+/// results from all lanes' slots (products summed in double, added to c,
+/// rounded to f32 once: exact where the tensor core's sum is not), a
+/// second barrier before any slot is reused. Metadata whose two positions
+/// are not increasing (::ordered_metadata; equal ones are undefined for
+/// any mma.sp) aborts, naming the row and chunk.
+inline void llmc_emu_mma_sp_m16n8k32(bool f16, float d[4],
+                                     const unsigned a[4], const unsigned b[4],
+                                     unsigned e, int selector) {
+  using namespace llmc_emu;
+  if (selector != 0 && selector != 1)
+    fail("mma.sp m16n8k32 with a sparsity selector other than 0 or 1");
+  int id = running->current, lane = id % 32, first = id - lane;
+  if (first + 32 > int(running->threads.size()))
+    fail("mma.sp in a warp of fewer than 32 threads");
+  uint32_t *mine = &running->mmaSlots[size_t(id) * kMmaSlotWords];
+  for (int r = 0; r < 4; ++r) {
+    mine[r] = a[r];
+    mine[4 + r] = b[r];
+    std::memcpy(&mine[8 + r], &d[r], 4);
+  }
+  mine[12] = e;
+  warpBarrier(0xffffffffu); // every lane's registers are in its slots
+  auto slot = [&](int fromLane, int word) {
+    return running->mmaSlots[size_t(first + fromLane) * kMmaSlotWords + word];
+  };
+  auto widen = [&](uint32_t bits) {
+    bits &= 0xffff;
+    return f16 ? double(__half2float(__half{uint16_t(bits)}))
+               : double(llmc_emu_float(bits << 16));
+  };
+  // A[row][col] of the dense 16x32 tile, from the fragments and metadata.
+  auto aAt = [&](int row, int col) {
+    int chunk = col / 4, position = col % 4;
+    int g = row % 8, upper = row / 8;
+    uint32_t word = slot(4 * g + 2 * selector + chunk / 4, 12);
+    uint32_t nibble = word >> (16 * upper + 4 * (chunk % 4)) & 0xf;
+    int p0 = nibble & 3, p1 = nibble >> 2;
+    if (p0 >= p1) {
+      std::fprintf(stderr, "CUDA emulation: mma.sp metadata nibble 0x%x of "
+                           "row %d, chunk %d is not two increasing "
+                           "positions\n", nibble, row, chunk);
+      fail("invalid mma.sp::ordered_metadata metadata");
+    }
+    uint32_t pair = slot(4 * g + chunk % 4, upper + 2 * (chunk / 4));
+    if (position == p0)
+      return widen(pair);
+    if (position == p1)
+      return widen(pair >> 16);
+    return 0.0;
+  };
+  auto bAt = [&](int row, int col) {
+    uint32_t pair = slot(4 * col + row % 8 / 2, 4 + row / 8);
+    return widen(row % 2 ? pair >> 16 : pair);
+  };
+  int g = lane / 4, t = lane % 4;
+  float result[4];
+  for (int i = 0; i < 4; ++i) {
+    int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    double sum = double(d[i]);
+    for (int k = 0; k < 32; ++k)
+      sum += aAt(row, k) * bAt(k, col);
+    result[i] = float(sum);
+  }
+  warpBarrier(0xffffffffu); // every lane has read before any slot is reused
+  for (int i = 0; i < 4; ++i)
+    d[i] = result[i];
 }
 
 #endif // LLMC_TEST_UNIT_CUDA_CUDAEMULATION_H

@@ -29,6 +29,83 @@
 
 namespace llmc::test {
 
+/// CUDA C++ `source` compiled with the host compiler against
+/// CudaEmulation.h into a shared library, loaded; the directory it was
+/// built in is removed with it. Empty cuda_fp16.h and cuda_bf16.h stand in
+/// for the toolkit's (the emulation header defines their types).
+class EmulatedLibrary {
+public:
+  /// Null, with `error` set (the compiler's output included), on failure.
+  static std::unique_ptr<EmulatedLibrary> build(llvm::StringRef source,
+                                                std::string &error) {
+    std::unique_ptr<EmulatedLibrary> library(new EmulatedLibrary());
+    llvm::SmallString<128> dir;
+    if (std::error_code ec =
+            llvm::sys::fs::createUniqueDirectory("llmc-cuda-emu", dir)) {
+      error = "cannot create a temporary directory: " + ec.message();
+      return nullptr;
+    }
+    library->directory = std::string(dir);
+    auto write = [&](llvm::StringRef name, llvm::StringRef text) {
+      std::error_code ec;
+      llvm::raw_fd_ostream os((dir + "/" + name).str(), ec);
+      os << text;
+      return !ec;
+    };
+    const char *stub = "// Empty: CudaEmulation.h defines the types.\n";
+    if (!write("module.cpp", source) || !write("cuda_fp16.h", stub) ||
+        !write("cuda_bf16.h", stub)) {
+      error = "cannot write the emulation sources to " + library->directory;
+      return nullptr;
+    }
+    std::string path = library->directory + "/module.so";
+    std::string log = library->directory + "/compile.log";
+    std::string header =
+        std::string(LLMC_SOURCE_DIR) + "/test/unit/cuda/CudaEmulation.h";
+    std::vector<std::string> args = {LLMC_HOST_CXX, "-std=c++17", "-O1",
+                                     "-shared", "-fPIC", "-w",
+                                     "-I" + library->directory, "-include",
+                                     header, "-o", path,
+                                     library->directory + "/module.cpp"};
+    std::vector<llvm::StringRef> argv(args.begin(), args.end());
+    std::optional<llvm::StringRef> redirects[] = {std::nullopt,
+                                                   llvm::StringRef(log),
+                                                   llvm::StringRef(log)};
+    std::string message;
+    int rc = llvm::sys::ExecuteAndWait(args[0], argv, std::nullopt, redirects,
+                                       0, 0, &message);
+    if (rc != 0) {
+      auto text = llvm::MemoryBuffer::getFile(log);
+      error = "host compile of the CUDA source failed (" + message + "):\n" +
+              (text ? (*text)->getBuffer().str() : std::string());
+      return nullptr;
+    }
+    library->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!library->handle) {
+      error = std::string("dlopen: ") + dlerror();
+      return nullptr;
+    }
+    return library;
+  }
+
+  /// The symbol `name` (an extern "C" function), or null.
+  void *lookup(const std::string &name) const {
+    return dlsym(handle, name.c_str());
+  }
+
+  ~EmulatedLibrary() {
+    if (handle)
+      dlclose(handle);
+    if (!directory.empty())
+      llvm::sys::fs::remove_directories(directory);
+  }
+
+private:
+  EmulatedLibrary() = default;
+  std::string directory;
+  void *handle = nullptr;
+};
+
 /// Kernels of one emitted module, compiled for emulation. Launch wrappers
 /// `llmc_emu_run_<name>(args, grid, block)` are appended to the source, one
 /// per kernel, so the test can call each with untyped operand pointers.
@@ -42,13 +119,6 @@ public:
   static std::unique_ptr<EmulatedModule>
   build(llvm::ArrayRef<kir::Kernel> kernels, std::string &error) {
     std::unique_ptr<EmulatedModule> module(new EmulatedModule());
-    llvm::SmallString<128> dir;
-    if (std::error_code ec =
-            llvm::sys::fs::createUniqueDirectory("llmc-cuda-emu", dir)) {
-      error = "cannot create a temporary directory: " + ec.message();
-      return nullptr;
-    }
-    module->directory = std::string(dir);
     std::string source = cuda::emitCudaModule(kernels);
     source += "\n// Launch wrappers for the emulation test.\n";
     for (const kir::Kernel &kernel : kernels) {
@@ -63,49 +133,11 @@ public:
                   std::to_string(i) + "]}";
       source += "); });\n}\n";
     }
-    auto write = [&](llvm::StringRef name, llvm::StringRef text) {
-      std::error_code ec;
-      llvm::raw_fd_ostream os((dir + "/" + name).str(), ec);
-      os << text;
-      return !ec;
-    };
-    // The emitted prelude includes the CUDA half-precision headers; under
-    // emulation their types come from the force-included header.
-    const char *stub = "// Empty: CudaEmulation.h defines the types.\n";
-    if (!write("module.cpp", source) || !write("cuda_fp16.h", stub) ||
-        !write("cuda_bf16.h", stub)) {
-      error = "cannot write the emulation sources to " + module->directory;
+    module->library = EmulatedLibrary::build(source, error);
+    if (!module->library)
       return nullptr;
-    }
-    std::string library = module->directory + "/module.so";
-    std::string log = module->directory + "/compile.log";
-    std::string header =
-        std::string(LLMC_SOURCE_DIR) + "/test/unit/cuda/CudaEmulation.h";
-    std::vector<std::string> args = {LLMC_HOST_CXX, "-std=c++17", "-O1",
-                                     "-shared", "-fPIC", "-w",
-                                     "-I" + module->directory, "-include",
-                                     header, "-o", library,
-                                     module->directory + "/module.cpp"};
-    std::vector<llvm::StringRef> argv(args.begin(), args.end());
-    std::optional<llvm::StringRef> redirects[] = {std::nullopt,
-                                                   llvm::StringRef(log),
-                                                   llvm::StringRef(log)};
-    std::string message;
-    int rc = llvm::sys::ExecuteAndWait(args[0], argv, std::nullopt, redirects,
-                                       0, 0, &message);
-    if (rc != 0) {
-      auto text = llvm::MemoryBuffer::getFile(log);
-      error = "host compile of the emitted CUDA failed (" + message + "):\n" +
-              (text ? (*text)->getBuffer().str() : std::string());
-      return nullptr;
-    }
-    module->handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!module->handle) {
-      error = std::string("dlopen: ") + dlerror();
-      return nullptr;
-    }
     for (const kir::Kernel &kernel : kernels) {
-      void *fn = dlsym(module->handle, ("llmc_emu_run_" + kernel.name).c_str());
+      void *fn = module->library->lookup("llmc_emu_run_" + kernel.name);
       if (!fn) {
         error = "no launch wrapper for " + kernel.name;
         return nullptr;
@@ -113,13 +145,6 @@ public:
       module->functions[kernel.name] = reinterpret_cast<RunFn>(fn);
     }
     return module;
-  }
-
-  ~EmulatedModule() {
-    if (handle)
-      dlclose(handle);
-    if (!directory.empty())
-      llvm::sys::fs::remove_directories(directory);
   }
 
   /// Launches `name` with its emitted configuration (or `gridOverride`
@@ -139,8 +164,7 @@ public:
 
 private:
   EmulatedModule() = default;
-  std::string directory;
-  void *handle = nullptr;
+  std::unique_ptr<EmulatedLibrary> library;
   std::map<std::string, RunFn> functions;
   std::map<std::string, cuda::CudaLaunch> launches;
 };
