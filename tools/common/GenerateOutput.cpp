@@ -142,7 +142,9 @@ double llmc::decodeTokensPerSecond(const runtime::GenerationStats &stats) {
 }
 
 void llmc::printGenerationStats(const runtime::GenerationStats &stats,
-                                const runtime::CachedGenerator &generator) {
+                                const runtime::CachedGenerator &generator,
+                                const runtime::Executor &prefill,
+                                const runtime::Executor &decode) {
   llvm::errs() << llvm::format(
       "llmc: prefill %lld tokens in %.3f s (%.1f tokens/s, chunks of %lld); "
       "decode %zu tokens in %.3f s (%.1f tokens/s)\n",
@@ -170,4 +172,10 @@ void llmc::printGenerationStats(const runtime::GenerationStats &stats,
   if (stats.contextShifts)
     llvm::errs() << "llmc: the context filled " << stats.contextShifts
                  << " time(s); its last half was fed again each time\n";
+  for (auto [name, executor] :
+       {std::pair{"prefill", &prefill}, std::pair{"decode", &decode}}) {
+    std::string sparse = executor->sparseSummary();
+    if (!sparse.empty())
+      llvm::errs() << "llmc: @" << name << ": " << sparse << "\n";
+  }
 }

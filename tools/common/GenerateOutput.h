@@ -64,10 +64,12 @@ private:
 };
 
 /// Prefill and decode tokens/s of a cached generation: one line, then the
-/// decode time per token over four ranges of positions and the context
-/// shifts, on stderr.
+/// decode time per token over four ranges of positions, the context shifts
+/// and what the 2:4 path of each program did, on stderr.
 void printGenerationStats(const runtime::GenerationStats &stats,
-                          const runtime::CachedGenerator &generator);
+                          const runtime::CachedGenerator &generator,
+                          const runtime::Executor &prefill,
+                          const runtime::Executor &decode);
 
 /// Prefill and decode tokens/s of `stats` (0 when nothing ran).
 double prefillTokensPerSecond(const runtime::GenerationStats &stats);

@@ -309,6 +309,6 @@ int main(int argc, char **argv) {
           model.generator, tokens, generation.maxTokens, sampling,
           [&](int64_t id) { text.token(id); }, &stats)))
     return fail(std::move(error));
-  printGenerationStats(stats, model.generator);
+  printGenerationStats(stats, model.generator, *model.prefill, *model.decode);
   return 0;
 }

@@ -69,6 +69,11 @@ llvm::Expected<std::vector<std::string>> compilerDriver() {
   std::vector<std::string> command{*program};
   for (llvm::StringRef word : llvm::ArrayRef(words).drop_front())
     command.push_back(word.str());
+  // -DLLMC_SANITIZE=ON: the export runtime is instrumented too.
+  llvm::SmallVector<llvm::StringRef> flags;
+  llvm::StringRef(LLMC_EXPORT_LINK_FLAGS).split(flags, ' ', -1, false);
+  for (llvm::StringRef flag : flags)
+    command.push_back(flag.str());
   return command;
 }
 

@@ -896,14 +896,8 @@ static int runCachedGenerate(MLIRContext &context,
           generator, tokens, generation.maxTokens, samplingOptions(),
           [&](int64_t id) { text.token(id); }, &stats)))
     return fail(std::move(error));
-  ::llmc::printGenerationStats(stats, generator);
-  for (auto [name, executor] :
-       {std::pair{"prefill", session->prefill.get()},
-        std::pair{"decode", session->decode.get()}}) {
-    std::string sparse = executor->sparseSummary();
-    if (!sparse.empty())
-      llvm::errs() << "llmc: @" << name << ": " << sparse << "\n";
-  }
+  ::llmc::printGenerationStats(stats, generator, *session->prefill,
+                               *session->decode);
   return 0;
 }
 
