@@ -117,6 +117,15 @@ llvm::Expected<Gpt2Dims> modelDims(const kir::Program &program);
 llvm::Error loadWeights(Executor &executor, llvm::StringRef path,
                         uint64_t seed);
 
+/// The parameters of `program` as loadWeights sets them (converted to the
+/// program's float types), handed to `set` one at a time, with the same
+/// errors: what `llmc export` writes into a binary's payload.
+llvm::Error readProgramWeights(
+    const kir::Program &program, llvm::StringRef path, uint64_t seed,
+    llvm::function_ref<llvm::Error(const std::string &name,
+                                   const HostTensor &tensor)>
+        set);
+
 /// The weights loadWeights sets, as host tensors, for the parameters
 /// `specs` of the model of `program` (its config gives the layer count):
 /// what a ZeRO-3 run cuts each rank's blocks from.

@@ -333,25 +333,45 @@ CpuExecutor::sparseWeightOf(const kir::GemmStep &g) {
     // The weight as the GEMM reads it: [n, k] rows at B's row stride.
     const float *w =
         reinterpret_cast<const float *>(base(g.b.buffer)) + g.b.offset;
-    std::vector<float> dense(g.n * g.k);
-    for (int64_t r = 0; r < g.n; ++r)
-      std::copy_n(w + r * g.b.strides[1], g.k, dense.begin() + r * g.k);
-    llvm::Expected<CompressedTwoOfFour> compressed = compressTwoOfFour(
-        prog.buffers[g.b.buffer].name, dense, g.n, g.k);
-    if (compressed) {
-      entry.packed = cpu::packForCpu(*compressed);
-      if (sparseValuesMode == SparseValuesMode::BF16 ||
-          (sparseValuesMode == SparseValuesMode::Auto &&
-           cpu::exactlyBf16(*entry.packed))) {
-        entry.packed = cpu::toBf16Values(*entry.packed);
-        ++sparse.bf16Weights;
-      }
+    // A dense weight fails in its first groups: scan in place before
+    // copying, so that it costs no copy (GPT-2's tied classifier is 154 MB).
+    auto plainlyDense = [&] {
+      if (g.k % 4 != 0)
+        return false; // compressTwoOfFour says why
+      for (int64_t r = 0; r < g.n; ++r)
+        for (int64_t c = 0; c < g.k; c += 4) {
+          const float *group = w + r * g.b.strides[1] + c;
+          if ((group[0] != 0.0f) + (group[1] != 0.0f) + (group[2] != 0.0f) +
+                  (group[3] != 0.0f) >
+              2)
+            return true;
+        }
+      return false;
+    };
+    entry.packed.reset();
+    if (!plainlyDense()) {
+      std::vector<float> dense(g.n * g.k);
+      for (int64_t r = 0; r < g.n; ++r)
+        std::copy_n(w + r * g.b.strides[1], g.k, dense.begin() + r * g.k);
+      llvm::Expected<CompressedTwoOfFour> compressed = compressTwoOfFour(
+          prog.buffers[g.b.buffer].name, dense, g.n, g.k);
+      if (compressed)
+        entry.packed = cpu::packForCpu(*compressed);
+      else
+        llvm::consumeError(compressed.takeError()); // not 2:4: dense
+    }
+    if (entry.packed &&
+        (sparseValuesMode == SparseValuesMode::BF16 ||
+         (sparseValuesMode == SparseValuesMode::Auto &&
+          cpu::exactlyBf16(*entry.packed)))) {
+      entry.packed = cpu::toBf16Values(*entry.packed);
+      ++sparse.bf16Weights;
+    }
+    if (entry.packed) {
       ++sparse.packedWeights;
       sparse.packedBytes += entry.packed->bytes();
       sparse.denseBytes += g.n * g.k * int64_t(sizeof(float));
     } else {
-      llvm::consumeError(compressed.takeError()); // not 2:4: dense
-      entry.packed.reset();
       ++sparse.denseWeights;
     }
     entry.writeCount = writes;
@@ -795,30 +815,4 @@ llvm::Expected<int64_t> CpuExecutor::measureArenaHighWater() {
   while (high > 0 && static_cast<unsigned char>(arena[high - 1]) == canary)
     --high;
   return high;
-}
-
-llvm::Expected<std::unique_ptr<CpuExecutor>>
-llmc::runtime::createCpuExecutor(kir::Program program,
-                                 cpu::CompileObjectFn compile, int numThreads,
-                                 cpu::CacheStats *stats,
-                                 const cpu::KernelCacheOptions &cache,
-                                 std::shared_ptr<PersistentStore> store) {
-  llvm::Expected<std::unique_ptr<cpu::CpuKernels>> code =
-      cpu::loadCpuKernels(program.kernels, compile, stats, cache);
-  if (!code)
-    return code.takeError();
-  std::vector<CpuKernelFn> fns;
-  for (const kir::Kernel &kernel : program.kernels) {
-    llvm::Expected<cpu::CpuKernelFn> fn = (*code)->lookup(kernel.name);
-    if (!fn)
-      return fn.takeError();
-    fns.push_back(*fn);
-  }
-  llvm::Expected<std::unique_ptr<CpuExecutor>> executor =
-      CpuExecutor::create(std::move(program), std::move(fns), numThreads,
-                          std::move(store));
-  if (!executor)
-    return executor.takeError();
-  (*executor)->code = std::move(*code);
-  return executor;
 }

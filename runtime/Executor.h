@@ -79,6 +79,10 @@ public:
   /// mark, to compare with the planned peak (Program::arenaBytes).
   llvm::Expected<int64_t> measureArenaHighWater();
 
+  /// Whether some step writes a parameter (a training step's update); an
+  /// inference program's do not, so its parameters may be read-only memory.
+  bool writesParameters() const { return writesParams; }
+
   void setProfiling(bool enabled) { profiling = enabled; }
   const StepProfile &profile() const { return stepProfile; }
 
@@ -131,7 +135,10 @@ private:
                     std::shared_ptr<PersistentStore>);
 
   kir::Program prog;
-  std::unique_ptr<cpu::CpuKernels> code; // keeps kernelFns alive
+  // Keeps kernelFns alive when they were JIT-linked (createCpuExecutor);
+  // shared, so that this class's code never names ~CpuKernels (LLVM ORC)
+  // and links into exported binaries without it.
+  std::shared_ptr<cpu::CpuKernels> code;
   std::vector<CpuKernelFn> kernelFns;
   ThreadPool pool;
   std::shared_ptr<PersistentStore> persistent; // Param and State buffers
@@ -164,6 +171,8 @@ private:
 /// Loads the program's kernels from the kernel cache, or compiles them with
 /// `compile` (codegen's compileKernelsToObject; the runtime has no MLIR),
 /// links them and creates an executor (`store` as in CpuExecutor::create).
+/// Defined in runtime/Cpu/JitExecutor.cpp (library LlmcRuntime), apart from
+/// the executor (LlmcRuntimeCore), which exported binaries link without ORC.
 llvm::Expected<std::unique_ptr<CpuExecutor>>
 createCpuExecutor(kir::Program program, cpu::CompileObjectFn compile,
                   int numThreads = 0, cpu::CacheStats *stats = nullptr,

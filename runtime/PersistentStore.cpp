@@ -10,9 +10,21 @@
 using namespace llmc;
 using namespace llmc::runtime;
 
+PersistentStore::Entry
+PersistentStore::Entry::of(kir::DType dtype, llvm::ArrayRef<int64_t> shape) {
+  Entry entry;
+  entry.dtype = dtype;
+  entry.shape.assign(shape.begin(), shape.end());
+  entry.bytes = kir::dtypeBytes(dtype);
+  for (int64_t extent : shape)
+    entry.bytes *= extent;
+  return entry;
+}
+
 PersistentStore::~PersistentStore() {
   for (auto &[name, entry] : entries)
-    std::free(entry.data);
+    if (!entry.adopted)
+      std::free(entry.data);
 }
 
 llvm::Expected<char *> PersistentStore::bind(llvm::StringRef name,
@@ -31,12 +43,7 @@ llvm::Expected<char *> PersistentStore::bind(llvm::StringRef name,
           kir::formatShape(shape));
     return entry.data;
   }
-  Entry entry;
-  entry.dtype = dtype;
-  entry.shape.assign(shape.begin(), shape.end());
-  entry.bytes = kir::dtypeBytes(dtype);
-  for (int64_t extent : shape)
-    entry.bytes *= extent;
+  Entry entry = Entry::of(dtype, shape);
   int64_t size = (std::max<int64_t>(entry.bytes, 1) + kir::kArenaAlignment - 1) /
                  kir::kArenaAlignment * kir::kArenaAlignment;
   entry.data =
@@ -54,6 +61,33 @@ llvm::Expected<char *> PersistentStore::bind(llvm::StringRef name,
   char *data = entry.data;
   entries.emplace(name.str(), std::move(entry));
   return data;
+}
+
+llvm::Error PersistentStore::adopt(llvm::StringRef name, kir::DType dtype,
+                                   llvm::ArrayRef<int64_t> shape,
+                                   const char *data) {
+  if (reinterpret_cast<uintptr_t>(data) % kir::kArenaAlignment)
+    return llvm::createStringError("persistent tensor '" + name +
+                                   "': external memory is not " +
+                                   llvm::Twine(kir::kArenaAlignment) +
+                                   "-byte aligned");
+  std::lock_guard<std::mutex> lock(mutex);
+  Entry entry = Entry::of(dtype, shape);
+  // Executors take char * to every persistent tensor; those of an adopted
+  // one are only read (the exported binary checks that no step writes a
+  // parameter before it adopts).
+  entry.data = const_cast<char *>(data);
+  entry.adopted = true;
+  if (!entries.emplace(name.str(), std::move(entry)).second)
+    return llvm::createStringError("persistent tensor '" + name +
+                                   "' exists already");
+  return llvm::Error::success();
+}
+
+bool PersistentStore::isAdopted(llvm::StringRef name) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = entries.find(name);
+  return it != entries.end() && it->second.adopted;
 }
 
 bool PersistentStore::contains(llvm::StringRef name) const {
@@ -93,6 +127,9 @@ llvm::Error PersistentStore::set(llvm::StringRef name,
   llvm::Expected<char *> data = bind(name, tensor.dtype, tensor.shape);
   if (!data)
     return data.takeError();
+  if (isAdopted(name))
+    return llvm::createStringError("persistent tensor '" + name +
+                                   "' is read-only (mapped from a file)");
   std::memcpy(*data, tensor.bytes.data(), tensor.bytes.size());
   noteWrite();
   return llvm::Error::success();

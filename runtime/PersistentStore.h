@@ -41,6 +41,15 @@ public:
                               llvm::ArrayRef<int64_t> shape,
                               double initialValue = 0.0);
 
+  /// Makes tensor `name` the `dtype`/`shape` tensor at `data` (64-byte
+  /// aligned, not owned: the caller keeps it mapped until the store goes),
+  /// without a copy: how an exported binary binds the weights in its own
+  /// mapped file. Its programs must never write it (the memory may be read
+  /// only); `set` on it is an error. An error if `name` exists already or
+  /// `data` is misaligned.
+  llvm::Error adopt(llvm::StringRef name, kir::DType dtype,
+                    llvm::ArrayRef<int64_t> shape, const char *data);
+
   bool contains(llvm::StringRef name) const override;
   /// The names, sorted.
   std::vector<std::string> names() const override;
@@ -65,12 +74,16 @@ public:
   void noteWrite() { writes.fetch_add(1); }
 
 private:
+  bool isAdopted(llvm::StringRef name) const;
   std::atomic<uint64_t> writes{0};
   struct Entry {
     kir::DType dtype;
     std::vector<int64_t> shape;
     char *data = nullptr;
     int64_t bytes = 0;
+    bool adopted = false; // external memory (adopt): neither freed nor set
+    /// dtype, shape and bytes set; no memory yet.
+    static Entry of(kir::DType dtype, llvm::ArrayRef<int64_t> shape);
   };
   mutable std::mutex mutex;
   std::map<std::string, Entry, std::less<>> entries;

@@ -1022,9 +1022,11 @@ llvm::Expected<Gpt2Dims> modelDims(const kir::Program &program) {
   return dims;
 }
 
-llvm::Error loadWeights(Executor &executor,
-                                       llvm::StringRef path, uint64_t seed) {
-  const kir::Program &program = executor.program();
+llvm::Error readProgramWeights(
+    const kir::Program &program, llvm::StringRef path, uint64_t seed,
+    llvm::function_ref<llvm::Error(const std::string &name,
+                                   const HostTensor &tensor)>
+        set) {
   std::vector<ParamSpec> specs;
   for (const kir::Binding &param : program.params)
     specs.push_back({param.name, program.buffers[param.buffer].shape});
@@ -1038,7 +1040,7 @@ llvm::Error loadWeights(Executor &executor,
       llvm::Expected<TensorMap> one = initGpt2({spec}, dims->nLayer, seed);
       if (!one)
         return one.takeError();
-      if (llvm::Error error = executor.setTensor(spec.name, one->begin()->second))
+      if (llvm::Error error = set(spec.name, one->begin()->second))
         return llvm::createStringError("initialization: " +
                                        llvm::toString(std::move(error)));
     }
@@ -1056,7 +1058,25 @@ llvm::Error loadWeights(Executor &executor,
         it->second.dtype != want)
       it->second = castFloatTensor(it->second, want);
   }
-  return executor.setParams(*tensors, path);
+  for (const kir::Binding &param : program.params) {
+    auto it = tensors->find(param.name);
+    if (it == tensors->end())
+      return llvm::createStringError(path + ": no tensor '" + param.name +
+                                     "', a parameter of the model");
+    if (llvm::Error error = set(param.name, it->second))
+      return llvm::createStringError(path + ": " +
+                                     llvm::toString(std::move(error)));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error loadWeights(Executor &executor, llvm::StringRef path,
+                        uint64_t seed) {
+  return readProgramWeights(
+      executor.program(), path, seed,
+      [&](const std::string &name, const HostTensor &tensor) {
+        return executor.setTensor(name, tensor);
+      });
 }
 
 /// The keys of the `llmc.model` config that decide what the weights mean;

@@ -47,6 +47,17 @@ if config.llmc_fuzz_dir:
 # The memory report reads /proc/self/smaps (test/tools/run-memory.test).
 if sys.platform.startswith("linux"):
     config.available_features.add("linux")
+# llmc export --cpu names x86-64 CPUs; export-cpu.test needs a CPU without
+# AMX to see a binary for Sapphire Rapids refused.
+import platform
+if platform.machine() in ("x86_64", "AMD64"):
+    config.available_features.add("x86_64")
+try:
+    with open("/proc/cpuinfo") as cpuinfo:
+        if " amx_tile" in cpuinfo.read():
+            config.available_features.add("cpu-amx")
+except OSError:
+    pass
 
 # MPI jobs (test/comm/): %mpirun is scripts/mpirun.sh, which sets what Open
 # MPI needs here (root, oversubscription, shared memory); `mpi` when mpirun

@@ -1,12 +1,21 @@
 // loadInference: model config -> @prefill and @decode on one store.
 #include "tools/llmc/Inference.h"
 
-#include "codegen/Inference.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "runtime/Backend.h"
 #include "runtime/MemoryBudget.h"
 
 #include "llvm/Support/Format.h"
+
+llvm::Expected<llmc::InferencePrograms>
+llmc::buildInferencePrograms(mlir::MLIRContext &context,
+                             const mlir::llmc::ModelConfig &config,
+                             mlir::llmc::InferenceShape shape) {
+  auto module = mlir::llmc::buildInferenceModule(context, config, shape);
+  if (!module)
+    return module.takeError();
+  return compileInference(**module);
+}
 
 llvm::Expected<llmc::InferenceSession>
 llmc::loadInference(mlir::MLIRContext &context,
@@ -14,10 +23,8 @@ llmc::loadInference(mlir::MLIRContext &context,
                     mlir::llmc::InferenceShape shape, llvm::StringRef weights,
                     uint64_t seed, int numThreads, llvm::StringRef what,
                     llvm::raw_ostream &log) {
-  auto module = mlir::llmc::buildInferenceModule(context, config, shape);
-  if (!module)
-    return module.takeError();
-  llvm::Expected<InferencePrograms> programs = compileInference(**module);
+  llvm::Expected<InferencePrograms> programs =
+      buildInferencePrograms(context, config, shape);
   if (!programs)
     return programs.takeError();
   if (auto available = runtime::availableHostMemory())

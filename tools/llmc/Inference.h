@@ -3,6 +3,7 @@
 #ifndef LLMC_TOOLS_LLMC_INFERENCE_H
 #define LLMC_TOOLS_LLMC_INFERENCE_H
 
+#include "codegen/Inference.h"
 #include "frontend/GptBuilder.h"
 #include "runtime/CachedGenerate.h"
 #include "runtime/Executor.h"
@@ -19,6 +20,14 @@ struct InferenceSession {
   std::unique_ptr<runtime::CpuExecutor> prefill, decode;
   runtime::CachedGenerator generator;
 };
+
+/// Builds @prefill and @decode of `config` with `shape` (frontend) and
+/// compiles them to kernel-IR programs (codegen), kernels not yet compiled:
+/// the part `llmc generate` and `llmc export` share.
+llvm::Expected<InferencePrograms>
+buildInferencePrograms(mlir::MLIRContext &context,
+                       const mlir::llmc::ModelConfig &config,
+                       mlir::llmc::InferenceShape shape);
 
 /// Builds @prefill and @decode of `config` with `shape`, compiles them
 /// (kernels from the kernel cache or JIT-compiled), binds both to one

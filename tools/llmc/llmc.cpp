@@ -20,12 +20,15 @@
 #include "runtime/Generate.h"
 #include "runtime/CachedGenerate.h"
 #include "tools/llmc/Inference.h"
+#include "tools/common/GenerateOutput.h"
 #include "runtime/MemoryBudget.h"
 #ifdef LLMC_HAVE_NVRTC
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "runtime/Cuda/CudaExecutor.h"
 #endif
 #include "tools/llmc/Convert.h"
+#include "tools/llmc/Export.h"
+#include "runtime/ExportPayload.h"
 #include "tools/llmc/Plan.h"
 #include "tools/llmc/SparsityCommand.h"
 #include "passes/Pipelines.h"
@@ -64,9 +67,17 @@ static cl::SubCommand compileCmd(
     "to kernels and the memory plan");
 static cl::SubCommand inspectCmd(
     "inspect", "Print an artifact readably: buffers and their planned "
-               "offsets, the schedule, every kernel in the kernel IR");
+               "offsets, the schedule, every kernel in the kernel IR; or "
+               "what a binary of llmc export holds (its --info)");
 static cl::SubCommand generateCmd(
     "generate", "Sample text from a compiled model");
+static cl::SubCommand exportCmd(
+    "export",
+    "Compile a model's KV-cache programs (@prefill, @decode) ahead of time "
+    "into one standalone executable -o NAME that generates text with no "
+    "llmc, LLVM or MLIR installed: the kernels linked in, the weights, "
+    "programs and tokenizer appended to it (run NAME --help; llmc inspect "
+    "NAME prints what it holds)");
 static cl::SubCommand convertCmd(
     "convert",
     "Write the parameters of an llmc run checkpoint (CKPT) to OUT: "
@@ -106,7 +117,8 @@ static cl::opt<std::string>
 static cl::opt<std::string> artifactInput(cl::Positional, cl::Required,
                                           cl::desc("<model.llmc>"),
                                           cl::sub(inspectCmd),
-                                          cl::sub(generateCmd));
+                                          cl::sub(generateCmd),
+                                          cl::sub(exportCmd));
 static cl::opt<std::string> convertInput(cl::Positional, cl::Required,
                                          cl::desc("<CKPT>"),
                                          cl::sub(convertCmd));
@@ -145,31 +157,23 @@ static cl::opt<std::string>
                          "Hugging Face GPT-2/Llama names, as llmc convert "
                          "writes them), an llm.c checkpoint or a checkpoint "
                          "of llmc run (default: GPT-2 initialization)"),
-                cl::value_desc("file"), cl::sub(generateCmd));
-static cl::opt<std::string> prompt("prompt", cl::desc("Text to continue"),
-                                   cl::init(""), cl::sub(generateCmd));
+                cl::value_desc("file"), cl::sub(generateCmd),
+                cl::sub(exportCmd));
+// --prompt, --max-tokens, --temperature, --top-k, --print-logits: the
+// flags exported binaries have too, defined once (tools/common).
+static ::llmc::GenerationFlags generation(generateCmd, cl::getGeneralCategory());
 static cl::opt<std::string> tokenizerSpec(
     "tokenizer",
     cl::desc("How text maps to ids: byte (the default) or a GPT-2 BPE "
              "directory (vocab.json, merges.txt), as in the training config"),
-    cl::init("byte"), cl::value_desc("byte|dir"), cl::sub(generateCmd));
-static cl::opt<int64_t> maxTokens("max-tokens",
-                                  cl::desc("Tokens to sample (default 256)"),
-                                  cl::init(256), cl::sub(generateCmd));
-static cl::opt<double>
-    temperature("temperature",
-                cl::desc("Softmax temperature; 0 is greedy (default 1)"),
-                cl::init(1.0), cl::sub(generateCmd));
-static cl::opt<int64_t> topK("top-k",
-                             cl::desc("Sample among the k likeliest tokens "
-                                      "(default 0: all)"),
-                             cl::init(0), cl::sub(generateCmd));
+    cl::init("byte"), cl::value_desc("byte|dir"), cl::sub(generateCmd),
+    cl::sub(exportCmd));
 static cl::opt<uint64_t>
     seed("seed",
          cl::desc("Seed of the sampler and of the initialization when no "
                   "--weights are given (default 1337)"),
          cl::init(::llmc::runtime::SamplingOptions().seed),
-         cl::sub(generateCmd), cl::sub(inspectCmd));
+         cl::sub(generateCmd), cl::sub(inspectCmd), cl::sub(exportCmd));
 static cl::opt<int> numThreads("threads",
                                cl::desc("CPU threads (default: all)"),
                                cl::init(0), cl::sub(generateCmd),
@@ -178,26 +182,18 @@ static cl::opt<int64_t> maxContext(
     "max-context",
     cl::desc("Positions the KV cache holds (default: the model's seq_len); "
              "when it fills, the last half of the text is fed again"),
-    cl::init(0), cl::sub(generateCmd));
+    cl::init(0), cl::sub(generateCmd), cl::sub(exportCmd));
 static cl::opt<int64_t> prefillChunk(
     "prefill-chunk",
     cl::desc("Prompt tokens per @prefill step (default 64, at most "
              "--max-context)"),
-    cl::init(64), cl::sub(generateCmd));
+    cl::init(64), cl::sub(generateCmd), cl::sub(exportCmd));
 static cl::opt<bool> recompute(
     "recompute",
     cl::desc("Run the artifact's training-shaped forward over the whole "
              "window for every token instead of the KV-cache programs (slow; "
              "a reference for them, and the path for hand-written models "
              "without a model config)"),
-    cl::sub(generateCmd));
-static cl::opt<bool> printLogits(
-    "print-logits",
-    cl::desc("Print the logits after the whole prompt (line 'last'), then "
-             "after each of its tokens (line per position: the greedy next "
-             "token and every logit), instead of generating; the KV-cache "
-             "programs feed the prompt through @prefill, then token by token "
-             "through @decode (tests compare them with --recompute)"),
     cl::sub(generateCmd));
 static cl::opt<int64_t> sparseMaxRows(
     "sparse-max-rows",
@@ -246,9 +242,30 @@ static cl::opt<std::string> outputPath(
     "o",
     cl::desc("Output file (emit-model: '-' is stdout, the default; "
              "compile: default the input's path with extension .llmc; "
-             "convert: required, .safetensors or .bin)"),
+             "convert: required, .safetensors or .bin; export: required, "
+             "the binary)"),
     cl::value_desc("path"), cl::sub(emitCmd), cl::sub(compileCmd),
-    cl::sub(convertCmd));
+    cl::sub(convertCmd), cl::sub(exportCmd));
+static cl::opt<int64_t> exportBatch(
+    "batch", cl::desc("Sequences the binary's programs run at once (default 1)"),
+    cl::init(::mlir::llmc::InferenceShape().batch), cl::sub(exportCmd));
+static cl::opt<std::string> exportPrecision(
+    "precision",
+    cl::desc("Element type of the weights and kernels: fp32 (the default; "
+             "bf16 and fp16 are not implemented yet)"),
+    cl::init("fp32"), cl::value_desc("fp32|bf16|fp16"), cl::sub(exportCmd));
+static cl::opt<std::string> exportTarget(
+    "target",
+    cl::desc("What the binary runs on: cpu (the default; cuda is not "
+             "implemented yet)"),
+    cl::init("cpu"), cl::value_desc("cpu|cuda"), cl::sub(exportCmd));
+static cl::opt<std::string> exportCpu(
+    "cpu",
+    cl::desc("The x86-64 CPU the kernels are compiled for, as LLVM names it "
+             "(x86-64-v3: AVX2 machines; x86-64-v4: AVX-512; znver4, ...); "
+             "default this machine's CPU and features. The binary refuses "
+             "to start on a CPU without them"),
+    cl::value_desc("name"), cl::sub(exportCmd));
 static cl::opt<int64_t> batchSize("batch",
                                   cl::desc("Sequences per forward call, when "
                                            "the model is a config or preset "
@@ -792,6 +809,14 @@ static void printCudaSection(const ::llmc::kir::CudaSection &cuda,
 }
 
 static int runInspect() {
+  // An exported binary (llmc export): what its --info prints, read without
+  // running it.
+  if (::llmc::runtime::Payload::isExported(artifactInput)) {
+    if (llvm::Error error =
+            ::llmc::printExportedBinary(artifactInput, llvm::outs()))
+      return fail(std::move(error));
+    return 0;
+  }
   llvm::Expected<::llmc::kir::ArtifactContents> contents =
       ::llmc::kir::readArtifactContents(artifactInput);
   if (!contents)
@@ -836,68 +861,11 @@ static int runInspect() {
   return 0;
 }
 
-/// Prints one line per fed position for --print-logits.
-static void printLogitsLine(const llvm::Twine &position,
-                            llvm::ArrayRef<float> logits) {
-  int64_t best = std::max_element(logits.begin(), logits.end()) -
-                 logits.begin();
-  llvm::outs() << "logits " << position << " argmax " << best << ":";
-  for (float value : logits)
-    llvm::outs() << llvm::format(" %.8e", value);
-  llvm::outs() << "\n";
-}
-
-namespace {
-/// What both generate paths print: the prompt, then each generated token as
-/// it comes (on a terminal, control bytes and broken UTF-8 are shown
-/// escaped; into a pipe or file the bytes go as generated), then on stderr
-/// how long the tokens took.
-class GeneratedText {
-public:
-  explicit GeneratedText(const ::llmc::data::Tokenizer &tok)
-      : tok(tok), terminal(llvm::outs().is_displayed()) {
-    llvm::outs() << prompt;
-    llvm::outs().flush();
-    start = std::chrono::steady_clock::now();
-  }
-
-  void token(int64_t id) {
-    std::string bytes = tok.decodeToken(int32_t(id));
-    llvm::outs() << (terminal ? shown.feed(bytes) : bytes);
-    llvm::outs().flush();
-  }
-
-  /// Ends the text; returns generation's error, or prints the rate.
-  llvm::Error finish(llvm::Error error) {
-    if (terminal)
-      llvm::outs() << shown.finish();
-    llvm::outs() << "\n";
-    llvm::outs().flush();
-    if (error)
-      return error;
-    double seconds = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
-    llvm::errs() << llvm::format(
-        "llmc: %lld tokens in %.2f s (%.1f tokens/s)\n", (long long)maxTokens,
-        seconds, maxTokens / seconds);
-    return llvm::Error::success();
-  }
-
-private:
-  const ::llmc::data::Tokenizer &tok;
-  bool terminal;
-  ::llmc::runtime::TerminalText shown;
-  std::chrono::steady_clock::time_point start;
-};
-} // namespace
+using ::llmc::GeneratedText;
+using ::llmc::printLogitsLine;
 
 static ::llmc::runtime::SamplingOptions samplingOptions() {
-  ::llmc::runtime::SamplingOptions options;
-  options.temperature = temperature;
-  options.topK = topK;
-  options.seed = seed;
-  return options;
+  return generation.sampling(seed);
 }
 
 /// `llmc generate` with the KV-cache programs built from the artifact's
@@ -939,98 +907,31 @@ static int runCachedGenerate(MLIRContext &context,
   session->prefill->setSparseValues(*sparseValuesMode());
   session->decode->setSparseValues(*sparseValuesMode());
   ::llmc::runtime::CachedGenerator &generator = session->generator;
-  std::vector<int32_t> tokens = tok.encode(prompt);
+  std::vector<int32_t> tokens = tok.encode(generation.prompt);
   if (tokens.empty())
     tokens = tok.encode("\n"); // the model needs one token to start from
-  if (printLogits) {
-    // Position by position: the first token through @prefill, each next
-    // one through @decode.
-    if (int64_t(tokens.size()) > generator.maxContext())
-      return fail("--print-logits: the prompt is longer than the context");
-    int64_t batch = generator.batch(), vocab = generator.vocab();
-    // The whole prompt through @prefill (in chunks, the last one padded).
-    auto whole = generator.prefill(
-        std::vector<std::vector<int32_t>>(batch, tokens));
-    if (!whole)
-      return fail(whole.takeError());
-    printLogitsLine("last", llvm::ArrayRef<float>(*whole).take_front(vocab));
-    auto logits = generator.prefill(std::vector<std::vector<int32_t>>(
-        batch, std::vector<int32_t>{tokens[0]}));
-    if (!logits)
-      return fail(logits.takeError());
-    printLogitsLine("0", llvm::ArrayRef<float>(*logits).take_front(vocab));
-    for (size_t p = 1; p < tokens.size(); ++p) {
-      logits = generator.decode(std::vector<int32_t>(batch, tokens[p]),
-                                std::vector<int32_t>(batch, int32_t(p)));
-      if (!logits)
-        return fail(logits.takeError());
-      printLogitsLine(llvm::Twine(p),
-                      llvm::ArrayRef<float>(*logits).take_front(vocab));
-    }
+  if (generation.printLogits) {
+    if (llvm::Error error = ::llmc::printCachedLogits(generator, tokens))
+      return fail(std::move(error));
     return 0;
   }
   ::llmc::runtime::GenerationStats stats;
-  GeneratedText text(tok);
+  GeneratedText text(tok, generation.prompt, generation.maxTokens);
   if (llvm::Error error = text.finish(::llmc::runtime::generateCached(
-          generator, tokens, maxTokens, samplingOptions(),
+          generator, tokens, generation.maxTokens, samplingOptions(),
           [&](int64_t id) { text.token(id); }, &stats)))
     return fail(std::move(error));
-  double decodeTotal = 0;
-  for (double seconds : stats.decodeSeconds)
-    decodeTotal += seconds;
-  llvm::errs() << llvm::format(
-      "llmc: prefill %lld tokens in %.3f s (%.1f tokens/s, chunks of %lld); "
-      "decode %zu tokens in %.3f s (%.1f tokens/s)\n",
-      (long long)stats.promptTokens, stats.prefillSeconds,
-      stats.promptTokens / std::max(stats.prefillSeconds, 1e-9),
-      (long long)generator.prefillChunk(), stats.decodeSeconds.size(),
-      decodeTotal,
-      stats.decodeSeconds.size() / std::max(decodeTotal, 1e-9));
-  // Decode time by position, in up to 4 ranges: flat but for attention's
-  // linear read of the cache.
-  size_t n = stats.decodeSeconds.size();
-  if (n >= 4) {
-    llvm::errs() << "llmc: decode ms/token by position:";
-    for (size_t part = 0; part < 4; ++part) {
-      size_t begin = part * n / 4, end = (part + 1) * n / 4;
-      double sum = 0;
-      for (size_t i = begin; i < end; ++i)
-        sum += stats.decodeSeconds[i];
-      llvm::errs() << llvm::format(
-          " [%lld, %lld] %.3f", (long long)stats.decodePositions[begin],
-          (long long)stats.decodePositions[end - 1],
-          1e3 * sum / double(end - begin));
-    }
-    llvm::errs() << "\n";
-  }
-  if (stats.contextShifts)
-    llvm::errs() << "llmc: the context filled " << stats.contextShifts
-                 << " time(s); its last half was fed again each time\n";
-  for (auto [name, executor] :
-       {std::pair{"prefill", session->prefill.get()},
-        std::pair{"decode", session->decode.get()}}) {
-    std::string sparse = executor->sparseSummary();
-    if (!sparse.empty())
-      llvm::errs() << "llmc: @" << name << ": " << sparse << "\n";
-  }
+  ::llmc::printGenerationStats(stats, generator, *session->prefill,
+                               *session->decode);
   return 0;
 }
 
 static int runGenerate(MLIRContext &mlirContext) {
-  if (maxTokens < 0)
-    return fail("--max-tokens: expected a count >= 0, got " +
-                llvm::Twine(maxTokens));
-  if (topK < 0)
-    return fail("--top-k: expected a count >= 0 (0: all), got " +
-                llvm::Twine(topK));
+  if (llvm::Error error = generation.check())
+    return fail(std::move(error));
   if (!sparseValuesMode())
     return fail("--sparse-values: expected auto, f32 or bf16, got '" +
                 sparseValues + "'");
-  if (!(temperature >= 0) || std::isinf(temperature))
-    return fail(llvm::formatv("--temperature: expected a finite value >= 0 "
-                              "(0: greedy), got {0}",
-                              temperature.getValue())
-                    .str());
   auto tokenizer = ::llmc::data::loadTokenizer(tokenizerSpec);
   if (!tokenizer)
     return fail(tokenizer.takeError());
@@ -1043,10 +944,10 @@ static int runGenerate(MLIRContext &mlirContext) {
   if (!executor)
     return fail(executor.takeError());
   const ::llmc::data::Tokenizer &tok = **tokenizer;
-  std::vector<int32_t> context = tok.encode(prompt);
+  std::vector<int32_t> context = tok.encode(generation.prompt);
   if (context.empty())
     context = tok.encode("\n"); // the model needs one token to start from
-  if (printLogits) {
+  if (generation.printLogits) {
     // One forward over the prompt (causal: the padding after it changes
     // nothing before it); a row of logits per position.
     const ::llmc::kir::Program &program = (*executor)->program();
@@ -1079,9 +980,9 @@ static int runGenerate(MLIRContext &mlirContext) {
       printLogitsLine(llvm::Twine(p), logits->f32().slice(p * vocab, vocab));
     return 0;
   }
-  GeneratedText text(tok);
+  GeneratedText text(tok, generation.prompt, generation.maxTokens);
   if (llvm::Error error = text.finish(::llmc::runtime::generate(
-          **executor, context, maxTokens, samplingOptions(),
+          **executor, context, generation.maxTokens, samplingOptions(),
           [&](int64_t id) { text.token(id); })))
     return fail(std::move(error));
   std::string sparse = (*executor)->sparseSummary();
@@ -1128,6 +1029,7 @@ int main(int argc, char **argv) {
       "  llmc compile MODEL -o model.llmc       model -> artifact\n"
       "  llmc inspect model.llmc                schedule, memory, kernels\n"
       "  llmc generate model.llmc               sample text\n"
+      "  llmc export model.llmc -o NAME         a standalone inference binary\n"
       "  llmc convert CKPT -o OUT.safetensors   trained weights out (HF names; .bin: llm.c)\n"
       "  llmc info MODEL                        parameters and ops\n"
       "  llmc plan MODEL                        memory, time, cost, layouts\n"
@@ -1146,6 +1048,24 @@ int main(int argc, char **argv) {
     return runInspect();
   if (generateCmd)
     return runGenerate(context);
+  if (exportCmd) {
+    ::llmc::ExportOptions options;
+    options.model = artifactInput;
+    options.weights = weightsPath;
+    options.seed = seed;
+    options.tokenizer = tokenizerSpec;
+    options.precision = exportPrecision;
+    options.target = exportTarget;
+    options.cpu = exportCpu;
+    options.batch = exportBatch;
+    options.maxContext = maxContext;
+    options.prefillChunk = prefillChunk;
+    options.output = outputPath;
+    if (llvm::Error error =
+            ::llmc::exportBinary(context, options, llvm::errs()))
+      return fail(std::move(error));
+    return 0;
+  }
   if (convertCmd) {
     if (outputPath.empty())
       return fail("convert: -o OUT is required (OUT.safetensors or OUT.bin)");

@@ -1,0 +1,314 @@
+// The main of an inference binary written by `llmc export`: it maps its own
+// file, checks the payload (runtime/ExportPayload.h) and the CPU, binds the
+// weights in place and runs @prefill/@decode with the kernels linked in
+// ahead of time (KernelTable.h). No MLIR, no JIT, no shared LLVM.
+#include "frontend/Tokenizer.h"
+#include "ir/kernel/Artifact.h"
+#include "runtime/CachedGenerate.h"
+#include "runtime/Executor.h"
+#include "runtime/ExportPayload.h"
+#include "tools/common/GenerateOutput.h"
+#include "tools/exported/KernelTable.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <sys/resource.h>
+
+using namespace llmc;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory category("Options");
+static GenerationFlags generation(cl::SubCommand::getTopLevel(), category);
+static cl::opt<uint64_t> seed("seed",
+                              cl::desc("Seed of the sampler (default 1337)"),
+                              cl::init(runtime::SamplingOptions().seed),
+                              cl::cat(category));
+static cl::opt<int> numThreads("threads",
+                               cl::desc("CPU threads (default: all)"),
+                               cl::init(0), cl::cat(category));
+static cl::opt<bool> bench(
+    "bench",
+    cl::desc("Generate --max-tokens tokens after the prompt without printing "
+             "them; print start-up time, prefill and decode tokens/s and "
+             "peak RSS"),
+    cl::cat(category));
+static cl::opt<bool> info(
+    "info",
+    cl::desc("Print what the binary holds (model, precision, programs, "
+             "kernels, weights and their checksum, CPU features) and exit"),
+    cl::cat(category));
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+/// Everything a run needs, loaded from the binary's own file: the payload
+/// (the weights stay in its mapping), the two programs on one store, the
+/// generator and the tokenizer. `serve` is to take the same.
+struct ExportedModel {
+  std::unique_ptr<runtime::Payload> payload;
+  runtime::ExportManifest manifest;
+  std::unique_ptr<runtime::CpuExecutor> prefill, decode;
+  runtime::CachedGenerator generator;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  double verifySeconds = 0;
+};
+
+/// The kernel entry points of `program` (named `name` in the table).
+llvm::Expected<std::vector<runtime::CpuKernelFn>>
+linkedKernels(const kir::Program &program, llvm::StringRef name,
+              llvm::StringRef file) {
+  llvm::StringMap<runtime::CpuKernelFn> byName;
+  for (int64_t i = 0; i < llmc_export_kernel_count; ++i)
+    if (name == llmc_export_kernels[i].program)
+      byName[llmc_export_kernels[i].name] = llmc_export_kernels[i].fn;
+  std::vector<runtime::CpuKernelFn> fns;
+  for (const kir::Kernel &kernel : program.kernels) {
+    auto it = byName.find(kernel.name);
+    if (it == byName.end())
+      return llvm::createStringError(file + ": kernel '" + kernel.name +
+                                     "' of @" + name +
+                                     " is not linked into the binary");
+    fns.push_back(it->second);
+  }
+  return fns;
+}
+
+llvm::Expected<std::unique_ptr<data::Tokenizer>>
+loadTokenizer(const runtime::Payload &payload,
+              const runtime::ExportManifest &manifest) {
+  if (manifest.tokenizer == "byte")
+    return std::make_unique<data::ByteTokenizer>();
+  if (manifest.tokenizer != "gpt2-bpe")
+    return llvm::createStringError(payload.path() + ": unknown tokenizer '" +
+                                   manifest.tokenizer + "' in the manifest");
+  auto vocab = payload.section("tokenizer.vocab");
+  if (!vocab)
+    return vocab.takeError();
+  auto merges = payload.section("tokenizer.merges");
+  if (!merges)
+    return merges.takeError();
+  auto tokenizer = data::BpeTokenizer::fromContents(
+      llvm::StringRef(vocab->data(), vocab->size()),
+      llvm::StringRef(merges->data(), merges->size()),
+      payload.path() + ": section 'tokenizer.vocab'",
+      payload.path() + ": section 'tokenizer.merges'");
+  if (!tokenizer)
+    return tokenizer.takeError();
+  return std::unique_ptr<data::Tokenizer>(std::move(*tokenizer));
+}
+
+/// Opens `path` (this binary), checks the payload and the manifest;
+/// `verify`: the checksum of every section too.
+llvm::Error openPayload(llvm::StringRef path, ExportedModel &model) {
+  auto payload = runtime::Payload::open(path);
+  if (!payload)
+    return payload.takeError();
+  model.payload = std::move(*payload);
+  auto start = std::chrono::steady_clock::now();
+  if (llvm::Error error = model.payload->verify())
+    return error;
+  model.verifySeconds = secondsSince(start);
+  auto manifest = runtime::readManifest(*model.payload);
+  if (!manifest)
+    return manifest.takeError();
+  model.manifest = std::move(*manifest);
+  return llvm::Error::success();
+}
+
+/// The programs, the store with the weights bound in the mapping, the
+/// executors with the linked kernels, the generator and the tokenizer.
+llvm::Error loadModel(ExportedModel &model, int threads) {
+  const runtime::Payload &payload = *model.payload;
+  const runtime::ExportManifest &manifest = model.manifest;
+  std::vector<std::string> missing =
+      runtime::missingCpuFeatures(manifest.cpuFeatures);
+  if (!missing.empty())
+    return llvm::createStringError(
+        payload.path() + ": this CPU lacks " + llvm::join(missing, ", ") +
+        ", which the binary's kernels use (compiled for " + manifest.cpu +
+        "); export it again on this machine or with llmc export --cpu for "
+        "an older CPU (e.g. --cpu x86-64-v3)");
+  auto weights = payload.section("weights");
+  if (!weights)
+    return weights.takeError();
+  if (weights->size() != manifest.weightsBytes)
+    return llvm::createStringError(
+        payload.path() + ": section 'weights' holds " +
+        llvm::Twine(weights->size()) + " bytes, the manifest says " +
+        llvm::Twine(manifest.weightsBytes));
+  auto store = std::make_shared<runtime::PersistentStore>();
+  for (const runtime::ExportManifest::Tensor &tensor : manifest.weights)
+    if (llvm::Error error =
+            store->adopt(tensor.name, tensor.dtype, tensor.shape,
+                         weights->data() + tensor.offset))
+      return llvm::createStringError(payload.path() + ": section 'weights': " +
+                                     llvm::toString(std::move(error)));
+  for (auto [name, executor] : {std::pair{"prefill", &model.prefill},
+                                std::pair{"decode", &model.decode}}) {
+    auto bytes = payload.section(name);
+    if (!bytes)
+      return bytes.takeError();
+    auto program = kir::deserializeProgram(
+        llvm::ArrayRef<uint8_t>(
+            reinterpret_cast<const uint8_t *>(bytes->data()), bytes->size()),
+        payload.path() + ": section '" + name + "'");
+    if (!program)
+      return program.takeError();
+    // A parameter the payload lacks would be bound zero-filled: refuse.
+    for (const kir::Binding &param : program->params)
+      if (!store->contains(param.name))
+        return llvm::createStringError(
+            payload.path() + ": section 'weights' has no tensor '" +
+            param.name + "', a parameter of @" + name);
+    auto fns = linkedKernels(*program, name, payload.path());
+    if (!fns)
+      return fns.takeError();
+    auto created = runtime::CpuExecutor::create(
+        std::move(*program), std::move(*fns), threads, store);
+    if (!created)
+      return llvm::createStringError(payload.path() + ": @" + name + ": " +
+                                     llvm::toString(created.takeError()));
+    if ((*created)->writesParameters())
+      return llvm::createStringError(
+          payload.path() + ": @" + name +
+          " writes a parameter, which lives in the read-only mapping");
+    *executor = std::move(*created);
+  }
+  auto generator =
+      runtime::CachedGenerator::create(*model.prefill, *model.decode);
+  if (!generator)
+    return llvm::createStringError(payload.path() + ": " +
+                                   llvm::toString(generator.takeError()));
+  model.generator = *generator;
+  auto tokenizer = loadTokenizer(payload, manifest);
+  if (!tokenizer)
+    return tokenizer.takeError();
+  model.tokenizer = std::move(*tokenizer);
+  return llvm::Error::success();
+}
+
+/// The binary's name as run, the prefix of its errors.
+std::string programName = "llmc-exported";
+
+int fail(llvm::Error error) {
+  llvm::WithColor::error(llvm::errs(), programName)
+      << llvm::toString(std::move(error)) << "\n";
+  return 1;
+}
+
+/// The binary's own file, for errors and for mapping.
+std::string selfPath(const char *argv0) {
+  std::string path = llvm::sys::fs::getMainExecutable(
+      argv0, reinterpret_cast<void *>(&selfPath));
+  return path.empty() ? std::string("/proc/self/exe") : path;
+}
+
+/// `NAME serve ...`: the place for an HTTP server over the model
+/// (runtime/Serve, which is not built yet); it would load the model with
+/// openPayload and loadModel and serve model.generator.
+int runServe(int argc, char **argv) {
+  llvm::WithColor::error(llvm::errs(), programName)
+      << "serve: not built yet (this binary generates from the command "
+         "line; see --help)\n";
+  return 2;
+}
+
+double peakRssMiB() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0; // kilobytes on Linux
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  auto start = std::chrono::steady_clock::now();
+  programName = llvm::sys::path::filename(argv[0]).str();
+  // --version: the llmc that wrote the binary (its manifest), not LLVM's.
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    auto payload = runtime::Payload::open(selfPath(nullptr));
+    auto manifest = payload ? runtime::readManifest(**payload)
+                            : llvm::Expected<runtime::ExportManifest>(
+                                  payload.takeError());
+    if (manifest)
+      os << programName << ": exported by " << manifest->llmcVersion << "\n";
+    else
+      os << programName << ": " << llvm::toString(manifest.takeError())
+         << "\n";
+  });
+  if (argc > 1 && llvm::StringRef(argv[1]) == "serve")
+    return runServe(argc - 1, argv + 1);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "an LLM inference binary written by llmc export: the model, its "
+      "weights and its compiled kernels in one file\n\n"
+      "  NAME --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] "
+      "[--seed S]\n"
+      "  NAME --info           what the binary holds\n"
+      "  NAME --bench          start-up, prefill and decode speed, peak RSS\n"
+      "  NAME serve ...        (not built yet)\n");
+  if (llvm::Error error = generation.check())
+    return fail(std::move(error));
+  if (numThreads < 0)
+    return fail(llvm::createStringError(
+        "--threads: expected a count >= 0 (0: all), got " +
+        llvm::Twine(numThreads)));
+  ExportedModel model;
+  if (llvm::Error error = openPayload(selfPath(argv[0]), model))
+    return fail(std::move(error));
+  if (info) {
+    runtime::printExportInfo(*model.payload, model.manifest, llvm::outs());
+    return 0;
+  }
+  if (llvm::Error error = loadModel(model, numThreads))
+    return fail(std::move(error));
+  double startupSeconds = secondsSince(start);
+  const data::Tokenizer &tok = *model.tokenizer;
+  std::vector<int32_t> tokens = tok.encode(generation.prompt);
+  if (tokens.empty())
+    tokens = tok.encode("\n"); // the model needs one token to start from
+  if (generation.printLogits) {
+    if (llvm::Error error = printCachedLogits(model.generator, tokens))
+      return fail(std::move(error));
+    return 0;
+  }
+  runtime::SamplingOptions sampling = generation.sampling(seed);
+  runtime::GenerationStats stats;
+  if (bench) {
+    if (llvm::Error error = runtime::generateCached(
+            model.generator, tokens, generation.maxTokens, sampling,
+            [](int64_t) {}, &stats))
+      return fail(std::move(error));
+    llvm::outs() << llvm::format(
+        "start-up: %.3f s (checksums of %.1f MB: %.3f s)\n", startupSeconds,
+        model.payload->fileSize() / 1e6, model.verifySeconds);
+    llvm::outs() << llvm::format("prefill: %lld tokens, %.1f tokens/s\n",
+                                 (long long)stats.promptTokens,
+                                 prefillTokensPerSecond(stats));
+    llvm::outs() << llvm::format("decode: %zu tokens, %.1f tokens/s\n",
+                                 stats.decodeSeconds.size(),
+                                 decodeTokensPerSecond(stats));
+    llvm::outs() << llvm::format("peak RSS: %.1f MiB\n", peakRssMiB());
+    return 0;
+  }
+  GeneratedText text(tok, generation.prompt, generation.maxTokens);
+  if (llvm::Error error = text.finish(runtime::generateCached(
+          model.generator, tokens, generation.maxTokens, sampling,
+          [&](int64_t id) { text.token(id); }, &stats)))
+    return fail(std::move(error));
+  printGenerationStats(stats, model.generator, *model.prefill, *model.decode);
+  return 0;
+}

@@ -1,0 +1,399 @@
+// llmc export: kernels ahead of time, the kernel table, the link with the
+// export runtime, then the payload appended.
+#include "tools/llmc/Export.h"
+
+#include "codegen/KernelToCpu/KernelToCpu.h"
+#include "frontend/ModelConfig.h"
+#include "frontend/Tokenizer.h"
+#include "ir/kernel/Artifact.h"
+#include "ir/kernel/AtomicFile.h"
+#include "runtime/Backend.h"
+#include "runtime/ExportPayload.h"
+#include "tools/exported/KernelTable.h"
+#include "tools/llmc/Inference.h"
+
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/Program.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
+#include "llvm/TargetParser/X86TargetParser.h"
+
+#include <chrono>
+
+using namespace llmc;
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+/// The archive of the exported binaries' runtime (tools/exported): beside
+/// llmc's bin/ in lib/, in the build tree and after `cmake --install`.
+llvm::Expected<std::string> exportRuntimeArchive() {
+  llvm::SmallString<256> path(llvm::sys::fs::getMainExecutable(
+      nullptr, reinterpret_cast<void *>(&exportRuntimeArchive)));
+  llvm::sys::path::remove_filename(path);
+  llvm::sys::path::append(path, "..", "lib", "libllmc-export-runtime.a");
+  llvm::SmallString<256> real;
+  if (llvm::sys::fs::real_path(path, real) || !llvm::sys::fs::exists(real))
+    return llvm::createStringError(
+        "the export runtime " + path +
+        " is missing (build the target llmc-export-runtime, or install "
+        "llmc with cmake --install)");
+  return std::string(real);
+}
+
+/// The C++ compiler driver that compiles the table and links: $CXX (its
+/// first word; the rest are arguments) or c++.
+llvm::Expected<std::vector<std::string>> compilerDriver() {
+  std::string spec = "c++";
+  if (std::optional<std::string> env = llvm::sys::Process::GetEnv("CXX"))
+    if (!llvm::StringRef(*env).trim().empty())
+      spec = *env;
+  llvm::SmallVector<llvm::StringRef> words;
+  llvm::StringRef(spec).split(words, ' ', -1, /*KeepEmpty=*/false);
+  llvm::ErrorOr<std::string> program = llvm::sys::findProgramByName(words[0]);
+  if (!program)
+    return llvm::createStringError(
+        "llmc export links with the system C++ compiler driver, and '" +
+        words[0] + "' (" + (spec == "c++" ? "the default" : "from $CXX") +
+        ") is not found on PATH; install g++ or clang, or set CXX");
+  std::vector<std::string> command{*program};
+  for (llvm::StringRef word : llvm::ArrayRef(words).drop_front())
+    command.push_back(word.str());
+  // -DLLMC_SANITIZE=ON: the export runtime is instrumented too.
+  llvm::SmallVector<llvm::StringRef> flags;
+  llvm::StringRef(LLMC_EXPORT_LINK_FLAGS).split(flags, ' ', -1, false);
+  for (llvm::StringRef flag : flags)
+    command.push_back(flag.str());
+  return command;
+}
+
+llvm::Error run(std::vector<std::string> command, llvm::StringRef what,
+                llvm::StringRef logFile) {
+  std::vector<llvm::StringRef> args(command.begin(), command.end());
+  std::optional<llvm::StringRef> redirects[] = {std::nullopt, logFile, logFile};
+  std::string error;
+  int status = llvm::sys::ExecuteAndWait(args[0], args, std::nullopt, redirects,
+                                         0, 0, &error);
+  if (status == 0)
+    return llvm::Error::success();
+  std::string output;
+  if (auto buffer = llvm::MemoryBuffer::getFile(logFile))
+    output = (*buffer)->getBuffer().take_back(4000).str();
+  return llvm::createStringError(
+      what + " failed (" +
+      (error.empty() ? "exit " + std::to_string(status) : error) +
+      "): " + llvm::join(command, " ") + "\n" + output);
+}
+
+/// The features the kernels may use, without the '+': those of `cpu` (an
+/// x86-64 CPU name), or the host's when `cpu` is empty.
+llvm::Expected<std::vector<std::string>>
+requiredFeatures(const cpu::CpuTargetOptions &resolved, bool host) {
+  std::vector<std::string> features;
+  if (host) {
+    for (llvm::StringRef feature : llvm::split(resolved.features, ','))
+      if (feature.consume_front("+"))
+        features.push_back(feature.str());
+    return features;
+  }
+  llvm::SmallVector<llvm::StringRef> names;
+  llvm::X86::getFeaturesForCPU(resolved.cpu, names);
+  for (llvm::StringRef name : names)
+    features.push_back(name.str());
+  llvm::sort(features);
+  return features;
+}
+
+} // namespace
+
+llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
+                               const ExportOptions &options,
+                               llvm::raw_ostream &log) {
+  auto started = std::chrono::steady_clock::now();
+  if (options.output.empty())
+    return llvm::createStringError("export: -o NAME is required (the binary "
+                                   "to write)");
+  if (options.precision != "fp32") {
+    if (options.precision == "bf16" || options.precision == "fp16")
+      return llvm::createStringError(
+          "--precision " + options.precision +
+          ": not implemented yet (llmc export writes fp32 binaries only)");
+    return llvm::createStringError("--precision: expected fp32, bf16 or "
+                                   "fp16, got '" +
+                                   options.precision + "'");
+  }
+  if (options.target != "cpu") {
+    if (options.target == "cuda")
+      return llvm::createStringError(
+          "--target cuda: not implemented yet (llmc export writes CPU "
+          "binaries only)");
+    return llvm::createStringError("--target: expected cpu or cuda, got '" +
+                                   options.target + "'");
+  }
+  if (options.batch < 1)
+    return llvm::createStringError("--batch: expected a count >= 1, got " +
+                                   llvm::Twine(options.batch));
+  if (options.maxContext < 0)
+    return llvm::createStringError(
+        "--max-context: expected a count >= 1 (0: the model's seq_len), got " +
+        llvm::Twine(options.maxContext));
+  if (options.prefillChunk < 1)
+    return llvm::createStringError(
+        "--prefill-chunk: expected a count >= 1, got " +
+        llvm::Twine(options.prefillChunk));
+  bool hostCpu = options.cpu.empty();
+  if (!hostCpu) {
+    llvm::Triple host(llvm::sys::getProcessTriple());
+    if (!host.isX86() ||
+        llvm::X86::parseArchX86(options.cpu, /*Only64Bit=*/true) ==
+            llvm::X86::CK_None)
+      return llvm::createStringError(
+          "--cpu " + options.cpu +
+          ": not an x86-64 CPU name LLVM knows (e.g. x86-64-v2, x86-64-v3, "
+          "x86-64-v4, skylake-avx512, znver4)");
+  }
+  llvm::Expected<std::string> archive = exportRuntimeArchive();
+  if (!archive)
+    return archive.takeError();
+  llvm::Expected<std::vector<std::string>> driver = compilerDriver();
+  if (!driver)
+    return driver.takeError();
+
+  // The model, as llmc generate reads it.
+  llvm::Expected<kir::Program> artifact = kir::readArtifact(options.model);
+  if (!artifact)
+    return artifact.takeError();
+  if (artifact->modelJson.empty())
+    return llvm::createStringError(
+        options.model + " has no model config (a hand-written model): "
+                        "llmc export builds @prefill/@decode from one");
+  auto config =
+      mlir::llmc::parseModelConfigJson(artifact->modelJson, options.model);
+  if (!config)
+    return config.takeError();
+  auto tokenizer = data::loadTokenizer(options.tokenizer);
+  if (!tokenizer)
+    return tokenizer.takeError();
+  std::string vocabJson, merges;
+  if (options.tokenizer != "byte")
+    for (auto [name, bytes] : {std::pair{"vocab.json", &vocabJson},
+                               std::pair{"merges.txt", &merges}}) {
+      llvm::SmallString<256> path(options.tokenizer);
+      llvm::sys::path::append(path, name);
+      auto buffer = llvm::MemoryBuffer::getFile(path);
+      if (!buffer)
+        return llvm::createStringError(path + ": " +
+                                       buffer.getError().message());
+      *bytes = (*buffer)->getBuffer().str();
+    }
+
+  mlir::llmc::InferenceShape shape;
+  shape.batch = options.batch;
+  shape.maxContext = options.maxContext ? options.maxContext : config->seqLen;
+  shape.prefillTokens = std::min(options.prefillChunk, shape.maxContext);
+  llvm::Expected<InferencePrograms> programs =
+      buildInferencePrograms(context, *config, shape);
+  if (!programs)
+    return programs.takeError();
+
+  // Every kernel of both programs in one object, under the table's symbols.
+  std::vector<kir::Kernel> kernels;
+  std::vector<std::pair<std::string, std::vector<std::string>>> table;
+  for (auto [name, program] : {std::pair{"prefill", &programs->prefill},
+                               std::pair{"decode", &programs->decode}}) {
+    table.push_back({name, {}});
+    for (auto [index, kernel] : llvm::enumerate(program->kernels)) {
+      table.back().second.push_back(kernel.name);
+      kernels.push_back(kernel);
+      kernels.back().name = exported::kernelSymbol(name, index);
+    }
+  }
+  cpu::CpuTargetOptions target;
+  target.cpu = options.cpu;
+  cpu::CpuTargetOptions resolved = cpu::resolveTarget(target);
+  llvm::Expected<std::vector<std::string>> features =
+      requiredFeatures(resolved, hostCpu);
+  if (!features)
+    return features.takeError();
+  auto compileStart = std::chrono::steady_clock::now();
+  llvm::Expected<llvm::SmallVector<char, 0>> object =
+      cpu::compileKernelsToObject(kernels, target);
+  if (!object)
+    return object.takeError();
+  log << llvm::format("llmc: %zu kernels (@prefill %zu, @decode %zu) "
+                      "compiled for %s in %.2f s\n",
+                      kernels.size(), programs->prefill.kernels.size(),
+                      programs->decode.kernels.size(), resolved.cpu.c_str(),
+                      secondsSince(compileStart));
+
+  // Object, table, link: in a temporary directory removed on the way out.
+  llvm::SmallString<128> dir;
+  if (std::error_code error =
+          llvm::sys::fs::createUniqueDirectory("llmc-export", dir))
+    return llvm::createStringError("cannot create a temporary directory: " +
+                                   error.message());
+  auto cleanup =
+      llvm::make_scope_exit([&] { llvm::sys::fs::remove_directories(dir); });
+  auto inDir = [&](llvm::StringRef name) {
+    llvm::SmallString<128> path(dir);
+    llvm::sys::path::append(path, name);
+    return std::string(path);
+  };
+  std::string objectPath = inDir("kernels.o"), tablePath = inDir("table.cpp");
+  std::string tableObject = inDir("table.o"), exePath = inDir("binary");
+  std::string logPath = inDir("driver.log");
+  std::string tableSource = exported::kernelTableSource(table);
+  for (auto [path, bytes] :
+       {std::pair{objectPath, llvm::StringRef(object->data(), object->size())},
+        std::pair{tablePath, llvm::StringRef(tableSource)}}) {
+    std::error_code error;
+    llvm::raw_fd_ostream os(path, error);
+    if (error)
+      return llvm::createStringError(path + ": " + error.message());
+    os << bytes;
+  }
+  std::vector<std::string> compile = *driver;
+  for (const char *arg : {"-c", "-O1", "-fPIC", "-o"})
+    compile.push_back(arg);
+  compile.push_back(tableObject);
+  compile.push_back(tablePath);
+  if (llvm::Error error = run(compile, "compiling the kernel table", logPath))
+    return error;
+  // LLVM Support (ADT, Error, the command line, the host CPU's features)
+  // statically: the binary needs no LLVM or MLIR library.
+  std::vector<std::string> link = *driver;
+  link.insert(link.end(), {"-o", exePath, objectPath, tableObject, *archive});
+  for (const char *library :
+       {"libLLVMTargetParser.a", "libLLVMSupport.a", "libLLVMDemangle.a"}) {
+    llvm::SmallString<256> path(LLMC_LLVM_LIBRARY_DIR);
+    llvm::sys::path::append(path, library);
+    link.push_back(std::string(path));
+  }
+  link.insert(link.end(),
+              {"-Wl,--as-needed", LLMC_OPENBLAS_LIBRARY, "-lpthread", "-lm"});
+  auto linkStart = std::chrono::steady_clock::now();
+  if (llvm::Error error = run(link, "linking the binary", logPath))
+    return error;
+  log << llvm::format("llmc: linked with %s in %.2f s\n", (*driver)[0].c_str(),
+                      secondsSince(linkStart));
+  auto executable = llvm::MemoryBuffer::getFile(exePath, /*IsText=*/false,
+                                                /*RequiresNullTerminator=*/
+                                                false);
+  if (!executable)
+    return llvm::createStringError(exePath + ": " +
+                                   executable.getError().message());
+
+  // The binary, then the payload.
+  runtime::ExportManifest manifest;
+  manifest.llmcVersion = LLMC_GIT_COMMIT;
+  manifest.modelName = config->name;
+  manifest.modelJson = artifact->modelJson;
+  manifest.precision = options.precision;
+  manifest.batch = shape.batch;
+  manifest.maxContext = shape.maxContext;
+  manifest.prefillChunk = shape.prefillTokens;
+  manifest.cpu = resolved.cpu;
+  manifest.cpuFeatures = *features;
+  manifest.prefillKernels = int64_t(programs->prefill.kernels.size());
+  manifest.decodeKernels = int64_t(programs->decode.kernels.size());
+  manifest.tokenizer = options.tokenizer == "byte" ? "byte" : "gpt2-bpe";
+  const kir::Program &prefill = programs->prefill;
+  for (const kir::Binding &param : programs->decode.params)
+    if (llvm::none_of(prefill.params, [&](const kir::Binding &other) {
+          return other.name == param.name;
+        }))
+      return llvm::createStringError("@decode has a parameter '" + param.name +
+                                     "' that @prefill lacks");
+  std::vector<uint8_t> prefillBytes = kir::serializeProgram(prefill);
+  std::vector<uint8_t> decodeBytes = kir::serializeProgram(programs->decode);
+  auto asChars = [](const std::vector<uint8_t> &bytes) {
+    return llvm::ArrayRef<char>(reinterpret_cast<const char *>(bytes.data()),
+                                bytes.size());
+  };
+  llvm::Error written = kir::writeFileAtomically(
+      options.output, [&](llvm::raw_ostream &os) -> llvm::Error {
+        llvm::StringRef exe = (*executable)->getBuffer();
+        os << exe;
+        runtime::PayloadWriter writer(os, exe.size());
+        writer.add("prefill", asChars(prefillBytes));
+        writer.add("decode", asChars(decodeBytes));
+        if (manifest.tokenizer != "byte") {
+          writer.add("tokenizer.vocab", vocabJson);
+          writer.add("tokenizer.merges", merges);
+        }
+        // The weights, page-aligned, each tensor 64-byte aligned, as the
+        // store would hold them: the binary maps them in place.
+        writer.begin("weights", 4096);
+        if (llvm::Error error = runtime::readProgramWeights(
+                prefill, options.weights, options.seed,
+                [&](const std::string &name,
+                    const runtime::HostTensor &tensor) -> llvm::Error {
+                  const kir::Binding *param = nullptr;
+                  for (const kir::Binding &binding : prefill.params)
+                    if (binding.name == name)
+                      param = &binding;
+                  const kir::Buffer &buffer = prefill.buffers[param->buffer];
+                  if (tensor.shape != buffer.shape ||
+                      tensor.dtype != buffer.dtype)
+                    return llvm::createStringError(
+                        "tensor '" + name + "' is " +
+                        kir::dtypeName(tensor.dtype) +
+                        kir::formatShape(tensor.shape) +
+                        ", the model expects " + kir::dtypeName(buffer.dtype) +
+                        kir::formatShape(buffer.shape));
+                  writer.pad(kir::kArenaAlignment);
+                  manifest.weights.push_back({name, tensor.dtype, tensor.shape,
+                                              writer.sectionSize(),
+                                              uint64_t(tensor.bytes.size())});
+                  writer.write(llvm::ArrayRef<char>(
+                      reinterpret_cast<const char *>(tensor.bytes.data()),
+                      tensor.bytes.size()));
+                  return llvm::Error::success();
+                }))
+          return error;
+        manifest.weightsBytes = writer.sectionSize();
+        writer.end();
+        manifest.weightsChecksum = writer.checksumOf("weights");
+        writer.add("manifest", manifest.toJson());
+        writer.finish();
+        return llvm::Error::success();
+      });
+  if (written)
+    return written;
+  if (std::error_code error = llvm::sys::fs::setPermissions(
+          options.output, llvm::sys::fs::all_read | llvm::sys::fs::all_exe |
+                              llvm::sys::fs::owner_write))
+    return llvm::createStringError(options.output + ": " + error.message());
+  uint64_t size = 0;
+  llvm::sys::fs::file_size(options.output, size);
+  log << llvm::format("llmc: wrote %s: %.1f MB (executable %.1f MB, weights "
+                      "%.1f MB) in %.2f s\n",
+                      options.output.c_str(), size / 1e6,
+                      (*executable)->getBufferSize() / 1e6,
+                      manifest.weightsBytes / 1e6, secondsSince(started));
+  return llvm::Error::success();
+}
+
+llvm::Error llmc::printExportedBinary(llvm::StringRef path,
+                                      llvm::raw_ostream &os) {
+  auto payload = runtime::Payload::open(path);
+  if (!payload)
+    return payload.takeError();
+  if (llvm::Error error = (*payload)->verify())
+    return error;
+  auto manifest = runtime::readManifest(**payload);
+  if (!manifest)
+    return manifest.takeError();
+  runtime::printExportInfo(**payload, *manifest, os);
+  return llvm::Error::success();
+}
