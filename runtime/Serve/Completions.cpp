@@ -107,8 +107,8 @@ llmc::serve::parseCompletionRequest(llvm::StringRef body) {
       return wrongType("temperature", "a number", *value);
     params.temperature = value->get<double>();
     if (!std::isfinite(params.temperature) || params.temperature < 0)
-      return invalidRequest(llvm::formatv(
-          "'temperature' must be >= 0, got {0}", params.temperature));
+      return invalidRequest("'temperature' must be >= 0, got " +
+                            dump(*value));
   }
   if (const json *value = field("top_k")) {
     llvm::Expected<int64_t> count = readCount("top_k", *value);
