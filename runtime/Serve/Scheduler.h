@@ -91,6 +91,7 @@ struct SchedulerStats {
   /// batch occupancy.
   int64_t decodeRows = 0;
   int64_t promptTokens = 0, generatedTokens = 0;
+  /// cancelled: by their reader (a client gone, or a stop string found).
   int64_t completed = 0, cancelled = 0, failed = 0, rejected = 0;
 };
 
