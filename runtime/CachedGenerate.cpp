@@ -74,10 +74,31 @@ llvm::Expected<CachedGenerator> CachedGenerator::create(Executor &prefill,
 
 llvm::Expected<std::vector<float>>
 CachedGenerator::step(Executor &executor, int64_t length,
-                      const HostTensor &tokens, const HostTensor &positions) {
-  if (llvm::Error error = executor.setTensor("tokens", tokens))
+                      llvm::ArrayRef<int32_t> tokens,
+                      llvm::ArrayRef<int32_t> positions) {
+  llvm::StringRef name = executor.program().function;
+  if (int64_t(tokens.size()) != batchSize * length ||
+      int64_t(positions.size()) != batchSize * length)
+    return llvm::createStringError(llvm::formatv(
+        "{0}: {1} tokens and {2} positions for [{3}, {4}]", name,
+        tokens.size(), positions.size(), batchSize, length));
+  HostTensor ids = HostTensor::zeros(kir::DType::I32, {batchSize, length});
+  HostTensor at = HostTensor::zeros(kir::DType::I32, {batchSize, length});
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (positions[i] < 0 || positions[i] >= slots)
+      return llvm::createStringError(llvm::formatv(
+          "{0}: position {1} is outside the context [0, {2})", name,
+          positions[i], slots));
+    if (tokens[i] < 0 || tokens[i] >= vocabSize)
+      return llvm::createStringError(llvm::formatv(
+          "{0}: token {1} is outside the vocabulary [0, {2})", name,
+          tokens[i], vocabSize));
+    ids.i32()[i] = tokens[i];
+    at.i32()[i] = positions[i];
+  }
+  if (llvm::Error error = executor.setTensor("tokens", ids))
     return std::move(error);
-  if (llvm::Error error = executor.setTensor("positions", positions))
+  if (llvm::Error error = executor.setTensor("positions", at))
     return std::move(error);
   if (llvm::Error error = executor.run())
     return std::move(error);
@@ -86,6 +107,12 @@ CachedGenerator::step(Executor &executor, int64_t length,
     return logits.takeError();
   llvm::ArrayRef<float> values = logits->f32();
   return std::vector<float>(values.begin(), values.end());
+}
+
+llvm::Expected<std::vector<float>>
+CachedGenerator::prefillStep(llvm::ArrayRef<int32_t> tokens,
+                             llvm::ArrayRef<int32_t> positions) {
+  return step(*prefillExec, chunk, tokens, positions);
 }
 
 llvm::Expected<std::vector<float>>
@@ -108,8 +135,7 @@ CachedGenerator::prefill(const std::vector<std::vector<int32_t>> &tokens) {
             vocabSize));
     longest = std::max<int64_t>(longest, sequence.size());
   }
-  HostTensor ids = HostTensor::zeros(kir::DType::I32, {batchSize, chunk});
-  HostTensor positions = HostTensor::zeros(kir::DType::I32, {batchSize, chunk});
+  std::vector<int32_t> ids(batchSize * chunk), positions(batchSize * chunk);
   std::vector<float> logits;
   for (int64_t start = 0; start < longest; start += chunk) {
     for (int64_t b = 0; b < batchSize; ++b) {
@@ -118,12 +144,11 @@ CachedGenerator::prefill(const std::vector<std::vector<int32_t>> &tokens) {
       for (int64_t t = 0; t < chunk; ++t) {
         // Past its end a sequence repeats its last token at its place.
         int64_t at = std::min(start + t, last);
-        ids.i32()[b * chunk + t] = sequence[at];
-        positions.i32()[b * chunk + t] = int32_t(at);
+        ids[b * chunk + t] = sequence[at];
+        positions[b * chunk + t] = int32_t(at);
       }
     }
-    llvm::Expected<std::vector<float>> out =
-        step(*prefillExec, chunk, ids, positions);
+    llvm::Expected<std::vector<float>> out = prefillStep(ids, positions);
     if (!out)
       return out.takeError();
     logits = std::move(*out);
@@ -138,21 +163,7 @@ CachedGenerator::decode(llvm::ArrayRef<int32_t> tokens,
       int64_t(positions.size()) != batchSize)
     return llvm::createStringError("decode: one token and position per "
                                    "sequence");
-  HostTensor ids = HostTensor::zeros(kir::DType::I32, {batchSize, 1});
-  HostTensor at = HostTensor::zeros(kir::DType::I32, {batchSize, 1});
-  for (int64_t b = 0; b < batchSize; ++b) {
-    if (positions[b] < 0 || positions[b] >= slots)
-      return llvm::createStringError(llvm::formatv(
-          "decode: position {0} is outside the context [0, {1})",
-          positions[b], slots));
-    if (tokens[b] < 0 || tokens[b] >= vocabSize)
-      return llvm::createStringError(llvm::formatv(
-          "decode: token {0} is outside the vocabulary [0, {1})", tokens[b],
-          vocabSize));
-    ids.i32()[b] = tokens[b];
-    at.i32()[b] = positions[b];
-  }
-  return step(*decodeExec, 1, ids, at);
+  return step(*decodeExec, 1, tokens, positions);
 }
 
 llvm::Error llmc::runtime::generateCached(

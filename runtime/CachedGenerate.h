@@ -50,11 +50,21 @@ public:
   /// after the positions fed before it); returns the logits [B, V].
   llvm::Expected<std::vector<float>>
   decode(llvm::ArrayRef<int32_t> tokens, llvm::ArrayRef<int32_t> positions);
+  /// One @prefill step over `tokens` and `positions` [B, prefillChunk()]
+  /// (row-major) as given: prefill() is a loop of these. For a caller that
+  /// places each row itself (runtime/Serve prefills new sequences while
+  /// others wait mid-decode). Returns the logits after each row's last
+  /// column [B, V].
+  llvm::Expected<std::vector<float>>
+  prefillStep(llvm::ArrayRef<int32_t> tokens,
+              llvm::ArrayRef<int32_t> positions);
 
 private:
+  /// Checks `tokens` and `positions` [B, length] against the vocabulary and
+  /// the context, then runs `executor` on them.
   llvm::Expected<std::vector<float>> step(Executor &executor, int64_t length,
-                                          const HostTensor &tokens,
-                                          const HostTensor &positions);
+                                          llvm::ArrayRef<int32_t> tokens,
+                                          llvm::ArrayRef<int32_t> positions);
 
   Executor *prefillExec = nullptr, *decodeExec = nullptr;
   int64_t batchSize = 0, chunk = 0, slots = 0, vocabSize = 0;

@@ -15,6 +15,8 @@ packages=(
   openmpi-bin libopenmpi-dev               # MPI collectives (runtime/Comm),
                                            # mpirun for multi-rank runs/tests
   clang-22 libclang-rt-22-dev              # libFuzzer + ASan/UBSan: scripts/fuzz.sh
+  libboost1.81-dev nlohmann-json3-dev      # the inference server (runtime/Serve):
+                                           # Beast/Asio and JSON, header-only
 )
 
 missing=()
