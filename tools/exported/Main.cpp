@@ -1,12 +1,14 @@
 // The main of an inference binary written by `llmc export`: it maps its own
 // file, checks the payload (runtime/ExportPayload.h) and the CPU, binds the
 // weights in place and runs @prefill/@decode with the kernels linked in
-// ahead of time (KernelTable.h). No MLIR, no JIT, no shared LLVM.
+// ahead of time (KernelTable.h), from the command line or, as `NAME serve`,
+// behind runtime/Serve's HTTP server. No MLIR, no JIT, no shared LLVM.
 #include "frontend/Tokenizer.h"
 #include "ir/kernel/Artifact.h"
 #include "runtime/CachedGenerate.h"
 #include "runtime/Executor.h"
 #include "runtime/ExportPayload.h"
+#include "runtime/Serve/Server.h"
 #include "tools/common/GenerateOutput.h"
 #include "tools/exported/KernelTable.h"
 
@@ -31,9 +33,39 @@ static cl::opt<uint64_t> seed("seed",
                               cl::desc("Seed of the sampler (default 1337)"),
                               cl::init(runtime::SamplingOptions().seed),
                               cl::cat(category));
+static cl::SubCommand serveCmd(
+    "serve", "Serve OpenAI-style completions over HTTP (POST "
+             "/v1/completions, GET /v1/models, GET /health); concurrent "
+             "requests share the decode step, up to the batch the binary "
+             "was exported with");
 static cl::opt<int> numThreads("threads",
                                cl::desc("CPU threads (default: all)"),
-                               cl::init(0), cl::cat(category));
+                               cl::init(0), cl::cat(category),
+                               cl::sub(cl::SubCommand::getTopLevel()),
+                               cl::sub(serveCmd));
+static cl::opt<std::string> serveHost("host",
+                                      cl::desc("Address to listen on "
+                                               "(default 127.0.0.1)"),
+                                      cl::init("127.0.0.1"), cl::cat(category),
+                                      cl::sub(serveCmd));
+static cl::opt<unsigned> servePort(
+    "port", cl::desc("Port (default 8080; 0: any free port, printed)"),
+    cl::init(8080), cl::cat(category), cl::sub(serveCmd));
+static cl::opt<int64_t> serveQueueLimit(
+    "queue-limit",
+    cl::desc("Requests that may wait while every slot is busy (default "
+             "64); more are answered 503"),
+    cl::init(serve::ServeOptions().queueLimit), cl::cat(category),
+    cl::sub(serveCmd));
+static cl::opt<uint64_t> serveMaxBody(
+    "max-body-bytes",
+    cl::desc("Largest request body (default 1 MiB); larger ones get 413"),
+    cl::init(serve::ServeOptions().maxBodyBytes), cl::cat(category),
+    cl::sub(serveCmd));
+static cl::opt<std::string> serveModelName(
+    "model-name",
+    cl::desc("The model's name in responses (default: the exported model's)"),
+    cl::cat(category), cl::sub(serveCmd));
 static cl::opt<bool> bench(
     "bench",
     cl::desc("Generate --max-tokens tokens after the prompt without printing "
@@ -215,14 +247,36 @@ std::string selfPath(const char *argv0) {
   return path.empty() ? std::string("/proc/self/exe") : path;
 }
 
-/// `NAME serve ...`: the place for an HTTP server over the model
-/// (runtime/Serve, which is not built yet); it would load the model with
-/// openPayload and loadModel and serve model.generator.
-int runServe(int argc, char **argv) {
-  llvm::WithColor::error(llvm::errs(), programName)
-      << "serve: not built yet (this binary generates from the command "
-         "line; see --help)\n";
-  return 2;
+/// `NAME serve`: runtime/Serve's server over the model's generator, each
+/// of its batch rows a request slot.
+int runServe(const char *argv0) {
+  if (numThreads < 0)
+    return fail(llvm::createStringError(
+        "--threads: expected a count >= 0 (0: all), got " +
+        llvm::Twine(numThreads)));
+  if (servePort > 65535)
+    return fail(llvm::createStringError(
+        "--port: expected 0..65535, got " + llvm::Twine(servePort)));
+  if (serveQueueLimit < 0)
+    return fail(llvm::createStringError(
+        "--queue-limit: expected a count >= 0, got " +
+        llvm::Twine(serveQueueLimit)));
+  ExportedModel model;
+  if (llvm::Error error = openPayload(selfPath(argv0), model))
+    return fail(std::move(error));
+  if (llvm::Error error = loadModel(model, numThreads))
+    return fail(std::move(error));
+  serve::ServeOptions options;
+  options.host = serveHost;
+  options.port = uint16_t(servePort);
+  options.modelName =
+      serveModelName.empty() ? model.manifest.modelName : serveModelName;
+  options.queueLimit = serveQueueLimit;
+  options.maxBodyBytes = serveMaxBody;
+  if (llvm::Error error =
+          serve::serve(model.generator, *model.tokenizer, options))
+    return fail(std::move(error));
+  return 0;
 }
 
 double peakRssMiB() {
@@ -248,8 +302,6 @@ int main(int argc, char **argv) {
       os << programName << ": " << llvm::toString(manifest.takeError())
          << "\n";
   });
-  if (argc > 1 && llvm::StringRef(argv[1]) == "serve")
-    return runServe(argc - 1, argv + 1);
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,
@@ -259,7 +311,10 @@ int main(int argc, char **argv) {
       "[--seed S]\n"
       "  NAME --info           what the binary holds\n"
       "  NAME --bench          start-up, prefill and decode speed, peak RSS\n"
-      "  NAME serve ...        (not built yet)\n");
+      "  NAME serve [--port 8080] [--host 127.0.0.1]   an HTTP server: "
+      "POST /v1/completions\n");
+  if (serveCmd)
+    return runServe(argv[0]);
   if (llvm::Error error = generation.check())
     return fail(std::move(error));
   if (numThreads < 0)
