@@ -15,6 +15,7 @@
 // (dense: 4 bytes a weight; 2:4: the packed values, f32 or bf16, and
 // metadata) over the read bandwidth measured here. x, y and the sums are
 // f32 in every variant.
+#include "bench/Bandwidth.h"
 #include "runtime/Cpu/SparseGemm.h"
 #include "runtime/SgemmPeak.h"
 #include "runtime/Sparsity.h"
@@ -62,46 +63,9 @@ template <typename Fn> double bestOf(int reps, Fn &&fn) {
   return best;
 }
 
-std::string cpuModel() {
-  auto cpuinfo = llvm::MemoryBuffer::getFileAsStream("/proc/cpuinfo");
-  if (!cpuinfo)
-    return "unknown CPU";
-  llvm::StringRef text = (*cpuinfo)->getBuffer();
-  size_t at = text.find("model name");
-  if (at == llvm::StringRef::npos)
-    return "unknown CPU";
-  return text.substr(at).split('\n').first.split(':').second.trim().str();
-}
-
-volatile double sink;
-
-/// STREAM-like read bandwidth: the best of 5 sums over 1 GiB (256 MiB in
-/// --short) of floats, split over the pool's threads, in bytes/s.
+/// STREAM-like read bandwidth over 1 GiB (256 MiB in --short), bytes/s.
 double readBandwidth(runtime::ThreadPool &pool) {
-  int64_t count = (shortMode ? 64 : 256) << 20;
-  std::vector<float> data(count, 1.0f);
-  std::vector<double> sums(pool.size());
-  double seconds = bestOf(5, [&] {
-    pool.parallelFor(count, [&](int64_t begin, int64_t end, int chunk) {
-      // 8 independent sums: vectorized, not bound by the add latency.
-      float s[16] = {};
-      int64_t i = begin;
-      for (; i + 16 <= end; i += 16)
-        for (int j = 0; j < 16; ++j)
-          s[j] += data[i + j];
-      for (; i < end; ++i)
-        s[0] += data[i];
-      double total = 0;
-      for (float v : s)
-        total += v;
-      sums[chunk] = total;
-    });
-  });
-  double total = 0;
-  for (double s : sums)
-    total += s;
-  sink = total; // the sums are used: the loads cannot be dropped
-  return double(count) * sizeof(float) / seconds;
+  return bench::readBandwidth(pool, int64_t(shortMode ? 64 : 256) << 20);
 }
 
 /// One weight shape of a block: W [n, k] (y = x W^T).
@@ -327,7 +291,7 @@ int main(int argc, char **argv) {
   openblas_set_num_threads(1); // the pool's threads call BLAS
   SparseIsa isa = cpu::bestSparseIsa();
   llvm::outs() << "bench-sparse" << (shortMode ? " (--short)" : "") << "\n";
-  llvm::outs() << "cpu: " << cpuModel() << ", "
+  llvm::outs() << "cpu: " << bench::cpuModel() << ", "
                << std::thread::hardware_concurrency() << " logical CPUs, "
                << pool.size() << " threads\n";
   llvm::outs() << "2:4 path: " << cpu::sparseIsaName(isa) << "\n";

@@ -350,12 +350,19 @@ int main(int argc, char **argv) {
     llvm::outs() << llvm::format(
         "start-up: %.3f s (checksums of %.1f MB: %.3f s)\n", startupSeconds,
         model.payload->fileSize() / 1e6, model.verifySeconds);
-    llvm::outs() << llvm::format("prefill: %lld tokens, %.1f tokens/s\n",
-                                 (long long)stats.promptTokens,
-                                 prefillTokensPerSecond(stats));
-    llvm::outs() << llvm::format("decode: %zu tokens, %.1f tokens/s\n",
-                                 stats.decodeSeconds.size(),
-                                 decodeTokensPerSecond(stats));
+    // Every one of the batch's B sequences is fed (the others follow
+    // sequence 0's tokens): B tokens a position.
+    int64_t batch = model.generator.batch();
+    llvm::outs() << llvm::format(
+        "prefill: %lld tokens x %lld sequences, %.1f tokens/s\n",
+        (long long)stats.promptTokens, (long long)batch,
+        batch * prefillTokensPerSecond(stats));
+    llvm::outs() << llvm::format(
+        "decode: %zu steps x %lld sequences, %.1f tokens/s (%.2f ms a "
+        "step)\n",
+        stats.decodeSeconds.size(), (long long)batch,
+        batch * decodeTokensPerSecond(stats),
+        1e3 / std::max(decodeTokensPerSecond(stats), 1e-9));
     llvm::outs() << llvm::format("peak RSS: %.1f MiB\n", peakRssMiB());
     return 0;
   }

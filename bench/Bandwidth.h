@@ -1,0 +1,68 @@
+// The memory-bandwidth yardstick of the decode benchmarks (bench-sparse,
+// bench-export through bench-bandwidth): a STREAM-like read of a buffer far
+// larger than the caches, summed on a thread pool, and the CPU's name.
+// Memory-bound decoding reads every weight once a step, so
+// weight bytes / this bandwidth is its time limit.
+#ifndef LLMC_BENCH_BANDWIDTH_H
+#define LLMC_BENCH_BANDWIDTH_H
+
+#include "runtime/ThreadPool.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace llmc::bench {
+
+/// The model name /proc/cpuinfo gives, or "unknown CPU".
+inline std::string cpuModel() {
+  auto cpuinfo = llvm::MemoryBuffer::getFileAsStream("/proc/cpuinfo");
+  if (!cpuinfo)
+    return "unknown CPU";
+  llvm::StringRef text = (*cpuinfo)->getBuffer();
+  size_t at = text.find("model name");
+  if (at == llvm::StringRef::npos)
+    return "unknown CPU";
+  return text.substr(at).split('\n').first.split(':').second.trim().str();
+}
+
+/// Read bandwidth in bytes/s: the best of 5 sums over `count` floats, split
+/// over the pool's threads (each with 16 independent sums, so vectorized
+/// and not bound by the add latency).
+inline double readBandwidth(runtime::ThreadPool &pool, int64_t count) {
+  std::vector<float> data(count, 1.0f);
+  std::vector<double> sums(pool.size());
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto start = std::chrono::steady_clock::now();
+    pool.parallelFor(count, [&](int64_t begin, int64_t end, int chunk) {
+      float s[16] = {};
+      int64_t i = begin;
+      for (; i + 16 <= end; i += 16)
+        for (int j = 0; j < 16; ++j)
+          s[j] += data[i + j];
+      for (; i < end; ++i)
+        s[0] += data[i];
+      double total = 0;
+      for (float v : s)
+        total += v;
+      sums[chunk] = total;
+    });
+    best = std::min(best, std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - start)
+                              .count());
+  }
+  // The sums are used, so the loads cannot be dropped.
+  volatile double sink = 0;
+  for (double s : sums)
+    sink = sink + s;
+  return double(count) * sizeof(float) / best;
+}
+
+} // namespace llmc::bench
+
+#endif // LLMC_BENCH_BANDWIDTH_H
