@@ -10,11 +10,12 @@
 llvm::Expected<llmc::InferencePrograms>
 llmc::buildInferencePrograms(mlir::MLIRContext &context,
                              const mlir::llmc::ModelConfig &config,
-                             mlir::llmc::InferenceShape shape) {
+                             mlir::llmc::InferenceShape shape,
+                             kir::DType weights) {
   auto module = mlir::llmc::buildInferenceModule(context, config, shape);
   if (!module)
     return module.takeError();
-  return compileInference(**module);
+  return compileInference(**module, weights);
 }
 
 llvm::Expected<llmc::InferenceSession>

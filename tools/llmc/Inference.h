@@ -27,7 +27,8 @@ struct InferenceSession {
 llvm::Expected<InferencePrograms>
 buildInferencePrograms(mlir::MLIRContext &context,
                        const mlir::llmc::ModelConfig &config,
-                       mlir::llmc::InferenceShape shape);
+                       mlir::llmc::InferenceShape shape,
+                       kir::DType weights = kir::DType::F32);
 
 /// Builds @prefill and @decode of `config` with `shape`, compiles them
 /// (kernels from the kernel cache or JIT-compiled), binds both to one

@@ -251,8 +251,9 @@ static cl::opt<int64_t> exportBatch(
     cl::init(::mlir::llmc::InferenceShape().batch), cl::sub(exportCmd));
 static cl::opt<std::string> exportPrecision(
     "precision",
-    cl::desc("Element type of the weights and kernels: fp32 (the default; "
-             "bf16 and fp16 are not implemented yet)"),
+    cl::desc("Element type of the stored weights: fp32 (the default) or "
+             "bf16 (half the bytes; activations, KV cache and sums stay "
+             "f32); fp16 is not implemented yet"),
     cl::init("fp32"), cl::value_desc("fp32|bf16|fp16"), cl::sub(exportCmd));
 static cl::opt<std::string> exportTarget(
     "target",
