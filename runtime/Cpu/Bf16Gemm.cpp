@@ -3,7 +3,11 @@
 // W [n, k] (wNK): one dot product per (row of x, column), NC columns at a
 // time sharing the x loads and MR rows sharing the W loads: MR * NC vector
 // accumulators, reduced across lanes once at the end; k's tail past the
-// last full vector in scalar. W [k, n]: L lanes of columns (two vectors at
+// last full chunk in scalar. A chunk of 2L bf16 is one load widened in
+// lanes (even elements: shift left 16; odd: mask the high half), so x's
+// rows are first copied deinterleaved per chunk (m * k floats, once per
+// call): no cross-lane zero-extension, which measured at half a core's
+// read bandwidth. W [k, n]: L lanes of columns (two vectors at
 // a time), each k step broadcasts x[i, p] and FMAs the widened W row
 // segment; columns past the last full vector in scalar. Either way every
 // W element is read once per call, as 2 bytes.
@@ -13,6 +17,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 using namespace llmc::cpu;
 
@@ -46,6 +51,10 @@ struct Scalar {
   static V zero() { return 0.0f; }
   static V loadX(const float *p) { return *p; }
   static V loadW(const uint16_t *p) { return widen(*p); }
+  static void loadW2(const uint16_t *p, V &even, V &odd) {
+    even = widen(p[0]);
+    odd = widen(p[1]);
+  }
   static V broadcast(float v) { return v; }
   static V fma(V a, V b, V c) { return a * b + c; }
   static float sum(V v) { return v; }
@@ -65,6 +74,15 @@ struct Avx2 {
     __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
     return _mm256_castsi256_ps(
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+  }
+  /// 2L bf16: the even-indexed ones (a lane's low half, shifted up) and
+  /// the odd (its high half, masked): no cross-lane widening.
+  __attribute__((target("avx2,fma"))) static void loadW2(const uint16_t *p,
+                                                         V &even, V &odd) {
+    __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
+    odd = _mm256_castsi256_ps(
+        _mm256_and_si256(bits, _mm256_set1_epi32(int(0xffff0000u))));
   }
   __attribute__((target("avx2,fma"))) static V broadcast(float v) {
     return _mm256_set1_ps(v);
@@ -98,6 +116,13 @@ struct Avx512 {
     return _mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
   }
+  __attribute__((target("avx512f"))) static void loadW2(const uint16_t *p,
+                                                        V &even, V &odd) {
+    __m512i bits = _mm512_loadu_si512(p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
+    odd = _mm512_castsi512_ps(
+        _mm512_and_si512(bits, _mm512_set1_epi32(int(0xffff0000u))));
+  }
   __attribute__((target("avx512f"))) static V broadcast(float v) {
     return _mm512_set1_ps(v);
   }
@@ -115,22 +140,25 @@ struct Avx512 {
 // The target attribute of each ISA's drivers (templates instantiate with
 // the attribute of the function they are declared with).
 #define LLMC_BF16_DRIVERS(ISA, TARGET)                                         \
+  /* xd: x's rows deinterleaved per chunk of 2L (L even elements, then  */  \
+  /* L odd), `full` of them a row, so each W chunk is widened in lanes.  */  \
   template <int MR, int NC>                                                    \
-  TARGET static void dotBlock##ISA(const Args &a, int64_t j) {                 \
+  TARGET static void dotBlock##ISA(const Args &a, const float *xd,             \
+                                   int64_t full, int64_t j) {                  \
     using I = ISA;                                                             \
     typename I::V acc[MR][NC];                                                 \
     for (int i = 0; i < MR; ++i)                                               \
       for (int c = 0; c < NC; ++c)                                             \
         acc[i][c] = I::zero();                                                 \
-    int64_t full = a.k / I::L * I::L;                                          \
-    for (int64_t p = 0; p < full; p += I::L) {                                 \
-      typename I::V w[NC];                                                     \
+    for (int64_t p = 0; p < full; p += 2 * I::L) {                             \
+      typename I::V even[NC], odd[NC];                                         \
       for (int c = 0; c < NC; ++c)                                             \
-        w[c] = I::loadW(a.w + (j + c) * a.ldw + p);                            \
+        I::loadW2(a.w + (j + c) * a.ldw + p, even[c], odd[c]);                 \
       for (int i = 0; i < MR; ++i) {                                           \
-        typename I::V x = I::loadX(a.x + i * a.ldx + p);                       \
+        typename I::V xe = I::loadX(xd + i * full + p);                        \
+        typename I::V xo = I::loadX(xd + i * full + p + I::L);                 \
         for (int c = 0; c < NC; ++c)                                           \
-          acc[i][c] = I::fma(x, w[c], acc[i][c]);                              \
+          acc[i][c] = I::fma(xo, odd[c], I::fma(xe, even[c], acc[i][c]));      \
       }                                                                        \
     }                                                                          \
     for (int i = 0; i < MR; ++i)                                               \
@@ -143,13 +171,23 @@ struct Avx512 {
   }                                                                            \
   template <int MR>                                                            \
   TARGET static void dotRows##ISA(const Args &a, int64_t n0, int64_t n1) {     \
+    using I = ISA;                                                             \
+    int64_t full = a.k / (2 * I::L) * (2 * I::L);                              \
+    thread_local std::vector<float> xd;                                        \
+    xd.resize(size_t(MR * full));                                              \
+    for (int i = 0; i < MR; ++i)                                               \
+      for (int64_t p = 0; p < full; p += 2 * I::L)                             \
+        for (int l = 0; l < I::L; ++l) {                                       \
+          xd[i * full + p + l] = a.x[i * a.ldx + p + 2 * l];                   \
+          xd[i * full + p + I::L + l] = a.x[i * a.ldx + p + 2 * l + 1];        \
+        }                                                                      \
     /* Enough independent accumulators to cover the FMA latency. */           \
     constexpr int NC = MR == 1 ? 4 : MR == 2 ? 2 : 1;                          \
     int64_t j = n0;                                                            \
     for (; j + NC <= n1; j += NC)                                              \
-      dotBlock##ISA<MR, NC>(a, j);                                             \
+      dotBlock##ISA<MR, NC>(a, xd.data(), full, j);                            \
     for (; j < n1; ++j)                                                        \
-      dotBlock##ISA<MR, 1>(a, j);                                              \
+      dotBlock##ISA<MR, 1>(a, xd.data(), full, j);                             \
   }                                                                            \
   template <int MR>                                                            \
   TARGET static void axpyRows##ISA(const Args &a, int64_t n0, int64_t n1) {    \
