@@ -23,9 +23,9 @@ llmc::loadInference(mlir::MLIRContext &context,
                     const mlir::llmc::ModelConfig &config,
                     mlir::llmc::InferenceShape shape, llvm::StringRef weights,
                     uint64_t seed, int numThreads, llvm::StringRef what,
-                    llvm::raw_ostream &log) {
+                    llvm::raw_ostream &log, kir::DType weightsType) {
   llvm::Expected<InferencePrograms> programs =
-      buildInferencePrograms(context, config, shape);
+      buildInferencePrograms(context, config, shape, weightsType);
   if (!programs)
     return programs.takeError();
   if (auto available = runtime::availableHostMemory())
