@@ -121,7 +121,7 @@ struct ExportManifest {
   std::string llmcVersion; // llmc's git commit when it was built
   std::string modelName;
   std::string modelJson; // the model config (kir::Program::modelJson)
-  std::string precision; // fp32
+  std::string precision; // fp32 or bf16 (the parameters' storage)
   int64_t batch = 1, maxContext = 0, prefillChunk = 0;
   std::string cpu;                      // the LLVM CPU name compiled for
   std::vector<std::string> cpuFeatures; // required: "avx2", "fma", ...

@@ -1036,11 +1036,17 @@ llvm::Error readProgramWeights(
     llvm::Expected<Gpt2Dims> dims = modelDims(program);
     if (!dims)
       return dims.takeError();
-    for (const ParamSpec &spec : specs) {
+    for (auto [spec, param] : llvm::zip_equal(specs, program.params)) {
       llvm::Expected<TensorMap> one = initGpt2({spec}, dims->nLayer, seed);
       if (!one)
         return one.takeError();
-      if (llvm::Error error = set(spec.name, one->begin()->second))
+      // The initialization is f32; a bf16 parameter (llmc export
+      // --precision bf16) gets it rounded.
+      HostTensor &tensor = one->begin()->second;
+      DType want = program.buffers[param.buffer].dtype;
+      if (tensor.isFloat() && kir::isFloat(want) && tensor.dtype != want)
+        tensor = castFloatTensor(tensor, want);
+      if (llvm::Error error = set(spec.name, tensor))
         return llvm::createStringError("initialization: " +
                                        llvm::toString(std::move(error)));
     }

@@ -447,8 +447,15 @@ std::string ProgramVerifier::run() {
       DType aType = program.buffers[g.a.buffer].dtype;
       DType bType = program.buffers[g.b.buffer].dtype;
       DType cType = program.buffers[g.c.buffer].dtype;
-      if (!isFloat(aType) || aType != bType || !isFloat(cType)) {
-        os << what << ": A and B must share one float type and C be a float "
+      // One exception to one type: f32 A times a parameter stored narrow
+      // (llmc export --precision bf16, codegen/Inference.h's
+      // storeParametersAs); the CPU executor widens B in registers or tiles.
+      bool narrowWeight = aType == DType::F32 && isFloat(bType) &&
+                          program.buffers[g.b.buffer].kind == BufferKind::Param;
+      if (!isFloat(aType) || (aType != bType && !narrowWeight) ||
+          !isFloat(cType)) {
+        os << what << ": A and B must share one float type (or B be a "
+           << "parameter stored narrow, A f32) and C be a float "
            << "(A " << dtypeName(aType) << ", B " << dtypeName(bType)
            << ", C " << dtypeName(cType) << ")";
         return message;

@@ -123,11 +123,11 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   if (options.output.empty())
     return llvm::createStringError("export: -o NAME is required (the binary "
                                    "to write)");
-  if (options.precision != "fp32") {
-    if (options.precision == "bf16" || options.precision == "fp16")
+  if (options.precision != "fp32" && options.precision != "bf16") {
+    if (options.precision == "fp16")
       return llvm::createStringError(
-          "--precision " + options.precision +
-          ": not implemented yet (llmc export writes fp32 binaries only)");
+          "--precision fp16: not implemented yet (llmc export writes fp32 "
+          "and bf16 binaries)");
     return llvm::createStringError("--precision: expected fp32, bf16 or "
                                    "fp16, got '" +
                                    options.precision + "'");
@@ -202,7 +202,9 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   shape.maxContext = options.maxContext ? options.maxContext : config->seqLen;
   shape.prefillTokens = std::min(options.prefillChunk, shape.maxContext);
   llvm::Expected<InferencePrograms> programs =
-      buildInferencePrograms(context, *config, shape);
+      buildInferencePrograms(context, *config, shape,
+                             options.precision == "bf16" ? kir::DType::BF16
+                                                         : kir::DType::F32);
   if (!programs)
     return programs.takeError();
 

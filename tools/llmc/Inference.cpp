@@ -10,11 +10,12 @@
 llvm::Expected<llmc::InferencePrograms>
 llmc::buildInferencePrograms(mlir::MLIRContext &context,
                              const mlir::llmc::ModelConfig &config,
-                             mlir::llmc::InferenceShape shape) {
+                             mlir::llmc::InferenceShape shape,
+                             kir::DType weights) {
   auto module = mlir::llmc::buildInferenceModule(context, config, shape);
   if (!module)
     return module.takeError();
-  return compileInference(**module);
+  return compileInference(**module, weights);
 }
 
 llvm::Expected<llmc::InferenceSession>
@@ -22,9 +23,9 @@ llmc::loadInference(mlir::MLIRContext &context,
                     const mlir::llmc::ModelConfig &config,
                     mlir::llmc::InferenceShape shape, llvm::StringRef weights,
                     uint64_t seed, int numThreads, llvm::StringRef what,
-                    llvm::raw_ostream &log) {
+                    llvm::raw_ostream &log, kir::DType weightsType) {
   llvm::Expected<InferencePrograms> programs =
-      buildInferencePrograms(context, config, shape);
+      buildInferencePrograms(context, config, shape, weightsType);
   if (!programs)
     return programs.takeError();
   if (auto available = runtime::availableHostMemory())

@@ -27,18 +27,20 @@ struct InferenceSession {
 llvm::Expected<InferencePrograms>
 buildInferencePrograms(mlir::MLIRContext &context,
                        const mlir::llmc::ModelConfig &config,
-                       mlir::llmc::InferenceShape shape);
+                       mlir::llmc::InferenceShape shape,
+                       kir::DType weights = kir::DType::F32);
 
 /// Builds @prefill and @decode of `config` with `shape`, compiles them
 /// (kernels from the kernel cache or JIT-compiled), binds both to one
 /// store and loads `weights` (empty: GPT-2 initialization from `seed`).
 /// Says what it compiled on `log`; `what` starts the message when the
-/// programs do not fit in memory ("running model.llmc").
+/// programs do not fit in memory ("running model.llmc"). `weightsType`
+/// BF16: the parameters stored as bf16 (storeParametersAs).
 llvm::Expected<InferenceSession>
 loadInference(mlir::MLIRContext &context, const mlir::llmc::ModelConfig &config,
               mlir::llmc::InferenceShape shape, llvm::StringRef weights,
               uint64_t seed, int numThreads, llvm::StringRef what,
-              llvm::raw_ostream &log);
+              llvm::raw_ostream &log, kir::DType weightsType = kir::DType::F32);
 
 } // namespace llmc
 

@@ -195,6 +195,13 @@ static cl::opt<bool> recompute(
              "a reference for them, and the path for hand-written models "
              "without a model config)"),
     cl::sub(generateCmd));
+static cl::opt<std::string> generatePrecision(
+    "precision",
+    cl::desc("Element type of the KV-cache programs' stored weights: fp32 "
+             "(the default) or bf16 (as llmc export --precision bf16: half "
+             "the bytes, activations, KV cache and sums f32; not with "
+             "--recompute); fp16 is not implemented yet"),
+    cl::init("fp32"), cl::value_desc("fp32|bf16"), cl::sub(generateCmd));
 static cl::opt<int64_t> sparseMaxRows(
     "sparse-max-rows",
     cl::desc("CPU: GEMMs whose weight is 2:4 run the 2:4 kernels when they "
@@ -251,8 +258,9 @@ static cl::opt<int64_t> exportBatch(
     cl::init(::mlir::llmc::InferenceShape().batch), cl::sub(exportCmd));
 static cl::opt<std::string> exportPrecision(
     "precision",
-    cl::desc("Element type of the weights and kernels: fp32 (the default; "
-             "bf16 and fp16 are not implemented yet)"),
+    cl::desc("Element type of the stored weights: fp32 (the default) or "
+             "bf16 (half the bytes; activations, KV cache and sums stay "
+             "f32); fp16 is not implemented yet"),
     cl::init("fp32"), cl::value_desc("fp32|bf16|fp16"), cl::sub(exportCmd));
 static cl::opt<std::string> exportTarget(
     "target",
@@ -899,7 +907,10 @@ static int runCachedGenerate(MLIRContext &context,
   auto session =
       ::llmc::loadInference(context, *config, shape, weightsPath, seed,
                             numThreads, "running " + artifactInput,
-                            llvm::errs());
+                            llvm::errs(),
+                            generatePrecision == "bf16"
+                                ? ::llmc::kir::DType::BF16
+                                : ::llmc::kir::DType::F32);
   if (!session)
     return fail(session.takeError());
   session->prefill->setSparseMaxRows(sparseMaxRows);
@@ -935,10 +946,24 @@ static int runGenerate(MLIRContext &mlirContext) {
   auto tokenizer = ::llmc::data::loadTokenizer(tokenizerSpec);
   if (!tokenizer)
     return fail(tokenizer.takeError());
+  if (generatePrecision != "fp32") {
+    if (generatePrecision == "fp16")
+      return fail("--precision fp16: not implemented yet (llmc generate "
+                  "runs fp32 and bf16 weights)");
+    if (generatePrecision != "bf16")
+      return fail("--precision: expected fp32, bf16 or fp16, got '" +
+                  generatePrecision + "'");
+    if (recompute)
+      return fail("--precision bf16 runs the KV-cache programs; --recompute "
+                  "runs the artifact's own (fp32) forward");
+  }
   if (!recompute) {
     int result = runCachedGenerate(mlirContext, **tokenizer);
     if (result >= 0)
       return result;
+    if (generatePrecision == "bf16")
+      return fail("--precision bf16 needs the KV-cache programs (a model "
+                  "config, --device cpu)");
   }
   auto executor = loadArtifact(artifactInput, weightsPath);
   if (!executor)

@@ -2,7 +2,10 @@
 """Compares two `llmc generate --print-logits` outputs: the same lines, the
 same greedy tokens and every logit within a tolerance.
 
-usage: compare_logits.py A B [--tolerance 1e-5]
+usage: compare_logits.py A B [--tolerance 1e-5] [--relative]
+
+--relative: the tolerance is relative to the logit scale, the largest
+|logit| in A (for a lower-precision model against its f32 original).
 """
 import sys
 
@@ -22,6 +25,9 @@ def read(path):
 def main():
     args = sys.argv[1:]
     tolerance = 1e-5
+    relative = "--relative" in args
+    if relative:
+        args.remove("--relative")
     if "--tolerance" in args:
         i = args.index("--tolerance")
         tolerance = float(args[i + 1])
@@ -30,6 +36,10 @@ def main():
     if not a or a.keys() != b.keys():
         sys.exit(f"different rows: {sorted(a)} vs {sorted(b)}")
     worst = 0.0
+    scale = 1.0
+    if relative:
+        scale = max(abs(x) for _, values in a.values() for x in values)
+        tolerance *= scale
     for label in a:
         (ma, va), (mb, vb) = a[label], b[label]
         if len(va) != len(vb):
@@ -40,6 +50,11 @@ def main():
             sys.exit(f"row {label}: logits differ by {diff:.3g} > {tolerance}")
         if ma != mb:
             sys.exit(f"row {label}: greedy tokens {ma} vs {mb}")
+    if relative:
+        print(f"{len(a)} rows, {len(next(iter(a.values()))[1])} logits each, "
+              f"max |logit| {scale:.3g}, max difference {worst:.3g} "
+              f"({worst / scale:.2g} of it) <= {tolerance / scale:g} of it")
+        return
     print(f"{len(a)} rows, {len(next(iter(a.values()))[1])} logits each, "
           f"max difference {worst:.3g} <= {tolerance}")
 

@@ -1,0 +1,113 @@
+// The CPU's f32 x bf16-weight products (runtime/Cpu/Bf16Gemm.h), every ISA
+// path this CPU runs, both weight layouts, against the product in double of
+// the widened bf16 weights.
+#include "runtime/Cpu/Bf16Gemm.h"
+#include "runtime/Weights.h"
+
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <random>
+
+using namespace llmc::cpu;
+using namespace llmc::runtime;
+
+namespace {
+
+/// [m, k] x W, W bf16 stored [n, k] (wNK) or [k, n] with a row stride past
+/// its valid elements filled with NaN bits, as are x's rows past k; c's
+/// columns outside [n0, n1) hold a sentinel, and c's rows have a stride
+/// past n. |c - ref| <= 1e-5 * sum |x w| (+ |c0| when accumulating).
+void checkProduct(SparseIsa isa, bool wNK, int64_t m, int64_t n, int64_t k,
+                  int64_t n0, int64_t n1, bool accumulate, uint32_t seed) {
+  SCOPED_TRACE(testing::Message()
+               << sparseIsaName(isa) << (wNK ? " [n,k]" : " [k,n]")
+               << " m=" << m << " n=" << n << " k=" << k << " cols [" << n0
+               << ", " << n1 << ")" << (accumulate ? " accumulate" : ""));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const uint16_t nanBits = 0x7fc1;
+  int64_t ldx = k + 3, ldc = n + 5;
+  int64_t ldw = wNK ? k + 7 : n + 7;
+  int64_t wRows = wNK ? n : k, wValid = wNK ? k : n;
+  std::vector<float> x(size_t(m * ldx), nan);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p)
+      x[i * ldx + p] = normal(rng);
+  std::vector<uint16_t> w(size_t(wRows * ldw), nanBits);
+  for (int64_t r = 0; r < wRows; ++r)
+    for (int64_t v = 0; v < wValid; ++v)
+      w[r * ldw + v] = floatToBFloat16(normal(rng));
+  auto weight = [&](int64_t p, int64_t j) {
+    return double(bfloat16ToFloat(wNK ? w[j * ldw + p] : w[p * ldw + j]));
+  };
+  const float sentinel = 12345.0f;
+  std::vector<float> c(size_t(m * ldc), sentinel), c0(c.size());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = n0; j < n1; ++j)
+      c[i * ldc + j] = accumulate ? normal(rng) : nan;
+  c0 = c;
+  bf16WeightGemm(isa, x.data(), m, ldx, w.data(), ldw, wNK, k, c.data(), ldc,
+                 n0, n1, accumulate);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < ldc; ++j) {
+      float got = c[i * ldc + j];
+      if (j < n0 || j >= n1) {
+        ASSERT_EQ(got, sentinel) << "wrote outside its columns at " << i
+                                 << ", " << j;
+        continue;
+      }
+      double ref = accumulate ? c0[i * ldc + j] : 0.0;
+      double scale = accumulate ? std::fabs(ref) : 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        double term = double(x[i * ldx + p]) * weight(p, j);
+        ref += term;
+        scale += std::fabs(term);
+      }
+      ASSERT_LE(std::fabs(got - ref), 1e-5 * scale + 1e-30)
+          << "at " << i << ", " << j << ": got " << got << ", want " << ref;
+    }
+}
+
+std::vector<SparseIsa> isasThisCpuRuns() {
+  std::vector<SparseIsa> isas;
+  for (SparseIsa isa :
+       {SparseIsa::Scalar, SparseIsa::Avx2, SparseIsa::Avx512})
+    if (cpuRuns(isa))
+      isas.push_back(isa);
+  return isas;
+}
+
+TEST(Bf16Gemm, EveryPathOddShapes) {
+  std::vector<SparseIsa> isas = isasThisCpuRuns();
+  std::cerr << "bf16 weight GEMM paths this CPU runs:";
+  for (SparseIsa isa : isas)
+    std::cerr << " " << sparseIsaName(isa);
+  std::cerr << "\n";
+  uint32_t seed = 1;
+  for (SparseIsa isa : isas)
+    for (bool wNK : {true, false})
+      for (int64_t m : {1, 2, 3, 5, 8, 11})
+        for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1},
+                            {7, 13},
+                            {37, 64},
+                            {67, 129},
+                            {45, 771}})
+          for (bool accumulate : {false, true}) {
+            checkProduct(isa, wNK, m, n, k, 0, n, accumulate, seed++);
+            if (n > 4)
+              checkProduct(isa, wNK, m, n, k, 1, n - 2, accumulate, seed++);
+          }
+}
+
+TEST(Bf16Gemm, PathsAgreeOnLargeShape) {
+  // A decode-sized product (GPT-2's c_fc at one row) on every path.
+  for (SparseIsa isa : isasThisCpuRuns())
+    for (bool wNK : {true, false})
+      checkProduct(isa, wNK, 1, 3072, 768, 0, 3072, false, 99);
+}
+
+} // namespace
