@@ -263,7 +263,8 @@ const KeyInfo kKeys[] = {
      "launcher's world size, e.g. mpirun -np N (default: world / (tp * pp))"},
     {Key::ParallelTp, "parallel.tp", Kind::Positive, "N",
      "tensor-parallel ranks (Megatron-LM, llmc-tensor-parallel): attention "
-     "heads and the MLP's hidden units are split over them; "
+     "heads, the MLP's hidden units and the vocabulary (embedding, "
+     "classifier, cross-entropy) are split over them; "
      "the world size is dp * tp * pp, ranks tp-fastest (1)"},
     {Key::ParallelPp, "parallel.pp", Kind::Positive, "N",
      "pipeline-parallel stages; only 1 for now (1)"},

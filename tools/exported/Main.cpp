@@ -87,7 +87,7 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 
 /// Everything a run needs, loaded from the binary's own file: the payload
 /// (the weights stay in its mapping), the two programs on one store, the
-/// generator and the tokenizer. `serve` is to take the same.
+/// generator and the tokenizer; generation and `serve` both run on it.
 struct ExportedModel {
   std::unique_ptr<runtime::Payload> payload;
   runtime::ExportManifest manifest;
@@ -250,10 +250,6 @@ std::string selfPath(const char *argv0) {
 /// `NAME serve`: runtime/Serve's server over the model's generator, each
 /// of its batch rows a request slot.
 int runServe(const char *argv0) {
-  if (numThreads < 0)
-    return fail(llvm::createStringError(
-        "--threads: expected a count >= 0 (0: all), got " +
-        llvm::Twine(numThreads)));
   if (servePort > 65535)
     return fail(llvm::createStringError(
         "--port: expected 0..65535, got " + llvm::Twine(servePort)));
@@ -313,14 +309,16 @@ int main(int argc, char **argv) {
       "  NAME --bench          start-up, prefill and decode speed, peak RSS\n"
       "  NAME serve [--port 8080] [--host 127.0.0.1]   an HTTP server: "
       "POST /v1/completions\n");
-  if (serveCmd)
-    return runServe(argv[0]);
   if (llvm::Error error = generation.check())
     return fail(std::move(error));
   if (numThreads < 0)
     return fail(llvm::createStringError(
         "--threads: expected a count >= 0 (0: all), got " +
         llvm::Twine(numThreads)));
+  // The generation flags are the top level's: at their defaults under
+  // serve, so they pass there.
+  if (serveCmd)
+    return runServe(argv[0]);
   ExportedModel model;
   if (llvm::Error error = openPayload(selfPath(argv[0]), model))
     return fail(std::move(error));

@@ -165,7 +165,7 @@ void printUsage(llvm::raw_ostream &os) {
         "processes form a mesh\ndp x tp x pp (--dp, --tp, --pp; parallel.dp, "
         "parallel.tp, parallel.pp): world size\n= dp * tp * pp, ranks "
         "tp-fastest (rank = (pp_i * dp + dp_i) * tp + tp_i). --tp N splits\n"
-        "attention heads and MLP hidden units over N ranks "
+        "attention heads, MLP hidden units and the vocabulary over N ranks "
         "(Megatron-LM);\n--dp defaults to world / (tp * pp) and shards the "
         "batch (--zero 0-3); --pp > 1\nis not implemented yet. Rank 0 logs "
         "and writes; checkpoints of a ZeRO run have\none file per rank.\n\n"
