@@ -1,15 +1,13 @@
 // The memory-bandwidth yardstick of the decode benchmarks (bench-sparse,
 // bench-export through bench-bandwidth): a STREAM-like read of a buffer far
-// larger than the caches, summed on a thread pool, and the CPU's name.
+// larger than the caches, summed on a thread pool.
 // Memory-bound decoding reads every weight once a step, so
 // weight bytes / this bandwidth is its time limit.
 #ifndef LLMC_BENCH_BANDWIDTH_H
 #define LLMC_BENCH_BANDWIDTH_H
 
+#include "bench/Machine.h"
 #include "runtime/ThreadPool.h"
-
-#include "llvm/ADT/StringRef.h"
-#include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -17,18 +15,6 @@
 #include <vector>
 
 namespace llmc::bench {
-
-/// The model name /proc/cpuinfo gives, or "unknown CPU".
-inline std::string cpuModel() {
-  auto cpuinfo = llvm::MemoryBuffer::getFileAsStream("/proc/cpuinfo");
-  if (!cpuinfo)
-    return "unknown CPU";
-  llvm::StringRef text = (*cpuinfo)->getBuffer();
-  size_t at = text.find("model name");
-  if (at == llvm::StringRef::npos)
-    return "unknown CPU";
-  return text.substr(at).split('\n').first.split(':').second.trim().str();
-}
 
 /// Read bandwidth in bytes/s: the best of 5 sums over `count` floats, split
 /// over the pool's threads (each with 16 independent sums, so vectorized

@@ -4,6 +4,7 @@
 #ifndef LLMC_BENCH_CPUBENCH_H
 #define LLMC_BENCH_CPUBENCH_H
 
+#include "bench/Machine.h"
 #include "frontend/ModelConfig.h"
 #include "runtime/SgemmPeak.h"
 
@@ -17,11 +18,13 @@
 
 namespace llmc::bench {
 
-/// Prints which BLAS and kernels run (OpenBLAS's core and the environment
-/// that steers it), measures the 2048^3 sgemm peak (best of 5) on
+/// Prints the CPU, the kernels' target, which BLAS and kernels run
+/// (OpenBLAS's core and the environment that steers it), measures the 2048^3 sgemm peak (best of 5) on
 /// `numThreads` threads, prints it and returns it in GFLOP/s.
 inline double printBlasAndPeak(int numThreads) {
-  llvm::outs() << "BLAS: " << runtime::describeBlas() << "\n";
+  llvm::outs() << "cpu: " << cpuModel() << "\n"
+               << "kernels: " << kernelTarget() << "\n"
+               << "BLAS: " << runtime::describeBlas() << "\n";
   double peak = runtime::measureSgemmPeak(2048, numThreads, 5);
   llvm::outs() << llvm::format(
       "sgemm peak (2048^3, %d threads): %.1f GFLOP/s\n", numThreads, peak);

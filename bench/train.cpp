@@ -6,8 +6,13 @@
 //   forward    the forward program alone (the same ops the step starts with),
 //   backward   the gradient step minus the forward program,
 //   optimizer  the update step (global norm, clipping, AdamW, zeroing).
+// Under each model's row, the same step in PyTorch and JAX on the same
+// threads (bench/peers_train.py, run with the interpreters named by
+// --torch-python and --jax-python; a framework that is not installed is
+// skipped with the reason), so the ratio is read from one sitting.
 //
-//   build/bin/bench-train [--iterations N] [--num-threads N]
+//   build/bin/bench-train [--iterations N] [--num-threads N] [--short]
+//                         [--peers=false] [--torch-python P] [--jax-python P]
 #include "bench/CpuBench.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/Training.h"
@@ -20,6 +25,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Program.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -38,6 +46,23 @@ static cl::opt<int> iterations("iterations",
                                cl::init(5));
 static cl::opt<int> threads("num-threads", cl::desc("CPU threads (default all)"),
                             cl::init(0));
+static cl::opt<bool> shortRun(
+    "short", cl::desc("The small model only, one timed step (for the tests)"),
+    cl::init(false));
+static cl::opt<bool> peers("peers",
+                           cl::desc("Also time PyTorch and JAX on the same "
+                                    "step (--peers=false: llmc only)"),
+                           cl::init(true));
+static cl::opt<std::string>
+    torchPython("torch-python",
+                cl::desc("Python with PyTorch (default /usr/bin/python3, "
+                         "Debian's python3-torch)"),
+                cl::init("/usr/bin/python3"));
+static cl::opt<std::string> jaxPython(
+    "jax-python",
+    cl::desc("Python with JAX (default $HOME/.cache/llmc/jax/bin/python, "
+             "the virtual environment scripts/setup-peers.sh makes)"),
+    cl::init(""));
 
 static double seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -81,6 +106,39 @@ template <typename F> static double bestOf(F step) {
   return best;
 }
 
+/// One line for a peer framework's step: what bench/peers_train.py printed
+/// ("peer NAME VERSION: X tokens/s, ..." or "skipped: why"), or why it could
+/// not run.
+static std::string runPeer(llvm::StringRef framework, llvm::StringRef python,
+                           llvm::StringRef model, const bench::BenchModel &c,
+                           int numThreads) {
+  if (!llvm::sys::fs::can_execute(python))
+    return ("skipped: no " + python + " (scripts/setup-peers.sh)").str();
+  llvm::SmallString<128> output;
+  if (llvm::sys::fs::createTemporaryFile("bench-train-peer", "txt", output))
+    return "skipped: cannot create a temporary file";
+  std::string script = LLMC_BENCH_DIR "/peers_train.py";
+  std::vector<std::string> args = {
+      python.str(), script, "--framework", framework.str(),
+      "--model", model.str(), "--batch", std::to_string(c.batch),
+      "--seq", std::to_string(c.seq), "--threads", std::to_string(numThreads),
+      "--iterations", std::to_string(int(iterations))};
+  std::vector<llvm::StringRef> argv(args.begin(), args.end());
+  std::optional<llvm::StringRef> redirects[] = {std::nullopt, output.str(),
+                                                output.str()};
+  std::string error;
+  int status = llvm::sys::ExecuteAndWait(python, argv, std::nullopt,
+                                         redirects, 0, 0, &error);
+  auto text = llvm::MemoryBuffer::getFile(output);
+  llvm::StringRef all = text ? (*text)->getBuffer().trim() : "";
+  std::string printed = all.substr(all.rfind('\n') + 1).str(); // last line
+  llvm::sys::fs::remove(output);
+  if (status != 0)
+    return "failed (exit " + std::to_string(status) + "): " +
+           (printed.empty() ? error : printed);
+  return printed;
+}
+
 static runtime::HostTensor scalar(float value) {
   return runtime::HostTensor::fromF32({value}, {});
 }
@@ -89,11 +147,18 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv, "llmc training-step benchmark\n");
   int hw = threads > 0 ? int(threads) : int(std::thread::hardware_concurrency());
   double peak = bench::printBlasAndPeak(hw);
+  std::vector<bench::BenchModel> cases = bench::benchModels();
+  if (shortRun) {
+    cases.erase(cases.begin()); // the small model only
+    iterations = 1;
+  }
   llvm::outs() << "step = gradient step (forward + backward) + update step "
                   "(AdamW, clip 1.0); best of "
                << iterations << "\n\n";
-
-  std::vector<bench::BenchModel> cases = bench::benchModels();
+  std::string jax = jaxPython;
+  if (jax.empty())
+    jax = std::string(std::getenv("HOME") ? std::getenv("HOME") : "") +
+          "/.cache/llmc/jax/bin/python";
 
   llvm::outs() << llvm::format("%-20s %9s %9s %8s | %9s %9s %9s %9s | %8s %8s "
                                "%8s\n",
@@ -163,6 +228,25 @@ int main(int argc, char **argv) {
         programs.gradStep.arenaBytes / 1048576.0,
         programs.updateStep.kernels.size(),
         kir::countFlops(programs.updateStep) / 1e9);
+    if (!peers)
+      continue;
+    llvm::StringRef model = c.config.name == "small" ? "small" : "gpt2";
+    for (auto [framework, python] :
+         {std::pair<llvm::StringRef, llvm::StringRef>{"torch", torchPython},
+          {"jax", jax}}) {
+      std::string line = runPeer(framework, python, model, c, hw);
+      double peerTokens = 0;
+      llvm::StringRef rest = llvm::StringRef(line).split(": ").second;
+      bool measured = llvm::StringRef(line).starts_with("peer ") &&
+                      !rest.split(' ').first.getAsDouble(peerTokens) &&
+                      peerTokens > 0;
+      llvm::outs() << llvm::format("%-20s ", "") << line;
+      if (measured)
+        llvm::outs() << llvm::format(" (llmc %.2fx)",
+                                     c.batch * c.seq / stepSeconds /
+                                         peerTokens);
+      llvm::outs() << "\n";
+    }
   }
   llvm::outs() << "\n(gemm/attn/kern ms: the gradient step's time by kind "
                   "of step, mean over profiled runs)\n";

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the peers bench-train times next to llmc: PyTorch 1.13 (Debian's
+# python3-torch, for /usr/bin/python3) and JAX with XLA's CPU backend (from
+# PyPI, into a virtual environment of its own at $HOME/.cache/llmc/jax, so
+# its NumPy does not replace the one Debian's torch was built against).
+# Not needed to build or test llmc; safe to run again.
+set -euo pipefail
+
+venv="$HOME/.cache/llmc/jax"
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+
+if dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed"; then
+  echo "setup-peers: python3-torch is installed"
+else
+  echo "setup-peers: installing python3-torch python3-venv"
+  "${sudo[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q python3-torch python3-venv
+fi
+
+if [[ -x "$venv/bin/python" ]] && "$venv/bin/python" -c "import jax" 2>/dev/null; then
+  echo "setup-peers: JAX is installed in $venv"
+else
+  echo "setup-peers: installing JAX (CPU) into $venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "jax[cpu]"
+fi
+echo "setup-peers: torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), jax $("$venv/bin/python" -c 'import jax; print(jax.__version__)')"
