@@ -27,6 +27,7 @@
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/KernelToCuda/KernelToCuda.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "codegen/Inference.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
@@ -101,6 +102,30 @@ trainingPrograms(const char *yaml, int64_t batch, int64_t seq,
                        {"update_step", std::move(programs->updateStep)}};
 }
 
+/// @prefill (of `prefill` tokens) and @decode of a YAML config at `batch`
+/// sequences over a cache of `context` slots (compileInference).
+llvm::Expected<NamedPrograms> inferencePrograms(const char *yaml,
+                                                int64_t batch, int64_t context,
+                                                int64_t prefill) {
+  auto config = mlir::llmc::parseModelConfig(yaml, "test.yaml");
+  if (!config)
+    return config.takeError();
+  mlir::MLIRContext context_;
+  context_.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
+  mlir::llmc::InferenceShape shape;
+  shape.batch = batch;
+  shape.maxContext = context;
+  shape.prefillTokens = prefill;
+  auto module = mlir::llmc::buildInferenceModule(context_, *config, shape);
+  if (!module)
+    return module.takeError();
+  auto programs = compileInference(**module);
+  if (!programs)
+    return programs.takeError();
+  return NamedPrograms{{"prefill", std::move(programs->prefill)},
+                       {"decode", std::move(programs->decode)}};
+}
+
 struct ProgramCase {
   const char *name;
   std::function<llvm::Expected<NamedPrograms>()> make;
@@ -127,6 +152,15 @@ const ProgramCase kPrograms[] = {
     {"opt_train", [] { return trainingPrograms(
          "name: ot\nn_layer: 1\nn_head: 3\nn_embd: 39\nseq_len: 16\n"
          "vocab_size: 67\nactivation: relu\ndropout: 0.1\n", 2, 7); }},
+    // The KV-cache programs of `llmc generate` and `llmc export`: a cache
+    // of 12 slots, prefill chunks of 5 (odd), decode of one token.
+    {"gpt2_infer", [] { return inferencePrograms(
+         "name: gi\nn_layer: 2\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
+         "vocab_size: 80\n", 2, 12, 5); }},
+    {"llama_infer", [] { return inferencePrograms(
+         "name: li\nn_layer: 2\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
+         "vocab_size: 97\nactivation: swiglu\nnorm: rmsnorm\n"
+         "position: rope\nbias: false\ntie_embeddings: false\n", 2, 12, 5); }},
     {"llama_train", [] { return trainingPrograms(
          "name: lt\nn_layer: 1\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
          "vocab_size: 97\nactivation: swiglu\nnorm: rmsnorm\n"
@@ -185,6 +219,14 @@ void fillInputs(const kir::Program &program, Memory &memory, unsigned seed) {
                                            : int64_t(rng() % 7);
         if (name == kir::kRngInputName)
           value = i == 0 ? 0x5eed5eed1234 : 3; // seed, step
+        // Positions [B, P] of a KV-cache program: distinct in a row (the
+        // cache writes of a row must not collide), a different start per
+        // row, all inside the cache.
+        if (name == "positions" && buffer.shape.size() == 2) {
+          int64_t row = i / buffer.shape[1], column = i % buffer.shape[1];
+          int64_t slots = buffer.idBound > 0 ? buffer.idBound : 7;
+          value = (3 * row + 2 + column) % slots;
+        }
         if (buffer.dtype == DType::I32) {
           int32_t narrow = int32_t(value);
           std::memcpy(data + 4 * i, &narrow, 4);
@@ -278,7 +320,53 @@ std::vector<double> attentionProbabilities(const View4 &q, const View4 &k,
   return p;
 }
 
+/// Attention over a KV cache (kvSeq keys, optional positions), as
+/// kir::AttentionStep defines it: query t of sequence b sees keys
+/// s <= positions[b][t] (clamped to the cache), or s <= t + kvSeq - seq
+/// without positions; a query that sees none gets out 0 and lse -inf.
+void runCacheAttention(const kir::AttentionStep &a, Memory &memory) {
+  View4 q{memory.f32(a.q), a.q}, k{memory.f32(a.k), a.k},
+      v{memory.f32(a.v), a.v}, out{memory.f32(a.out), a.out},
+      lse{memory.f32(a.lse), a.lse};
+  int64_t keys = a.keys();
+  const int32_t *positions =
+      a.positioned() ? reinterpret_cast<const int32_t *>(
+                           memory.bases[a.positions.buffer]) +
+                           a.positions.offset
+                     : nullptr;
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t h = 0; h < a.heads; ++h)
+      for (int64_t t = 0; t < a.seq; ++t) {
+        int64_t last = keys - 1;
+        if (a.causal)
+          last = positions ? positions[b * a.positions.strides[0] +
+                                       t * a.positions.strides[1]]
+                           : t + keys - a.seq;
+        int64_t visible = std::min(last, keys - 1) + 1;
+        std::vector<double> p(std::max<int64_t>(visible, 0));
+        double max = -INFINITY;
+        for (int64_t s = 0; s < visible; ++s) {
+          double dot = 0;
+          for (int64_t d = 0; d < a.headDim; ++d)
+            dot += double(q.at(b, h, t, d)) * k.at(b, h, s, d);
+          max = std::max(max, p[s] = a.scale * dot);
+        }
+        double sum = 0;
+        for (double &value : p)
+          sum += (value = std::exp(value - max));
+        for (int64_t d = 0; d < a.headDim; ++d) {
+          double acc = 0;
+          for (int64_t s = 0; s < visible; ++s)
+            acc += p[s] / sum * v.at(b, h, s, d);
+          out.at(b, h, t, d) = float(acc);
+        }
+        lse.at(b, h, t) = visible > 0 ? float(max + std::log(sum)) : -INFINITY;
+      }
+}
+
 void runAttention(const kir::AttentionStep &a, Memory &memory) {
+  if (a.kvSeq > 0 || a.positioned())
+    return runCacheAttention(a, memory);
   View4 q{memory.f32(a.q), a.q}, k{memory.f32(a.k), a.k},
       v{memory.f32(a.v), a.v}, out{memory.f32(a.out), a.out},
       lse{memory.f32(a.lse), a.lse};
