@@ -12,14 +12,24 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <functional>
 #include <memory>
 
 namespace llmc {
 
 struct InferenceSession {
-  std::unique_ptr<runtime::CpuExecutor> prefill, decode;
+  std::unique_ptr<runtime::Executor> prefill, decode;
+  /// The same executors where they run on the CPU (the 2:4 settings are
+  /// theirs); null on a device.
+  runtime::CpuExecutor *cpuPrefill = nullptr, *cpuDecode = nullptr;
   runtime::CachedGenerator generator;
 };
+
+/// Makes the executor of @prefill or @decode (`name`) on a device; both
+/// must bind one store. What loadInference uses instead of the CPU's.
+using InferenceExecutorFactory =
+    std::function<llvm::Expected<std::unique_ptr<runtime::Executor>>(
+        kir::Program program, llvm::StringRef name)>;
 
 /// Builds @prefill and @decode of `config` with `shape` (frontend) and
 /// compiles them to kernel-IR programs (codegen), kernels not yet compiled:
@@ -35,12 +45,15 @@ buildInferencePrograms(mlir::MLIRContext &context,
 /// store and loads `weights` (empty: GPT-2 initialization from `seed`).
 /// Says what it compiled on `log`; `what` starts the message when the
 /// programs do not fit in memory ("running model.llmc"). `weightsType`
-/// BF16: the parameters stored as bf16 (storeParametersAs).
+/// BF16: the parameters stored as bf16 (storeParametersAs). `device`
+/// set: the programs run on the executors it makes (a GPU) instead of the
+/// CPU's.
 llvm::Expected<InferenceSession>
 loadInference(mlir::MLIRContext &context, const mlir::llmc::ModelConfig &config,
               mlir::llmc::InferenceShape shape, llvm::StringRef weights,
               uint64_t seed, int numThreads, llvm::StringRef what,
-              llvm::raw_ostream &log, kir::DType weightsType = kir::DType::F32);
+              llvm::raw_ostream &log, kir::DType weightsType = kir::DType::F32,
+              const InferenceExecutorFactory &device = nullptr);
 
 } // namespace llmc
 

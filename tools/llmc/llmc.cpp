@@ -219,7 +219,8 @@ static cl::opt<std::string> sparseValues(
 static cl::opt<std::string> device(
     "device",
     cl::desc("Where to run: cpu (the default) or cuda (an NVIDIA GPU: the "
-             "driver is loaded at run time, kernels are compiled by NVRTC)"),
+             "driver is loaded at run time, kernels are compiled by NVRTC; "
+             "generate runs its KV-cache programs there, fp32)"),
     cl::init("cpu"), cl::value_desc("cpu|cuda"), cl::sub(generateCmd),
     cl::sub(inspectCmd));
 static cl::opt<std::string>
@@ -891,11 +892,38 @@ static int runCachedGenerate(MLIRContext &context,
                     "generating by recomputing the forward per token\n";
     return -1;
   }
-  if (device != "cpu") {
-    llvm::errs() << "llmc: the KV-cache programs run on the CPU for now: "
-                    "generating on the device by recomputing the forward "
-                    "per token\n";
-    return -1;
+  ::llmc::InferenceExecutorFactory onDevice;
+  if (device == "cuda") {
+    if (generatePrecision == "bf16")
+      return fail("--precision bf16 --device cuda: the bf16-weight GEMMs "
+                  "(f32 activations x bf16 weights) run on the CPU only");
+#ifdef LLMC_HAVE_NVRTC
+    // Both programs on the GPU, binding one device store.
+    std::shared_ptr<::llmc::runtime::CudaPersistentStore> store;
+    onDevice = [store](::llmc::kir::Program program, llvm::StringRef name)
+        mutable -> llvm::Expected<std::unique_ptr<::llmc::runtime::Executor>> {
+      if (!store) {
+        auto created = ::llmc::runtime::CudaPersistentStore::create();
+        if (!created)
+          return created.takeError();
+        store = *created;
+      }
+      ::llmc::runtime::CudaExecutorOptions options;
+      options.store = store;
+      auto executor = ::llmc::runtime::CudaExecutor::create(
+          std::move(program), ::llmc::cuda::cudaCompiler(), options);
+      if (!executor)
+        return executor.takeError();
+      const auto &info = (*executor)->info();
+      llvm::errs() << "llmc: @" << name << " on the GPU (" << info.deviceName
+                   << ", " << info.kernelImage << ")\n";
+      return std::unique_ptr<::llmc::runtime::Executor>(std::move(*executor));
+    };
+#else
+    return fail("--device=cuda: this llmc was built without the CUDA toolkit");
+#endif
+  } else if (device != "cpu") {
+    return fail("unknown device '" + device + "' (cpu, cuda)");
   }
   auto config =
       ::mlir::llmc::parseModelConfigJson(artifact->modelJson, artifactInput);
@@ -910,13 +938,16 @@ static int runCachedGenerate(MLIRContext &context,
                             llvm::errs(),
                             generatePrecision == "bf16"
                                 ? ::llmc::kir::DType::BF16
-                                : ::llmc::kir::DType::F32);
+                                : ::llmc::kir::DType::F32,
+                            onDevice);
   if (!session)
     return fail(session.takeError());
-  session->prefill->setSparseMaxRows(sparseMaxRows);
-  session->decode->setSparseMaxRows(sparseMaxRows);
-  session->prefill->setSparseValues(*sparseValuesMode());
-  session->decode->setSparseValues(*sparseValuesMode());
+  for (::llmc::runtime::CpuExecutor *cpu :
+       {session->cpuPrefill, session->cpuDecode})
+    if (cpu) {
+      cpu->setSparseMaxRows(sparseMaxRows);
+      cpu->setSparseValues(*sparseValuesMode());
+    }
   ::llmc::runtime::CachedGenerator &generator = session->generator;
   std::vector<int32_t> tokens = tok.encode(generation.prompt);
   if (tokens.empty())
