@@ -1,6 +1,8 @@
 // The payload of an exported binary: writer, mapped reader, manifest.
 #include "runtime/ExportPayload.h"
 
+#include "ir/kernel/CudaModule.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Endian.h"
@@ -292,6 +294,7 @@ std::string ExportManifest::toJson() const {
       {"model_name", modelName},
       {"model", modelJson},
       {"precision", precision},
+      {"target", target},
       {"batch", batch},
       {"max_context", maxContext},
       {"prefill_chunk", prefillChunk},
@@ -333,6 +336,11 @@ llvm::Expected<ExportManifest> ExportManifest::parse(llvm::StringRef json,
       return fail(llvm::Twine("no string '") + key + "'");
     *field = text->str();
   }
+  // Binaries from before CUDA exports have no target: the CPU's.
+  if (std::optional<llvm::StringRef> target = object->getString("target"))
+    manifest.target = target->str();
+  if (manifest.target != "cpu" && manifest.target != "cuda")
+    return fail("unknown target '" + manifest.target + "'");
   for (auto [key, field] :
        {std::pair<const char *, int64_t *>{"batch", &manifest.batch},
         {"max_context", &manifest.maxContext},
@@ -434,13 +442,49 @@ void llmc::runtime::printExportInfo(const Payload &payload,
      << ", prefill chunk: " << manifest.prefillChunk << "\n";
   os << "programs: @prefill " << manifest.prefillKernels << " kernels, @decode "
      << manifest.decodeKernels << " kernels\n";
-  os << "kernels: " << manifest.prefillKernels + manifest.decodeKernels
-     << " (compiled ahead of time for " << manifest.cpu << ")\n";
+  if (manifest.target == "cuda") {
+    os << "kernels: " << manifest.prefillKernels + manifest.decodeKernels
+       << " (CUDA, compiled ahead of time by NVRTC)\n";
+    for (const char *program : {"prefill", "decode"}) {
+      std::string section = std::string("cuda.") + program;
+      auto bytes = payload.section(section);
+      auto modules =
+          bytes ? cuda::deserializeCudaModules(
+                      *bytes, payload.path() + ": section '" + section + "'")
+                : llvm::Expected<cuda::CudaModules>(bytes.takeError());
+      if (!modules) {
+        os << "cuda @" << program << ": " << llvm::toString(modules.takeError())
+           << "\n";
+        continue;
+      }
+      auto describe = [](const cuda::CudaBinaries &binaries) {
+        std::string text;
+        for (const cuda::Cubin &cubin : binaries.cubins)
+          text += "sm_" + std::to_string(cubin.arch) + " cubin " +
+                  std::to_string(cubin.bytes.size()) + " bytes, ";
+        return text + "compute_" + std::to_string(binaries.ptxArch) + " PTX " +
+               std::to_string(binaries.ptx.size()) + " bytes";
+      };
+      int64_t libraryLaunches = 0;
+      for (const auto &step : modules->stepKernels)
+        libraryLaunches += int64_t(step.size());
+      os << "cuda @" << program << ": " << modules->kernelLaunches.size()
+         << " kernels (" << describe(modules->kernels) << ")";
+      if (modules->hasLibrary)
+        os << "; library (attention) " << libraryLaunches << " launches ("
+           << describe(modules->library) << ")";
+      os << "\n";
+    }
+  } else {
+    os << "kernels: " << manifest.prefillKernels + manifest.decodeKernels
+       << " (compiled ahead of time for " << manifest.cpu << ")\n";
+  }
   os << "tokenizer: " << manifest.tokenizer << "\n";
   os << "weights: " << manifest.weights.size() << " tensors, "
      << manifest.weightsBytes << " bytes, checksum "
      << llvm::utohexstr(manifest.weightsChecksum, true) << "\n";
-  os << "cpu features: " << llvm::join(manifest.cpuFeatures, ",") << "\n";
+  if (manifest.target == "cpu")
+    os << "cpu features: " << llvm::join(manifest.cpuFeatures, ",") << "\n";
   os << "payload: " << payload.fileSize() - payload.payloadStart()
      << " bytes after an executable of " << payload.payloadStart()
      << " bytes\n";

@@ -15,7 +15,9 @@
 //
 // Sections an exported binary holds: "manifest" (JSON, ExportManifest),
 // "prefill" and "decode" (the programs as llmc artifacts, kernels not
-// included: they are linked into the executable), "tokenizer.vocab" and
+// included: they are linked into the executable), for a CUDA binary
+// "cuda.prefill" and "cuda.decode" (each program's cubins, PTX and
+// launches: ir/kernel/CudaModule.h), "tokenizer.vocab" and
 // "tokenizer.merges" (a GPT-2 BPE tokenizer's files; none for bytes) and
 // "weights" (every parameter, page-aligned, each tensor at a 64-byte
 // aligned offset the manifest gives).
@@ -123,6 +125,10 @@ struct ExportManifest {
   std::string modelJson; // the model config (kir::Program::modelJson)
   std::string precision; // fp32 or bf16 (the parameters' storage)
   int64_t batch = 1, maxContext = 0, prefillChunk = 0;
+  /// Where the programs run: "cpu" (kernels linked into the executable)
+  /// or "cuda" (sections cuda.prefill and cuda.decode: the modules, as
+  /// serializeCudaModules writes them; loaded on the GPU at run time).
+  std::string target = "cpu";
   std::string cpu;                      // the LLVM CPU name compiled for
   std::vector<std::string> cpuFeatures; // required: "avx2", "fma", ...
   int64_t prefillKernels = 0, decodeKernels = 0;

@@ -1,7 +1,10 @@
-// CudaBinaries::imageFor: which compiled image a GPU loads.
+// CudaBinaries::imageFor: which compiled image a GPU loads; CudaModules to
+// bytes and back.
 #include "ir/kernel/CudaModule.h"
 
 #include "llvm/Support/FormatVariadic.h"
+
+#include <cstring>
 
 using namespace llmc::cuda;
 
@@ -23,4 +26,159 @@ llvm::Expected<CudaImage> CudaBinaries::imageFor(int cc) const {
   return llvm::createStringError(llvm::formatv(
       "no CUDA binary for compute capability {0}.{1}: the module holds {2}",
       cc / 10, cc % 10, held.empty() ? "nothing" : held));
+}
+
+// The byte format, little-endian as the host writes it (x86-64 and the
+// GPUs' hosts): "LLMCCUDA", a u32 version, then
+//   binaries:  u32 cubins, per cubin {i32 arch, u64 size, bytes},
+//              u64 PTX size, PTX bytes, i32 PTX arch
+//   launch:    i64 grid[3], i32 block[3], i32 shared, i32 static shared
+//   modules:   binaries (kernels), u32 launches, launch..., u8 hasLibrary,
+//              binaries (library), u32 steps, per step {u32 kernels, per
+//              kernel {u32 name size, name, launch}}
+namespace {
+
+constexpr char kModulesMagic[8] = {'L', 'L', 'M', 'C', 'C', 'U', 'D', 'A'};
+constexpr uint32_t kModulesVersion = 1;
+
+struct Writer {
+  std::vector<char> bytes;
+  template <typename T> void put(T value) {
+    const char *p = reinterpret_cast<const char *>(&value);
+    bytes.insert(bytes.end(), p, p + sizeof(T));
+  }
+  void put(const void *data, size_t size) {
+    const char *p = static_cast<const char *>(data);
+    bytes.insert(bytes.end(), p, p + size);
+  }
+  void binaries(const CudaBinaries &b) {
+    put(uint32_t(b.cubins.size()));
+    for (const Cubin &cubin : b.cubins) {
+      put(int32_t(cubin.arch));
+      put(uint64_t(cubin.bytes.size()));
+      put(cubin.bytes.data(), cubin.bytes.size());
+    }
+    put(uint64_t(b.ptx.size()));
+    put(b.ptx.data(), b.ptx.size());
+    put(int32_t(b.ptxArch));
+  }
+  void launch(const CudaLaunch &l) {
+    for (int64_t g : l.grid)
+      put(g);
+    for (int b : l.block)
+      put(int32_t(b));
+    put(int32_t(l.sharedBytes));
+    put(int32_t(l.staticSharedBytes));
+  }
+};
+
+struct Reader {
+  llvm::ArrayRef<char> bytes;
+  size_t at = 0;
+  bool ok = true;
+  bool take(void *out, size_t size) {
+    if (!ok || bytes.size() - at < size)
+      return ok = false;
+    if (size == 0)
+      return true;
+    std::memcpy(out, bytes.data() + at, size);
+    at += size;
+    return true;
+  }
+  template <typename T> T get() {
+    T value{};
+    take(&value, sizeof(T));
+    return value;
+  }
+  /// A count of items of at least `itemBytes` each that the rest can hold.
+  uint64_t count(uint64_t raw, uint64_t itemBytes) {
+    if (raw > (bytes.size() - at) / std::max<uint64_t>(itemBytes, 1))
+      ok = false;
+    return ok ? raw : 0;
+  }
+  void binaries(CudaBinaries &b) {
+    b.cubins.resize(count(get<uint32_t>(), 12));
+    for (Cubin &cubin : b.cubins) {
+      cubin.arch = get<int32_t>();
+      cubin.bytes.resize(count(get<uint64_t>(), 1));
+      take(cubin.bytes.data(), cubin.bytes.size());
+    }
+    b.ptx.resize(count(get<uint64_t>(), 1));
+    take(b.ptx.data(), b.ptx.size());
+    b.ptxArch = get<int32_t>();
+  }
+  void launch(CudaLaunch &l) {
+    for (int64_t &g : l.grid)
+      g = get<int64_t>();
+    for (int &b : l.block)
+      b = get<int32_t>();
+    l.sharedBytes = get<int32_t>();
+    l.staticSharedBytes = get<int32_t>();
+  }
+};
+
+constexpr uint64_t kLaunchBytes = 3 * 8 + 3 * 4 + 2 * 4;
+
+} // namespace
+
+std::vector<char> llmc::cuda::serializeCudaModules(const CudaModules &modules) {
+  Writer w;
+  w.put(kModulesMagic, sizeof(kModulesMagic));
+  w.put(kModulesVersion);
+  w.binaries(modules.kernels);
+  w.put(uint32_t(modules.kernelLaunches.size()));
+  for (const CudaLaunch &launch : modules.kernelLaunches)
+    w.launch(launch);
+  w.put(uint8_t(modules.hasLibrary));
+  w.binaries(modules.library);
+  w.put(uint32_t(modules.stepKernels.size()));
+  for (const std::vector<LibraryKernel> &step : modules.stepKernels) {
+    w.put(uint32_t(step.size()));
+    for (const LibraryKernel &kernel : step) {
+      w.put(uint32_t(kernel.name.size()));
+      w.put(kernel.name.data(), kernel.name.size());
+      w.launch(kernel.launch);
+    }
+  }
+  return std::move(w.bytes);
+}
+
+llvm::Expected<CudaModules>
+llmc::cuda::deserializeCudaModules(llvm::ArrayRef<char> bytes,
+                                   llvm::StringRef name) {
+  Reader r{bytes};
+  char magic[sizeof(kModulesMagic)];
+  if (!r.take(magic, sizeof(magic)) ||
+      std::memcmp(magic, kModulesMagic, sizeof(magic)) != 0)
+    return llvm::createStringError(name + ": not CUDA modules (no " +
+                                   "LLMCCUDA magic)");
+  uint32_t version = r.get<uint32_t>();
+  if (r.ok && version != kModulesVersion)
+    return llvm::createStringError(
+        llvm::formatv("{0}: CUDA modules of format {1}; this llmc reads {2}",
+                      name, version, kModulesVersion));
+  CudaModules modules;
+  modules.kernelsPrecompiled = true;
+  r.binaries(modules.kernels);
+  modules.kernelLaunches.resize(r.count(r.get<uint32_t>(), kLaunchBytes));
+  for (CudaLaunch &launch : modules.kernelLaunches)
+    r.launch(launch);
+  modules.hasLibrary = r.get<uint8_t>() != 0;
+  r.binaries(modules.library);
+  modules.stepKernels.resize(r.count(r.get<uint32_t>(), 4));
+  for (std::vector<LibraryKernel> &step : modules.stepKernels) {
+    step.resize(r.count(r.get<uint32_t>(), 4 + kLaunchBytes));
+    for (LibraryKernel &kernel : step) {
+      kernel.name.resize(r.count(r.get<uint32_t>(), 1));
+      r.take(kernel.name.data(), kernel.name.size());
+      r.launch(kernel.launch);
+    }
+  }
+  if (!r.ok)
+    return llvm::createStringError(name + ": truncated CUDA modules");
+  if (r.at != bytes.size())
+    return llvm::createStringError(
+        llvm::formatv("{0}: {1} bytes after the CUDA modules", name,
+                      bytes.size() - r.at));
+  return modules;
 }

@@ -6,6 +6,8 @@
 #ifndef LLMC_IR_KERNEL_CUDAMODULE_H
 #define LLMC_IR_KERNEL_CUDAMODULE_H
 
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
@@ -146,6 +148,16 @@ struct CudaModules {
   NvrtcStats libraryStats;
   std::vector<std::vector<LibraryKernel>> stepKernels; // per program step
 };
+
+/// `modules` as bytes: what an exported binary carries per program
+/// (`llmc export --target cuda`), so that it loads compiled images and
+/// launches without NVRTC. The NVRTC stats are not kept.
+std::vector<char> serializeCudaModules(const CudaModules &modules);
+/// The modules serializeCudaModules wrote, marked precompiled; truncated or
+/// foreign bytes are an error that starts with `name` (the file and
+/// section).
+llvm::Expected<CudaModules> deserializeCudaModules(llvm::ArrayRef<char> bytes,
+                                                   llvm::StringRef name);
 
 /// Compiles (or loads) the modules of a program; the CUDA executor calls it
 /// once, at creation. codegen/KernelToCuda/CudaCompiler.h makes one.

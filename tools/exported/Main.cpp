@@ -1,14 +1,21 @@
 // The main of an inference binary written by `llmc export`: it maps its own
 // file, checks the payload (runtime/ExportPayload.h) and the CPU, binds the
 // weights in place and runs @prefill/@decode with the kernels linked in
-// ahead of time (KernelTable.h), from the command line or, as `NAME serve`,
-// behind runtime/Serve's HTTP server. No MLIR, no JIT, no shared LLVM.
+// ahead of time (KernelTable.h) or, in a `--target cuda` binary, on the GPU
+// with the CUDA modules its payload carries (the driver and cuBLASLt loaded
+// at run time), from the command line or, as `NAME serve`, behind
+// runtime/Serve's HTTP server. No MLIR, no JIT, no shared LLVM.
 #include "frontend/Tokenizer.h"
 #include "ir/kernel/Artifact.h"
 #include "runtime/CachedGenerate.h"
 #include "runtime/Executor.h"
 #include "runtime/ExportPayload.h"
 #include "runtime/Serve/Server.h"
+#ifdef LLMC_EXPORT_CUDA
+#include "ir/kernel/CudaModule.h"
+#include "runtime/Cuda/CudaDeviceStore.h"
+#include "runtime/Cuda/CudaExecutor.h"
+#endif
 #include "tools/common/GenerateOutput.h"
 #include "tools/exported/KernelTable.h"
 
@@ -22,6 +29,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <cstring>
 #include <sys/resource.h>
 
 using namespace llmc;
@@ -91,7 +99,7 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 struct ExportedModel {
   std::unique_ptr<runtime::Payload> payload;
   runtime::ExportManifest manifest;
-  std::unique_ptr<runtime::CpuExecutor> prefill, decode;
+  std::unique_ptr<runtime::Executor> prefill, decode;
   runtime::CachedGenerator generator;
   std::unique_ptr<data::Tokenizer> tokenizer;
   double verifySeconds = 0;
@@ -159,11 +167,66 @@ llvm::Error openPayload(llvm::StringRef path, ExportedModel &model) {
   return llvm::Error::success();
 }
 
+#ifdef LLMC_EXPORT_CUDA
+/// A CUDA binary's executors: both programs on the GPU over one device
+/// store, their modules from the payload (no NVRTC at run time), the
+/// weights copied from the mapping to the device.
+llvm::Error loadOnGpu(ExportedModel &model, kir::Program prefill,
+                      kir::Program decode, llvm::ArrayRef<char> weights) {
+  const runtime::Payload &payload = *model.payload;
+  auto store = runtime::CudaPersistentStore::create();
+  if (!store)
+    return store.takeError();
+  for (auto [name, program, executor] :
+       {std::tuple{"prefill", &prefill, &model.prefill},
+        std::tuple{"decode", &decode, &model.decode}}) {
+    std::string section = std::string("cuda.") + name;
+    auto bytes = payload.section(section);
+    if (!bytes)
+      return bytes.takeError();
+    auto modules = cuda::deserializeCudaModules(
+        *bytes, payload.path() + ": section '" + section + "'");
+    if (!modules)
+      return modules.takeError();
+    runtime::CudaExecutorOptions options;
+    options.store = *store;
+    auto created = runtime::CudaExecutor::create(
+        std::move(*program),
+        [modules = std::move(*modules)](const kir::Program &) {
+          return llvm::Expected<cuda::CudaModules>(modules);
+        },
+        options);
+    if (!created)
+      return llvm::createStringError(payload.path() + ": @" + name + ": " +
+                                     llvm::toString(created.takeError()));
+    *executor = std::move(*created);
+  }
+  for (const runtime::ExportManifest::Tensor &tensor : model.manifest.weights) {
+    runtime::HostTensor host =
+        runtime::HostTensor::zeros(tensor.dtype, tensor.shape);
+    std::memcpy(host.bytes.data(), weights.data() + tensor.offset,
+                host.bytes.size());
+    if (llvm::Error error = (*store)->set(tensor.name, host))
+      return llvm::createStringError(payload.path() + ": section 'weights': " +
+                                     llvm::toString(std::move(error)));
+  }
+  return llvm::Error::success();
+}
+#endif
+
 /// The programs, the store with the weights bound in the mapping, the
-/// executors with the linked kernels, the generator and the tokenizer.
+/// executors with the linked kernels (or, for a CUDA binary, on the GPU),
+/// the generator and the tokenizer.
 llvm::Error loadModel(ExportedModel &model, int threads) {
   const runtime::Payload &payload = *model.payload;
   const runtime::ExportManifest &manifest = model.manifest;
+  bool onGpu = manifest.target == "cuda";
+#ifndef LLMC_EXPORT_CUDA
+  if (onGpu)
+    return llvm::createStringError(
+        payload.path() + ": a CUDA binary, but its runtime was built without "
+                         "the CUDA toolkit");
+#endif
   std::vector<std::string> missing =
       runtime::missingCpuFeatures(manifest.cpuFeatures);
   if (!missing.empty())
@@ -187,8 +250,8 @@ llvm::Error loadModel(ExportedModel &model, int threads) {
                          weights->data() + tensor.offset))
       return llvm::createStringError(payload.path() + ": section 'weights': " +
                                      llvm::toString(std::move(error)));
-  for (auto [name, executor] : {std::pair{"prefill", &model.prefill},
-                                std::pair{"decode", &model.decode}}) {
+  std::vector<kir::Program> programs;
+  for (const char *name : {"prefill", "decode"}) {
     auto bytes = payload.section(name);
     if (!bytes)
       return bytes.takeError();
@@ -204,6 +267,20 @@ llvm::Error loadModel(ExportedModel &model, int threads) {
         return llvm::createStringError(
             payload.path() + ": section 'weights' has no tensor '" +
             param.name + "', a parameter of @" + name);
+    programs.push_back(std::move(*program));
+  }
+#ifdef LLMC_EXPORT_CUDA
+  if (onGpu) {
+    if (llvm::Error error = loadOnGpu(model, std::move(programs[0]),
+                                      std::move(programs[1]), *weights))
+      return error;
+  }
+#endif
+  for (auto [name, program, executor] :
+       {std::tuple{"prefill", &programs[0], &model.prefill},
+        std::tuple{"decode", &programs[1], &model.decode}}) {
+    if (onGpu)
+      break;
     auto fns = linkedKernels(*program, name, payload.path());
     if (!fns)
       return fns.takeError();

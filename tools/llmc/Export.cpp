@@ -3,10 +3,14 @@
 #include "tools/llmc/Export.h"
 
 #include "codegen/KernelToCpu/KernelToCpu.h"
+#ifdef LLMC_HAVE_NVRTC
+#include "codegen/KernelToCuda/CudaCompiler.h"
+#endif
 #include "frontend/ModelConfig.h"
 #include "frontend/Tokenizer.h"
 #include "ir/kernel/Artifact.h"
 #include "ir/kernel/AtomicFile.h"
+#include "ir/kernel/CudaModule.h"
 #include "runtime/Backend.h"
 #include "runtime/ExportPayload.h"
 #include "tools/exported/KernelTable.h"
@@ -132,14 +136,25 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
                                    "fp16, got '" +
                                    options.precision + "'");
   }
-  if (options.target != "cpu") {
-    if (options.target == "cuda")
-      return llvm::createStringError(
-          "--target cuda: not implemented yet (llmc export writes CPU "
-          "binaries only)");
+  bool cudaTarget = options.target == "cuda";
+  if (options.target != "cpu" && !cudaTarget)
     return llvm::createStringError("--target: expected cpu or cuda, got '" +
                                    options.target + "'");
-  }
+#ifndef LLMC_HAVE_NVRTC
+  if (cudaTarget)
+    return llvm::createStringError(
+        "--target cuda: this llmc was built without the CUDA toolkit "
+        "(NVRTC compiles the binary's kernels)");
+#endif
+  if (cudaTarget && options.precision != "fp32")
+    return llvm::createStringError(
+        "--target cuda --precision " + options.precision +
+        ": the bf16-weight GEMMs (f32 activations x bf16 weights) are CPU "
+        "kernels; a CUDA binary is fp32");
+  if (cudaTarget && !options.cpu.empty())
+    return llvm::createStringError(
+        "--cpu: a --target cuda binary has no CPU kernels to compile for a "
+        "CPU");
   if (options.batch < 1)
     return llvm::createStringError("--batch: expected a count >= 1, got " +
                                    llvm::Twine(options.batch));
@@ -208,12 +223,15 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   if (!programs)
     return programs.takeError();
 
-  // Every kernel of both programs in one object, under the table's symbols.
+  // Every kernel of both programs in one object, under the table's symbols
+  // (a CUDA binary: none; the table is empty).
   std::vector<kir::Kernel> kernels;
   std::vector<std::pair<std::string, std::vector<std::string>>> table;
   for (auto [name, program] : {std::pair{"prefill", &programs->prefill},
                                std::pair{"decode", &programs->decode}}) {
     table.push_back({name, {}});
+    if (cudaTarget)
+      continue;
     for (auto [index, kernel] : llvm::enumerate(program->kernels)) {
       table.back().second.push_back(kernel.name);
       kernels.push_back(kernel);
@@ -224,19 +242,48 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   target.cpu = options.cpu;
   cpu::CpuTargetOptions resolved = cpu::resolveTarget(target);
   llvm::Expected<std::vector<std::string>> features =
-      requiredFeatures(resolved, hostCpu);
+      cudaTarget ? std::vector<std::string>()
+                 : requiredFeatures(resolved, hostCpu);
   if (!features)
     return features.takeError();
   auto compileStart = std::chrono::steady_clock::now();
-  llvm::Expected<llvm::SmallVector<char, 0>> object =
-      cpu::compileKernelsToObject(kernels, target);
-  if (!object)
-    return object.takeError();
-  log << llvm::format("llmc: %zu kernels (@prefill %zu, @decode %zu) "
-                      "compiled for %s in %.2f s\n",
-                      kernels.size(), programs->prefill.kernels.size(),
-                      programs->decode.kernels.size(), resolved.cpu.c_str(),
-                      secondsSince(compileStart));
+  llvm::SmallVector<char, 0> object;
+  // --target cuda: each program's modules (its kernels and the attention
+  // library: cubins for sm_80 and sm_90, compute_80 PTX, every launch),
+  // compiled now by NVRTC and carried in the payload.
+  std::vector<char> cudaPrefill, cudaDecode;
+  if (cudaTarget) {
+#ifdef LLMC_HAVE_NVRTC
+    for (auto [program, bytes] :
+         {std::pair{&programs->prefill, &cudaPrefill},
+          std::pair{&programs->decode, &cudaDecode}}) {
+      llvm::Expected<cuda::CudaModules> modules =
+          cuda::compileCudaModules(*program);
+      if (!modules)
+        return modules.takeError();
+      *bytes = cuda::serializeCudaModules(*modules);
+    }
+    log << llvm::format("llmc: %zu CUDA kernels (@prefill %zu, @decode %zu) "
+                        "and the attention library compiled by NVRTC for "
+                        "sm_80, sm_90 and compute_80 PTX in %.2f s\n",
+                        programs->prefill.kernels.size() +
+                            programs->decode.kernels.size(),
+                        programs->prefill.kernels.size(),
+                        programs->decode.kernels.size(),
+                        secondsSince(compileStart));
+#endif
+  } else {
+    llvm::Expected<llvm::SmallVector<char, 0>> compiled =
+        cpu::compileKernelsToObject(kernels, target);
+    if (!compiled)
+      return compiled.takeError();
+    object = std::move(*compiled);
+    log << llvm::format("llmc: %zu kernels (@prefill %zu, @decode %zu) "
+                        "compiled for %s in %.2f s\n",
+                        kernels.size(), programs->prefill.kernels.size(),
+                        programs->decode.kernels.size(), resolved.cpu.c_str(),
+                        secondsSince(compileStart));
+  }
 
   // Object, table, link: in a temporary directory removed on the way out.
   llvm::SmallString<128> dir;
@@ -256,7 +303,7 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   std::string logPath = inDir("driver.log");
   std::string tableSource = exported::kernelTableSource(table);
   for (auto [path, bytes] :
-       {std::pair{objectPath, llvm::StringRef(object->data(), object->size())},
+       {std::pair{objectPath, llvm::StringRef(object.data(), object.size())},
         std::pair{tablePath, llvm::StringRef(tableSource)}}) {
     std::error_code error;
     llvm::raw_fd_ostream os(path, error);
@@ -274,15 +321,20 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   // LLVM Support (ADT, Error, the command line, the host CPU's features)
   // statically: the binary needs no LLVM or MLIR library.
   std::vector<std::string> link = *driver;
-  link.insert(link.end(), {"-o", exePath, objectPath, tableObject, *archive});
+  link.insert(link.end(), {"-o", exePath});
+  if (!cudaTarget)
+    link.push_back(objectPath);
+  link.insert(link.end(), {tableObject, *archive});
   for (const char *library :
        {"libLLVMTargetParser.a", "libLLVMSupport.a", "libLLVMDemangle.a"}) {
     llvm::SmallString<256> path(LLMC_LLVM_LIBRARY_DIR);
     llvm::sys::path::append(path, library);
     link.push_back(std::string(path));
   }
-  link.insert(link.end(),
-              {"-Wl,--as-needed", LLMC_OPENBLAS_LIBRARY, "-lpthread", "-lm"});
+  // libdl for the CUDA runtime's dlopen of libcuda and cuBLASLt (in libc
+  // since glibc 2.34; named for older ones).
+  link.insert(link.end(), {"-Wl,--as-needed", LLMC_OPENBLAS_LIBRARY,
+                           "-lpthread", "-lm", "-ldl"});
   auto linkStart = std::chrono::steady_clock::now();
   if (llvm::Error error = run(link, "linking the binary", logPath))
     return error;
@@ -301,6 +353,7 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   manifest.modelName = config->name;
   manifest.modelJson = artifact->modelJson;
   manifest.precision = options.precision;
+  manifest.target = options.target;
   manifest.batch = shape.batch;
   manifest.maxContext = shape.maxContext;
   manifest.prefillChunk = shape.prefillTokens;
@@ -329,6 +382,10 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
         runtime::PayloadWriter writer(os, exe.size());
         writer.add("prefill", asChars(prefillBytes));
         writer.add("decode", asChars(decodeBytes));
+        if (cudaTarget) {
+          writer.add("cuda.prefill", cudaPrefill);
+          writer.add("cuda.decode", cudaDecode);
+        }
         if (manifest.tokenizer != "byte") {
           writer.add("tokenizer.vocab", vocabJson);
           writer.add("tokenizer.merges", merges);

@@ -265,8 +265,9 @@ static cl::opt<std::string> exportPrecision(
     cl::init("fp32"), cl::value_desc("fp32|bf16|fp16"), cl::sub(exportCmd));
 static cl::opt<std::string> exportTarget(
     "target",
-    cl::desc("What the binary runs on: cpu (the default; cuda is not "
-             "implemented yet)"),
+    cl::desc("What the binary runs on: cpu (the default: kernels compiled "
+             "ahead of time for --cpu) or cuda (an NVIDIA GPU: kernels "
+             "compiled now by NVRTC for sm_80, sm_90 and PTX; fp32)"),
     cl::init("cpu"), cl::value_desc("cpu|cuda"), cl::sub(exportCmd));
 static cl::opt<std::string> exportCpu(
     "cpu",
