@@ -27,19 +27,20 @@ struct InferencePrograms {
 
 /// Runs the inference pipeline on `module` (from buildInferenceModule) and
 /// lowers @prefill and @decode. Diagnostics go to the context's handler;
-/// the error says which phase failed. `weights` BF16: storeParametersAs.
+/// the error says which phase failed. `weights` BF16 or F16:
+/// storeParametersAs.
 llvm::Expected<InferencePrograms>
 compileInference(mlir::ModuleOp module, kir::DType weights = kir::DType::F32);
 
-/// Stores the f32 parameters of both programs as `type` (BF16) where every
-/// use of them in either program reads them through a kernel's loads
-/// (which widen to f32) or as a GEMM's B (runNarrowGemm's tiles, and the
-/// bf16-weight kernel for few rows; the program verifier allows this one
-/// mix, f32 A): the linear weights, the embeddings,
-/// the norms' weights. The rest keep f32 (a GEMM epilogue's bias reads f32;
-/// any other library step). Activations, the KV cache and every sum stay
-/// f32. A narrowed weight is no longer marked for the 2:4 kernels (they
-/// pack f32 parameters). Returns how many parameters were narrowed.
+/// Stores the f32 parameters of both programs as `type` (BF16 or F16)
+/// where every use of them in either program reads them through a kernel's
+/// loads (which widen to f32) or as a GEMM's B (runNarrowGemm's tiles, and
+/// the 16-bit-weight kernel for few rows; the program verifier allows this
+/// one mix, f32 A): the linear weights, the embeddings, the norms' weights.
+/// The rest keep f32 (a GEMM epilogue's bias reads f32; any other library
+/// step). Activations, the KV cache and every sum stay f32. A narrowed
+/// weight is no longer marked for the 2:4 kernels (they pack f32
+/// parameters). Returns how many parameters were narrowed.
 int64_t storeParametersAs(InferencePrograms &programs, kir::DType type);
 
 } // namespace llmc

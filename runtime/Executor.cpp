@@ -10,7 +10,7 @@
 // measured high-water mark still equals the planned peak, and they are
 // small (tiles of a GEMM, one head of attention per thread).
 #include "runtime/Executor.h"
-#include "runtime/Cpu/Bf16Gemm.h"
+#include "runtime/Cpu/NarrowWeightGemm.h"
 #include "runtime/Cpu/LowPrecision.h"
 #include "runtime/MemoryReport.h"
 #include "runtime/Sparsity.h"
@@ -398,7 +398,7 @@ std::string CpuExecutor::sparseSummary() const {
 }
 
 void CpuExecutor::runGemm(const kir::GemmStep &g) {
-  if (runBf16WeightGemm(g))
+  if (runNarrowWeightGemm(g))
     return;
   if (prog.buffers[g.a.buffer].dtype != kir::DType::F32 ||
       prog.buffers[g.b.buffer].dtype != kir::DType::F32 ||
@@ -472,13 +472,15 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
     });
 }
 
-bool CpuExecutor::runBf16WeightGemm(const kir::GemmStep &g) {
-  // Few rows of f32 A times a bf16 B read in place (llmc export --precision
-  // bf16's decode): the bytes of B are the cost, so B is widened in
-  // registers, never staged. Larger products take runNarrowGemm's tiles.
-  if (g.m > cpu::kBf16GemmMaxRows || g.transA ||
+bool CpuExecutor::runNarrowWeightGemm(const kir::GemmStep &g) {
+  // Few rows of f32 A times a bf16 or f16 B read in place (llmc export
+  // --precision bf16|fp16's decode): the bytes of B are the cost, so B is
+  // widened in registers, never staged. Larger products take
+  // runNarrowGemm's tiles.
+  kir::DType bType = prog.buffers[g.b.buffer].dtype;
+  if (g.m > cpu::kNarrowWeightGemmMaxRows || g.transA ||
       prog.buffers[g.a.buffer].dtype != kir::DType::F32 ||
-      prog.buffers[g.b.buffer].dtype != kir::DType::BF16 ||
+      (bType != kir::DType::BF16 && bType != kir::DType::F16) ||
       prog.buffers[g.c.buffer].dtype != kir::DType::F32 ||
       g.a.strides[2] != 1 || g.b.strides[2] != 1 || g.c.strides[2] != 1)
     return false;
@@ -490,13 +492,13 @@ bool CpuExecutor::runBf16WeightGemm(const kir::GemmStep &g) {
   float *a = at(g.a), *c = at(g.c);
   pool.parallelFor(g.n, [&](int64_t begin, int64_t end, int) {
     for (int64_t batch = 0; batch < g.batch; ++batch)
-      cpu::bf16WeightGemm(isa, a + batch * g.a.strides[0], g.m,
-                          g.a.strides[1], b + batch * g.b.strides[0],
-                          g.b.strides[1], /*wNK=*/g.transB, g.k,
-                          c + batch * g.c.strides[0], g.c.strides[1], begin,
-                          end, g.accumulate);
+      cpu::narrowWeightGemm(isa, bType, a + batch * g.a.strides[0], g.m,
+                            g.a.strides[1], b + batch * g.b.strides[0],
+                            g.b.strides[1], /*wNK=*/g.transB, g.k,
+                            c + batch * g.c.strides[0], g.c.strides[1], begin,
+                            end, g.accumulate);
   });
-  ++bf16WeightSteps;
+  ++narrowWeightSteps;
   if (g.epilogue >= 0) {
     CpuKernelFn epilogue = kernelFns[g.epilogue];
     void *const *operands = kernelOperands[g.epilogue].data();

@@ -109,8 +109,9 @@ public:
     int64_t packedBytes = 0, denseBytes = 0; // of the packed weights
   };
   const SparseStats &sparseStats() const { return sparse; }
-  /// GEMM steps run by the bf16-weight kernel (runtime/Cpu/Bf16Gemm.h).
-  int64_t bf16WeightGemmSteps() const { return bf16WeightSteps; }
+  /// GEMM steps run by the 16-bit-weight kernel
+  /// (runtime/Cpu/NarrowWeightGemm.h).
+  int64_t narrowWeightGemmSteps() const { return narrowWeightSteps; }
   std::string sparseSummary() const override;
 
 private:
@@ -122,9 +123,10 @@ private:
   void runGemm(const kir::GemmStep &gemm);
   /// A GEMM with an f16/bf16 operand or result: tiles through f32 staging.
   void runNarrowGemm(const kir::GemmStep &gemm);
-  /// runBf16WeightGemm's product when `gemm` is one it takes (f32 A of at
-  /// most kBf16GemmMaxRows rows, bf16 B, f32 C); false otherwise.
-  bool runBf16WeightGemm(const kir::GemmStep &gemm);
+  /// runNarrowWeightGemm's product when `gemm` is one it takes (f32 A of
+  /// at most kNarrowWeightGemmMaxRows rows, bf16 or f16 B, f32 C); false
+  /// otherwise.
+  bool runNarrowWeightGemm(const kir::GemmStep &gemm);
   /// The 2:4 copy of a sparseWeight step's B when it is 2:4 and the step
   /// should use it; packed on first use and again after the store is
   /// written (a new load, or a training step).
@@ -171,7 +173,7 @@ private:
   cpu::SparseIsa isa;
   bool writesParams = false; // some step writes a Param
   SparseStats sparse;
-  int64_t bf16WeightSteps = 0; // GEMM steps run by runBf16WeightGemm
+  int64_t narrowWeightSteps = 0; // GEMM steps run by runNarrowWeightGemm
 };
 
 /// Loads the program's kernels from the kernel cache, or compiles them with

@@ -127,15 +127,10 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   if (options.output.empty())
     return llvm::createStringError("export: -o NAME is required (the binary "
                                    "to write)");
-  if (options.precision != "fp32" && options.precision != "bf16") {
-    if (options.precision == "fp16")
-      return llvm::createStringError(
-          "--precision fp16: not implemented yet (llmc export writes fp32 "
-          "and bf16 binaries)");
-    return llvm::createStringError("--precision: expected fp32, bf16 or "
-                                   "fp16, got '" +
-                                   options.precision + "'");
-  }
+  llvm::Expected<kir::DType> weightType =
+      inferenceWeightType(options.precision);
+  if (!weightType)
+    return weightType.takeError();
   bool cudaTarget = options.target == "cuda";
   if (options.target != "cpu" && !cudaTarget)
     return llvm::createStringError("--target: expected cpu or cuda, got '" +
@@ -146,11 +141,11 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
         "--target cuda: this llmc was built without the CUDA toolkit "
         "(NVRTC compiles the binary's kernels)");
 #endif
-  if (cudaTarget && options.precision != "fp32")
+  if (cudaTarget && *weightType != kir::DType::F32)
     return llvm::createStringError(
         "--target cuda --precision " + options.precision +
-        ": the bf16-weight GEMMs (f32 activations x bf16 weights) are CPU "
-        "kernels; a CUDA binary is fp32");
+        ": the 16-bit-weight GEMMs (f32 activations x bf16/f16 weights) "
+        "are CPU kernels; a CUDA binary is fp32");
   if (cudaTarget && !options.cpu.empty())
     return llvm::createStringError(
         "--cpu: a --target cuda binary has no CPU kernels to compile for a "
@@ -217,9 +212,7 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   shape.maxContext = options.maxContext ? options.maxContext : config->seqLen;
   shape.prefillTokens = std::min(options.prefillChunk, shape.maxContext);
   llvm::Expected<InferencePrograms> programs =
-      buildInferencePrograms(context, *config, shape,
-                             options.precision == "bf16" ? kir::DType::BF16
-                                                         : kir::DType::F32);
+      buildInferencePrograms(context, *config, shape, *weightType);
   if (!programs)
     return programs.takeError();
 

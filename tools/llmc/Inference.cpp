@@ -7,6 +7,19 @@
 
 #include "llvm/Support/Format.h"
 
+llvm::Expected<llmc::kir::DType>
+llmc::inferenceWeightType(llvm::StringRef precision) {
+  if (precision == "fp32")
+    return kir::DType::F32;
+  if (precision == "bf16")
+    return kir::DType::BF16;
+  if (precision == "fp16")
+    return kir::DType::F16;
+  return llvm::createStringError("--precision: expected fp32, bf16 or fp16, "
+                                 "got '" +
+                                 precision + "'");
+}
+
 llvm::Expected<llmc::InferencePrograms>
 llmc::buildInferencePrograms(mlir::MLIRContext &context,
                              const mlir::llmc::ModelConfig &config,
@@ -47,7 +60,7 @@ llmc::loadInference(mlir::MLIRContext &context,
               runtime::memoryNeed({&programs->prefill, &programs->decode}),
               *available, what.str(),
               /*training=*/false))
-        return std::move(error);
+        return error;
     auto store = std::make_shared<runtime::PersistentStore>();
     for (auto [name, program, executor] :
          {std::tuple<const char *, kir::Program *,
@@ -77,7 +90,7 @@ llmc::loadInference(mlir::MLIRContext &context,
   }
   // One store: the parameters loaded through @prefill are @decode's too.
   if (llvm::Error error = runtime::loadWeights(*session.prefill, weights, seed))
-    return std::move(error);
+    return error;
   llvm::Expected<runtime::CachedGenerator> generator =
       runtime::CachedGenerator::create(*session.prefill, *session.decode);
   if (!generator)

@@ -31,6 +31,11 @@ using InferenceExecutorFactory =
     std::function<llvm::Expected<std::unique_ptr<runtime::Executor>>(
         kir::Program program, llvm::StringRef name)>;
 
+/// The stored weights' type of `precision` (fp32, bf16 or fp16: F32, BF16,
+/// F16); an error naming --precision otherwise. What llmc generate and
+/// llmc export accept.
+llvm::Expected<kir::DType> inferenceWeightType(llvm::StringRef precision);
+
 /// Builds @prefill and @decode of `config` with `shape` (frontend) and
 /// compiles them to kernel-IR programs (codegen), kernels not yet compiled:
 /// the part `llmc generate` and `llmc export` share.
@@ -45,7 +50,7 @@ buildInferencePrograms(mlir::MLIRContext &context,
 /// store and loads `weights` (empty: GPT-2 initialization from `seed`).
 /// Says what it compiled on `log`; `what` starts the message when the
 /// programs do not fit in memory ("running model.llmc"). `weightsType`
-/// BF16: the parameters stored as bf16 (storeParametersAs). `device`
+/// BF16 or F16: the parameters stored so (storeParametersAs). `device`
 /// set: the programs run on the executors it makes (a GPU) instead of the
 /// CPU's.
 llvm::Expected<InferenceSession>

@@ -198,10 +198,10 @@ static cl::opt<bool> recompute(
 static cl::opt<std::string> generatePrecision(
     "precision",
     cl::desc("Element type of the KV-cache programs' stored weights: fp32 "
-             "(the default) or bf16 (as llmc export --precision bf16: half "
+             "(the default), bf16 or fp16 (as llmc export --precision: half "
              "the bytes, activations, KV cache and sums f32; not with "
-             "--recompute); fp16 is not implemented yet"),
-    cl::init("fp32"), cl::value_desc("fp32|bf16"), cl::sub(generateCmd));
+             "--recompute)"),
+    cl::init("fp32"), cl::value_desc("fp32|bf16|fp16"), cl::sub(generateCmd));
 static cl::opt<int64_t> sparseMaxRows(
     "sparse-max-rows",
     cl::desc("CPU: GEMMs whose weight is 2:4 run the 2:4 kernels when they "
@@ -259,9 +259,9 @@ static cl::opt<int64_t> exportBatch(
     cl::init(::mlir::llmc::InferenceShape().batch), cl::sub(exportCmd));
 static cl::opt<std::string> exportPrecision(
     "precision",
-    cl::desc("Element type of the stored weights: fp32 (the default) or "
-             "bf16 (half the bytes; activations, KV cache and sums stay "
-             "f32); fp16 is not implemented yet"),
+    cl::desc("Element type of the stored weights: fp32 (the default), "
+             "bf16 or fp16 (half the bytes; activations, KV cache and sums "
+             "stay f32)"),
     cl::init("fp32"), cl::value_desc("fp32|bf16|fp16"), cl::sub(exportCmd));
 static cl::opt<std::string> exportTarget(
     "target",
@@ -882,7 +882,8 @@ static ::llmc::runtime::SamplingOptions samplingOptions() {
 /// model config. Returns -1 when the artifact has none (a hand-written
 /// model) and the recompute path should run instead.
 static int runCachedGenerate(MLIRContext &context,
-                             const ::llmc::data::Tokenizer &tok) {
+                             const ::llmc::data::Tokenizer &tok,
+                             ::llmc::kir::DType weightType) {
   llvm::Expected<::llmc::kir::Program> artifact =
       ::llmc::kir::readArtifact(artifactInput);
   if (!artifact)
@@ -895,9 +896,10 @@ static int runCachedGenerate(MLIRContext &context,
   }
   ::llmc::InferenceExecutorFactory onDevice;
   if (device == "cuda") {
-    if (generatePrecision == "bf16")
-      return fail("--precision bf16 --device cuda: the bf16-weight GEMMs "
-                  "(f32 activations x bf16 weights) run on the CPU only");
+    if (weightType != ::llmc::kir::DType::F32)
+      return fail("--precision " + generatePrecision +
+                  " --device cuda: the 16-bit-weight GEMMs (f32 "
+                  "activations x bf16/f16 weights) run on the CPU only");
 #ifdef LLMC_HAVE_NVRTC
     // Both programs on the GPU, binding one device store.
     std::shared_ptr<::llmc::runtime::CudaPersistentStore> store;
@@ -937,10 +939,7 @@ static int runCachedGenerate(MLIRContext &context,
       ::llmc::loadInference(context, *config, shape, weightsPath, seed,
                             numThreads, "running " + artifactInput,
                             llvm::errs(),
-                            generatePrecision == "bf16"
-                                ? ::llmc::kir::DType::BF16
-                                : ::llmc::kir::DType::F32,
-                            onDevice);
+                            weightType, onDevice);
   if (!session)
     return fail(session.takeError());
   for (::llmc::runtime::CpuExecutor *cpu :
@@ -978,24 +977,20 @@ static int runGenerate(MLIRContext &mlirContext) {
   auto tokenizer = ::llmc::data::loadTokenizer(tokenizerSpec);
   if (!tokenizer)
     return fail(tokenizer.takeError());
-  if (generatePrecision != "fp32") {
-    if (generatePrecision == "fp16")
-      return fail("--precision fp16: not implemented yet (llmc generate "
-                  "runs fp32 and bf16 weights)");
-    if (generatePrecision != "bf16")
-      return fail("--precision: expected fp32, bf16 or fp16, got '" +
-                  generatePrecision + "'");
-    if (recompute)
-      return fail("--precision bf16 runs the KV-cache programs; --recompute "
-                  "runs the artifact's own (fp32) forward");
-  }
+  auto weightType = ::llmc::inferenceWeightType(generatePrecision);
+  if (!weightType)
+    return fail(weightType.takeError());
+  if (*weightType != ::llmc::kir::DType::F32 && recompute)
+    return fail("--precision " + generatePrecision +
+                " runs the KV-cache programs; --recompute runs the "
+                "artifact's own (fp32) forward");
   if (!recompute) {
-    int result = runCachedGenerate(mlirContext, **tokenizer);
+    int result = runCachedGenerate(mlirContext, **tokenizer, *weightType);
     if (result >= 0)
       return result;
-    if (generatePrecision == "bf16")
-      return fail("--precision bf16 needs the KV-cache programs (a model "
-                  "config, --device cpu)");
+    if (*weightType != ::llmc::kir::DType::F32)
+      return fail("--precision " + generatePrecision +
+                  " needs the KV-cache programs (a model config)");
   }
   auto executor = loadArtifact(artifactInput, weightsPath);
   if (!executor)

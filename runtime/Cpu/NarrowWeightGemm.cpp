@@ -1,17 +1,20 @@
-// f32 x bf16-weight products for few rows: scalar, AVX2+FMA and AVX-512F.
+// f32 x 16-bit-weight products for few rows: scalar, AVX2+FMA(+F16C) and
+// AVX-512F, for bf16 and f16 weights.
 //
 // W [n, k] (wNK): one dot product per (row of x, column), NC columns at a
 // time sharing the x loads and MR rows sharing the W loads: MR * NC vector
 // accumulators, reduced across lanes once at the end; k's tail past the
-// last full chunk in scalar. A chunk of 2L bf16 is one load widened in
-// lanes (even elements: shift left 16; odd: mask the high half), so x's
-// rows are first copied deinterleaved per chunk (m * k floats, once per
-// call): no cross-lane zero-extension, which measured at half a core's
-// read bandwidth. W [k, n]: L lanes of columns (two vectors at
-// a time), each k step broadcasts x[i, p] and FMAs the widened W row
-// segment; columns past the last full vector in scalar. Either way every
-// W element is read once per call, as 2 bytes.
-#include "runtime/Cpu/Bf16Gemm.h"
+// last full chunk in scalar. A chunk of 2L weights is widened as two
+// vectors. bf16: one load widened in lanes (even elements: shift left 16;
+// odd: mask the high half), so x's rows are first copied deinterleaved per
+// chunk (m * k floats, once per call): no cross-lane zero-extension, which
+// measured at half a core's read bandwidth. f16: two vcvtph2ps of L
+// consecutive weights (x copied as it is). W [k, n]: L lanes of columns
+// (two vectors at a time), each k step broadcasts x[i, p] and FMAs the
+// widened W row segment; columns past the last full vector in scalar.
+// Either way every W element is read once per call, as 2 bytes.
+#include "runtime/Cpu/NarrowWeightGemm.h"
+#include "runtime/Weights.h"
 
 #include <immintrin.h>
 
@@ -23,11 +26,16 @@ using namespace llmc::cpu;
 
 namespace {
 
-inline float widen(uint16_t bits) {
+inline float widenBf16(uint16_t bits) {
   uint32_t x = uint32_t(bits) << 16;
   float f;
   std::memcpy(&f, &x, 4);
   return f;
+}
+
+/// One weight widened, bf16 or (F16) f16.
+template <bool F16> inline float widen(uint16_t bits) {
+  return F16 ? llmc::runtime::halfToFloat(bits) : widenBf16(bits);
 }
 
 struct Args {
@@ -45,15 +53,16 @@ inline void put(const Args &a, int64_t i, int64_t j, float value) {
   out = a.accumulate ? out + value : value;
 }
 
-struct Scalar {
+template <bool F16> struct Scalar {
   static constexpr int L = 1;
+  static constexpr bool kEvenOdd = false; // one lane: nothing to reorder
   using V = float;
   static V zero() { return 0.0f; }
   static V loadX(const float *p) { return *p; }
-  static V loadW(const uint16_t *p) { return widen(*p); }
-  static void loadW2(const uint16_t *p, V &even, V &odd) {
-    even = widen(p[0]);
-    odd = widen(p[1]);
+  static V loadW(const uint16_t *p) { return widen<F16>(*p); }
+  static void loadW2(const uint16_t *p, V &first, V &second) {
+    first = widen<F16>(p[0]);
+    second = widen<F16>(p[1]);
   }
   static V broadcast(float v) { return v; }
   static V fma(V a, V b, V c) { return a * b + c; }
@@ -61,91 +70,88 @@ struct Scalar {
   static void store(float *p, V v) { *p = v; }
 };
 
-struct Avx2 {
+#define LLMC_AVX2 __attribute__((target("avx2,fma,f16c")))
+template <bool F16> struct Avx2 {
   static constexpr int L = 8;
+  /// bf16: loadW2 gives the even- and odd-indexed weights of a chunk, so
+  /// x is deinterleaved to match; f16: the first and second L.
+  static constexpr bool kEvenOdd = !F16;
   using V = __m256;
-  __attribute__((target("avx2,fma"))) static V zero() {
-    return _mm256_setzero_ps();
-  }
-  __attribute__((target("avx2,fma"))) static V loadX(const float *p) {
-    return _mm256_loadu_ps(p);
-  }
-  __attribute__((target("avx2,fma"))) static V loadW(const uint16_t *p) {
+  LLMC_AVX2 static V zero() { return _mm256_setzero_ps(); }
+  LLMC_AVX2 static V loadX(const float *p) { return _mm256_loadu_ps(p); }
+  LLMC_AVX2 static V loadW(const uint16_t *p) {
     __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+    if (F16)
+      return _mm256_cvtph_ps(bits);
     return _mm256_castsi256_ps(
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
   }
-  /// 2L bf16: the even-indexed ones (a lane's low half, shifted up) and
-  /// the odd (its high half, masked): no cross-lane widening.
-  __attribute__((target("avx2,fma"))) static void loadW2(const uint16_t *p,
-                                                         V &even, V &odd) {
+  /// 2L weights: bf16 the even-indexed ones (a lane's low half, shifted
+  /// up) and the odd (its high half, masked), no cross-lane widening; f16
+  /// the first L and the next L.
+  LLMC_AVX2 static void loadW2(const uint16_t *p, V &first, V &second) {
+    if (F16) {
+      first = loadW(p);
+      second = loadW(p + L);
+      return;
+    }
     __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
-    even = _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
-    odd = _mm256_castsi256_ps(
+    first = _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
+    second = _mm256_castsi256_ps(
         _mm256_and_si256(bits, _mm256_set1_epi32(int(0xffff0000u))));
   }
-  __attribute__((target("avx2,fma"))) static V broadcast(float v) {
-    return _mm256_set1_ps(v);
-  }
-  __attribute__((target("avx2,fma"))) static V fma(V a, V b, V c) {
-    return _mm256_fmadd_ps(a, b, c);
-  }
-  __attribute__((target("avx2,fma"))) static float sum(V v) {
+  LLMC_AVX2 static V broadcast(float v) { return _mm256_set1_ps(v); }
+  LLMC_AVX2 static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  LLMC_AVX2 static float sum(V v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
                           _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
-  __attribute__((target("avx2,fma"))) static void store(float *p, V v) {
-    _mm256_storeu_ps(p, v);
-  }
+  LLMC_AVX2 static void store(float *p, V v) { _mm256_storeu_ps(p, v); }
 };
 
-struct Avx512 {
+#define LLMC_AVX512 __attribute__((target("avx512f")))
+template <bool F16> struct Avx512 {
   static constexpr int L = 16;
+  static constexpr bool kEvenOdd = !F16;
   using V = __m512;
-  __attribute__((target("avx512f"))) static V zero() {
-    return _mm512_setzero_ps();
-  }
-  __attribute__((target("avx512f"))) static V loadX(const float *p) {
-    return _mm512_loadu_ps(p);
-  }
-  __attribute__((target("avx512f"))) static V loadW(const uint16_t *p) {
+  LLMC_AVX512 static V zero() { return _mm512_setzero_ps(); }
+  LLMC_AVX512 static V loadX(const float *p) { return _mm512_loadu_ps(p); }
+  LLMC_AVX512 static V loadW(const uint16_t *p) {
     __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+    if (F16)
+      return _mm512_cvtph_ps(bits);
     return _mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
   }
-  __attribute__((target("avx512f"))) static void loadW2(const uint16_t *p,
-                                                        V &even, V &odd) {
+  LLMC_AVX512 static void loadW2(const uint16_t *p, V &first, V &second) {
+    if (F16) {
+      first = loadW(p);
+      second = loadW(p + L);
+      return;
+    }
     __m512i bits = _mm512_loadu_si512(p);
-    even = _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
-    odd = _mm512_castsi512_ps(
+    first = _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
+    second = _mm512_castsi512_ps(
         _mm512_and_si512(bits, _mm512_set1_epi32(int(0xffff0000u))));
   }
-  __attribute__((target("avx512f"))) static V broadcast(float v) {
-    return _mm512_set1_ps(v);
-  }
-  __attribute__((target("avx512f"))) static V fma(V a, V b, V c) {
-    return _mm512_fmadd_ps(a, b, c);
-  }
-  __attribute__((target("avx512f"))) static float sum(V v) {
-    return _mm512_reduce_add_ps(v);
-  }
-  __attribute__((target("avx512f"))) static void store(float *p, V v) {
-    _mm512_storeu_ps(p, v);
-  }
+  LLMC_AVX512 static V broadcast(float v) { return _mm512_set1_ps(v); }
+  LLMC_AVX512 static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  LLMC_AVX512 static float sum(V v) { return _mm512_reduce_add_ps(v); }
+  LLMC_AVX512 static void store(float *p, V v) { _mm512_storeu_ps(p, v); }
 };
 
 // The target attribute of each ISA's drivers (templates instantiate with
 // the attribute of the function they are declared with).
-#define LLMC_BF16_DRIVERS(ISA, TARGET)                                         \
-  /* xd: x's rows deinterleaved per chunk of 2L (L even elements, then  */  \
-  /* L odd), `full` of them a row, so each W chunk is widened in lanes.  */  \
-  template <int MR, int NC>                                                    \
+#define LLMC_NARROW_DRIVERS(ISA, TARGET)                                       \
+  /* xd: x's rows per chunk of 2L in the order loadW2 widens W's (bf16: */  \
+  /* L even elements, then L odd), `full` of them a row.                */  \
+  template <bool F16, int MR, int NC>                                          \
   TARGET static void dotBlock##ISA(const Args &a, const float *xd,             \
                                    int64_t full, int64_t j) {                  \
-    using I = ISA;                                                             \
+    using I = ISA<F16>;                                                        \
     typename I::V acc[MR][NC];                                                 \
     for (int i = 0; i < MR; ++i)                                               \
       for (int c = 0; c < NC; ++c)                                             \
@@ -165,34 +171,36 @@ struct Avx512 {
       for (int c = 0; c < NC; ++c) {                                           \
         float tail = 0.0f;                                                     \
         for (int64_t p = full; p < a.k; ++p)                                   \
-          tail += a.x[i * a.ldx + p] * widen(a.w[(j + c) * a.ldw + p]);        \
+          tail += a.x[i * a.ldx + p] * widen<F16>(a.w[(j + c) * a.ldw + p]);   \
         put(a, i, j + c, I::sum(acc[i][c]) + tail);                            \
       }                                                                        \
   }                                                                            \
-  template <int MR>                                                            \
+  template <bool F16, int MR>                                                  \
   TARGET static void dotRows##ISA(const Args &a, int64_t n0, int64_t n1) {     \
-    using I = ISA;                                                             \
+    using I = ISA<F16>;                                                        \
     int64_t full = a.k / (2 * I::L) * (2 * I::L);                              \
     thread_local std::vector<float> xd;                                        \
     xd.resize(size_t(MR * full));                                              \
     for (int i = 0; i < MR; ++i)                                               \
       for (int64_t p = 0; p < full; p += 2 * I::L)                             \
         for (int l = 0; l < I::L; ++l) {                                       \
-          xd[i * full + p + l] = a.x[i * a.ldx + p + 2 * l];                   \
-          xd[i * full + p + I::L + l] = a.x[i * a.ldx + p + 2 * l + 1];        \
+          int64_t first = I::kEvenOdd ? p + 2 * l : p + l;                     \
+          int64_t second = I::kEvenOdd ? p + 2 * l + 1 : p + I::L + l;         \
+          xd[i * full + p + l] = a.x[i * a.ldx + first];                       \
+          xd[i * full + p + I::L + l] = a.x[i * a.ldx + second];               \
         }                                                                      \
     /* Enough independent accumulators and W streams (8 at one row:     */ \
     /* 10% over 4 on one Zen 4 core). */                                   \
     constexpr int NC = MR == 1 ? 8 : MR == 2 ? 2 : 1;                          \
     int64_t j = n0;                                                            \
     for (; j + NC <= n1; j += NC)                                              \
-      dotBlock##ISA<MR, NC>(a, xd.data(), full, j);                            \
+      dotBlock##ISA<F16, MR, NC>(a, xd.data(), full, j);                       \
     for (; j < n1; ++j)                                                        \
-      dotBlock##ISA<MR, 1>(a, xd.data(), full, j);                             \
+      dotBlock##ISA<F16, MR, 1>(a, xd.data(), full, j);                        \
   }                                                                            \
-  template <int MR>                                                            \
+  template <bool F16, int MR>                                                  \
   TARGET static void axpyRows##ISA(const Args &a, int64_t n0, int64_t n1) {    \
-    using I = ISA;                                                             \
+    using I = ISA<F16>;                                                        \
     constexpr int NV = MR <= 4 ? 2 : 1;                                        \
     int64_t j = n0;                                                            \
     for (; j + NV * I::L <= n1; j += NV * I::L) {                              \
@@ -222,47 +230,59 @@ struct Avx512 {
       for (int i = 0; i < MR; ++i) {                                           \
         float s = 0.0f;                                                        \
         for (int64_t p = 0; p < a.k; ++p)                                      \
-          s += a.x[i * a.ldx + p] * widen(a.w[p * a.ldw + j]);                 \
+          s += a.x[i * a.ldx + p] * widen<F16>(a.w[p * a.ldw + j]);            \
         put(a, i, j, s);                                                       \
       }                                                                        \
   }                                                                            \
+  template <bool F16>                                                          \
   TARGET static void run##ISA(const Args &a, bool wNK, int64_t n0,             \
                               int64_t n1) {                                    \
     switch (a.m) {                                                             \
-    case 1: return wNK ? dotRows##ISA<1>(a, n0, n1) : axpyRows##ISA<1>(a, n0, n1); \
-    case 2: return wNK ? dotRows##ISA<2>(a, n0, n1) : axpyRows##ISA<2>(a, n0, n1); \
-    case 3: return wNK ? dotRows##ISA<3>(a, n0, n1) : axpyRows##ISA<3>(a, n0, n1); \
-    case 4: return wNK ? dotRows##ISA<4>(a, n0, n1) : axpyRows##ISA<4>(a, n0, n1); \
-    case 5: return wNK ? dotRows##ISA<5>(a, n0, n1) : axpyRows##ISA<5>(a, n0, n1); \
-    case 6: return wNK ? dotRows##ISA<6>(a, n0, n1) : axpyRows##ISA<6>(a, n0, n1); \
-    case 7: return wNK ? dotRows##ISA<7>(a, n0, n1) : axpyRows##ISA<7>(a, n0, n1); \
-    default: return wNK ? dotRows##ISA<8>(a, n0, n1) : axpyRows##ISA<8>(a, n0, n1); \
+    case 1: return wNK ? dotRows##ISA<F16, 1>(a, n0, n1) : axpyRows##ISA<F16, 1>(a, n0, n1); \
+    case 2: return wNK ? dotRows##ISA<F16, 2>(a, n0, n1) : axpyRows##ISA<F16, 2>(a, n0, n1); \
+    case 3: return wNK ? dotRows##ISA<F16, 3>(a, n0, n1) : axpyRows##ISA<F16, 3>(a, n0, n1); \
+    case 4: return wNK ? dotRows##ISA<F16, 4>(a, n0, n1) : axpyRows##ISA<F16, 4>(a, n0, n1); \
+    case 5: return wNK ? dotRows##ISA<F16, 5>(a, n0, n1) : axpyRows##ISA<F16, 5>(a, n0, n1); \
+    case 6: return wNK ? dotRows##ISA<F16, 6>(a, n0, n1) : axpyRows##ISA<F16, 6>(a, n0, n1); \
+    case 7: return wNK ? dotRows##ISA<F16, 7>(a, n0, n1) : axpyRows##ISA<F16, 7>(a, n0, n1); \
+    default: return wNK ? dotRows##ISA<F16, 8>(a, n0, n1) : axpyRows##ISA<F16, 8>(a, n0, n1); \
     }                                                                          \
   }
 
-LLMC_BF16_DRIVERS(Scalar, )
-LLMC_BF16_DRIVERS(Avx2, __attribute__((target("avx2,fma"))))
-LLMC_BF16_DRIVERS(Avx512, __attribute__((target("avx512f"))))
+LLMC_NARROW_DRIVERS(Scalar, )
+LLMC_NARROW_DRIVERS(Avx2, LLMC_AVX2)
+LLMC_NARROW_DRIVERS(Avx512, LLMC_AVX512)
+
+template <bool F16> void runOn(SparseIsa isa, const Args &a, bool wNK,
+                               int64_t n0, int64_t n1) {
+  switch (isa) {
+  case SparseIsa::Scalar:
+    return runScalar<F16>(a, wNK, n0, n1);
+  case SparseIsa::Avx2:
+    return runAvx2<F16>(a, wNK, n0, n1);
+  case SparseIsa::Avx512:
+    return runAvx512<F16>(a, wNK, n0, n1);
+  }
+}
 
 } // namespace
 
-void llmc::cpu::bf16WeightGemm(SparseIsa isa, const float *x, int64_t m,
-                               int64_t ldx, const uint16_t *w, int64_t ldw,
-                               bool wNK, int64_t k, float *c, int64_t ldc,
-                               int64_t n0, int64_t n1, bool accumulate) {
-  for (int64_t i0 = 0; i0 < m; i0 += kBf16GemmMaxRows) {
-    Args a{x + i0 * ldx, std::min(m - i0, kBf16GemmMaxRows), ldx, w, ldw, k,
-           c + i0 * ldc, ldc, accumulate};
-    switch (isa) {
-    case SparseIsa::Scalar:
-      runScalar(a, wNK, n0, n1);
-      break;
-    case SparseIsa::Avx2:
-      runAvx2(a, wNK, n0, n1);
-      break;
-    case SparseIsa::Avx512:
-      runAvx512(a, wNK, n0, n1);
-      break;
-    }
+void llmc::cpu::narrowWeightGemm(SparseIsa isa, kir::DType type,
+                                 const float *x, int64_t m, int64_t ldx,
+                                 const uint16_t *w, int64_t ldw, bool wNK,
+                                 int64_t k, float *c, int64_t ldc, int64_t n0,
+                                 int64_t n1, bool accumulate) {
+  bool f16 = type == kir::DType::F16;
+  // Every AVX2 CPU llmc has met has F16C, but it is a separate feature.
+  static const bool hasF16c = __builtin_cpu_supports("f16c");
+  if (f16 && isa == SparseIsa::Avx2 && !hasF16c)
+    isa = SparseIsa::Scalar;
+  for (int64_t i0 = 0; i0 < m; i0 += kNarrowWeightGemmMaxRows) {
+    Args a{x + i0 * ldx, std::min(m - i0, kNarrowWeightGemmMaxRows), ldx, w,
+           ldw, k, c + i0 * ldc, ldc, accumulate};
+    if (f16)
+      runOn<true>(isa, a, wNK, n0, n1);
+    else
+      runOn<false>(isa, a, wNK, n0, n1);
   }
 }

@@ -1,7 +1,7 @@
-// The CPU's f32 x bf16-weight products (runtime/Cpu/Bf16Gemm.h), every ISA
-// path this CPU runs, both weight layouts, against the product in double of
-// the widened bf16 weights.
-#include "runtime/Cpu/Bf16Gemm.h"
+// The CPU's f32 x 16-bit-weight products (runtime/Cpu/NarrowWeightGemm.h),
+// bf16 and f16 weights, every ISA path this CPU runs, both weight layouts,
+// against the product in double of the widened weights.
+#include "runtime/Cpu/NarrowWeightGemm.h"
 #include "runtime/Weights.h"
 
 #include "gtest/gtest.h"
@@ -16,20 +16,23 @@ using namespace llmc::runtime;
 
 namespace {
 
-/// [m, k] x W, W bf16 stored [n, k] (wNK) or [k, n] with a row stride past
+/// [m, k] x W, W `type` stored [n, k] (wNK) or [k, n] with a row stride past
 /// its valid elements filled with NaN bits, as are x's rows past k; c's
 /// columns outside [n0, n1) hold a sentinel, and c's rows have a stride
 /// past n. |c - ref| <= 1e-5 * sum |x w| (+ |c0| when accumulating).
-void checkProduct(SparseIsa isa, bool wNK, int64_t m, int64_t n, int64_t k,
-                  int64_t n0, int64_t n1, bool accumulate, uint32_t seed) {
+void checkProduct(SparseIsa isa, llmc::kir::DType type, bool wNK, int64_t m,
+                  int64_t n, int64_t k, int64_t n0, int64_t n1,
+                  bool accumulate, uint32_t seed) {
+  bool f16 = type == llmc::kir::DType::F16;
   SCOPED_TRACE(testing::Message()
-               << sparseIsaName(isa) << (wNK ? " [n,k]" : " [k,n]")
+               << sparseIsaName(isa) << (f16 ? " f16" : " bf16")
+               << (wNK ? " [n,k]" : " [k,n]")
                << " m=" << m << " n=" << n << " k=" << k << " cols [" << n0
                << ", " << n1 << ")" << (accumulate ? " accumulate" : ""));
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const uint16_t nanBits = 0x7fc1;
+  const uint16_t nanBits = f16 ? 0x7e01 : 0x7fc1;
   int64_t ldx = k + 3, ldc = n + 5;
   int64_t ldw = wNK ? k + 7 : n + 7;
   int64_t wRows = wNK ? n : k, wValid = wNK ? k : n;
@@ -40,9 +43,11 @@ void checkProduct(SparseIsa isa, bool wNK, int64_t m, int64_t n, int64_t k,
   std::vector<uint16_t> w(size_t(wRows * ldw), nanBits);
   for (int64_t r = 0; r < wRows; ++r)
     for (int64_t v = 0; v < wValid; ++v)
-      w[r * ldw + v] = floatToBFloat16(normal(rng));
+      w[r * ldw + v] =
+          f16 ? floatToHalf(normal(rng)) : floatToBFloat16(normal(rng));
   auto weight = [&](int64_t p, int64_t j) {
-    return double(bfloat16ToFloat(wNK ? w[j * ldw + p] : w[p * ldw + j]));
+    uint16_t bits = wNK ? w[j * ldw + p] : w[p * ldw + j];
+    return double(f16 ? halfToFloat(bits) : bfloat16ToFloat(bits));
   };
   const float sentinel = 12345.0f;
   std::vector<float> c(size_t(m * ldc), sentinel), c0(c.size());
@@ -50,8 +55,8 @@ void checkProduct(SparseIsa isa, bool wNK, int64_t m, int64_t n, int64_t k,
     for (int64_t j = n0; j < n1; ++j)
       c[i * ldc + j] = accumulate ? normal(rng) : nan;
   c0 = c;
-  bf16WeightGemm(isa, x.data(), m, ldx, w.data(), ldw, wNK, k, c.data(), ldc,
-                 n0, n1, accumulate);
+  narrowWeightGemm(isa, type, x.data(), m, ldx, w.data(), ldw, wNK, k,
+                   c.data(), ldc, n0, n1, accumulate);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < ldc; ++j) {
       float got = c[i * ldc + j];
@@ -81,33 +86,36 @@ std::vector<SparseIsa> isasThisCpuRuns() {
   return isas;
 }
 
-TEST(Bf16Gemm, EveryPathOddShapes) {
+TEST(NarrowWeightGemm, EveryPathOddShapes) {
   std::vector<SparseIsa> isas = isasThisCpuRuns();
-  std::cerr << "bf16 weight GEMM paths this CPU runs:";
+  std::cerr << "16-bit weight GEMM paths this CPU runs:";
   for (SparseIsa isa : isas)
     std::cerr << " " << sparseIsaName(isa);
   std::cerr << "\n";
   uint32_t seed = 1;
-  for (SparseIsa isa : isas)
-    for (bool wNK : {true, false})
-      for (int64_t m : {1, 2, 3, 5, 8, 11})
-        for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1},
-                            {7, 13},
-                            {37, 64},
-                            {67, 129},
-                            {45, 771}})
-          for (bool accumulate : {false, true}) {
-            checkProduct(isa, wNK, m, n, k, 0, n, accumulate, seed++);
-            if (n > 4)
-              checkProduct(isa, wNK, m, n, k, 1, n - 2, accumulate, seed++);
-          }
+  for (llmc::kir::DType type : {llmc::kir::DType::BF16, llmc::kir::DType::F16})
+    for (SparseIsa isa : isas)
+      for (bool wNK : {true, false})
+        for (int64_t m : {1, 2, 3, 5, 8, 11})
+          for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1},
+                              {7, 13},
+                              {37, 64},
+                              {67, 129},
+                              {45, 771}})
+            for (bool accumulate : {false, true}) {
+              checkProduct(isa, type, wNK, m, n, k, 0, n, accumulate, seed++);
+              if (n > 4)
+                checkProduct(isa, type, wNK, m, n, k, 1, n - 2, accumulate,
+                             seed++);
+            }
 }
 
-TEST(Bf16Gemm, PathsAgreeOnLargeShape) {
+TEST(NarrowWeightGemm, PathsAgreeOnLargeShape) {
   // A decode-sized product (GPT-2's c_fc at one row) on every path.
-  for (SparseIsa isa : isasThisCpuRuns())
-    for (bool wNK : {true, false})
-      checkProduct(isa, wNK, 1, 3072, 768, 0, 3072, false, 99);
+  for (llmc::kir::DType type : {llmc::kir::DType::BF16, llmc::kir::DType::F16})
+    for (SparseIsa isa : isasThisCpuRuns())
+      for (bool wNK : {true, false})
+        checkProduct(isa, type, wNK, 1, 3072, 768, 0, 3072, false, 99);
 }
 
 } // namespace
