@@ -4,20 +4,24 @@
 #
 #   bash bench/export.sh [--short] [--build DIR] [--work DIR] [--repeats N]
 #
-# Exports GPT-2 124M (--max-context 256) at batch 1 and batch 8, in f32 and,
-# where `llmc export --precision bf16` is built, bf16; runs each binary's
+# Exports GPT-2 124M (--max-context 256) at batch 1 and batch 8, in f32,
+# bf16 and fp16, and with the blocks' matmul weights pruned to 2:4 (f32:
+# the binary packs them for its 2:4 kernels); runs each binary's
 # --bench (a 64-token prompt, 64 new tokens) --repeats times (default 3)
 # and prints per binary the best prefill and decode tokens/s (all B
 # sequences counted), the decode step time, the limit of a decode step that
 # reads every weight once at the read bandwidth measured in the same run
-# (bench-bandwidth: B x bandwidth / weight bytes tokens/s) and the fraction
-# of it reached, start-up time, peak RSS and the file size. Then PyTorch
+# (bench-bandwidth: B x bandwidth / weight bytes tokens/s; for 2:4, the
+# bytes decode reads: the packed weights instead of the dense ones) and the
+# fraction of it reached, start-up time, peak RSS and the file size. The
+# 2:4 weights are llmc's seeded initialization pruned by a one-step
+# `llmc run` with `sparsity: {prune_at_step: 0}` and lr 0. Then PyTorch
 # (Debian's python3-torch, /usr/bin/python3) generating with a KV cache on
 # the same weights (bench/torch_generate.py), where it is installed
 # (skipped with a note otherwise; the weights then are llmc's seeded
 # initialization). Printed too: the CPU, the BLAS core, the instruction-set
 # features the exported kernels were compiled for.
-# About 5 minutes on 2 cores.
+# About 8 minutes on 2 cores.
 # --short: the tiny model (examples/tiny.yaml) at batch 1 and 2, one
 # repeat, no PyTorch, a smaller bandwidth read; seconds
 # (test/bench/bench-export.test checks the lines).
@@ -97,17 +101,39 @@ else
   echo "weights: llmc's seeded initialization$( ((short)) || echo '; PyTorch not installed: its rows are skipped (apt-get install python3-torch)')"
 fi
 
+# The 2:4 weights: the seeded initialization pruned (SGD at lr 0: the
+# weights are the pruned ones; no optimizer state in the checkpoint).
+cat > "$work/prune.yaml" <<EOF
+model: $( ((short)) && echo "$src/examples/tiny.yaml" || echo gpt2 )
+optimizer: {name: sgd, lr: 0, weight_decay: 0}
+global_batch_size: 1
+micro_batch_size: 1
+seq_len: 64
+max_steps: 1
+data: {train: [$src/examples/corpus/corpus.txt]}
+sparsity: {pattern: "2:4", prune_at_step: 0}
+checkpoint_interval: 1
+EOF
+"$llmc" run "$work/prune.yaml" --out "$work/prune" > "$work/prune.log" 2>&1 ||
+  { cat "$work/prune.log" >&2; exit 1; }
+pruned=$work/prune/checkpoints/step-000001.ckpt
+echo "2:4 weights: $("$llmc" sparsity check "$pruned" | tail -1)"
+
 # A prompt of exactly prompt_tokens byte tokens.
 prompt=$(printf 'The quick brown fox jumps over the lazy dog. %.0s' {1..8} |
          head -c "$prompt_tokens")
 
 rows=()
-for precision in f32 bf16; do
+for precision in f32 bf16 fp16 2:4; do
   for batch in "${batches[@]}"; do
-    name=$work/model-$precision-b$batch
+    name=$work/model-${precision/:/of}-b$batch
     flags=(--batch "$batch" --max-context "$context")
-    [[ $precision == bf16 ]] && flags+=(--precision bf16)
-    if ! "$llmc" export "$work/model.llmc" "${weights[@]}" "${flags[@]}" \
+    from=("${weights[@]}")
+    case $precision in
+      bf16 | fp16) flags+=(--precision "$precision") ;;
+      2:4) from=(--weights "$pruned") ;;
+    esac
+    if ! "$llmc" export "$work/model.llmc" "${from[@]}" "${flags[@]}" \
          -o "$name" 2> "$name.export.err"; then
       if grep -q "not implemented" "$name.export.err"; then
         echo "$precision: skipped ($(grep -o 'error: .*' "$name.export.err" | head -1))"
@@ -135,9 +161,18 @@ for precision in f32 bf16; do
       /^decode:/  { for (i = 1; i <= NF; ++i) if ($(i+1) == "tokens/s") t = $i
                     if (t + 0 > decode) decode = t + 0 }
       /^peak RSS:/ { if ($3 + 0 > rss) rss = $3 + 0 }
+      # "@decode: 2:4 kernels (...): ... (X of Y MiB) ...": decode reads the
+      # packed X MiB instead of the dense Y.
+      /^@decode: 2:4 kernels/ {
+        if (match($0, /\(([0-9.]+) of ([0-9.]+) MiB\)/)) {
+          split(substr($0, RSTART + 1, RLENGTH - 2), m, " ")
+          packed = m[1] * 1048576; dense = m[3] * 1048576
+        }
+      }
       END {
         limit = 0
-        if (wb > 0) limit = b * bw * 1e9 / wb
+        read = wb - dense + packed
+        if (read > 0) limit = b * bw * 1e9 / read
         fraction = 0
         if (limit > 0) fraction = 100 * decode / limit
         printf "%-5s %5d %10.1f %10.1f %9.2f %10.1f %8.0f%% %8.3f %8.0f %8.1f\n",
@@ -151,7 +186,7 @@ echo "$model, context $context, prompt $prompt_tokens tokens, $new_tokens new to
 printf '%-5s %5s %10s %10s %9s %10s %9s %8s %8s %8s\n' prec batch \
   "prefill/s" "decode/s" "ms/step" "limit/s" "of limit" "start s" "RSS MiB" "file MB"
 printf '%s\n' "${rows[@]}"
-echo "limit: B x read bandwidth / weight bytes (every weight read once a decode step; the KV cache and activations not counted)"
+echo "limit: B x read bandwidth / weight bytes (every weight read once a decode step; 2:4: the packed blocks instead of the dense; the KV cache and activations not counted)"
 
 if ((torch)); then
   for batch in "${batches[@]}"; do

@@ -439,6 +439,11 @@ int main(int argc, char **argv) {
         batch * decodeTokensPerSecond(stats),
         1e3 / std::max(decodeTokensPerSecond(stats), 1e-9));
     llvm::outs() << llvm::format("peak RSS: %.1f MiB\n", peakRssMiB());
+    // 2:4 weights (found and packed at the first run): what decode read.
+    for (auto [name, executor] : {std::pair{"prefill", model.prefill.get()},
+                                  std::pair{"decode", model.decode.get()}})
+      if (std::string sparse = executor->sparseSummary(); !sparse.empty())
+        llvm::outs() << "@" << name << ": " << sparse << "\n";
     return 0;
   }
   GeneratedText text(tok, generation.prompt, generation.maxTokens);
