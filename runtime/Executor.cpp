@@ -10,7 +10,7 @@
 // measured high-water mark still equals the planned peak, and they are
 // small (tiles of a GEMM, one head of attention per thread).
 #include "runtime/Executor.h"
-#include "runtime/Cpu/NarrowWeightGemm.h"
+#include "runtime/Cpu/FewRowGemm.h"
 #include "runtime/Cpu/LowPrecision.h"
 #include "runtime/MemoryReport.h"
 #include "runtime/Sparsity.h"
@@ -398,17 +398,20 @@ std::string CpuExecutor::sparseSummary() const {
 }
 
 void CpuExecutor::runGemm(const kir::GemmStep &g) {
-  if (runNarrowWeightGemm(g))
+  bool f32 = prog.buffers[g.a.buffer].dtype == kir::DType::F32 &&
+             prog.buffers[g.b.buffer].dtype == kir::DType::F32 &&
+             prog.buffers[g.c.buffer].dtype == kir::DType::F32;
+  // A 2:4 weight runs on the 2:4 kernels; else few rows on fewRowGemm.
+  const cpu::PackedTwoOfFour *packed = f32 ? sparseWeightOf(g) : nullptr;
+  if (!packed && runFewRowGemm(g))
     return;
-  if (prog.buffers[g.a.buffer].dtype != kir::DType::F32 ||
-      prog.buffers[g.b.buffer].dtype != kir::DType::F32 ||
-      prog.buffers[g.c.buffer].dtype != kir::DType::F32)
+  if (!f32)
     return runNarrowGemm(g);
   auto at = [&](const kir::View &view) {
     return reinterpret_cast<float *>(base(view.buffer)) + view.offset;
   };
   CpuKernelFn epilogue = g.epilogue >= 0 ? kernelFns[g.epilogue] : nullptr;
-  if (const cpu::PackedTwoOfFour *packed = sparseWeightOf(g)) {
+  if (packed) {
     // 2:4: W's rows split over the threads (one x row is a GEMV), then
     // the epilogue by rows.
     int64_t rowStride = g.transA ? g.a.strides[2] : g.a.strides[1];
@@ -472,33 +475,35 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
     });
 }
 
-bool CpuExecutor::runNarrowWeightGemm(const kir::GemmStep &g) {
-  // Few rows of f32 A times a bf16 or f16 B read in place (llmc export
-  // --precision bf16|fp16's decode): the bytes of B are the cost, so B is
-  // widened in registers, never staged. Larger products take
+bool CpuExecutor::runFewRowGemm(const kir::GemmStep &g) {
+  // Few rows of f32 A times a B read in place (decode): f32, or bf16 and
+  // f16 (llmc export --precision bf16|fp16) widened in registers, never
+  // staged. OpenBLAS's f32 GEMM at these shapes reaches under half a
+  // core's FMA rate (FewRowGemm.h). Larger products take BLAS, or
   // runNarrowGemm's tiles.
   kir::DType bType = prog.buffers[g.b.buffer].dtype;
-  if (g.m > cpu::kNarrowWeightGemmMaxRows || g.transA ||
+  if (g.m > cpu::kFewRowGemmMaxRows || g.transA ||
       prog.buffers[g.a.buffer].dtype != kir::DType::F32 ||
-      (bType != kir::DType::BF16 && bType != kir::DType::F16) ||
+      (bType != kir::DType::F32 && bType != kir::DType::BF16 &&
+       bType != kir::DType::F16) ||
       prog.buffers[g.c.buffer].dtype != kir::DType::F32 ||
       g.a.strides[2] != 1 || g.b.strides[2] != 1 || g.c.strides[2] != 1)
     return false;
   auto at = [&](const kir::View &view) {
     return reinterpret_cast<float *>(base(view.buffer)) + view.offset;
   };
-  const uint16_t *b =
-      reinterpret_cast<const uint16_t *>(base(g.b.buffer)) + g.b.offset;
+  int64_t bBytes = kir::dtypeBytes(bType);
+  const char *b = base(g.b.buffer) + g.b.offset * bBytes;
   float *a = at(g.a), *c = at(g.c);
   pool.parallelFor(g.n, [&](int64_t begin, int64_t end, int) {
     for (int64_t batch = 0; batch < g.batch; ++batch)
-      cpu::narrowWeightGemm(isa, bType, a + batch * g.a.strides[0], g.m,
-                            g.a.strides[1], b + batch * g.b.strides[0],
-                            g.b.strides[1], /*wNK=*/g.transB, g.k,
-                            c + batch * g.c.strides[0], g.c.strides[1], begin,
-                            end, g.accumulate);
+      cpu::fewRowGemm(isa, bType, a + batch * g.a.strides[0], g.m,
+                      g.a.strides[1], b + batch * g.b.strides[0] * bBytes,
+                      g.b.strides[1], /*wNK=*/g.transB, g.k,
+                      c + batch * g.c.strides[0], g.c.strides[1], begin, end,
+                      g.accumulate);
   });
-  ++narrowWeightSteps;
+  ++fewRowSteps;
   if (g.epilogue >= 0) {
     CpuKernelFn epilogue = kernelFns[g.epilogue];
     void *const *operands = kernelOperands[g.epilogue].data();

@@ -109,9 +109,8 @@ public:
     int64_t packedBytes = 0, denseBytes = 0; // of the packed weights
   };
   const SparseStats &sparseStats() const { return sparse; }
-  /// GEMM steps run by the 16-bit-weight kernel
-  /// (runtime/Cpu/NarrowWeightGemm.h).
-  int64_t narrowWeightGemmSteps() const { return narrowWeightSteps; }
+  /// GEMM steps run by the few-row kernel (runtime/Cpu/FewRowGemm.h).
+  int64_t fewRowGemmSteps() const { return fewRowSteps; }
   std::string sparseSummary() const override;
 
 private:
@@ -123,10 +122,10 @@ private:
   void runGemm(const kir::GemmStep &gemm);
   /// A GEMM with an f16/bf16 operand or result: tiles through f32 staging.
   void runNarrowGemm(const kir::GemmStep &gemm);
-  /// runNarrowWeightGemm's product when `gemm` is one it takes (f32 A of
-  /// at most kNarrowWeightGemmMaxRows rows, bf16 or f16 B, f32 C); false
+  /// runFewRowGemm's product when `gemm` is one it takes (f32 A of
+  /// at most kFewRowGemmMaxRows rows, f32, bf16 or f16 B, f32 C); false
   /// otherwise.
-  bool runNarrowWeightGemm(const kir::GemmStep &gemm);
+  bool runFewRowGemm(const kir::GemmStep &gemm);
   /// The 2:4 copy of a sparseWeight step's B when it is 2:4 and the step
   /// should use it; packed on first use and again after the store is
   /// written (a new load, or a training step).
@@ -173,7 +172,7 @@ private:
   cpu::SparseIsa isa;
   bool writesParams = false; // some step writes a Param
   SparseStats sparse;
-  int64_t narrowWeightSteps = 0; // GEMM steps run by runNarrowWeightGemm
+  int64_t fewRowSteps = 0; // GEMM steps run by runFewRowGemm
 };
 
 /// Loads the program's kernels from the kernel cache, or compiles them with

@@ -1,12 +1,13 @@
-// The CPU's f32 x 16-bit-weight products (runtime/Cpu/NarrowWeightGemm.h),
-// bf16 and f16 weights, every ISA path this CPU runs, both weight layouts,
-// against the product in double of the widened weights.
-#include "runtime/Cpu/NarrowWeightGemm.h"
+// The CPU's few-row products (runtime/Cpu/FewRowGemm.h), f32, bf16 and f16
+// weights, every ISA path this CPU runs, both weight layouts, against the
+// product in double of the widened weights.
+#include "runtime/Cpu/FewRowGemm.h"
 #include "runtime/Weights.h"
 
 #include "gtest/gtest.h"
 
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <random>
@@ -24,8 +25,9 @@ void checkProduct(SparseIsa isa, llmc::kir::DType type, bool wNK, int64_t m,
                   int64_t n, int64_t k, int64_t n0, int64_t n1,
                   bool accumulate, uint32_t seed) {
   bool f16 = type == llmc::kir::DType::F16;
+  bool f32 = type == llmc::kir::DType::F32;
   SCOPED_TRACE(testing::Message()
-               << sparseIsaName(isa) << (f16 ? " f16" : " bf16")
+               << sparseIsaName(isa) << " " << llmc::kir::dtypeName(type)
                << (wNK ? " [n,k]" : " [k,n]")
                << " m=" << m << " n=" << n << " k=" << k << " cols [" << n0
                << ", " << n1 << ")" << (accumulate ? " accumulate" : ""));
@@ -40,14 +42,30 @@ void checkProduct(SparseIsa isa, llmc::kir::DType type, bool wNK, int64_t m,
   for (int64_t i = 0; i < m; ++i)
     for (int64_t p = 0; p < k; ++p)
       x[i * ldx + p] = normal(rng);
-  std::vector<uint16_t> w(size_t(wRows * ldw), nanBits);
+  // The weights as stored (f32: their bits in pairs of uint16), NaN past
+  // each row's valid elements.
+  int64_t words = f32 ? 2 : 1;
+  std::vector<uint16_t> w(size_t(wRows * ldw * words), nanBits);
+  auto store = [&](int64_t index, float value) {
+    if (f32)
+      std::memcpy(&w[index * 2], &value, 4);
+    else
+      w[index] = f16 ? floatToHalf(value) : floatToBFloat16(value);
+  };
+  if (f32)
+    for (int64_t i = 0; i < wRows * ldw; ++i)
+      store(i, nan);
   for (int64_t r = 0; r < wRows; ++r)
     for (int64_t v = 0; v < wValid; ++v)
-      w[r * ldw + v] =
-          f16 ? floatToHalf(normal(rng)) : floatToBFloat16(normal(rng));
+      store(r * ldw + v, normal(rng));
   auto weight = [&](int64_t p, int64_t j) {
-    uint16_t bits = wNK ? w[j * ldw + p] : w[p * ldw + j];
-    return double(f16 ? halfToFloat(bits) : bfloat16ToFloat(bits));
+    int64_t index = wNK ? j * ldw + p : p * ldw + j;
+    if (f32) {
+      float value;
+      std::memcpy(&value, &w[index * 2], 4);
+      return double(value);
+    }
+    return double(f16 ? halfToFloat(w[index]) : bfloat16ToFloat(w[index]));
   };
   const float sentinel = 12345.0f;
   std::vector<float> c(size_t(m * ldc), sentinel), c0(c.size());
@@ -55,7 +73,7 @@ void checkProduct(SparseIsa isa, llmc::kir::DType type, bool wNK, int64_t m,
     for (int64_t j = n0; j < n1; ++j)
       c[i * ldc + j] = accumulate ? normal(rng) : nan;
   c0 = c;
-  narrowWeightGemm(isa, type, x.data(), m, ldx, w.data(), ldw, wNK, k,
+  fewRowGemm(isa, type, x.data(), m, ldx, w.data(), ldw, wNK, k,
                    c.data(), ldc, n0, n1, accumulate);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < ldc; ++j) {
@@ -86,14 +104,15 @@ std::vector<SparseIsa> isasThisCpuRuns() {
   return isas;
 }
 
-TEST(NarrowWeightGemm, EveryPathOddShapes) {
+TEST(FewRowGemm, EveryPathOddShapes) {
   std::vector<SparseIsa> isas = isasThisCpuRuns();
-  std::cerr << "16-bit weight GEMM paths this CPU runs:";
+  std::cerr << "few-row GEMM paths this CPU runs:";
   for (SparseIsa isa : isas)
     std::cerr << " " << sparseIsaName(isa);
   std::cerr << "\n";
   uint32_t seed = 1;
-  for (llmc::kir::DType type : {llmc::kir::DType::BF16, llmc::kir::DType::F16})
+  for (llmc::kir::DType type : {llmc::kir::DType::F32, llmc::kir::DType::BF16,
+                                 llmc::kir::DType::F16})
     for (SparseIsa isa : isas)
       for (bool wNK : {true, false})
         for (int64_t m : {1, 2, 3, 5, 8, 11})
@@ -110,9 +129,10 @@ TEST(NarrowWeightGemm, EveryPathOddShapes) {
             }
 }
 
-TEST(NarrowWeightGemm, PathsAgreeOnLargeShape) {
+TEST(FewRowGemm, PathsAgreeOnLargeShape) {
   // A decode-sized product (GPT-2's c_fc at one row) on every path.
-  for (llmc::kir::DType type : {llmc::kir::DType::BF16, llmc::kir::DType::F16})
+  for (llmc::kir::DType type : {llmc::kir::DType::F32, llmc::kir::DType::BF16,
+                                 llmc::kir::DType::F16})
     for (SparseIsa isa : isasThisCpuRuns())
       for (bool wNK : {true, false})
         checkProduct(isa, type, wNK, 1, 3072, 768, 0, 3072, false, 99);

@@ -1,28 +1,32 @@
-// f32 x 16-bit-weight products for few rows: scalar, AVX2+FMA(+F16C) and
-// AVX-512F, for bf16 and f16 weights.
+// Products of few rows of f32 x with weights read in place: f32, bf16 or
+// f16 weights; scalar, AVX2+FMA(+F16C) and AVX-512F.
 //
 // W [n, k] (wNK): one dot product per (row of x, column), NC columns at a
-// time sharing the x loads and MR rows sharing the W loads: MR * NC vector
-// accumulators, reduced across lanes once at the end; k's tail past the
-// last full chunk in scalar. A chunk of 2L weights is widened as two
-// vectors. bf16: one load widened in lanes (even elements: shift left 16;
-// odd: mask the high half), so x's rows are first copied deinterleaved per
-// chunk (m * k floats, once per call): no cross-lane zero-extension, which
-// measured at half a core's read bandwidth. f16: two vcvtph2ps of L
-// consecutive weights (x copied as it is). W [k, n]: L lanes of columns
-// (two vectors at a time), each k step broadcasts x[i, p] and FMAs the
-// widened W row segment; columns past the last full vector in scalar.
-// Either way every W element is read once per call, as 2 bytes.
-#include "runtime/Cpu/NarrowWeightGemm.h"
+// time sharing the x loads and up to 4 rows sharing the W loads: rows * NC
+// vector accumulators, reduced across lanes once at the end; k's tail past
+// the last full chunk in scalar. More rows run as a second group over the
+// same columns, whose weights are then in L1. A chunk of 2L weights is
+// widened as two vectors. bf16: one load widened in lanes (even elements:
+// shift left 16; odd: mask the high half), so x's rows are first copied
+// deinterleaved per chunk (m * k floats, once per call): no cross-lane
+// zero-extension, which measured at half a core's read bandwidth. f16: two
+// vcvtph2ps of L consecutive weights; f32: two loads (x copied as it is).
+// W [k, n]: L lanes of columns (two vectors at a time), each k step
+// broadcasts x[i, p] and FMAs the widened W row segment; columns past the
+// last full vector in scalar. Either way every W element is read once per
+// call.
+#include "runtime/Cpu/FewRowGemm.h"
 #include "runtime/Weights.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 using namespace llmc::cpu;
+using llmc::kir::DType;
 
 namespace {
 
@@ -33,36 +37,50 @@ inline float widenBf16(uint16_t bits) {
   return f;
 }
 
-/// One weight widened, bf16 or (F16) f16.
-template <bool F16> inline float widen(uint16_t bits) {
-  return F16 ? llmc::runtime::halfToFloat(bits) : widenBf16(bits);
+/// How a weight of type T is stored: f32, or 16 bits.
+template <DType T>
+using Elem = std::conditional_t<T == DType::F32, float, uint16_t>;
+
+/// One weight as f32.
+template <DType T> inline float widen(Elem<T> value) {
+  if constexpr (T == DType::F32)
+    return value;
+  else if constexpr (T == DType::F16)
+    return llmc::runtime::halfToFloat(value);
+  else
+    return widenBf16(value);
 }
 
 struct Args {
   const float *x;
   int64_t m, ldx;
-  const uint16_t *w;
+  const void *w; // Elem<T> of the type the drivers are instantiated for
   int64_t ldw, k;
   float *c;
   int64_t ldc;
   bool accumulate;
 };
 
+template <DType T> inline const Elem<T> *weights(const Args &a) {
+  return static_cast<const Elem<T> *>(a.w);
+}
+
 inline void put(const Args &a, int64_t i, int64_t j, float value) {
   float &out = a.c[i * a.ldc + j];
   out = a.accumulate ? out + value : value;
 }
 
-template <bool F16> struct Scalar {
+template <DType T> struct Scalar {
   static constexpr int L = 1;
   static constexpr bool kEvenOdd = false; // one lane: nothing to reorder
   using V = float;
+  using E = Elem<T>;
   static V zero() { return 0.0f; }
   static V loadX(const float *p) { return *p; }
-  static V loadW(const uint16_t *p) { return widen<F16>(*p); }
-  static void loadW2(const uint16_t *p, V &first, V &second) {
-    first = widen<F16>(p[0]);
-    second = widen<F16>(p[1]);
+  static V loadW(const E *p) { return widen<T>(*p); }
+  static void loadW2(const E *p, V &first, V &second) {
+    first = widen<T>(p[0]);
+    second = widen<T>(p[1]);
   }
   static V broadcast(float v) { return v; }
   static V fma(V a, V b, V c) { return a * b + c; }
@@ -71,34 +89,40 @@ template <bool F16> struct Scalar {
 };
 
 #define LLMC_AVX2 __attribute__((target("avx2,fma,f16c")))
-template <bool F16> struct Avx2 {
+template <DType T> struct Avx2 {
   static constexpr int L = 8;
   /// bf16: loadW2 gives the even- and odd-indexed weights of a chunk, so
-  /// x is deinterleaved to match; f16: the first and second L.
-  static constexpr bool kEvenOdd = !F16;
+  /// x is deinterleaved to match; f16 and f32: the first and second L.
+  static constexpr bool kEvenOdd = T == DType::BF16;
   using V = __m256;
+  using E = Elem<T>;
   LLMC_AVX2 static V zero() { return _mm256_setzero_ps(); }
   LLMC_AVX2 static V loadX(const float *p) { return _mm256_loadu_ps(p); }
-  LLMC_AVX2 static V loadW(const uint16_t *p) {
-    __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
-    if (F16)
-      return _mm256_cvtph_ps(bits);
-    return _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+  LLMC_AVX2 static V loadW(const E *p) {
+    if constexpr (T == DType::F32) {
+      return _mm256_loadu_ps(p);
+    } else {
+      __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+      if constexpr (T == DType::F16)
+        return _mm256_cvtph_ps(bits);
+      else
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+    }
   }
   /// 2L weights: bf16 the even-indexed ones (a lane's low half, shifted
   /// up) and the odd (its high half, masked), no cross-lane widening; f16
-  /// the first L and the next L.
-  LLMC_AVX2 static void loadW2(const uint16_t *p, V &first, V &second) {
-    if (F16) {
+  /// and f32 the first L and the next L.
+  LLMC_AVX2 static void loadW2(const E *p, V &first, V &second) {
+    if constexpr (T == DType::BF16) {
+      __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+      first = _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
+      second = _mm256_castsi256_ps(
+          _mm256_and_si256(bits, _mm256_set1_epi32(int(0xffff0000u))));
+    } else {
       first = loadW(p);
       second = loadW(p + L);
-      return;
     }
-    __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
-    first = _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
-    second = _mm256_castsi256_ps(
-        _mm256_and_si256(bits, _mm256_set1_epi32(int(0xffff0000u))));
   }
   LLMC_AVX2 static V broadcast(float v) { return _mm256_set1_ps(v); }
   LLMC_AVX2 static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
@@ -113,29 +137,35 @@ template <bool F16> struct Avx2 {
 };
 
 #define LLMC_AVX512 __attribute__((target("avx512f")))
-template <bool F16> struct Avx512 {
+template <DType T> struct Avx512 {
   static constexpr int L = 16;
-  static constexpr bool kEvenOdd = !F16;
+  static constexpr bool kEvenOdd = T == DType::BF16;
   using V = __m512;
+  using E = Elem<T>;
   LLMC_AVX512 static V zero() { return _mm512_setzero_ps(); }
   LLMC_AVX512 static V loadX(const float *p) { return _mm512_loadu_ps(p); }
-  LLMC_AVX512 static V loadW(const uint16_t *p) {
-    __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
-    if (F16)
-      return _mm512_cvtph_ps(bits);
-    return _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  LLMC_AVX512 static V loadW(const E *p) {
+    if constexpr (T == DType::F32) {
+      return _mm512_loadu_ps(p);
+    } else {
+      __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+      if constexpr (T == DType::F16)
+        return _mm512_cvtph_ps(bits);
+      else
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+    }
   }
-  LLMC_AVX512 static void loadW2(const uint16_t *p, V &first, V &second) {
-    if (F16) {
+  LLMC_AVX512 static void loadW2(const E *p, V &first, V &second) {
+    if constexpr (T == DType::BF16) {
+      __m512i bits = _mm512_loadu_si512(p);
+      first = _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
+      second = _mm512_castsi512_ps(
+          _mm512_and_si512(bits, _mm512_set1_epi32(int(0xffff0000u))));
+    } else {
       first = loadW(p);
       second = loadW(p + L);
-      return;
     }
-    __m512i bits = _mm512_loadu_si512(p);
-    first = _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
-    second = _mm512_castsi512_ps(
-        _mm512_and_si512(bits, _mm512_set1_epi32(int(0xffff0000u))));
   }
   LLMC_AVX512 static V broadcast(float v) { return _mm512_set1_ps(v); }
   LLMC_AVX512 static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
@@ -145,13 +175,13 @@ template <bool F16> struct Avx512 {
 
 // The target attribute of each ISA's drivers (templates instantiate with
 // the attribute of the function they are declared with).
-#define LLMC_NARROW_DRIVERS(ISA, TARGET)                                       \
+#define LLMC_FEW_ROW_DRIVERS(ISA, TARGET)                                      \
   /* xd: x's rows per chunk of 2L in the order loadW2 widens W's (bf16: */  \
   /* L even elements, then L odd), `full` of them a row.                */  \
-  template <bool F16, int MR, int NC>                                          \
+  template <DType T, int MR, int NC>                                              \
   TARGET static void dotBlock##ISA(const Args &a, const float *xd,             \
                                    int64_t full, int64_t j, int r0) {          \
-    using I = ISA<F16>;                                                        \
+    using I = ISA<T>;                                                          \
     typename I::V acc[MR][NC];                                                 \
     for (int i = 0; i < MR; ++i)                                               \
       for (int c = 0; c < NC; ++c)                                             \
@@ -159,7 +189,7 @@ template <bool F16> struct Avx512 {
     for (int64_t p = 0; p < full; p += 2 * I::L) {                             \
       typename I::V even[NC], odd[NC];                                         \
       for (int c = 0; c < NC; ++c)                                             \
-        I::loadW2(a.w + (j + c) * a.ldw + p, even[c], odd[c]);                 \
+        I::loadW2(weights<T>(a) + (j + c) * a.ldw + p, even[c], odd[c]);                 \
       for (int i = 0; i < MR; ++i) {                                           \
         typename I::V xe = I::loadX(xd + (r0 + i) * full + p);                 \
         typename I::V xo = I::loadX(xd + (r0 + i) * full + p + I::L);          \
@@ -172,13 +202,13 @@ template <bool F16> struct Avx512 {
         float tail = 0.0f;                                                     \
         for (int64_t p = full; p < a.k; ++p)                                   \
           tail += a.x[(r0 + i) * a.ldx + p] *                                  \
-                  widen<F16>(a.w[(j + c) * a.ldw + p]);                        \
+                  widen<T>(weights<T>(a)[(j + c) * a.ldw + p]);                        \
         put(a, r0 + i, j + c, I::sum(acc[i][c]) + tail);                       \
       }                                                                        \
   }                                                                            \
-  template <bool F16, int MR>                                                  \
+  template <DType T, int MR>                                                      \
   TARGET static void dotRows##ISA(const Args &a, int64_t n0, int64_t n1) {     \
-    using I = ISA<F16>;                                                        \
+    using I = ISA<T>;                                                          \
     int64_t full = a.k / (2 * I::L) * (2 * I::L);                              \
     thread_local std::vector<float> xd;                                        \
     xd.resize(size_t(MR * full));                                              \
@@ -198,19 +228,19 @@ template <bool F16> struct Avx512 {
     constexpr int NC = MR == 1 ? 8 : 4;                                        \
     int64_t j = n0;                                                            \
     for (; j + NC <= n1; j += NC) {                                            \
-      dotBlock##ISA<F16, G1, NC>(a, xd.data(), full, j, 0);                    \
+      dotBlock##ISA<T, G1, NC>(a, xd.data(), full, j, 0);                    \
       if constexpr (G2 > 0)                                                    \
-        dotBlock##ISA<F16, G2, NC>(a, xd.data(), full, j, G1);                 \
+        dotBlock##ISA<T, G2, NC>(a, xd.data(), full, j, G1);                 \
     }                                                                          \
     for (; j < n1; ++j) {                                                      \
-      dotBlock##ISA<F16, G1, 1>(a, xd.data(), full, j, 0);                     \
+      dotBlock##ISA<T, G1, 1>(a, xd.data(), full, j, 0);                     \
       if constexpr (G2 > 0)                                                    \
-        dotBlock##ISA<F16, G2, 1>(a, xd.data(), full, j, G1);                  \
+        dotBlock##ISA<T, G2, 1>(a, xd.data(), full, j, G1);                  \
     }                                                                          \
   }                                                                            \
-  template <bool F16, int MR>                                                  \
+  template <DType T, int MR>                                                      \
   TARGET static void axpyRows##ISA(const Args &a, int64_t n0, int64_t n1) {    \
-    using I = ISA<F16>;                                                        \
+    using I = ISA<T>;                                                          \
     constexpr int NV = MR <= 4 ? 2 : 1;                                        \
     int64_t j = n0;                                                            \
     for (; j + NV * I::L <= n1; j += NV * I::L) {                              \
@@ -221,7 +251,7 @@ template <bool F16> struct Avx512 {
       for (int64_t p = 0; p < a.k; ++p) {                                      \
         typename I::V w[NV];                                                   \
         for (int v = 0; v < NV; ++v)                                           \
-          w[v] = I::loadW(a.w + p * a.ldw + j + v * I::L);                     \
+          w[v] = I::loadW(weights<T>(a) + p * a.ldw + j + v * I::L);                     \
         for (int i = 0; i < MR; ++i) {                                         \
           typename I::V x = I::broadcast(a.x[i * a.ldx + p]);                  \
           for (int v = 0; v < NV; ++v)                                         \
@@ -240,59 +270,64 @@ template <bool F16> struct Avx512 {
       for (int i = 0; i < MR; ++i) {                                           \
         float s = 0.0f;                                                        \
         for (int64_t p = 0; p < a.k; ++p)                                      \
-          s += a.x[i * a.ldx + p] * widen<F16>(a.w[p * a.ldw + j]);            \
+          s += a.x[i * a.ldx + p] * widen<T>(weights<T>(a)[p * a.ldw + j]);            \
         put(a, i, j, s);                                                       \
       }                                                                        \
   }                                                                            \
-  template <bool F16>                                                          \
+  template <DType T>                                                          \
   TARGET static void run##ISA(const Args &a, bool wNK, int64_t n0,             \
                               int64_t n1) {                                    \
     switch (a.m) {                                                             \
-    case 1: return wNK ? dotRows##ISA<F16, 1>(a, n0, n1) : axpyRows##ISA<F16, 1>(a, n0, n1); \
-    case 2: return wNK ? dotRows##ISA<F16, 2>(a, n0, n1) : axpyRows##ISA<F16, 2>(a, n0, n1); \
-    case 3: return wNK ? dotRows##ISA<F16, 3>(a, n0, n1) : axpyRows##ISA<F16, 3>(a, n0, n1); \
-    case 4: return wNK ? dotRows##ISA<F16, 4>(a, n0, n1) : axpyRows##ISA<F16, 4>(a, n0, n1); \
-    case 5: return wNK ? dotRows##ISA<F16, 5>(a, n0, n1) : axpyRows##ISA<F16, 5>(a, n0, n1); \
-    case 6: return wNK ? dotRows##ISA<F16, 6>(a, n0, n1) : axpyRows##ISA<F16, 6>(a, n0, n1); \
-    case 7: return wNK ? dotRows##ISA<F16, 7>(a, n0, n1) : axpyRows##ISA<F16, 7>(a, n0, n1); \
-    default: return wNK ? dotRows##ISA<F16, 8>(a, n0, n1) : axpyRows##ISA<F16, 8>(a, n0, n1); \
+    case 1: return wNK ? dotRows##ISA<T, 1>(a, n0, n1) : axpyRows##ISA<T, 1>(a, n0, n1); \
+    case 2: return wNK ? dotRows##ISA<T, 2>(a, n0, n1) : axpyRows##ISA<T, 2>(a, n0, n1); \
+    case 3: return wNK ? dotRows##ISA<T, 3>(a, n0, n1) : axpyRows##ISA<T, 3>(a, n0, n1); \
+    case 4: return wNK ? dotRows##ISA<T, 4>(a, n0, n1) : axpyRows##ISA<T, 4>(a, n0, n1); \
+    case 5: return wNK ? dotRows##ISA<T, 5>(a, n0, n1) : axpyRows##ISA<T, 5>(a, n0, n1); \
+    case 6: return wNK ? dotRows##ISA<T, 6>(a, n0, n1) : axpyRows##ISA<T, 6>(a, n0, n1); \
+    case 7: return wNK ? dotRows##ISA<T, 7>(a, n0, n1) : axpyRows##ISA<T, 7>(a, n0, n1); \
+    default: return wNK ? dotRows##ISA<T, 8>(a, n0, n1) : axpyRows##ISA<T, 8>(a, n0, n1); \
     }                                                                          \
   }
 
-LLMC_NARROW_DRIVERS(Scalar, )
-LLMC_NARROW_DRIVERS(Avx2, LLMC_AVX2)
-LLMC_NARROW_DRIVERS(Avx512, LLMC_AVX512)
+LLMC_FEW_ROW_DRIVERS(Scalar, )
+LLMC_FEW_ROW_DRIVERS(Avx2, LLMC_AVX2)
+LLMC_FEW_ROW_DRIVERS(Avx512, LLMC_AVX512)
 
-template <bool F16> void runOn(SparseIsa isa, const Args &a, bool wNK,
-                               int64_t n0, int64_t n1) {
+template <DType T>
+void runOn(SparseIsa isa, const Args &a, bool wNK, int64_t n0, int64_t n1) {
   switch (isa) {
   case SparseIsa::Scalar:
-    return runScalar<F16>(a, wNK, n0, n1);
+    return runScalar<T>(a, wNK, n0, n1);
   case SparseIsa::Avx2:
-    return runAvx2<F16>(a, wNK, n0, n1);
+    return runAvx2<T>(a, wNK, n0, n1);
   case SparseIsa::Avx512:
-    return runAvx512<F16>(a, wNK, n0, n1);
+    return runAvx512<T>(a, wNK, n0, n1);
   }
 }
 
 } // namespace
 
-void llmc::cpu::narrowWeightGemm(SparseIsa isa, kir::DType type,
-                                 const float *x, int64_t m, int64_t ldx,
-                                 const uint16_t *w, int64_t ldw, bool wNK,
-                                 int64_t k, float *c, int64_t ldc, int64_t n0,
-                                 int64_t n1, bool accumulate) {
-  bool f16 = type == kir::DType::F16;
+void llmc::cpu::fewRowGemm(SparseIsa isa, kir::DType type, const float *x,
+                           int64_t m, int64_t ldx, const void *w, int64_t ldw,
+                           bool wNK, int64_t k, float *c, int64_t ldc,
+                           int64_t n0, int64_t n1, bool accumulate) {
   // Every AVX2 CPU llmc has met has F16C, but it is a separate feature.
   static const bool hasF16c = __builtin_cpu_supports("f16c");
-  if (f16 && isa == SparseIsa::Avx2 && !hasF16c)
+  if (type == DType::F16 && isa == SparseIsa::Avx2 && !hasF16c)
     isa = SparseIsa::Scalar;
-  for (int64_t i0 = 0; i0 < m; i0 += kNarrowWeightGemmMaxRows) {
-    Args a{x + i0 * ldx, std::min(m - i0, kNarrowWeightGemmMaxRows), ldx, w,
+  for (int64_t i0 = 0; i0 < m; i0 += kFewRowGemmMaxRows) {
+    Args a{x + i0 * ldx, std::min(m - i0, kFewRowGemmMaxRows), ldx, w,
            ldw, k, c + i0 * ldc, ldc, accumulate};
-    if (f16)
-      runOn<true>(isa, a, wNK, n0, n1);
-    else
-      runOn<false>(isa, a, wNK, n0, n1);
+    switch (type) {
+    case DType::F32:
+      runOn<DType::F32>(isa, a, wNK, n0, n1);
+      break;
+    case DType::F16:
+      runOn<DType::F16>(isa, a, wNK, n0, n1);
+      break;
+    default:
+      runOn<DType::BF16>(isa, a, wNK, n0, n1);
+      break;
+    }
   }
 }
