@@ -500,38 +500,40 @@ private:
     return back;
   }
 
+  /// `collective` along the sequence dimension of `value`, which is moved
+  /// to the front and back around it when the dimensions before it are
+  /// not all 1.
+  Value alongSequence(OpBuilder &b, Location loc, Value value,
+                      function_ref<Value(Value, IntegerAttr)> collective) {
+    auto type = cast<RankedTensorType>(value.getType());
+    std::optional<SmallVector<int64_t>> perm = seqToFront(type, kSeqDim);
+    if (perm)
+      value = TransposeOp::create(b, loc, value, b.getDenseI64ArrayAttr(*perm));
+    value = collective(value, b.getI64IntegerAttr(perm ? 0 : kSeqDim));
+    if (perm)
+      value = TransposeOp::create(b, loc, value,
+                                  b.getDenseI64ArrayAttr(inverse(*perm)));
+    return value;
+  }
+
   /// The g of sequence parallelism: the ranks' partial [B, T, C] summed,
   /// each rank keeping its positions [B, T/tp, C].
   Value scatterSequence(OpBuilder &b, Location loc, Value partial) {
-    auto type = cast<RankedTensorType>(partial.getType());
-    std::optional<SmallVector<int64_t>> perm = seqToFront(type, kSeqDim);
-    Value v = partial;
-    if (perm)
-      v = TransposeOp::create(b, loc, v, b.getDenseI64ArrayAttr(*perm));
-    v = ReduceScatterOp::create(
-        b, loc, v, reduction(CollectiveReduction::Sum),
-        b.getI64IntegerAttr(perm ? 0 : kSeqDim), b.getStringAttr(kAxis),
-        b.getI64IntegerAttr(tp));
-    if (perm)
-      v = TransposeOp::create(b, loc, v,
-                              b.getDenseI64ArrayAttr(inverse(*perm)));
-    return v;
+    return alongSequence(b, loc, partial, [&](Value v, IntegerAttr dim) {
+      return ReduceScatterOp::create(b, loc, v,
+                                     reduction(CollectiveReduction::Sum), dim,
+                                     b.getStringAttr(kAxis),
+                                     b.getI64IntegerAttr(tp));
+    });
   }
 
   /// The f of sequence parallelism (Megatron's g-bar): the ranks' slices
   /// gathered into the whole sequence.
   Value gatherSequence(OpBuilder &b, Location loc, Value slice) {
-    auto type = cast<RankedTensorType>(slice.getType());
-    std::optional<SmallVector<int64_t>> perm = seqToFront(type, kSeqDim);
-    Value v = slice;
-    if (perm)
-      v = TransposeOp::create(b, loc, v, b.getDenseI64ArrayAttr(*perm));
-    v = AllGatherOp::create(b, loc, v, b.getI64IntegerAttr(perm ? 0 : kSeqDim),
-                            b.getStringAttr(kAxis), b.getI64IntegerAttr(tp));
-    if (perm)
-      v = TransposeOp::create(b, loc, v,
-                              b.getDenseI64ArrayAttr(inverse(*perm)));
-    return v;
+    return alongSequence(b, loc, slice, [&](Value v, IntegerAttr dim) {
+      return AllGatherOp::create(b, loc, v, dim, b.getStringAttr(kAxis),
+                                 b.getI64IntegerAttr(tp));
+    });
   }
 
   /// State of the sequence-parallel rewrite: the values that are the
