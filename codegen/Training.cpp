@@ -53,6 +53,7 @@ tensorParallelOptions(const llmc::TrainingOptions &training) {
   mlir::llmc::TensorParallelPassOptions options;
   options.tp = training.parallel.tp;
   options.rank = training.tpRank;
+  options.sp = training.parallel.sp;
   return options;
 }
 } // namespace

@@ -218,6 +218,7 @@ Expected<TrainConfig> plan::trainConfigFromRun(const TrainingConfig &run) {
 namespace {
 constexpr StringRef kClusterKeys[] = {
     "zero",          "tensor_parallel",    "pipeline_parallel",
+    "sequence_parallel",
     "gpu",           "gpus_per_node",      "nodes",
     "price_per_gpu_hour", "mfu",           "reserve_gib",
     "restarts",      "restart_minutes",    "storage_write_gbps",
@@ -254,6 +255,22 @@ Error plan::parseClusterConfig(StringRef text, StringRef bufferName,
       return value.takeError();
     config.zero = static_cast<int>(*value);
     config.origins["zero"] = fields.where("zero");
+  }
+  if (fields.has("sequence_parallel")) {
+    Expected<bool> value = fields.getEnum<bool>(
+        "sequence_parallel",
+        +[](StringRef text) -> std::optional<bool> {
+          if (text == "true")
+            return true;
+          if (text == "false")
+            return false;
+          return std::nullopt;
+        },
+        "true, false");
+    if (!value)
+      return value.takeError();
+    config.sequenceParallel = *value;
+    config.origins["sequence_parallel"] = fields.where("sequence_parallel");
   }
   if (fields.has("gpu")) {
     Expected<std::string> value = fields.getString("gpu");

@@ -108,6 +108,7 @@ int64_t globalBatchOf(const TrainConfig &train);
 struct ClusterConfig {
   int zero = 0; // ZeRO stage 0-3 over the data-parallel group
   int64_t tensorParallel = 1;
+  bool sequenceParallel = false; // with tensorParallel > 1 (llmc run --sp)
   int64_t pipelineParallel = 1;
   std::string gpu; // a name in the hardware data file; empty: none
   int64_t gpusPerNode = 8;

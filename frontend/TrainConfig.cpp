@@ -87,6 +87,7 @@ enum class Key {
   SparsityParams,
   ParallelDp,
   ParallelTp,
+  ParallelSp,
   ParallelPp,
   ParallelZero,
   ParallelBucketMb,
@@ -266,6 +267,11 @@ const KeyInfo kKeys[] = {
      "heads, the MLP's hidden units and the vocabulary (embedding, "
      "classifier, cross-entropy) are split over them; "
      "the world size is dp * tp * pp, ranks tp-fastest (1)"},
+    {Key::ParallelSp, "parallel.sp", Kind::Bool, "BOOL",
+     "sequence parallelism (Korthikanti et al.) with tp above 1: norms, "
+     "dropout, biases and residual adds run on each tp rank's 1/tp of the "
+     "sequence (all-gather and reduce-scatter in place of the all-reduces); "
+     "seq_len must be a multiple of tp (false)"},
     {Key::ParallelPp, "parallel.pp", Kind::Positive, "N",
      "pipeline-parallel stages; only 1 for now (1)"},
     {Key::ParallelZero, "parallel.zero", Kind::NonNegative, "0-3",
@@ -947,6 +953,8 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
     return getInt(c.parallel.dp, 1);
   case Key::ParallelTp:
     return getInt(c.parallel.tp, 1);
+  case Key::ParallelSp:
+    return getBool(c.parallel.sp);
   case Key::ParallelPp:
     if (Error err = getInt(c.parallel.pp, 1))
       return err;
@@ -1105,6 +1113,22 @@ Error Parser::validate(TrainingConfig &c) {
     return errorAtKey(Key::SeqLenWarmupStart,
                       formatv("{0} is longer than seq_len ({1})",
                               c.seqLenWarmup.start, c.seqLen));
+  if (c.parallel.sp && c.parallel.tp < 2)
+    return errorAtKey(Key::ParallelSp,
+                      formatv("sequence parallelism splits the sequence over "
+                              "the tensor-parallel ranks; it needs "
+                              "parallel.tp (--tp) above 1, got {0}",
+                              c.parallel.tp));
+  if (c.parallel.sp && c.seqLen % c.parallel.tp)
+    return errorAtKey(Key::ParallelSp,
+                      formatv("seq_len ({0}) is not a multiple of tp ({1}): "
+                              "each tp rank keeps an equal slice of the "
+                              "sequence",
+                              c.seqLen, c.parallel.tp));
+  if (c.parallel.sp && c.seqLenWarmup.enabled())
+    return errorAtKey(Key::ParallelSp, "sequence length warmup with "
+                                       "sequence parallelism is not "
+                                       "implemented");
   if (c.maxSteps && c.maxTokens)
     return errorAtKey(Key::MaxTokens, "give max_steps or max_tokens, not both");
   if (!c.maxSteps && !c.maxTokens && run)
@@ -1359,7 +1383,8 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
      << "  dp: " << c.parallel.dp << "\n  tp: " << c.parallel.tp
      << "\n  pp: " << c.parallel.pp << "\n  zero: " << c.parallel.zero
      << "\n  bucket_mb: " << formatDouble(c.parallel.bucketMb)
-     << "\n  timeout: " << formatDouble(c.parallel.timeoutSeconds) << "\n";
+     << "\n  timeout: " << formatDouble(c.parallel.timeoutSeconds)
+     << "\n  sp: " << (c.parallel.sp ? "true" : "false") << "\n";
   const ::llmc::GuardConfig &g = c.guard;
   os << "guard:\n"
      << "  action: " << g.action << "\n  window: " << g.window

@@ -133,6 +133,7 @@ constexpr double kDefaultCollectiveTimeoutSeconds = 30;
 struct ParallelConfig {
   int64_t dp = 1; // 1 also when not given: `llmc run` sets world / (tp * pp)
   int64_t tp = 1;
+  bool sp = false; // sequence parallelism over the tp ranks
   int64_t pp = 1; // pipeline stages: only 1 until pipeline parallelism lands
   int64_t zero = 0;
   double bucketMb = mlir::llmc::defaults::kGradientBucketMb;

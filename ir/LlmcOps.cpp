@@ -510,6 +510,22 @@ LogicalResult DropoutOp::verify() {
   int64_t stream = getStreamAttr().getInt();
   if (stream < 0)
     return emitOpError("stream must be non-negative, got ") << stream;
+  std::optional<ArrayRef<int64_t>> whole = getWholeShape();
+  std::optional<ArrayRef<int64_t>> offsets = getOffsets();
+  if (whole.has_value() != offsets.has_value())
+    return emitOpError("needs both whole_shape and offsets, or neither");
+  if (!whole)
+    return success();
+  ArrayRef<int64_t> shape = cast<RankedTensorType>(getType()).getShape();
+  if (whole->size() != shape.size() || offsets->size() != shape.size())
+    return emitOpError("whole_shape and offsets must have one entry per "
+                       "dimension of the result (")
+           << shape.size() << ")";
+  for (auto [d, size] : llvm::enumerate(shape))
+    if ((*offsets)[d] < 0 || (*offsets)[d] + size > (*whole)[d])
+      return emitOpError("block of dimension ")
+             << d << " at offset " << (*offsets)[d] << " of size " << size
+             << " lies outside the whole tensor's " << (*whole)[d];
   return success();
 }
 

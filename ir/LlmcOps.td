@@ -287,9 +287,26 @@ def Llmc_DropoutOp : Llmc_Op<"dropout",
     %y = llmc.dropout %x {rate = 1.000000e-01 : f32, stream = 3 : i64}
         : tensor<4x64x768xf32>
     ```
+    A tensor that is one rank's block of a larger one (sequence
+    parallelism: positions [16, 32) of a [4, 64, 768] activation) names the
+    whole tensor's shape and the block's offsets; element i is then the
+    whole tensor's row-major index of the element, so the ranks' blocks
+    carry exactly the masks one process draws for the whole:
+    ```mlir
+    %y = llmc.dropout %x {rate = 1.000000e-01 : f32, stream = 3 : i64,
+                          whole_shape = array<i64: 4, 64, 768>,
+                          offsets = array<i64: 0, 16, 0>} : tensor<4x16x768xf32>
+    ```
   }];
-  let arguments = (ins Llmc_FloatTensor:$input, F32Attr:$rate, I64Attr:$stream);
+  let arguments = (ins Llmc_FloatTensor:$input, F32Attr:$rate, I64Attr:$stream,
+                       OptionalAttr<DenseI64ArrayAttr>:$whole_shape,
+                       OptionalAttr<DenseI64ArrayAttr>:$offsets);
   let results = (outs Llmc_FloatTensor:$result);
+  let builders = [
+    OpBuilder<(ins "Value":$input, "FloatAttr":$rate, "IntegerAttr":$stream),
+    [{ build($_builder, $_state, input.getType(), input, rate, stream,
+             DenseI64ArrayAttr(), DenseI64ArrayAttr()); }]>
+  ];
   let assemblyFormat = "$input attr-dict `:` type($input)";
   let hasVerifier = 1;
 }

@@ -265,11 +265,13 @@ FailureOr<Grads> CastOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
                               resultGrads[0])};
 }
 
-// The same rate and stream on a tensor of the same shape: the same mask and
-// the same 1 / (1 - rate) scale.
+// The same rate and stream on a tensor of the same shape (and the same
+// block of the same whole tensor): the same mask and the same
+// 1 / (1 - rate) scale.
 FailureOr<Grads> DropoutOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
   return Grads{DropoutOp::create(b, getLoc(), resultGrads[0], getRateAttr(),
-                                 getStreamAttr())};
+                                 getStreamAttr(), getWholeShapeAttr(),
+                                 getOffsetsAttr())};
 }
 
 //===----------------------------------------------------------------------===//

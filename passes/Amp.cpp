@@ -122,10 +122,11 @@ public:
       // Casts, constants and fills (Llmc_AmpExempt) keep their types. So do
       // collectives: a tensor-parallel all-reduce of a low-precision
       // matmul's partial sums gets them cast back to its f32 (MPI sums no
-      // f16; Megatron's fp32 all-reduce option), and the all-gather of
+      // f16; Megatron's fp32 all-reduce option), as does sequence
+      // parallelism's reduce-scatter, and the all-gather of
       // vocabulary-parallel logits gathers f32 as @forward returns them.
       if (getAmpCategory(op.getName()) == AmpCategory::Exempt) {
-        if (isa<AllReduceOp, AllGatherOp>(op)) {
+        if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp>(op)) {
           Value input = op.getOperand(0);
           Type elementType = getElementTypeOrSelf(op.getResult(0).getType());
           if (getElementTypeOrSelf(input.getType()) != elementType) {

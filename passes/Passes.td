@@ -221,12 +221,27 @@ def TensorParallelPass : Pass<"llmc-tensor-parallel", "mlir::ModuleOp"> {
     of f and g; llmc-optimizer sums the sharded gradients' squares over
     "tp" for the global norm. `tp=1` changes nothing. `rank` picks the
     rank whose program this is: only its vocab_start depends on it.
+
+    `sp` adds sequence parallelism (Korthikanti et al. 2022): each g
+    becomes `llmc.reduce_scatter ... sum` over the sequence dimension (T
+    must be a multiple of tp) and each f `llmc.all_gather` over it (the
+    sequence transposed to the front around each collective when B > 1),
+    so the residual stream between them is [B, T/tp, C] on each rank and
+    the norms, dropout (its `whole_shape` and `offsets` set, so the masks
+    are one process's), biases and residual adds of the row-parallel side
+    run on 1/tp of the positions. A whole value used there (norm weights,
+    row-parallel biases, the rows of wpe, cut to the rank's positions)
+    passes through `llmc.copy_to_axis`, whose VJP all-reduces its partial
+    gradient over tp.
   }];
   let options = [
     Option<"tp", "tp", "int64_t", /*default=*/"1",
            "Tensor-parallel ranks (the size of mesh axis tp)">,
     Option<"rank", "rank", "int64_t", /*default=*/"0",
-           "This program's rank on mesh axis tp (its block of the vocabulary)">
+           "This program's rank on mesh axis tp (its block of the vocabulary)">,
+    Option<"sp", "sp", "bool", /*default=*/"false",
+           "Sequence parallelism: the residual stream is the rank's slice of "
+           "the sequence between the blocks">
   ];
   let dependentDialects = ["mlir::llmc::LlmcDialect"];
 }

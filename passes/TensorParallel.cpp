@@ -37,12 +37,38 @@
 // logits result (for sampling) is all-gathered, and cut back to V.
 // vocab_start is the one rank-dependent number of the program: the pass
 // option `rank` says which rank's program this is.
+//
+// With `sp` (sequence parallelism, Korthikanti et al. 2022) the residual
+// stream between the blocks is the rank's slice of the sequence,
+// [B, T/tp, C]: each g becomes a reduce-scatter over the sequence and
+// each f an all-gather over it (each other's VJP), so the norms, dropout,
+// biases and residual adds of the row-parallel side run on 1/tp of the
+// positions:
+//
+//   %t  = llmc.transpose %p, [1, 0, 2]                 // [T, B, C]
+//   %s  = llmc.reduce_scatter %t sum dim 0 on "tp" size 2
+//   %y  = llmc.transpose %s, [1, 0, 2]                 // [B, T/2, C]
+//   %b  = llmc.copy_to_axis %bias on "tp" size 2       // gradient summed
+//   %z  = llmc.add %y, %b
+//   ...
+//   %g  = llmc.all_gather %n dim 0 on "tp" size 2      // (transposed too)
+//   %h  = llmc.matmul %g, %w_fc {transpose_b}
+//
+// (the transposes put the sequence in front, where a rank's block is
+// contiguous; with B = 1 they are left out). A whole value that meets the
+// slice (a norm's weight, a bias, the positions' rows of wpe) passes
+// through copy_to_axis, whose VJP sums the ranks' partial gradients over
+// tp (Megatron's all-reduce of sequence-parallel parameters' gradients),
+// and a slice to the rank's positions where it has a sequence dimension.
+// Dropout on the slice names the whole tensor and the block's offsets, so
+// each rank draws the masks one process draws at those positions.
 #include "ir/LlmcOps.h"
 #include "ir/TensorParallel.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
 
 namespace mlir::llmc {
 #define GEN_PASS_DEF_TENSORPARALLELPASS
@@ -102,7 +128,9 @@ public:
                        "backward's collectives come from the forward's)");
       return signalPassFailure();
     }
-    if (failed(checkDivisible(module)) || failed(shardForward(module, forward)))
+    if (failed(checkDivisible(module)) ||
+        failed(shardForward(module, forward)) ||
+        (sp && failed(sequenceParallel(forward))))
       return signalPassFailure();
   }
 
@@ -152,6 +180,12 @@ private:
                                b.getStringAttr(kAxis),
                                b.getI64IntegerAttr(tp), b.getUnitAttr());
   }
+
+  /// The g after each row-parallel matmul and the vocabulary-parallel
+  /// lookup, and the f before each column-parallel matmul: sequence
+  /// parallelism turns them into a reduce-scatter and an all-gather.
+  SmallVector<AllReduceOp> gOps;
+  SmallVector<CopyToAxisOp> fOps;
 
   LogicalResult shardForward(ModuleOp module, func::FuncOp forward) {
     bool swiglu = isSwiGlu(module);
@@ -291,9 +325,10 @@ private:
       if (rhs->second == 0 && lhs == sharded.end()) {
         // Column-parallel: f on the input, output columns are the share
         // (the weight's rows: heads, hidden units or vocabulary ids).
-        Value copy = CopyToAxisOp::create(b, loc, matmul.getLhs(),
-                                          b.getStringAttr(kAxis),
-                                          b.getI64IntegerAttr(tp));
+        auto copy = CopyToAxisOp::create(b, loc, matmul.getLhs(),
+                                         b.getStringAttr(kAxis),
+                                         b.getI64IntegerAttr(tp));
+        fOps.push_back(copy);
         matmul->setOperand(0, copy);
         Value y = matmul.getResult();
         y.setType(withDim(y.getType(), lhsRank - 1,
@@ -312,6 +347,7 @@ private:
         Value whole =
             allReduce(b, loc, matmul.getResult(), CollectiveReduction::Sum);
         matmul.getResult().replaceAllUsesExcept(whole, whole.getDefiningOp());
+        gOps.push_back(whole.getDefiningOp<AllReduceOp>());
         return success();
       }
       return fail("its operands are not split as a column- or row-parallel "
@@ -330,6 +366,7 @@ private:
                               CollectiveReduction::Sum);
       embedding.getResult().replaceAllUsesExcept(whole,
                                                  whole.getDefiningOp());
+      gOps.push_back(whole.getDefiningOp<AllReduceOp>());
       return success();
     }
     if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
@@ -432,6 +469,229 @@ private:
     ce.getLse().replaceAllUsesWith(combined.getLse());
     ce.erase();
     return success();
+  }
+
+  //===------------------------------------------------------------------===//
+  // Sequence parallelism
+  //===------------------------------------------------------------------===//
+
+  /// The sequence's dimension in the residual stream [B, T, C].
+  static constexpr int64_t kSeqDim = 1;
+
+  /// A permutation that moves dimension `dim` to the front, or none when
+  /// the dimensions before it have size 1 (a rank's block along it is then
+  /// contiguous, which is what the collectives move).
+  static std::optional<SmallVector<int64_t>> seqToFront(RankedTensorType type,
+                                                        int64_t dim) {
+    if (llvm::all_of(type.getShape().take_front(dim),
+                     [](int64_t size) { return size == 1; }))
+      return std::nullopt;
+    SmallVector<int64_t> perm = {dim};
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      if (d != dim)
+        perm.push_back(d);
+    return perm;
+  }
+
+  static SmallVector<int64_t> inverse(ArrayRef<int64_t> perm) {
+    SmallVector<int64_t> back(perm.size());
+    for (auto [i, p] : llvm::enumerate(perm))
+      back[p] = i;
+    return back;
+  }
+
+  /// `collective` along the sequence dimension of `value`, which is moved
+  /// to the front and back around it when the dimensions before it are
+  /// not all 1.
+  Value alongSequence(OpBuilder &b, Location loc, Value value,
+                      function_ref<Value(Value, IntegerAttr)> collective) {
+    auto type = cast<RankedTensorType>(value.getType());
+    std::optional<SmallVector<int64_t>> perm = seqToFront(type, kSeqDim);
+    if (perm)
+      value = TransposeOp::create(b, loc, value, b.getDenseI64ArrayAttr(*perm));
+    value = collective(value, b.getI64IntegerAttr(perm ? 0 : kSeqDim));
+    if (perm)
+      value = TransposeOp::create(b, loc, value,
+                                  b.getDenseI64ArrayAttr(inverse(*perm)));
+    return value;
+  }
+
+  /// The g of sequence parallelism: the ranks' partial [B, T, C] summed,
+  /// each rank keeping its positions [B, T/tp, C].
+  Value scatterSequence(OpBuilder &b, Location loc, Value partial) {
+    return alongSequence(b, loc, partial, [&](Value v, IntegerAttr dim) {
+      return ReduceScatterOp::create(b, loc, v,
+                                     reduction(CollectiveReduction::Sum), dim,
+                                     b.getStringAttr(kAxis),
+                                     b.getI64IntegerAttr(tp));
+    });
+  }
+
+  /// The f of sequence parallelism (Megatron's g-bar): the ranks' slices
+  /// gathered into the whole sequence.
+  Value gatherSequence(OpBuilder &b, Location loc, Value slice) {
+    return alongSequence(b, loc, slice, [&](Value v, IntegerAttr dim) {
+      return AllGatherOp::create(b, loc, v, dim, b.getStringAttr(kAxis),
+                                 b.getI64IntegerAttr(tp));
+    });
+  }
+
+  /// State of the sequence-parallel rewrite: the values that are the
+  /// rank's slice of the sequence (along kSeqDim), and what was made once
+  /// per value (gathers; whole values with their gradients summed over tp,
+  /// cut to the rank's positions along a dimension or -1).
+  struct SeqState {
+    DenseSet<Value> slices;
+    DenseMap<Value, Value> gathered;
+    DenseMap<std::pair<Value, int64_t>, Value> replicated;
+  };
+
+  /// A whole `value` (every rank holds it alike) used on the rank's slice:
+  /// copy_to_axis, whose VJP sums the ranks' partial gradients over tp
+  /// (the gradient of a norm's weight is a sum over the rank's tokens
+  /// only), and cut to the rank's positions along `dim` unless it is -1.
+  FailureOr<Value> replicate(OpBuilder &b, Location loc, Value value,
+                             int64_t dim, SeqState &state) {
+    Value &done = state.replicated[{value, dim}];
+    if (done)
+      return done;
+    Value v = value;
+    if (!matchPattern(value, m_Constant()))
+      v = CopyToAxisOp::create(b, loc, v, b.getStringAttr(kAxis),
+                               b.getI64IntegerAttr(tp));
+    if (dim >= 0) {
+      auto type = cast<RankedTensorType>(v.getType());
+      int64_t size = type.getDimSize(dim);
+      if (size % tp)
+        return failure();
+      SmallVector<int64_t> offsets(type.getRank(), 0);
+      SmallVector<int64_t> sizes(type.getShape());
+      sizes[dim] = size / tp;
+      offsets[dim] = rank * sizes[dim];
+      v = SliceOp::create(b, loc, v, b.getDenseI64ArrayAttr(offsets),
+                          b.getDenseI64ArrayAttr(sizes));
+    }
+    done = v;
+    return v;
+  }
+
+  /// Cuts the sequence dimension of `op`'s results: the rank's slice.
+  void cutSequence(Operation *op, SeqState &state) {
+    for (Value result : op->getResults()) {
+      auto type = cast<RankedTensorType>(result.getType());
+      if (type.getRank() <= kSeqDim)
+        continue;
+      result.setType(cut(type, kSeqDim, tp));
+      state.slices.insert(result);
+    }
+  }
+
+  /// Turns the tensor-parallel @forward into the sequence-parallel one: g
+  /// becomes a reduce-scatter over the sequence, f an all-gather, and the
+  /// ops between a g and the next f run on the rank's slice.
+  LogicalResult sequenceParallel(func::FuncOp forward) {
+    SeqState state;
+    for (AllReduceOp g : gOps) {
+      auto type = cast<RankedTensorType>(g.getType());
+      if (type.getRank() <= kSeqDim)
+        return g.emitOpError("llmc-tensor-parallel: sequence parallelism "
+                             "needs a [B, T, C] activation here");
+      if (int64_t seq = type.getDimSize(kSeqDim); seq % tp)
+        return forward.emitError("llmc-tensor-parallel: sequence "
+                                 "parallelism splits the sequence of ")
+               << seq << " positions over tp=" << int64_t(tp)
+               << " ranks; the sequence length must be a multiple of tp";
+      OpBuilder b(g);
+      Value slice = scatterSequence(b, g.getLoc(), g.getInput());
+      g.replaceAllUsesWith(slice);
+      g.erase();
+      state.slices.insert(slice);
+    }
+    gOps.clear();
+    Block &body = forward.getBody().front();
+    for (Operation &op : llvm::make_early_inc_range(body)) {
+      bool onSlice = llvm::any_of(op.getOperands(), [&](Value v) {
+        return state.slices.contains(v);
+      });
+      if (!onSlice)
+        continue;
+      if (isa<func::ReturnOp>(op))
+        return forward.emitError("llmc-tensor-parallel: with sp, a result of "
+                                 "@forward is a rank's slice of the "
+                                 "sequence, not the whole");
+      if (failed(sliceOp(&op, state)))
+        return failure();
+    }
+    return success();
+  }
+
+  /// Runs `op`, one of whose operands is the rank's slice, on the slice.
+  LogicalResult sliceOp(Operation *op, SeqState &state) {
+    OpBuilder b(op);
+    Location loc = op->getLoc();
+    auto fail = [&](const Twine &why) {
+      return op->emitOpError("llmc-tensor-parallel (sp) cannot run this op "
+                             "on a slice of the sequence: ")
+             << why;
+    };
+    if (auto copy = dyn_cast<CopyToAxisOp>(op)) {
+      if (!llvm::is_contained(fOps, copy))
+        return fail("it is not the f of a column-parallel projection");
+      Value &whole = state.gathered[copy.getInput()];
+      if (!whole)
+        whole = gatherSequence(b, loc, copy.getInput());
+      copy.replaceAllUsesWith(whole);
+      copy.erase();
+      return success();
+    }
+    if (isa<LayerNormOp, RmsNormOp>(op)) {
+      if (!state.slices.contains(op->getOperand(0)))
+        return fail("its weight or bias is a slice");
+      for (OpOperand &operand : llvm::drop_begin(op->getOpOperands())) {
+        FailureOr<Value> whole = replicate(b, loc, operand.get(), -1, state);
+        if (failed(whole))
+          return failure();
+        operand.set(*whole);
+      }
+      cutSequence(op, state);
+      return success();
+    }
+    if (auto dropout = dyn_cast<DropoutOp>(op)) {
+      // The mask of the whole tensor's elements at the rank's positions.
+      auto type = cast<RankedTensorType>(dropout.getType());
+      SmallVector<int64_t> offsets(type.getRank(), 0);
+      offsets[kSeqDim] = rank * (type.getDimSize(kSeqDim) / tp);
+      dropout.setWholeShapeAttr(b.getDenseI64ArrayAttr(type.getShape()));
+      dropout.setOffsetsAttr(b.getDenseI64ArrayAttr(offsets));
+      cutSequence(op, state);
+      return success();
+    }
+    if (op->hasTrait<OpTrait::llmc::Pointwise>() ||
+        isa<AddOp, MulOp, SubOp>(op)) {
+      // Operands aligned from the right: a whole operand with the
+      // sequence dimension is cut to the rank's positions (wpe's rows).
+      auto result = cast<RankedTensorType>(op->getResult(0).getType());
+      for (OpOperand &operand : op->getOpOperands()) {
+        auto type = dyn_cast<RankedTensorType>(operand.get().getType());
+        if (state.slices.contains(operand.get())) {
+          if (type.getRank() != result.getRank())
+            return fail("a slice broadcasts into it");
+          continue;
+        }
+        if (!type || type.getRank() == 0)
+          continue;
+        int64_t d = type.getRank() - result.getRank() + kSeqDim;
+        bool cutIt = d >= 0 && type.getDimSize(d) != 1;
+        FailureOr<Value> whole =
+            replicate(b, loc, operand.get(), cutIt ? d : -1, state);
+        if (failed(whole))
+          return fail("a whole operand's sequence dimension does not split");
+        operand.set(*whole);
+      }
+      cutSequence(op, state);
+      return success();
+    }
+    return fail("no sequence-parallel rule for it");
   }
 
   /// Cuts dimension `dim` of every result of `op` (of that rank or more).

@@ -277,7 +277,18 @@ LogicalResult Lowering::expandDropout(ExpandFrame &f, DropoutOp dropout) {
   int32_t high = kb.binary(
       KOp::Add, kb.binary(KOp::Mul, step, kb.intConstant(int64_t(1) << 32)),
       kb.intConstant(stream));
-  SmallVector<int64_t> strides = contiguousStrides(f.resultShape);
+  // A block of a whole tensor (sequence parallelism) indexes the whole
+  // tensor: coordinates shifted by the block's offsets, strides of the
+  // whole shape.
+  SmallVector<int64_t> strides = contiguousStrides(
+      dropout.getWholeShape() ? SmallVector<int64_t>(*dropout.getWholeShape())
+                              : SmallVector<int64_t>(f.resultShape));
+  SmallVector<int64_t> offsets(f.resultShape.size(), 0);
+  if (std::optional<ArrayRef<int64_t>> o = dropout.getOffsets())
+    offsets.assign(o->begin(), o->end());
+  int64_t base = 0;
+  for (auto [d, offset] : llvm::enumerate(offsets))
+    base += offset * strides[d];
   int32_t flat = -1;
   for (auto [d, dim] : llvm::enumerate(f.resultMap)) {
     if (dim < 0 || f.resultShape[d] == 1)
@@ -287,6 +298,9 @@ LogicalResult Lowering::expandDropout(ExpandFrame &f, DropoutOp dropout) {
       term = kb.binary(KOp::Mul, term, kb.intConstant(strides[d]));
     flat = flat < 0 ? term : kb.binary(KOp::Add, flat, term);
   }
+  if (base != 0)
+    flat = flat < 0 ? kb.intConstant(base)
+                    : kb.binary(KOp::Add, flat, kb.intConstant(base));
   if (flat < 0)
     flat = kb.intConstant(0);
   int32_t random = kb.emit(KOp::Random, DType::F32, {seed, high, flat});

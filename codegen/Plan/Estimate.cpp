@@ -97,7 +97,8 @@ double BlockActivations::stored(Remat remat) const {
 
 BlockActivations plan::getBlockActivations(const ModelConfig &config,
                                            int64_t batch, int64_t seqLen,
-                                           int64_t tp, Precision precision) {
+                                           int64_t tp, Precision precision,
+                                           bool sp) {
   double e = activationElementBytes(precision);
   double mask = config.dropout > 0 ? 1 : 0; // one byte per dropout mask
   double s = static_cast<double>(seqLen), b = static_cast<double>(batch);
@@ -105,15 +106,19 @@ BlockActivations plan::getBlockActivations(const ModelConfig &config,
   double f = static_cast<double>(config.ffnHidden);
   double a = static_cast<double>(config.nHead);
   double sbh = s * b * h, sbf = s * b * f, as2b = a * s * s * b;
-  // With sequence parallelism every term is split over the tensor-parallel
-  // ranks (Korthikanti et al. sec. 4.2.2).
+  // Tensor parallelism splits what lies between the column- and the
+  // row-parallel projection over the t ranks (Korthikanti et al. sec.
+  // 4.2.1); sequence parallelism (sec. 4.2.2) also the norms, dropout and
+  // residual stream: `ts` divides those. The column-parallel projections'
+  // inputs stay whole in both (llmc keeps the all-gathered tensor).
   double t = static_cast<double>(tp);
+  double ts = sp ? t : 1;
   BlockActivations act;
   // Inputs of the two norms: 2sbh each in 16 bits.
-  act.norms = 2 * e * sbh / t;
+  act.norms = 2 * e * sbh / ts;
   // QKV input 2sbh, Q and K 4sbh, V 2sbh, projection input 2sbh and the
   // projection's dropout mask sbh: 11sbh in 16 bits.
-  act.attention = (5 * e + mask) * sbh / t;
+  act.attention = e * sbh + 4 * e * sbh / t + mask * sbh / ts;
   // Softmax output 2as^2b; with attention dropout also its mask as^2b and
   // its output 2as^2b: 5as^2b.
   act.attentionCore = (e + mask * (1 + e)) * as2b / t;
@@ -123,13 +128,15 @@ BlockActivations plan::getBlockActivations(const ModelConfig &config,
   double hidden = config.activation == Activation::SwiGlu ? 3
                   : config.activation == Activation::Relu ? 1
                                                           : 2;
-  act.mlp = ((e + mask) * sbh + hidden * e * sbf) / t;
+  act.mlp = e * sbh + mask * sbh / ts + hidden * e * sbf / t;
   // Full recompute keeps each block's input only: 2sbh.
-  act.blockInput = e * sbh / t;
+  act.blockInput = e * sbh / ts;
   // llmc-remat selective: the matmul and attention outputs and the block
-  // input (see the header).
+  // input (see the header): QKV and attention outputs split by heads, the
+  // row-parallel projections' outputs partial sums of the whole.
   double matmulHidden = config.activation == Activation::SwiGlu ? 2 : 1;
-  act.matmulOutputs = e * (7 * sbh + matmulHidden * sbf) / t;
+  act.matmulOutputs =
+      e * ((4 * sbh + matmulHidden * sbf) / t + 2 * sbh + sbh / ts);
   return act;
 }
 
@@ -148,6 +155,7 @@ Layout plan::getConfiguredLayout(const TrainConfig &train,
                                  const ClusterConfig &cluster) {
   Layout layout;
   layout.tp = cluster.tensorParallel;
+  layout.sp = cluster.sequenceParallel && layout.tp > 1;
   layout.pp = cluster.pipelineParallel;
   layout.dp = std::max<int64_t>(1, cluster.numGpus() / (layout.tp * layout.pp));
   layout.zero = cluster.zero;
@@ -175,6 +183,11 @@ Error plan::validateLayout(const PlanModel &model, const TrainConfig &train,
                        formatv("{0} does not divide the MLP width "
                                "ffn_hidden ({1}) of model '{2}'",
                                layout.tp, c.ffnHidden, c.name));
+  if (layout.sp && seqLen % layout.tp)
+    return layoutError(co, "sequence_parallel", "sp",
+                       formatv("the sequence of {0} tokens does not split "
+                               "over tensor_parallel {1} ranks",
+                               seqLen, layout.tp));
   if (c.nLayer % layout.pp)
     return layoutError(co, "pipeline_parallel", "pp",
                        formatv("{0} does not divide n_layer ({1}) of model "
@@ -303,10 +316,14 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
   // inputs and the fp32 logits the loss keeps (Korthikanti et al.:
   // 4sbh/t (1 + v/h) in 16 bits), each tp rank's ceil(v/t) of them
   // (vocabulary-parallel cross-entropy).
+  // With tp and no sequence parallelism the embedding's output and the
+  // final norm's input are whole on every rank; the classifier's input is
+  // whole in both (all-gathered for the column-parallel classifier).
+  double ts = layout.sp ? t : 1;
   est.block = getBlockActivations(c, layout.microBatch, est.seqLen, layout.tp,
-                                  train.precision);
-  est.extraFirst = (c.dropout > 0 ? 1 : 0) * sbh / t;
-  est.extraLast = 2 * e * sbh / t +
+                                  train.precision, layout.sp);
+  est.extraFirst = (c.dropout > 0 ? 1 : 0) * sbh / ts;
+  est.extraLast = e * sbh / ts + e * sbh +
                   4 * s * b * double(vocabRowsPerRank(c.vocabSize, layout.tp));
   est.memory = deviceMemory(model, train, cluster, layout, est.block,
                             est.extraFirst, est.extraLast, m, layout.remat);

@@ -47,7 +47,14 @@ StateBytes shardStates(const StateBytes &perParameter, double parameters,
 
 /// Activation bytes one transformer block keeps for its backward pass, per
 /// micro-batch of `batch` sequences of `seqLen` tokens, on one of `tp`
-/// tensor-parallel ranks (with sequence parallelism), by term.
+/// tensor-parallel ranks, by term. Tensor parallelism splits the terms
+/// between the column- and row-parallel projections (Korthikanti's
+/// 10sbh + 24sbh/t); `sp` (llmc run --sp) also the norms' inputs, the
+/// dropout masks and the block input, which live on the rank's slice of
+/// the sequence. The inputs of the column-parallel projections stay whole:
+/// llmc keeps the all-gathered tensor for the weight gradient (Megatron-LM
+/// gathers it again in the backward for Korthikanti's 34sbh/t), so llmc's
+/// is 4sbh + 30sbh/t.
 ///
 /// A formula: the per-layer terms of Korthikanti et al. 2022 ("Reducing
 /// Activation Recomputation in Large Transformer Models", sec. 4),
@@ -76,7 +83,7 @@ struct BlockActivations {
 };
 BlockActivations getBlockActivations(const ModelConfig &config, int64_t batch,
                                      int64_t seqLen, int64_t tp,
-                                     Precision precision);
+                                     Precision precision, bool sp = false);
 
 /// A parallel layout and per-device batch: tp * pp * dp is the GPU count.
 struct Layout {
@@ -84,6 +91,7 @@ struct Layout {
   int zero = 0;
   int64_t microBatch = 1;
   Remat remat = Remat::None;
+  bool sp = false; // sequence parallelism over the tp ranks (llmc run --sp)
 };
 
 /// Memory of the most loaded device (first or last pipeline stage).

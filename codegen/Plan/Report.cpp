@@ -138,6 +138,7 @@ std::vector<Layout> comparedLayouts(const PlanModel &model,
       return;
     Layout l = base;
     l.tp = tp;
+    l.sp = base.sp && tp > 1;
     l.pp = pp;
     l.dp = gpus / (tp * pp);
     l.zero = zero;
@@ -401,6 +402,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
   report.facts["optimizer"] = stringifyOptimizer(train.optimizer).str();
   report.facts["remat"] = stringifyRemat(train.remat).str();
   report.facts["layout"] = layoutLabel(layout);
+  report.facts["sequence_parallel"] = layout.sp ? "yes" : "no";
   report.header.push_back(formatv("model: {0}, {1} parameters ({2})", c.name,
                                   withCommas(model.numParameters),
                                   model.irSource));
@@ -431,8 +433,11 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
       layout.microBatch, est.seqLen, est.globalBatch,
       withCommas(static_cast<double>(est.globalBatch) * est.seqLen),
       est.microBatchesPerStep, train.globalBatch ? "" : "; default batch"));
-  report.header.push_back("layout: " + layoutLabel(layout) +
-                          (layout.tp > 1 ? ", sequence parallel" : ""));
+  report.header.push_back(
+      "layout: " + layoutLabel(layout) +
+      (layout.tp == 1 ? ""
+       : layout.sp    ? ", sequence parallel"
+                      : ", no sequence parallelism (--sp)"));
 
   // Memory per device.
   const DeviceMemory &mem = est.memory;
@@ -770,11 +775,12 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
     report.notes.push_back(
         "activations: the compiled @grad_step's memory plan for this "
         "layout; the layouts compared above are formulas (Korthikanti et "
-        "al. 2022, with sequence parallelism under tp)");
+        "al. 2022: under tp 10sbh + 24sbh/t, with --sp llmc's 4sbh + "
+        "30sbh/t)");
   else
     report.notes.push_back(
-        "activations and workspace: formulas (Korthikanti et al. 2022, "
-        "with sequence parallelism under tp); " +
+        "activations and workspace: formulas (Korthikanti et al. 2022: "
+        "under tp 10sbh + 24sbh/t, with --sp llmc's 4sbh + 30sbh/t); " +
         std::string(request.step || layout.tp > 1 || layout.pp > 1 ||
                             layout.remat == Remat::Attention ||
                             train.precision == Precision::Fp8

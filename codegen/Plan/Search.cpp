@@ -38,6 +38,7 @@ FitResult plan::searchFit(const PlanModel &model, const TrainConfig &train,
   const ModelConfig &c = model.config;
   int64_t gpus = cluster.numGpus();
   int64_t global = globalBatchOf(train);
+  int64_t seqLen = train.seqLen ? train.seqLen : c.seqLen;
   for (int64_t tp = 1; tp <= gpus; tp *= 2) {
     if (gpus % tp || c.nHead % tp || c.ffnHidden % tp)
       continue;
@@ -51,6 +52,9 @@ FitResult plan::searchFit(const PlanModel &model, const TrainConfig &train,
           for (Remat remat : {Remat::None, Remat::Selective, Remat::Full}) {
             ++result.candidates;
             Layout layout{tp, pp, dp, zero, micro, remat};
+            // Sequence parallelism under tp where the sequence splits:
+            // it only saves memory.
+            layout.sp = tp > 1 && seqLen % tp == 0;
             if (Error err = validateLayout(model, train, cluster, layout)) {
               consumeError(std::move(err));
               ++result.invalid;

@@ -207,6 +207,34 @@ func.func @dropout_rate(%x: tensor<4x8xf32>) {
 
 // -----
 
+// Tests that a block of a whole tensor needs both its whole shape and its
+// offsets.
+func.func @dropout_half_block(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{'llmc.dropout' op needs both whole_shape and offsets, or neither}}
+  %0 = llmc.dropout %x {rate = 0.1 : f32, stream = 0 : i64, whole_shape = array<i64: 4, 16>} : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// Tests that the whole shape has the result's rank.
+func.func @dropout_block_rank(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{'llmc.dropout' op whole_shape and offsets must have one entry per dimension of the result (2)}}
+  %0 = llmc.dropout %x {rate = 0.1 : f32, stream = 0 : i64, whole_shape = array<i64: 4, 16, 1>, offsets = array<i64: 0, 8, 0>} : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// Tests that the block lies inside the whole tensor.
+func.func @dropout_block_outside(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{'llmc.dropout' op block of dimension 1 at offset 12 of size 8 lies outside the whole tensor's 16}}
+  %0 = llmc.dropout %x {rate = 0.1 : f32, stream = 0 : i64, whole_shape = array<i64: 4, 16>, offsets = array<i64: 0, 12>} : tensor<4x8xf32>
+  return
+}
+
+// -----
+
 //===----------------------------------------------------------------------===//
 // Predicates and selection
 //===----------------------------------------------------------------------===//

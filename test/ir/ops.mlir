@@ -119,14 +119,16 @@ func.func @unary(%x: tensor<4x8xf32>, %h: tensor<4x8xf16>, %b: tensor<4x8xbf16>)
 // CHECK-NEXT: %[[H:.*]] = llmc.cast %[[G1]] : tensor<4x8xf32> -> tensor<4x8xf16>
 // CHECK-NEXT: %[[B:.*]] = llmc.cast %[[H]] : tensor<4x8xf16> -> tensor<4x8xbf16>
 // CHECK-NEXT: %[[D:.*]] = llmc.dropout %[[X]] {rate = 1.000000e-01 : f32, stream = 3 : i64} : tensor<4x8xf32>
-// CHECK-NEXT: return %[[G1]], %[[B]], %[[D]] : tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>
-func.func @gelu_cast_dropout(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>) {
+// CHECK-NEXT: %[[DB:.*]] = llmc.dropout %[[X]] {offsets = array<i64: 0, 8>, rate = 1.000000e-01 : f32, stream = 4 : i64, whole_shape = array<i64: 4, 16>} : tensor<4x8xf32>
+// CHECK-NEXT: return %[[G1]], %[[B]], %[[D]], %[[DB]] : tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>
+func.func @gelu_cast_dropout(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>) {
   %0 = llmc.gelu %x approximate = tanh : tensor<4x8xf32>
   %1 = llmc.gelu %0 approximate = none : tensor<4x8xf32>
   %2 = llmc.cast %1 : tensor<4x8xf32> -> tensor<4x8xf16>
   %3 = llmc.cast %2 : tensor<4x8xf16> -> tensor<4x8xbf16>
   %4 = llmc.dropout %x {rate = 1.000000e-01 : f32, stream = 3 : i64} : tensor<4x8xf32>
-  return %1, %3, %4 : tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>
+  %5 = llmc.dropout %x {rate = 1.000000e-01 : f32, stream = 4 : i64, whole_shape = array<i64: 4, 16>, offsets = array<i64: 0, 8>} : tensor<4x8xf32>
+  return %1, %3, %4, %5 : tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>
 }
 
 // Tests is_finite, the three comparisons (one broadcasting a scalar) and

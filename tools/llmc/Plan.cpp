@@ -144,6 +144,12 @@ cl::opt<int64_t> tpFlag("tp",
                                  "(default 1)"),
                         cl::value_desc("n"), cl::sub(planCmd),
                         cl::cat(clusterCat));
+cl::opt<bool> spFlag("sp",
+                     cl::desc("[sequence_parallel] sequence parallelism over "
+                              "the tp ranks, as llmc run --sp: norms, "
+                              "dropout and residual activations divided by "
+                              "tp (default false)"),
+                     cl::sub(planCmd), cl::cat(clusterCat));
 cl::opt<int64_t> ppFlag("pp",
                         cl::desc("[pipeline_parallel] pipeline stages "
                                  "(default 1)"),
@@ -392,6 +398,7 @@ llvm::Error applyClusterFlags(ClusterConfig &cluster) {
     if (llvm::Error err = positive(*flag))
       return err;
   overlay(tpFlag, cluster.tensorParallel, o, "tensor_parallel");
+  overlay(spFlag, cluster.sequenceParallel, o, "sequence_parallel");
   overlay(ppFlag, cluster.pipelineParallel, o, "pipeline_parallel");
   if (zeroFlag.getNumOccurrences() && (zeroFlag < 0 || zeroFlag > 3))
     return llvm::createStringError("--zero: expected a stage 0 to 3, got " +

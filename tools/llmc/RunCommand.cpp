@@ -589,6 +589,10 @@ int runTrainCommand(int argc, char **argv) {
                         (long long)config.parallel.dp, (long long)tpSize,
                         (long long)ppSize, (long long)config.parallel.zero,
                         config.parallel.bucketMb);
+    if (config.parallel.sp)
+      out << llvm::format("llmc run: sequence parallel: the residual stream "
+                          "is [B, T/%lld, C] per tp rank\n",
+                          (long long)tpSize);
   }
   // One communicator per mesh axis of more than one rank.
   std::unique_ptr<rt::comm::Communicator> dpAxis, tpAxis;

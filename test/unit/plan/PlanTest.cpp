@@ -191,8 +191,12 @@ TEST(PlanPublished, ZeroPaperFigure1) {
 // Korthikanti et al. 2022, sec. 4: a block keeps sbh(34 + 5as/h) bytes of
 // 16-bit activations (with dropout, a 4h GELU MLP), 34sbh with their
 // selective recompute (the planner's `attention`) and 2sbh with full
-// recompute; sequence parallelism divides all of it by t. For GPT-3 175B,
-// 5as/h = 80, so recomputing the attention core saves 70%.
+// recompute. Tensor parallelism over t ranks keeps sbh(10 + 24/t + 5as/ht)
+// (their eq. 2); sequence parallelism splits the norms, dropout masks and
+// residual stream too: their sbh(34 + 5as/h)/t where the backward gathers
+// the column-parallel inputs again, llmc's sbh(4 + 30/t + 5as/ht) as it
+// keeps the gathered inputs (2sbh each of QKV's and the MLP's). For
+// GPT-3 175B, 5as/h = 80, so recomputing the attention core saves 70%.
 TEST(PlanPublished, KorthikantiActivations) {
   ModelConfig c = gptConfig("gpt3-175b", 96, 96, 12288, 2048, 51200);
   c.dropout = 0.1;
@@ -210,7 +214,18 @@ TEST(PlanPublished, KorthikantiActivations) {
   // block input: 2 bytes x (7sbh + 4sbh) for a 4h GELU MLP.
   EXPECT_DOUBLE_EQ(act.stored(Remat::Selective), sbh * 22);
   BlockActivations tp8 = getBlockActivations(c, b, s, 8, Precision::Bf16);
-  EXPECT_DOUBLE_EQ(tp8.stored(Remat::None), sbh * (34 + ratio) / 8);
+  EXPECT_DOUBLE_EQ(tp8.stored(Remat::None), sbh * (10 + 24.0 / 8 + ratio / 8));
+  EXPECT_DOUBLE_EQ(tp8.stored(Remat::Attention), sbh * (10 + 24.0 / 8));
+  // Full recompute keeps the block input, whole under tp, a slice with sp.
+  EXPECT_DOUBLE_EQ(tp8.stored(Remat::Full), sbh * 2);
+  BlockActivations sp8 =
+      getBlockActivations(c, b, s, 8, Precision::Bf16, /*sp=*/true);
+  EXPECT_DOUBLE_EQ(sp8.stored(Remat::None), sbh * (4 + 30.0 / 8 + ratio / 8));
+  EXPECT_DOUBLE_EQ(sp8.stored(Remat::Full), sbh * 2 / 8);
+  // tp=1: sequence parallelism changes nothing.
+  EXPECT_DOUBLE_EQ(
+      getBlockActivations(c, b, s, 1, Precision::Bf16, true).stored(Remat::None),
+      act.stored(Remat::None));
   // fp32 activations are twice the 16-bit ones, masks aside.
   BlockActivations fp32 = getBlockActivations(c, b, s, 1, Precision::Fp32);
   EXPECT_GT(fp32.stored(Remat::Attention), 1.9 * sbh * 34);
