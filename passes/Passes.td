@@ -269,6 +269,24 @@ def PipelineParallelPass : Pass<"llmc-pipeline-parallel", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::llmc::LlmcDialect"];
 }
 
+def PipelineRecomputePass : Pass<"llmc-pipeline-recompute", "mlir::ModuleOp"> {
+  let summary = "@grad_step of a pipeline stage recomputes its forward from the stashed stage input";
+  let description = [{
+    Runs right after `llmc-autodiff` on a stage cut by
+    `llmc-pipeline-parallel`. Under 1F1B a micro-batch's forward
+    (`@forward`, which receives and sends the activations) and its
+    backward (`@grad_step`) are separate runs, so `@grad_step` must not
+    transfer the activations again: its forward `llmc.pipeline_recv`
+    becomes the argument `{llmc.input = "stage_input"}` (the runtime sets
+    it from `@forward`'s result of that name, kept per micro-batch in
+    flight) and its forward `llmc.pipeline_send` is dropped (the
+    placeholder loss becomes a zero fill). The backward's transfers
+    (`gradient`) stay. The stage's forward is computed twice per
+    micro-batch: full recomputation at stage granularity.
+  }];
+  let dependentDialects = ["mlir::llmc::LlmcDialect"];
+}
+
 def LossScalingPass : Pass<"llmc-loss-scaling", "mlir::ModuleOp"> {
   let summary = "Dynamic loss scaling inside the compiled training step";
   let description = [{

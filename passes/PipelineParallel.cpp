@@ -189,18 +189,26 @@ private:
     MLIRContext *ctx = forward.getContext();
     OpBuilder b(ctx);
     auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
+    Value recv;
     if (stage > 0) {
       Value in = incoming.front();
       b.setInsertionPointToStart(&body);
-      Value recv = PipelineRecvOp::create(b, in.getLoc(), in.getType(),
-                                          i64(stage - 1), i64(pp),
-                                          UnitAttr())
-                       .getResult();
+      recv = PipelineRecvOp::create(b, in.getLoc(), in.getType(),
+                                    i64(stage - 1), i64(pp), UnitAttr())
+                 .getResult();
       in.replaceUsesWithIf(recv, [&](OpOperand &use) {
         return kept.contains(use.getOwner());
       });
       kept.insert(recv.getDefiningOp());
     }
+    // Parameters the first stage reads too (a tied wte on the last
+    // stage): llmc.pp_tied marks this stage's copy.
+    DenseSet<Value> firstStageParams;
+    for (Operation *op : ops)
+      if (opBlock[op] != kFree && stageOf(opBlock[op], blocks) == 0)
+        for (Value operand : op->getOperands())
+          if (isa<BlockArgument>(operand))
+            firstStageParams.insert(operand);
     Operation *ret = body.getTerminator();
     if (stage < last) {
       Value out = outgoing.front();
@@ -222,6 +230,17 @@ private:
       if (failed(forward.eraseResults(others)))
         return failure();
     }
+    // The received activation is a result too: 1F1B stashes it for the
+    // backward, which recomputes the stage from it (llmc-pipeline-recompute).
+    if (recv) {
+      ret->insertOperands(ret->getNumOperands(), recv);
+      unsigned index = forward.getNumResults();
+      if (failed(forward.insertResult(index, recv.getType(),
+                                      b.getDictionaryAttr(b.getNamedAttr(
+                                          "llmc.output",
+                                          b.getStringAttr("stage_input"))))))
+        return failure();
+    }
     // Other stages' ops, last to first (their users go first).
     for (Operation *op : llvm::reverse(ops))
       if (!kept.contains(op))
@@ -232,6 +251,11 @@ private:
       if (forward.getArgAttr(arg.getArgNumber(), "llmc.param") &&
           arg.use_empty())
         unused.set(arg.getArgNumber());
+    for (BlockArgument arg : body.getArguments())
+      if (stage > 0 && !unused.test(arg.getArgNumber()) &&
+          firstStageParams.contains(arg) &&
+          forward.getArgAttr(arg.getArgNumber(), "llmc.param"))
+        forward.setArgAttr(arg.getArgNumber(), "llmc.pp_tied", b.getUnitAttr());
     if (failed(forward.eraseArguments(unused)))
       return failure();
     forward->setAttr("llmc.pipeline",
