@@ -1585,7 +1585,11 @@ llvm::Error Trainer::run() {
 }
 
 llvm::Error Trainer::reportMemory() {
-  if (!writes())
+  // Pipeline parallelism: every stage's figures, printed by stage 0 (the
+  // stages hold different parameters).
+  const bool stageWriter =
+      options.pp && dpRank() == 0 && (!options.tp || options.tp->rank() == 0);
+  if (!writes() && !stageWriter)
     return llvm::Error::success();
   // What this rank holds, as allocated in the store, by kind.
   std::vector<kir::PersistentTensor> tensors;
@@ -1604,14 +1608,31 @@ llvm::Error Trainer::reportMemory() {
   int64_t arena = programs.updateStep->program().arenaBytes;
   for (const auto &entry : gradSteps)
     arena = std::max(arena, entry.second->program().arenaBytes);
-  if (options.log)
-    *options.log << llvm::format(
-        "memory per rank: parameters %lld B, master partition %lld B, "
-        "gradients %lld B, optimizer state %lld B, other %lld B; largest "
-        "training arena %lld B\n",
-        (long long)bytes.parameters, (long long)bytes.master,
-        (long long)bytes.gradients, (long long)bytes.optimizer,
-        (long long)bytes.other, (long long)arena);
+  int64_t mine[6] = {bytes.parameters, bytes.master, bytes.gradients,
+                     bytes.optimizer, bytes.other, arena};
+  std::vector<int64_t> stages(mine, mine + 6);
+  if (stageWriter) {
+    stages.resize(6 * ppSize());
+    comm::Ticket ticket =
+        options.pp->allGather(mine, stages.data(), 6, kir::DType::I64);
+    if (llvm::Error err = options.pp->wait(ticket))
+      return err;
+  }
+  if (!writes())
+    return llvm::Error::success();
+  for (size_t stage = 0; stage * 6 < stages.size(); ++stage) {
+    const int64_t *figures = stages.data() + 6 * stage;
+    std::string which =
+        stage == 0 ? "" : llvm::formatv(", pipeline stage {0}", stage).str();
+    if (options.log)
+      *options.log << llvm::format(
+          "memory per rank%s: parameters %lld B, master partition %lld B, "
+          "gradients %lld B, optimizer state %lld B, other %lld B; largest "
+          "training arena %lld B\n",
+          which.c_str(), (long long)figures[0], (long long)figures[1],
+          (long long)figures[2], (long long)figures[3], (long long)figures[4],
+          (long long)figures[5]);
+  }
 
   // The plan (persistent tensors, every program's arena) against what is
   // resident, and everything above it by category.
