@@ -12,6 +12,7 @@
 // send's zero scalar is the stage's loss.
 // FIRST-LABEL: func.func @forward(
 // FIRST-SAME: {llmc.param = "wte"}
+// FIRST-NOT: pp_tied
 // FIRST-SAME: {llmc.param = "wpe"}
 // FIRST-SAME: {llmc.param = "h.0.ln_1.weight"}
 // FIRST-SAME: {llmc.param = "h.0.mlp.c_proj.bias"}
@@ -27,18 +28,20 @@
 // FIRST-NEXT: return %[[Z]] : tensor<f32>
 // FIRST-NOT: llmc.cross_entropy
 
-// Stage 1: h.1, the final norm, the tied classifier (wte again) and the
-// loss; it starts with the residual from stage 0 and returns what
-// @forward returned.
+// Stage 1: h.1, the final norm, the tied classifier (wte again, marked
+// llmc.pp_tied: its gradient is summed with stage 0's and counted once in
+// the norm) and the loss; it starts with the residual from stage 0 and
+// returns what @forward returned, then the received residual (stashed by
+// 1F1B for the backward).
 // LAST-LABEL: func.func @forward(
-// LAST-SAME: %arg0: tensor<256x64xf32> {llmc.param = "wte"}
+// LAST-SAME: %arg0: tensor<256x64xf32> {llmc.param = "wte", llmc.pp_tied}
 // LAST-NOT: wpe
 // LAST-NOT: h.0.
 // LAST-SAME: {llmc.param = "h.1.ln_1.weight"}
 // LAST-SAME: {llmc.param = "ln_f.bias"}
 // LAST-SAME: {llmc.input = "tokens"}
 // LAST-SAME: {llmc.input = "targets"}
-// LAST-SAME: -> (tensor<f32>, tensor<1x8x256xf32>)
+// LAST-SAME: -> (tensor<f32>, tensor<1x8x256xf32>, tensor<1x8x64xf32> {llmc.output = "stage_input"})
 // LAST-SAME: llmc.pipeline = {stage = 1 : i64, stages = 2 : i64}
 // LAST-NEXT: %[[H:.*]] = llmc.pipeline_recv from stage 0 of 2 : tensor<1x8x64xf32>
 // LAST-NEXT: llmc.layer_norm %[[H]], %arg1, %arg2
@@ -47,7 +50,7 @@
 // LAST: %[[LOGITS:.*]] = llmc.matmul %{{.*}}, %arg0 {transpose_b}
 // LAST: %[[LOSS:.*]], %{{.*}} = llmc.cross_entropy %[[LOGITS]]
 // LAST-NOT: pipeline_send
-// LAST: return %[[LOSS]], %[[LOGITS]]
+// LAST: return %[[LOSS]], %[[LOGITS]], %[[H]]
 
 // Autodiff makes the backward's transfers from the VJPs: stage 0 receives
 // the residual's gradient right after its send (dloss, the placeholder's
@@ -76,14 +79,14 @@
 // MIDDLE-NOT: h.3.
 // MIDDLE-NOT: wte
 // MIDDLE-SAME: {llmc.param = "h.2.mlp.c_proj.bias"}
-// MIDDLE-SAME: -> tensor<f32>
+// MIDDLE-SAME: -> (tensor<f32>, tensor<1x8x16xf32> {llmc.output = "stage_input"})
 // MIDDLE-NEXT: %[[H:.*]] = llmc.pipeline_recv from stage 1 of 4 : tensor<1x8x16xf32>
 // MIDDLE: %[[Z:.*]] = llmc.pipeline_send %{{.*}} to stage 3 of 4 : tensor<1x8x16xf32> -> tensor<f32>
-// MIDDLE-NEXT: return %[[Z]] : tensor<f32>
+// MIDDLE-NEXT: return %[[Z]], %[[H]] : tensor<f32>, tensor<1x8x16xf32>
 
 // Two blocks a stage: the last stage holds h.2 and h.3.
 // TWO-LABEL: func.func @forward(
-// TWO-SAME: {llmc.param = "wte"}
+// TWO-SAME: {llmc.param = "wte", llmc.pp_tied}
 // TWO-NOT: h.1.
 // TWO-SAME: {llmc.param = "h.2.ln_1.weight"}
 // TWO-SAME: {llmc.param = "h.3.ln_1.weight"}
