@@ -56,6 +56,17 @@ tensorParallelOptions(const llmc::TrainingOptions &training) {
   options.sp = training.parallel.sp;
   return options;
 }
+
+/// llmc-pipeline-parallel's options; none without pipeline parallelism.
+std::optional<mlir::llmc::PipelineParallelPassOptions>
+pipelineParallelOptions(const llmc::TrainingOptions &training) {
+  if (training.parallel.pp <= 1)
+    return std::nullopt;
+  mlir::llmc::PipelineParallelPassOptions options;
+  options.pp = training.parallel.pp;
+  options.stage = training.ppStage;
+  return options;
+}
 } // namespace
 
 llvm::Expected<llmc::kir::Program>
@@ -67,7 +78,8 @@ llmc::compileForward(mlir::ModuleOp module, const TrainingOptions &training) {
     shard = shardOptions(training.parallel);
   mlir::llmc::buildCompilePipeline(pm, ampOptions(training.precision), shard,
                                    sparsifyOptions(training.sparsity),
-                                   tensorParallelOptions(training));
+                                   tensorParallelOptions(training),
+                                   pipelineParallelOptions(training));
   if (mlir::failed(pm.run(module)))
     return llvm::createStringError("the compile pipeline failed (see the "
                                    "diagnostics above)");
@@ -114,6 +126,7 @@ llmc::compileTraining(mlir::ModuleOp module,
   pipeline.shard = shardOptions(training.parallel);
   pipeline.sparsify = sparsifyOptions(training.sparsity);
   pipeline.tensorParallel = tensorParallelOptions(training);
+  pipeline.pipelineParallel = pipelineParallelOptions(training);
 
   const RematConfig &remat = training.remat;
   if (remat.policy != RematConfig::Policy::None) {

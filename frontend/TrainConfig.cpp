@@ -273,7 +273,9 @@ const KeyInfo kKeys[] = {
      "sequence (all-gather and reduce-scatter in place of the all-reduces); "
      "seq_len must be a multiple of tp (false)"},
     {Key::ParallelPp, "parallel.pp", Kind::Positive, "N",
-     "pipeline-parallel stages; only 1 for now (1)"},
+     "pipeline-parallel stages (llmc-pipeline-parallel): the transformer "
+     "blocks are cut into pp equal stages run in the 1F1B order over the "
+     "micro-batches; pp must divide n_layer (1)"},
     {Key::ParallelZero, "parallel.zero", Kind::NonNegative, "0-3",
      "ZeRO stage: 0 replicates all state (DDP), 1 shards the optimizer "
      "state, 2 also the gradients, 3 also the parameters (0)"},
@@ -956,12 +958,7 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
   case Key::ParallelSp:
     return getBool(c.parallel.sp);
   case Key::ParallelPp:
-    if (Error err = getInt(c.parallel.pp, 1))
-      return err;
-    if (c.parallel.pp > 1)
-      return fail("pipeline parallelism is not implemented yet (only "
-                  "pp: 1); use tp and dp");
-    return Error::success();
+    return getInt(c.parallel.pp, 1);
   case Key::ParallelZero:
     if (Error err = getInt(c.parallel.zero, 0))
       return err;

@@ -134,7 +134,7 @@ struct ParallelConfig {
   int64_t dp = 1; // 1 also when not given: `llmc run` sets world / (tp * pp)
   int64_t tp = 1;
   bool sp = false; // sequence parallelism over the tp ranks
-  int64_t pp = 1; // pipeline stages: only 1 until pipeline parallelism lands
+  int64_t pp = 1; // pipeline stages
   int64_t zero = 0;
   double bucketMb = mlir::llmc::defaults::kGradientBucketMb;
   double timeoutSeconds = kDefaultCollectiveTimeoutSeconds;
@@ -151,6 +151,9 @@ struct TrainingOptions {
   /// This process's rank on mesh axis tp (not configured: `llmc run` sets
   /// it): the block of the vocabulary its programs hold.
   int64_t tpRank = 0;
+  /// This process's stage on mesh axis pp (`llmc run` sets it too): the
+  /// blocks its programs hold.
+  int64_t ppStage = 0;
 };
 
 } // namespace llmc

@@ -1256,6 +1256,30 @@ BroadcastFromOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
 }
 
 //===----------------------------------------------------------------------===//
+// Pipeline transfers
+//===----------------------------------------------------------------------===//
+
+/// A transfer goes to a neighbouring stage of a pipeline of `stages`.
+static LogicalResult verifyPipelinePeer(Operation *op, int64_t peer,
+                                        int64_t stages) {
+  if (stages < 2)
+    return op->emitOpError("needs a pipeline of at least 2 stages, got ")
+           << stages;
+  if (peer < 0 || peer >= stages)
+    return op->emitOpError("peer stage ")
+           << peer << " is not a stage of a pipeline of " << stages;
+  return success();
+}
+
+LogicalResult PipelineSendOp::verify() {
+  return verifyPipelinePeer(*this, getPeer(), getStages());
+}
+
+LogicalResult PipelineRecvOp::verify() {
+  return verifyPipelinePeer(*this, getPeer(), getStages());
+}
+
+//===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//
 

@@ -1129,6 +1129,56 @@ def Llmc_BroadcastFromOp : Llmc_CollectiveOp<"broadcast_from"> {
   }];
 }
 
+// Pipeline parallelism: point-to-point transfers between neighbouring stages
+// of mesh axis "pp". Not Pure: a transfer is communication that the stage
+// on the other side waits for, so neither is ever erased as dead.
+def Llmc_PipelineSendOp : Llmc_Op<"pipeline_send",
+    [Llmc_AmpExempt, Differentiable]> {
+  let summary = "Sends a tensor to a neighbouring pipeline stage";
+  let description = [{
+    Sends `input` to stage `peer` of the `stages` stages of mesh axis "pp"
+    and returns a zero scalar that stands for the loss of a stage that
+    does not compute it (its VJP ignores that scalar's gradient and
+    receives the input's gradient from `peer` instead, so autodiff of a
+    stage makes the backward's transfers). `gradient` marks the backward's
+    transfers (a VJP's), which the runtime tags apart from activations.
+    llmc-pipeline-stage places the activation send at a stage's end:
+    ```mlir
+    %z = llmc.pipeline_send %h to stage 1 of 2 : tensor<4x64x64xf32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Llmc_FloatTensor:$input, I64Attr:$peer,
+                       I64Attr:$stages, UnitAttr:$gradient);
+  let results = (outs Llmc_Scalar:$result);
+  let assemblyFormat = [{
+    $input `to` `stage` $peer `of` $stages (`gradient` $gradient^)?
+    attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Llmc_PipelineRecvOp : Llmc_Op<"pipeline_recv",
+    [Llmc_AmpExempt, Differentiable]> {
+  let summary = "Receives a tensor from a neighbouring pipeline stage";
+  let description = [{
+    Returns the tensor stage `peer` of the `stages` stages of mesh axis
+    "pp" sends (with its `llmc.pipeline_send`). Its VJP sends the result's
+    gradient back to `peer`; llmc-autodiff counts the result as depending
+    on parameters (those of the stages before). Example (the start of
+    stage 1):
+    ```mlir
+    %h = llmc.pipeline_recv from stage 0 of 2 : tensor<4x64x64xf32>
+    ```
+  }];
+  let arguments = (ins I64Attr:$peer, I64Attr:$stages, UnitAttr:$gradient);
+  let results = (outs Llmc_FloatTensor:$result);
+  let assemblyFormat = [{
+    `from` `stage` $peer `of` $stages (`gradient` $gradient^)?
+    attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Fusion: groups of ops that code generation turns into one kernel
 //===----------------------------------------------------------------------===//

@@ -544,3 +544,23 @@ FailureOr<Grads> AllGatherOp::buildVjp(OpBuilder &b, ValueRange resultGrads) {
       CollectiveReductionAttr::get(getContext(), CollectiveReduction::Sum),
       getDimAttr(), getAxisAttr(), getAxisSizeAttr())};
 }
+
+// Pipeline transfers: the gradient goes back the way the activation came.
+// A send's result is a placeholder loss, whose gradient (dloss) is ignored:
+// the input's gradient is what the receiving stage sends back.
+FailureOr<Grads> PipelineSendOp::buildVjp(OpBuilder &b, ValueRange) {
+  return Grads{PipelineRecvOp::create(b, getLoc(), getInput().getType(),
+                                      getPeerAttr(), getStagesAttr(),
+                                      b.getUnitAttr())
+                   .getResult()};
+}
+
+// A receive has no operand: its VJP only sends the result's gradient.
+FailureOr<Grads> PipelineRecvOp::buildVjp(OpBuilder &b,
+                                          ValueRange resultGrads) {
+  PipelineSendOp::create(b, getLoc(),
+                         RankedTensorType::get({}, b.getF32Type()),
+                         resultGrads[0], getPeerAttr(),
+                         getStagesAttr(), b.getUnitAttr());
+  return Grads{};
+}

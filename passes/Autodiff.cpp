@@ -62,7 +62,9 @@ public:
   // reaches one of its results.
   LogicalResult run(ArrayRef<Operation *> ops) {
     for (Operation *op : llvm::reverse(ops)) {
-      if (llvm::none_of(op->getOperands(),
+      // A pipeline receive has no operand but an active result.
+      if (!isa<PipelineRecvOp>(op) &&
+          llvm::none_of(op->getOperands(),
                         [&](Value v) { return active.contains(v); }))
         continue;
       SmallVector<Value> resultGrads;
@@ -276,6 +278,11 @@ LogicalResult buildGradStep(func::FuncOp forward) {
   ReverseSweep sweep(b);
   for (unsigned i : params)
     sweep.markActive(entry->getArgument(i));
+  // An activation from the previous pipeline stage depends on that stage's
+  // parameters: its gradient is sent back (the receive's VJP).
+  for (Operation *op : forwardOps)
+    if (auto recv = dyn_cast<PipelineRecvOp>(op))
+      sweep.markActive(recv.getResult());
   sweep.propagateActivity(forwardOps);
   sweep.accumulate(loss, entry->getArgument(dlossIndex));
   if (failed(sweep.run(forwardOps))) {

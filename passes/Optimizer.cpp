@@ -51,6 +51,10 @@ struct Parameter {
   /// The ranks of mesh axis "tp" it is split over (llmc.tp_shard); 1:
   /// every rank holds it whole.
   int64_t tpSize = 1;
+  /// A pipeline stage's copy of a parameter the first stage holds too
+  /// (llmc.pp_tied: a tied wte on the last stage): counted in the global
+  /// norm on the first stage only.
+  bool ppTied = false;
 };
 
 /// Scalar arithmetic on tensor<f32> values and elementwise arithmetic with
@@ -141,7 +145,7 @@ private:
       params.push_back(
           {name.str(),
            cast<RankedTensorType>(gradStep.getArgument(i).getType()),
-           tpSize});
+           tpSize, bool(gradStep.getArgAttr(i, "llmc.pp_tied"))});
     }
     if (params.empty() ||
         gradStep.getNumResults() != params.size() + 1) {
@@ -262,9 +266,13 @@ private:
     // The global gradient norm, then the clipping coefficient.
     // Under tensor parallelism a split parameter's squares are summed over
     // its ranks (each holds a share); a whole one is counted once.
+    // Under pipeline parallelism each stage sums its own parameters' and
+    // the stages' sums are added over "pp" (a tied copy counted once).
     Value sumSquares, splitSquares;
     int64_t tpSize = 1;
     for (size_t i = 0; i < n; ++i) {
+      if (params[i].ppTied)
+        continue;
       Value squares = arith.mul(grad(i), grad(i));
       Value sum = arith.sumAll(squares);
       Value &total = params[i].tpSize > 1 ? splitSquares : sumSquares;
@@ -277,6 +285,20 @@ private:
           CollectiveReductionAttr::get(b.getContext(), CollectiveReduction::Sum),
           b.getStringAttr("tp"), b.getI64IntegerAttr(tpSize), UnitAttr());
       sumSquares = sumSquares ? arith.add(sumSquares, reduced) : reduced;
+    }
+    if (auto pipeline =
+            module.lookupSymbol<func::FuncOp>("grad_step")
+                ->getAttrOfType<DictionaryAttr>("llmc.pipeline")) {
+      auto stages = pipeline.getAs<IntegerAttr>("stages");
+      if (!sumSquares)
+        sumSquares = arith.constant(0.0, f32);
+      if (stages && stages.getInt() > 1)
+        sumSquares = AllReduceOp::create(
+            b, loc, sumSquares,
+            CollectiveReductionAttr::get(b.getContext(),
+                                         CollectiveReduction::Sum),
+            b.getStringAttr("pp"), b.getI64IntegerAttr(stages.getInt()),
+            UnitAttr());
     }
     Value gradNorm = arith.sqrt(sumSquares);
     Value clip;

@@ -246,6 +246,62 @@ def TensorParallelPass : Pass<"llmc-tensor-parallel", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::llmc::LlmcDialect"];
 }
 
+def PipelineParallelPass : Pass<"llmc-pipeline-parallel", "mlir::ModuleOp"> {
+  let summary = "Pipeline parallelism: @forward as the program of one pipeline stage";
+  let description = [{
+    Runs on `@forward` after `llmc-tensor-parallel` and before `llmc-amp`
+    and `llmc-autodiff`. With `pp` stages on mesh axis "pp", the
+    transformer blocks h.0 ... h.{L-1} are cut into `pp` runs of L/pp
+    blocks (the planner's stages: `llmc plan` counts the same); the
+    embedding lookup (and learned positions) joins stage 0, the final norm,
+    classifier and loss the last stage. An op belongs to the stage of the
+    latest block whose parameters it depends on.
+
+    Stage `stage` keeps its ops and the parameters they read (a tied
+    `wte` is kept by the first and the last stage), and the one value
+    that crosses each boundary becomes a transfer:
+
+    ```mlir
+    %h = llmc.pipeline_recv from stage 0 of 2 : tensor<4x64x64xf32>   // stages > 0
+    ...
+    %z = llmc.pipeline_send %out to stage 2 of 3 : tensor<4x64x64xf32> -> tensor<f32>
+    return %z : tensor<f32>
+    ```
+
+    A stage before the last returns the send's zero scalar as its loss, so
+    that llmc-autodiff differentiates it as any forward: the VJP of the
+    send receives the output's gradient from the next stage, the VJP of
+    the receive sends the input's gradient back. `@forward` gets the
+    attribute `llmc.pipeline = {stage, stages}`. `pp` must divide the
+    number of blocks; `pp=1` changes nothing.
+  }];
+  let options = [
+    Option<"pp", "pp", "int64_t", /*default=*/"1",
+           "Pipeline stages (the size of mesh axis pp)">,
+    Option<"stage", "stage", "int64_t", /*default=*/"0",
+           "This program's stage on mesh axis pp">
+  ];
+  let dependentDialects = ["mlir::llmc::LlmcDialect"];
+}
+
+def PipelineRecomputePass : Pass<"llmc-pipeline-recompute", "mlir::ModuleOp"> {
+  let summary = "@grad_step of a pipeline stage recomputes its forward from the stashed stage input";
+  let description = [{
+    Runs right after `llmc-autodiff` on a stage cut by
+    `llmc-pipeline-parallel`. Under 1F1B a micro-batch's forward
+    (`@forward`, which receives and sends the activations) and its
+    backward (`@grad_step`) are separate runs, so `@grad_step` must not
+    transfer the activations again: its forward `llmc.pipeline_recv`
+    becomes the argument `{llmc.input = "stage_input"}` (the runtime sets
+    it from `@forward`'s result of that name, kept per micro-batch in
+    flight) and its forward `llmc.pipeline_send` is dropped (the
+    placeholder loss becomes a zero fill). The backward's transfers
+    (`gradient`) stay. The stage's forward is computed twice per
+    micro-batch: full recomputation at stage granularity.
+  }];
+  let dependentDialects = ["mlir::llmc::LlmcDialect"];
+}
+
 def LossScalingPass : Pass<"llmc-loss-scaling", "mlir::ModuleOp"> {
   let summary = "Dynamic loss scaling inside the compiled training step";
   let description = [{

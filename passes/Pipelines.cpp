@@ -11,7 +11,8 @@ void mlir::llmc::buildCompilePipeline(
     OpPassManager &pm, const std::optional<AmpPassOptions> &amp,
     const std::optional<ShardPassOptions> &shard,
     const std::optional<SparsifyPassOptions> &sparsify,
-    const std::optional<TensorParallelPassOptions> &tensorParallel) {
+    const std::optional<TensorParallelPassOptions> &tensorParallel,
+    const std::optional<PipelineParallelPassOptions> &pipelineParallel) {
   // First: every later pass assumes @forward(params..., tokens, targets)
   // -> loss made of llmc ops, so a module that is not one stops here with
   // a diagnostic instead of failing somewhere deep in the pipeline.
@@ -19,6 +20,9 @@ void mlir::llmc::buildCompilePipeline(
   // The forward of one tp rank, as in the training pipeline.
   if (tensorParallel)
     pm.addPass(createTensorParallelPass(*tensorParallel));
+  // ... and of one pipeline stage.
+  if (pipelineParallel)
+    pm.addPass(createPipelineParallelPass(*pipelineParallel));
   // Mixed precision types the ops, so it comes before fusion groups them.
   if (amp)
     pm.addPass(createAmpPass(*amp));
@@ -45,6 +49,12 @@ void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
   // the casts are made on the shards.
   if (options.tensorParallel)
     pm.addPass(createTensorParallelPass(*options.tensorParallel));
+  // Pipeline parallelism keeps one stage's blocks of @forward (of the tp
+  // rank's shares: the two compose) and places the stage's transfers,
+  // before autodiff for the same reason: the backward's transfers come
+  // from the VJPs of the forward's.
+  if (options.pipelineParallel)
+    pm.addPass(createPipelineParallelPass(*options.pipelineParallel));
   // Mixed precision rewrites @forward before autodiff, so that the gradient
   // step differentiates the casts: each f32 master weight's gradient comes
   // back through its cast as f32.
@@ -54,6 +64,12 @@ void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
   // llmc-amp typed them), before any pass rewrites the step
   // (rematerialization works on the differentiated step).
   pm.addPass(createAutodiffPass());
+  // 1F1B runs a stage's backward apart from its forward: @grad_step
+  // recomputes the stage from the stashed input instead of transferring
+  // the activations again. Right after autodiff, before any pass reads or
+  // copies @grad_step.
+  if (options.pipelineParallel)
+    pm.addPass(createPipelineRecomputePass());
   // The optimizer consumes @grad_step's gradients and adds @update_step.
   pm.addPass(createOptimizerPass(options.optimizer));
   // Sharding makes the optimizer's steps programs of every data-parallel

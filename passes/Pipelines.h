@@ -16,12 +16,14 @@ namespace mlir::llmc {
 /// precision evaluates it. With `shard` (ZeRO-3), its parameters are the
 /// rank's blocks, gathered where the forward reads them. With `sparsify`,
 /// the selected weights are read through their 2:4 masks. With
-/// `tensorParallel` (tp > 1), the forward is one tp rank's.
+/// `tensorParallel` (tp > 1), the forward is one tp rank's; with
+/// `pipelineParallel` (pp > 1), one pipeline stage's.
 void buildCompilePipeline(
     OpPassManager &pm, const std::optional<AmpPassOptions> &amp = {},
     const std::optional<ShardPassOptions> &shard = {},
     const std::optional<SparsifyPassOptions> &sparsify = {},
-    const std::optional<TensorParallelPassOptions> &tensorParallel = {});
+    const std::optional<TensorParallelPassOptions> &tensorParallel = {},
+    const std::optional<PipelineParallelPassOptions> &pipelineParallel = {});
 
 /// What the inference programs (@prefill, @decode with a KV cache) go
 /// through before lowering. Registered as `llmc-inference-pipeline`.
@@ -34,6 +36,9 @@ struct TrainingPipelineOptions {
   OptimizerPassOptions optimizer;
   /// Tensor parallelism; unset (or tp 1): llmc-tensor-parallel does not run.
   std::optional<TensorParallelPassOptions> tensorParallel;
+  /// Pipeline parallelism; unset (or pp 1): llmc-pipeline-parallel and
+  /// llmc-pipeline-recompute do not run.
+  std::optional<PipelineParallelPassOptions> pipelineParallel;
   /// Data parallelism and ZeRO; unset (or dp 1): llmc-shard changes
   /// nothing.
   std::optional<ShardPassOptions> shard;

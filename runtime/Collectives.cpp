@@ -54,6 +54,11 @@ comm::Ticket llmc::runtime::startCollective(const Mesh &mesh,
                                             kir::DType dtype,
                                             const void *input, void *output) {
   comm::Communicator *communicator = mesh.axis(c.axis);
+  if (!communicator && (c.kind == kir::CollectiveKind::Send ||
+                        c.kind == kir::CollectiveKind::Recv)) {
+    // checkMesh refuses a program with transfers and no pp axis.
+    return 0;
+  }
   if (!communicator) {
     // One rank: every collective is a copy.
     std::memcpy(output, input, size_t(c.count) * kir::dtypeBytes(dtype));
@@ -73,6 +78,12 @@ comm::Ticket llmc::runtime::startCollective(const Mesh &mesh,
     // broadcast overwrites it on all ranks but the root.
     std::memcpy(output, input, size_t(c.count) * kir::dtypeBytes(dtype));
     return communicator->broadcast(output, c.count, dtype, int(c.root));
+  case kir::CollectiveKind::Send:
+    // The output is the stage's placeholder loss.
+    *static_cast<float *>(output) = 0.0f;
+    return communicator->send(input, c.count, dtype, int(c.root));
+  case kir::CollectiveKind::Recv:
+    return communicator->recv(output, c.count, dtype, int(c.root));
   }
   return 0;
 }

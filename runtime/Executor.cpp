@@ -821,11 +821,16 @@ llvm::Error CpuExecutor::run() {
       break;
     case kir::StepKind::CollectiveStart: {
       const kir::CollectiveStep &c = step.collective;
-      kir::DType dtype = prog.buffers[c.input.buffer].dtype;
+      // A receive has no input; a send's output is its f32 placeholder.
+      bool recv = c.kind == kir::CollectiveKind::Recv;
+      kir::DType dtype =
+          prog.buffers[recv ? c.output.buffer : c.input.buffer].dtype;
       int64_t size = kir::dtypeBytes(dtype);
+      int64_t outSize = kir::dtypeBytes(prog.buffers[c.output.buffer].dtype);
       tickets[index] = startCollective(
-          mesh, c, dtype, base(c.input.buffer) + c.input.offset * size,
-          base(c.output.buffer) + c.output.offset * size);
+          mesh, c, dtype,
+          recv ? nullptr : base(c.input.buffer) + c.input.offset * size,
+          base(c.output.buffer) + c.output.offset * outSize);
       ++collectives.collectives;
       collectives.bytes += c.count * size;
       break;

@@ -193,6 +193,175 @@ Trainer::gatherFloats(std::vector<float> local) {
   return all;
 }
 
+llvm::Expected<double> Trainer::fromLastStage(double value) {
+  if (!options.pp)
+    return value;
+  // The double's bits, so that every stage logs the same number.
+  int64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  comm::Ticket ticket =
+      options.pp->broadcast(&bits, 1, kir::DType::I64, ppSize() - 1);
+  if (llvm::Error err = options.pp->wait(ticket))
+    return std::move(err);
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+llvm::Error Trainer::runPipelineStep(
+    const std::vector<std::vector<int32_t>> &tokens,
+    const std::vector<std::vector<int32_t>> &targets, int64_t seqLen,
+    int64_t first, int64_t maxMicroBatches, Executor &grad, Executor &noSync,
+    std::vector<float> &losses) {
+  const int64_t m = int64_t(tokens.size());
+  const int64_t stage = ppStage(), stages = ppSize();
+  // 1F1B (PipeDream-Flush, Narayanan et al. 2021): stage s runs
+  // stages - s - 1 forwards ahead, then one forward and one backward in
+  // turn, then the backwards left; at most stages - s micro-batches are
+  // in flight, each kept as its stage input only.
+  const int64_t warmup = std::min<int64_t>(stages - stage - 1, m);
+  Executor &forwardStep = *programs.pipelineForward;
+  std::map<int64_t, HostTensor> stash;
+  const int64_t batch = options.microBatch;
+  auto setBatch = [&](Executor &e, int64_t i) -> llvm::Error {
+    if (llvm::Error err =
+            e.setTensor("tokens", tokenTensor(tokens[i], batch, seqLen)))
+      return err;
+    if (llvm::Error err =
+            e.setTensor("targets", tokenTensor(targets[i], batch, seqLen)))
+      return err;
+    // The dropout masks of one process's micro-batch (numbered globally).
+    e.setRng(options.seed,
+             uint64_t(currentStep * maxMicroBatches + first + i));
+    return llvm::Error::success();
+  };
+  auto forward = [&](int64_t i) -> llvm::Error {
+    if (llvm::Error err = setBatch(forwardStep, i))
+      return err;
+    if (llvm::Error err = forwardStep.run())
+      return err;
+    if (stage == 0)
+      return llvm::Error::success(); // its input is the tokens
+    llvm::Expected<HostTensor> input = forwardStep.output("stage_input");
+    if (!input)
+      return input.takeError();
+    stash[i] = std::move(*input);
+    return llvm::Error::success();
+  };
+  auto backward = [&](int64_t i) -> llvm::Error {
+    Executor &step = i == m - 1 ? grad : noSync;
+    if (llvm::Error err = setBatch(step, i))
+      return err;
+    if (llvm::Error err = setScalar(step, "dloss", 1.0 / double(m)))
+      return err;
+    if (stage > 0) {
+      if (llvm::Error err = step.setTensor("stage_input", stash.at(i)))
+        return err;
+      stash.erase(i);
+    }
+    if (llvm::Error err = step.run())
+      return err;
+    if (stage != stages - 1)
+      return llvm::Error::success();
+    llvm::Expected<double> loss = scalarOutput(step, "loss");
+    if (!loss)
+      return loss.takeError();
+    losses.push_back(float(*loss));
+    return llvm::Error::success();
+  };
+  for (int64_t i = 0; i < warmup; ++i)
+    if (llvm::Error err = forward(i))
+      return err;
+  for (int64_t i = warmup; i < m; ++i) {
+    if (llvm::Error err = forward(i))
+      return err;
+    if (llvm::Error err = backward(i - warmup))
+      return err;
+  }
+  for (int64_t i = m - warmup; i < m; ++i)
+    if (llvm::Error err = backward(i))
+      return err;
+  return llvm::Error::success();
+}
+
+llvm::Error Trainer::gatherStages(std::vector<std::string> &names,
+                                  TensorMap &tensors) {
+  // Each later stage sends its tensors (the tied copies aside: stage 0
+  // holds them) to stage 0 in stage order: a count, then per tensor a
+  // header (name length, dtype, rank, 8 dims, bytes), its name and data.
+  auto tied = [&](llvm::StringRef name) {
+    for (const std::string &param : options.ppTiedParams)
+      if (name == param || name.ends_with("." + param))
+        return true;
+    return false;
+  };
+  comm::Communicator &pp = *options.pp;
+  auto waitFor = [&](comm::Ticket ticket) { return pp.wait(ticket); };
+  if (ppStage() > 0) {
+    std::vector<std::pair<std::string, HostTensor>> mine;
+    for (const std::string &name : names)
+      if (!tied(name)) {
+        llvm::Expected<HostTensor> value = store->get(name);
+        if (!value)
+          return value.takeError();
+        mine.push_back({name, std::move(*value)});
+      }
+    for (auto &entry : tensors)
+      if (!tied(entry.first))
+        mine.push_back(entry);
+    int64_t count = int64_t(mine.size());
+    if (llvm::Error err = waitFor(pp.send(&count, 1, kir::DType::I64, 0)))
+      return err;
+    for (auto &[name, value] : mine) {
+      int64_t header[12] = {int64_t(name.size()), int64_t(value.dtype),
+                            int64_t(value.shape.size())};
+      if (value.shape.size() > 8)
+        return llvm::createStringError("checkpoint: '" + name +
+                                       "' has more than 8 dimensions");
+      for (size_t d = 0; d < value.shape.size(); ++d)
+        header[3 + d] = value.shape[d];
+      header[11] = int64_t(value.bytes.size());
+      if (llvm::Error err = waitFor(pp.send(header, 12, kir::DType::I64, 0)))
+        return err;
+      if (llvm::Error err =
+              waitFor(pp.send(name.data(), int64_t(name.size()),
+                              kir::DType::I1, 0)))
+        return err;
+      if (llvm::Error err =
+              waitFor(pp.send(value.bytes.data(), int64_t(value.bytes.size()),
+                              kir::DType::I1, 0)))
+        return err;
+    }
+    return llvm::Error::success();
+  }
+  for (int from = 1; from < ppSize(); ++from) {
+    int64_t count = 0;
+    if (llvm::Error err = waitFor(pp.recv(&count, 1, kir::DType::I64, from)))
+      return err;
+    for (int64_t t = 0; t < count; ++t) {
+      int64_t header[12] = {};
+      if (llvm::Error err =
+              waitFor(pp.recv(header, 12, kir::DType::I64, from)))
+        return err;
+      std::string name(size_t(header[0]), '\0');
+      if (llvm::Error err = waitFor(
+              pp.recv(name.data(), header[0], kir::DType::I1, from)))
+        return err;
+      HostTensor value;
+      value.dtype = kir::DType(header[1]);
+      value.shape.assign(header + 3, header + 3 + header[2]);
+      value.bytes.resize(size_t(header[11]));
+      if (llvm::Error err = waitFor(pp.recv(value.bytes.data(), header[11],
+                                            kir::DType::I1, from)))
+        return err;
+      // Scalars every stage keeps (the loss scale) are stage 0's.
+      if (store->contains(name) || tensors.count(name))
+        continue;
+      tensors[name] = std::move(value);
+    }
+  }
+  return llvm::Error::success();
+}
+
 llvm::Expected<int> Trainer::agreedStopSignal() {
   if (!options.stopRequested)
     return 0;
@@ -336,6 +505,9 @@ llvm::Error Trainer::resume(const Checkpoint &main, llvm::StringRef source) {
     if (programs.shardInit)
       for (const kir::Binding &input : programs.shardInit->program().inputs)
         sharded = sharded || input.name == entry.first;
+    // Pipeline parallelism: another stage's tensor.
+    if (!sharded && options.pp)
+      continue;
     if (!sharded)
       return llvm::createStringError(source + ": the checkpoint has a tensor '" +
                                      entry.first +
@@ -638,6 +810,10 @@ llvm::Error Trainer::writeCheckpointFiles(const std::string &dir) {
                                      llvm::toString(whole.takeError()));
     c->tensors[name] = std::move(*whole);
   }
+  // Pipeline parallelism: the other stages' tensors, to stage 0's writer.
+  if (options.pp && dpRank() == 0 && (!options.tp || options.tp->rank() == 0))
+    if (llvm::Error err = gatherStages(streamed, c->tensors))
+      return err;
   if (!writes())
     return llvm::Error::success();
   std::string path = joinPath(dir, checkpointFileName(currentStep));
@@ -852,7 +1028,10 @@ llvm::Expected<double> Trainer::evaluate(std::string &sample) {
     double sum = 0;
     for (int64_t i = 0; i < batches; ++i)
       sum += double((*all)[(i % n) * perRank + i / n]);
-    loss = sum / double(batches);
+    llvm::Expected<double> last = fromLastStage(sum / double(batches));
+    if (!last)
+      return last.takeError();
+    loss = *last;
   }
   sample.clear();
   // Every rank samples (the same text: a sharded forward needs them all);
@@ -1064,7 +1243,25 @@ llvm::Error Trainer::run() {
     evalSeconds += compileSeconds;
     intervalEvalSeconds += compileSeconds;
     std::vector<float> losses;
-    for (int64_t m = 0; m < microBatches; ++m) {
+    if (options.pp) {
+      std::vector<std::vector<int32_t>> stepTokens, stepTargets;
+      for (int64_t m = 0; m < microBatches; ++m) {
+        data.next(shape.seqLen, tokens, targets);
+        ++batchesRead;
+        if (m < first || m >= first + mine)
+          continue; // another rank's
+        stepTokens.push_back(tokens);
+        stepTargets.push_back(targets);
+      }
+      if (llvm::Error err =
+              runPipelineStep(stepTokens, stepTargets, shape.seqLen, first,
+                              maxMicroBatches, **grad, *noSync, losses))
+        return err;
+      // Only the last stage has losses; the others gather zeros.
+      if (!lastStage())
+        losses.assign(size_t(mine), 0.0f);
+    }
+    for (int64_t m = 0; m < microBatches && !options.pp; ++m) {
       data.next(shape.seqLen, tokens, targets);
       ++batchesRead;
       if (m < first || m >= first + mine)
@@ -1100,6 +1297,26 @@ llvm::Error Trainer::run() {
     for (float value : *allLosses)
       lossSum += double(value);
     double loss = lossSum / double(microBatches);
+    if (options.pp) {
+      llvm::Expected<double> last = fromLastStage(loss);
+      if (!last)
+        return last.takeError();
+      loss = *last;
+    }
+    // A tied parameter's copies on the first and the last stage get the
+    // sum of both stages' gradients (Megatron-LM's embedding group).
+    for (const std::string &name : options.ppTiedParams) {
+      llvm::Expected<HostTensor> gradient = store->get("grad." + name);
+      if (!gradient)
+        return gradient.takeError();
+      comm::Ticket ticket = options.ppTied->allReduce(
+          gradient->bytes.data(), gradient->bytes.data(),
+          gradient->numElements(), gradient->dtype, comm::ReduceOp::Sum);
+      if (llvm::Error err = options.ppTied->wait(ticket))
+        return err;
+      if (llvm::Error err = store->set("grad." + name, *gradient))
+        return err;
+    }
 
     // A rollback lowers the rate for its cooldown.
     double lr =
@@ -1368,7 +1585,11 @@ llvm::Error Trainer::run() {
 }
 
 llvm::Error Trainer::reportMemory() {
-  if (!writes())
+  // Pipeline parallelism: every stage's figures, printed by stage 0 (the
+  // stages hold different parameters).
+  const bool stageWriter =
+      options.pp && dpRank() == 0 && (!options.tp || options.tp->rank() == 0);
+  if (!writes() && !stageWriter)
     return llvm::Error::success();
   // What this rank holds, as allocated in the store, by kind.
   std::vector<kir::PersistentTensor> tensors;
@@ -1387,14 +1608,31 @@ llvm::Error Trainer::reportMemory() {
   int64_t arena = programs.updateStep->program().arenaBytes;
   for (const auto &entry : gradSteps)
     arena = std::max(arena, entry.second->program().arenaBytes);
-  if (options.log)
-    *options.log << llvm::format(
-        "memory per rank: parameters %lld B, master partition %lld B, "
-        "gradients %lld B, optimizer state %lld B, other %lld B; largest "
-        "training arena %lld B\n",
-        (long long)bytes.parameters, (long long)bytes.master,
-        (long long)bytes.gradients, (long long)bytes.optimizer,
-        (long long)bytes.other, (long long)arena);
+  int64_t mine[6] = {bytes.parameters, bytes.master, bytes.gradients,
+                     bytes.optimizer, bytes.other, arena};
+  std::vector<int64_t> stages(mine, mine + 6);
+  if (stageWriter) {
+    stages.resize(6 * ppSize());
+    comm::Ticket ticket =
+        options.pp->allGather(mine, stages.data(), 6, kir::DType::I64);
+    if (llvm::Error err = options.pp->wait(ticket))
+      return err;
+  }
+  if (!writes())
+    return llvm::Error::success();
+  for (size_t stage = 0; stage * 6 < stages.size(); ++stage) {
+    const int64_t *figures = stages.data() + 6 * stage;
+    std::string which =
+        stage == 0 ? "" : llvm::formatv(", pipeline stage {0}", stage).str();
+    if (options.log)
+      *options.log << llvm::format(
+          "memory per rank%s: parameters %lld B, master partition %lld B, "
+          "gradients %lld B, optimizer state %lld B, other %lld B; largest "
+          "training arena %lld B\n",
+          which.c_str(), (long long)figures[0], (long long)figures[1],
+          (long long)figures[2], (long long)figures[3], (long long)figures[4],
+          (long long)figures[5]);
+  }
 
   // The plan (persistent tensors, every program's arena) against what is
   // resident, and everything above it by category.

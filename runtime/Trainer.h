@@ -92,6 +92,19 @@ struct TrainerOptions {
   /// read the same micro-batches and hold the same losses; only tp rank 0
   /// of dp rank 0 (world rank 0) writes.
   comm::Communicator *tp = nullptr;
+  /// Pipeline parallelism: the ranks of mesh axis "pp" (null: none), one
+  /// per stage. Each step runs this rank's micro-batches in the 1F1B order
+  /// (warm-up forwards, one forward and one backward in turn, cool-down
+  /// backwards) through TrainerPrograms::pipelineForward and the grad
+  /// step, which recomputes the stage from the stashed stage input. The
+  /// last stage has the losses and sends them to the others; the stages of
+  /// world rank 0 gather their tensors there for checkpoints.
+  comm::Communicator *pp = nullptr;
+  /// The first and the last stage's ranks of one (dp, tp) place: they
+  /// all-reduce (sum) the gradients of `ppTiedParams` (a tied wte, which
+  /// both hold) before each update. Null without such parameters.
+  comm::Communicator *ppTied = nullptr;
+  std::vector<std::string> ppTiedParams;
   /// The parameters split over "tp" (llmc.tp_shard), by name; their
   /// optimizer states (adam_m.<p>, ...) are split alike. Checkpoints hold
   /// them whole (joined over the tp ranks), so that a run resumes at any
@@ -179,6 +192,9 @@ struct TrainerPrograms {
   /// joins the blocks into full tensors, so any world size and stage can
   /// continue it.
   std::unique_ptr<Executor> shardInit;
+  /// Pipeline parallelism: the stage's training @forward (with dropout as
+  /// the grad step has it), 1F1B's forward half. Null without pp.
+  std::unique_ptr<Executor> pipelineForward;
 };
 
 /// One logged training step or evaluation, as metrics.jsonl holds it.
@@ -234,8 +250,26 @@ private:
   /// "tp"; null: whole on every rank.
   const TpShard *tpShardOf(llvm::StringRef tensor) const;
   bool writes() const {
-    return dpRank() == 0 && (!options.tp || options.tp->rank() == 0);
+    return dpRank() == 0 && (!options.tp || options.tp->rank() == 0) &&
+           ppStage() == 0;
   }
+  int ppStage() const { return options.pp ? options.pp->rank() : 0; }
+  int ppSize() const { return options.pp ? options.pp->size() : 1; }
+  bool lastStage() const { return ppStage() == ppSize() - 1; }
+  /// Pipeline parallelism: `value` as the last stage has it, on every stage.
+  llvm::Expected<double> fromLastStage(double value);
+  /// Pipeline parallelism: one step's micro-batches in the 1F1B order; the
+  /// last stage's losses go to `losses`.
+  llvm::Error
+  runPipelineStep(const std::vector<std::vector<int32_t>> &tokens,
+                  const std::vector<std::vector<int32_t>> &targets,
+                  int64_t seqLen, int64_t first, int64_t maxMicroBatches,
+                  Executor &grad, Executor &noSync,
+                  std::vector<float> &losses);
+  /// Pipeline parallelism: the stages' tensors (other than world rank 0's
+  /// stage's) sent to stage 0 for its checkpoint, into `tensors`.
+  llvm::Error gatherStages(std::vector<std::string> &names,
+                           TensorMap &tensors);
   /// Every rank's `local` values, rank 0's first (one process: `local`).
   llvm::Expected<std::vector<float>> gatherFloats(std::vector<float> local);
   llvm::Expected<double> evaluate(std::string &sample);

@@ -474,6 +474,51 @@ void Lowering::completeCollectives() {
   collectivesInFlight.clear();
 }
 
+LogicalResult Lowering::lowerPipelineTransfer(Operation *op) {
+  using ::llmc::kir::CollectiveKind;
+  ::llmc::kir::CollectiveStep c;
+  c.axis = "pp";
+  Value result = op->getResult(0);
+  if (auto send = dyn_cast<PipelineSendOp>(op)) {
+    c.kind = CollectiveKind::Send;
+    c.root = send.getPeer();
+    c.axisSize = send.getStages();
+    FailureOr<TensorView> in = viewOf(send.getInput());
+    if (failed(in))
+      return failure();
+    if (ArrayRef<int64_t>(in->strides) !=
+        ArrayRef<int64_t>(contiguousStrides(in->shape)))
+      *in = copyContiguous(*in, nameOf(send.getInput()));
+    c.count = product(in->shape);
+    c.input = {in->buffer, in->offset, {1}};
+  } else {
+    auto recv = cast<PipelineRecvOp>(op);
+    c.kind = CollectiveKind::Recv;
+    c.root = recv.getPeer();
+    c.axisSize = recv.getStages();
+    c.count = product(recv.getType().getShape());
+  }
+  return startCollective(std::move(c), result);
+}
+
+LogicalResult Lowering::startCollective(::llmc::kir::CollectiveStep c,
+                                        Value result) {
+  FailureOr<TensorView> out = newTensor(result, nameOf(result));
+  if (failed(out))
+    return failure();
+  c.output.buffer = out->buffer;
+  c.output.offset = out->offset;
+  c.output.strides = {1};
+  views[result] = *out;
+  Step s;
+  s.kind = StepKind::CollectiveStart;
+  s.collective = std::move(c);
+  s.origin = nameOf(result);
+  appendStep(std::move(s));
+  collectivesInFlight.push_back(program.steps.size() - 1);
+  return success();
+}
+
 LogicalResult Lowering::lowerCollective(Operation *op) {
   using ::llmc::kir::CollectiveKind;
   using ::llmc::kir::Reduction;
@@ -519,24 +564,11 @@ LogicalResult Lowering::lowerCollective(Operation *op) {
   if (ArrayRef<int64_t>(in->strides) !=
       ArrayRef<int64_t>(contiguousStrides(in->shape)))
     *in = copyContiguous(*in, nameOf(input));
-  FailureOr<TensorView> out = newTensor(result, nameOf(result));
-  if (failed(out))
-    return failure();
   c.count = product(in->shape);
   c.input.buffer = in->buffer;
   c.input.offset = in->offset;
   c.input.strides = {1};
-  c.output.buffer = out->buffer;
-  c.output.offset = out->offset;
-  c.output.strides = {1};
-  views[result] = *out;
-  Step s;
-  s.kind = StepKind::CollectiveStart;
-  s.collective = std::move(c);
-  s.origin = nameOf(result);
-  appendStep(std::move(s));
-  collectivesInFlight.push_back(program.steps.size() - 1);
-  return success();
+  return startCollective(std::move(c), result);
 }
 } // namespace mlir::llmc::lowering
 

@@ -116,6 +116,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
     return lowerConcat(concat);
   if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastFromOp>(op))
     return lowerCollective(op);
+  if (isa<PipelineSendOp, PipelineRecvOp>(op))
+    return lowerPipelineTransfer(op);
   if (auto fusion = dyn_cast<FusionOp>(op)) {
     Block &body = fusion.getBody().front();
     SmallVector<Operation *> ops;

@@ -239,6 +239,11 @@ private:
   /// all_reduce, reduce_scatter, all_gather, broadcast_from: a
   /// CollectiveStart now, its wait placed by appendStep.
   LogicalResult lowerCollective(Operation *op);
+  /// llmc.pipeline_send / pipeline_recv: a Send or Recv collective step.
+  LogicalResult lowerPipelineTransfer(Operation *op);
+  /// Appends the start of `c` (input and fields set), its output a new
+  /// buffer for `result`; the wait comes before the first step touching it.
+  LogicalResult startCollective(::llmc::kir::CollectiveStep c, Value result);
   /// The weight (result 1) and bias (result 2) gradients of a layer_norm_grad
   /// or rms_norm_grad: sums over the leading dims, one kernel over
   /// [C, rows] whose row walks down a column. `wanted`: result number and

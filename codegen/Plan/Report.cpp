@@ -433,11 +433,20 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
       layout.microBatch, est.seqLen, est.globalBatch,
       withCommas(static_cast<double>(est.globalBatch) * est.seqLen),
       est.microBatchesPerStep, train.globalBatch ? "" : "; default batch"));
+  // 1F1B idles each stage for (p-1) of the m + p - 1 micro-batch slots
+  // of a step (`llmc run --pp` prints the same fraction).
+  std::string bubble;
+  if (layout.pp > 1)
+    bubble = formatv("; 1F1B bubble (p-1)/(m+p-1) = {0:f4}",
+                     double(layout.pp - 1) /
+                         double(est.microBatchesPerStep + layout.pp - 1))
+                 .str();
   report.header.push_back(
       "layout: " + layoutLabel(layout) +
       (layout.tp == 1 ? ""
        : layout.sp    ? ", sequence parallel"
-                      : ", no sequence parallelism (--sp)"));
+                      : ", no sequence parallelism (--sp)") +
+      bubble);
 
   // Memory per device.
   const DeviceMemory &mem = est.memory;

@@ -713,7 +713,7 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
                  def.op_as_CollectiveStartStep()) {
     step.kind = kir::StepKind::CollectiveStart;
     kir::CollectiveStep &out = step.collective;
-    if (c->kind() > uint8_t(kir::CollectiveKind::Broadcast) ||
+    if (c->kind() > uint8_t(kir::CollectiveKind::Recv) ||
         c->reduction() > uint8_t(kir::Reduction::Max))
       return fail(what + " has a collective kind or reduction this llmc "
                          "does not know");

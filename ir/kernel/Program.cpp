@@ -308,20 +308,28 @@ bool ProgramVerifier::checkCollective(size_t index, const std::string &what) {
   const CollectiveStep &c = step.collective;
   if (c.axis.empty() || c.axisSize < 1 || c.count < 0 ||
       (c.kind == CollectiveKind::ReduceScatter && c.count % c.axisSize != 0) ||
-      (c.kind == CollectiveKind::Broadcast &&
+      ((c.kind == CollectiveKind::Broadcast ||
+        c.kind == CollectiveKind::Send || c.kind == CollectiveKind::Recv) &&
        (c.root < 0 || c.root >= c.axisSize))) {
     os << what << ": " << collectiveKindName(c.kind) << " of " << c.count
        << " elements on axis '" << c.axis << "' of size " << c.axisSize
        << " (root " << c.root << ") is malformed";
     return false;
   }
-  if (c.input.strides != std::vector<int64_t>{1} ||
+  bool hasInput = c.kind != CollectiveKind::Recv;
+  if ((hasInput && c.input.strides != std::vector<int64_t>{1}) ||
       c.output.strides != std::vector<int64_t>{1}) {
     os << what << ": a collective's input and output are contiguous";
     return false;
   }
-  DType in = program.buffers[c.input.buffer].dtype;
   DType out = program.buffers[c.output.buffer].dtype;
+  DType in = hasInput ? program.buffers[c.input.buffer].dtype : out;
+  if (c.kind == CollectiveKind::Send && out != DType::F32) {
+    os << what << ": a send's output is its f32 placeholder loss";
+    return false;
+  }
+  if (c.kind == CollectiveKind::Send)
+    out = in; // the placeholder is f32 whatever the input's dtype
   bool reduces = c.kind == CollectiveKind::AllReduce ||
                  c.kind == CollectiveKind::ReduceScatter;
   if (in != out || (reduces && !isFloat(in))) {
@@ -330,7 +338,7 @@ bool ProgramVerifier::checkCollective(size_t index, const std::string &what) {
        << " (one dtype, a float one to reduce)";
     return false;
   }
-  if (c.input.buffer == c.output.buffer) {
+  if (hasInput && c.input.buffer == c.output.buffer) {
     os << what << ": a collective's input and output are different buffers";
     return false;
   }
@@ -569,6 +577,10 @@ const char *llmc::kir::collectiveKindName(CollectiveKind kind) {
     return "all_gather";
   case CollectiveKind::Broadcast:
     return "broadcast";
+  case CollectiveKind::Send:
+    return "send";
+  case CollectiveKind::Recv:
+    return "recv";
   }
   return "?";
 }
@@ -593,7 +605,10 @@ int64_t CollectiveStep::outputCount() const {
     return count * axisSize;
   case CollectiveKind::AllReduce:
   case CollectiveKind::Broadcast:
+  case CollectiveKind::Recv:
     return count;
+  case CollectiveKind::Send:
+    return 1;
   }
   return count;
 }
@@ -738,8 +753,16 @@ void llmc::kir::printProgram(llvm::raw_ostream &os, const Program &program) {
         os << " " << reductionName(c.reduction);
       if (c.kind == CollectiveKind::Broadcast)
         os << " root " << c.root;
+      if (c.kind == CollectiveKind::Send)
+        os << " to " << c.root;
+      if (c.kind == CollectiveKind::Recv)
+        os << " from " << c.root;
       os << " on " << c.axis << " size " << c.axisSize << " count " << c.count
-         << " bytes " << c.count * dtypeBytes(program.buffers[c.input.buffer].dtype);
+         << " bytes "
+         << c.count * dtypeBytes(program.buffers[c.kind == CollectiveKind::Recv
+                                                     ? c.output.buffer
+                                                     : c.input.buffer]
+                                     .dtype);
       printViews(os, step);
       break;
     }

@@ -167,9 +167,10 @@ struct EmbeddingGradStep {
 };
 
 /// The collectives of the llmc dialect (llmc.all_reduce, reduce_scatter,
-/// all_gather, broadcast_from).
+/// all_gather, broadcast_from) and its point-to-point transfers between
+/// pipeline stages (llmc.pipeline_send, pipeline_recv).
 enum class CollectiveKind : uint8_t { AllReduce, ReduceScatter, AllGather,
-                                      Broadcast };
+                                      Broadcast, Send, Recv };
 enum class Reduction : uint8_t { Sum, Avg, Max };
 
 /// "all_reduce", "reduce_scatter", "all_gather", "broadcast".
@@ -184,7 +185,13 @@ const char *reductionName(Reduction reduction);
 ///                  on rank r, i < count / axisSize
 ///   AllGather      output[s*count + i] = input[i] of rank s, i < count
 ///   Broadcast      output[i] = input[i] of rank `root`
-/// (`count`: the input's elements). A collective is two steps: a
+///   Send           input goes to rank `root`; output (one f32) = 0, the
+///                  placeholder loss of a stage before the last
+///   Recv           output[i] = rank `root`'s Send input[i]; no input
+/// (`count`: the input's elements; a Recv's output's). Send and Recv pair
+/// up in program order between two ranks (one direction per pair of
+/// stages: activations forward, gradients back), so they need no tag; a
+/// send copies its input and never waits for the receiver. A collective is two steps: a
 /// CollectiveStart issues it and returns, and a CollectiveWait (with a copy
 /// of the start's fields and `start`, the start step's index) completes it.
 /// The steps between them run while the data moves (the backward overlaps
@@ -288,7 +295,8 @@ void forEachEmbeddingGradView(E &e, Fn &&fn) {
 
 template <typename C, typename Fn>
 void forEachCollectiveView(C &c, Fn &&fn) {
-  fn("input", c.input, ViewRole::Read, std::vector<int64_t>{c.count});
+  if (c.kind != CollectiveKind::Recv)
+    fn("input", c.input, ViewRole::Read, std::vector<int64_t>{c.count});
   fn("output", c.output, ViewRole::Written,
      std::vector<int64_t>{c.outputCount()});
 }

@@ -108,6 +108,15 @@ public:
     return ticket;
   }
 
+  Ticket send(const void *data, int64_t count, kir::DType dtype,
+              int peer) override {
+    return pointToPoint("send", count, dtype, peer);
+  }
+  Ticket recv(void *data, int64_t count, kir::DType dtype,
+              int peer) override {
+    return pointToPoint("recv", count, dtype, peer);
+  }
+
   llvm::Error wait(Ticket ticket) override {
     if (ticket <= 0 || ticket > lastTicket)
       return llvm::createStringError(
@@ -118,6 +127,18 @@ public:
       return llvm::Error::success();
     errorTicket = 0;
     return llvm::createStringError(error);
+  }
+
+  /// A rank alone has no peer to send to or receive from.
+  Ticket pointToPoint(const char *what, int64_t count, kir::DType dtype,
+                      int peer) {
+    Ticket ticket = start(nullptr, nullptr, 0, dtype, ReduceOp::Sum);
+    if (errorTicket == 0)
+      fail(ticket, std::string(what) + " #" + std::to_string(ticket) +
+                       " on '" + axisName + "' of " + std::to_string(count) +
+                       " elements: peer " + std::to_string(peer) +
+                       " is not another rank of a world of 1");
+    return ticket;
   }
 
   llvm::Error barrier() override {

@@ -91,6 +91,18 @@ public:
   virtual Ticket broadcast(void *buffer, int64_t count, kir::DType dtype,
                            int root) = 0;
 
+  /// Point-to-point, between two ranks of the communicator (pipeline
+  /// stages): send() copies its count elements at once, so its ticket is
+  /// done when it returns and a send never waits for the receiver (a 1F1B
+  /// schedule, where both neighbours may send before they receive, cannot
+  /// deadlock); recv() fills `recv` with the elements of the next send
+  /// from `peer` to this rank. Sends from one rank to another arrive in
+  /// the order they were made. Both take a ticket like a collective.
+  virtual Ticket send(const void *data, int64_t count, kir::DType dtype,
+                      int peer) = 0;
+  virtual Ticket recv(void *data, int64_t count, kir::DType dtype,
+                      int peer) = 0;
+
   /// Blocks until the collective is done. Waiting again on a ticket that is
   /// done returns success. When it makes no progress for timeoutSeconds,
   /// the error names the rank(s) that did not reach it, e.g.

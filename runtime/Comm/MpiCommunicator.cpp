@@ -76,7 +76,9 @@ enum class Kind : uint8_t {
   AllGather,
   Broadcast,
   Barrier,
-  Split
+  Split,
+  Send,
+  Recv
 };
 
 const char *kindName(Kind kind) {
@@ -87,6 +89,8 @@ const char *kindName(Kind kind) {
   case Kind::Broadcast: return "broadcast";
   case Kind::Barrier: return "barrier";
   case Kind::Split: return "split";
+  case Kind::Send: return "send";
+  case Kind::Recv: return "recv";
   }
   return "?";
 }
@@ -134,6 +138,7 @@ struct Collective {
   std::vector<int> splitInfo; // split: every rank's color and key
   std::unique_ptr<RingAllReduce> ring; // a large all-reduce: llmc's ring
   std::unique_ptr<char[]> scratch;     // ... and its scratch, from a pool
+  std::vector<char> payload; // a send's copy of its data
 };
 
 /// A check in progress: status requests sent, replies awaited.
@@ -516,6 +521,16 @@ void Engine::issue(CommState &comm, std::unique_ptr<Collective> c) {
   case Kind::Barrier:
     code = MPI_Ibarrier(comm.data, &c->request);
     break;
+  // Point-to-point on the data communicator, tag 0: MPI keeps the order of
+  // the messages from one rank to another.
+  case Kind::Send:
+    code = MPI_Isend(c->payload.data(), count, type, c->root, 0, comm.data,
+                     &c->request);
+    break;
+  case Kind::Recv:
+    code = MPI_Irecv(c->recv, count, type, c->root, 0, comm.data,
+                     &c->request);
+    break;
   case Kind::Split:
     c->splitInfo.resize(2 * comm.size);
     code = MPI_Iallgather(c->splitSend, 2, MPI_INT, c->splitInfo.data(), 2,
@@ -816,6 +831,10 @@ public:
                    kir::DType dtype) override;
   Ticket broadcast(void *buffer, int64_t count, kir::DType dtype,
                    int root) override;
+  Ticket send(const void *data, int64_t count, kir::DType dtype,
+              int peer) override;
+  Ticket recv(void *data, int64_t count, kir::DType dtype,
+              int peer) override;
   llvm::Error wait(Ticket ticket) override;
   llvm::Error barrier() override;
   llvm::Expected<std::unique_ptr<Communicator>>
@@ -871,7 +890,10 @@ Ticket MpiCommunicator::start(std::unique_ptr<Collective> c) {
       c->error = "rank " + std::to_string(comm->worldRank()) + ": " +
                  kindName(c->kind) + " #" + std::to_string(ticket) + " on '" +
                  comm->axis + "': " + c->error;
-    comm->pending.insert(ticket);
+    // A send's data is copied: its caller has nothing to wait for (the
+    // copy completes in the comm thread whenever the receiver takes it).
+    if (c->kind != Kind::Send || !c->error.empty())
+      comm->pending.insert(ticket);
     engine->tasks.push_back({comm, std::move(c)});
   }
   engine->wakeThread.notify_all();
@@ -910,6 +932,30 @@ Ticket MpiCommunicator::broadcast(void *buffer, int64_t count,
   c->root = root;
   if (c->error.empty() && (root < 0 || root >= comm->size))
     c->error = "root " + std::to_string(root) + " is not a rank of '" +
+               comm->axis + "' (size " + std::to_string(comm->size) + ")";
+  return start(std::move(c));
+}
+
+Ticket MpiCommunicator::send(const void *data, int64_t count,
+                             kir::DType dtype, int peer) {
+  auto c = make(Kind::Send, nullptr, nullptr, count, dtype);
+  c->root = peer;
+  if (c->error.empty() && (peer < 0 || peer >= comm->size || peer == comm->rank))
+    c->error = "peer " + std::to_string(peer) + " is not another rank of '" +
+               comm->axis + "' (size " + std::to_string(comm->size) + ")";
+  if (c->error.empty())
+    c->payload.assign(static_cast<const char *>(data),
+                      static_cast<const char *>(data) +
+                          count * kir::dtypeBytes(dtype));
+  return start(std::move(c));
+}
+
+Ticket MpiCommunicator::recv(void *data, int64_t count, kir::DType dtype,
+                             int peer) {
+  auto c = make(Kind::Recv, nullptr, data, count, dtype);
+  c->root = peer;
+  if (c->error.empty() && (peer < 0 || peer >= comm->size || peer == comm->rank))
+    c->error = "peer " + std::to_string(peer) + " is not another rank of '" +
                comm->axis + "' (size " + std::to_string(comm->size) + ")";
   return start(std::move(c));
 }

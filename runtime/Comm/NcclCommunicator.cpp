@@ -122,6 +122,20 @@ public:
                    kir::DType dtype) override;
   Ticket broadcast(void *buffer, int64_t count, kir::DType dtype,
                    int root) override;
+  // Pipeline transfers on the GPU (ncclSend/ncclRecv with a copy, so that
+  // a send never waits) are not written yet: both are an error at wait().
+  Ticket send(const void *, int64_t, kir::DType, int) override {
+    return start("send", "point-to-point transfers (pipeline parallelism) "
+                         "are not implemented on NCCL yet; run --pp on the "
+                         "CPU",
+                 [] { return ncclSuccess; });
+  }
+  Ticket recv(void *, int64_t, kir::DType, int) override {
+    return start("recv", "point-to-point transfers (pipeline parallelism) "
+                         "are not implemented on NCCL yet; run --pp on the "
+                         "CPU",
+                 [] { return ncclSuccess; });
+  }
   llvm::Error wait(Ticket ticket) override;
   llvm::Error barrier() override;
   llvm::Expected<std::unique_ptr<Communicator>>

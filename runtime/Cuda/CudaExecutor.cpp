@@ -318,12 +318,19 @@ static llvm::Error checkDeviceMesh(const kir::Program &program,
                                    const Mesh &mesh) {
   if (llvm::Error error = checkMesh(program, mesh))
     return error;
-  for (const kir::Step &step : program.steps)
+  for (const kir::Step &step : program.steps) {
+    if (step.kind == kir::StepKind::CollectiveStart &&
+        (step.collective.kind == kir::CollectiveKind::Send ||
+         step.collective.kind == kir::CollectiveKind::Recv))
+      return llvm::createStringError(
+          "@" + program.function + ": pipeline transfers (--pp) do not run "
+          "on the GPU yet; run pipeline parallelism with --device cpu");
     if (step.kind == kir::StepKind::CollectiveStart &&
         !mesh.axis(step.collective.axis))
       return llvm::createStringError(
           "@" + program.function + ": no communicator for mesh axis '" +
           step.collective.axis + "' on the GPU");
+  }
   return llvm::Error::success();
 }
 

@@ -1248,3 +1248,30 @@ func.func @cross_entropy_combine_f32(%m: tensor<2x8xf16>) {
   %0:2 = llmc.cross_entropy_combine %m, %m, %m : tensor<2x8xf16>
   return
 }
+
+// -----
+
+// Tests that a pipeline transfer needs a pipeline of 2 stages or more.
+func.func @pipeline_of_one() {
+  // expected-error @+1 {{'llmc.pipeline_recv' op needs a pipeline of at least 2 stages, got 1}}
+  %h = llmc.pipeline_recv from stage 0 of 1 : tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that a pipeline transfer's peer is a stage of the pipeline.
+func.func @pipeline_peer_outside(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'llmc.pipeline_send' op peer stage 2 is not a stage of a pipeline of 2}}
+  %z = llmc.pipeline_send %x to stage 2 of 2 : tensor<8xf32> -> tensor<f32>
+  return
+}
+
+// -----
+
+// Tests that a send's result is the scalar placeholder loss.
+func.func @pipeline_send_result(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'llmc.pipeline_send' op result #0 must be 0D tensor of 32-bit float values}}
+  %z = llmc.pipeline_send %x to stage 1 of 2 : tensor<8xf32> -> tensor<8xf32>
+  return
+}

@@ -373,6 +373,22 @@ func.func @tensor_parallel_conjugates(%x: tensor<2x8x16xf32>) -> tensor<2x8x16xf
   return %g : tensor<2x8x16xf32>
 }
 
+// Tests the pipeline transfers: a send's placeholder loss, the backward's
+// transfers marked gradient.
+// CHECK-LABEL: func.func @pipeline_transfers(
+// CHECK-NEXT: %[[H:.*]] = llmc.pipeline_recv from stage 0 of 3 : tensor<2x8x16xf32>
+// CHECK-NEXT: %[[Z:.*]] = llmc.pipeline_send %[[H]] to stage 2 of 3 : tensor<2x8x16xf32> -> tensor<f32>
+// CHECK-NEXT: %[[G:.*]] = llmc.pipeline_recv from stage 2 of 3 gradient : tensor<2x8x16xf32>
+// CHECK-NEXT: llmc.pipeline_send %[[G]] to stage 0 of 3 gradient : tensor<2x8x16xf32> -> tensor<f32>
+// CHECK-NEXT: return %[[Z]]
+func.func @pipeline_transfers() -> tensor<f32> {
+  %h = llmc.pipeline_recv from stage 0 of 3 : tensor<2x8x16xf32>
+  %z = llmc.pipeline_send %h to stage 2 of 3 : tensor<2x8x16xf32> -> tensor<f32>
+  %g = llmc.pipeline_recv from stage 2 of 3 gradient : tensor<2x8x16xf32>
+  %d = llmc.pipeline_send %g to stage 0 of 3 gradient : tensor<2x8x16xf32> -> tensor<f32>
+  return %z : tensor<f32>
+}
+
 // Tests that identical collectives are not merged (they are not Pure: every
 // rank must issue each one).
 // CHECK-LABEL: func.func @collectives_not_merged(

@@ -167,8 +167,10 @@ void printUsage(llvm::raw_ostream &os) {
         "tp-fastest (rank = (pp_i * dp + dp_i) * tp + tp_i). --tp N splits\n"
         "attention heads, MLP hidden units and the vocabulary over N ranks "
         "(Megatron-LM);\n--dp defaults to world / (tp * pp) and shards the "
-        "batch (--zero 0-3); --pp > 1\nis not implemented yet. Rank 0 logs "
-        "and writes; checkpoints of a ZeRO run have\none file per rank.\n\n"
+        "batch (--zero 0-3); --pp N\ncuts the transformer blocks into N "
+        "stages run in the 1F1B order over the\nmicro-batches (CPU; ZeRO, "
+        "fp16 and 2:4 sparsity not with pp yet). Rank 0 logs\nand writes; "
+        "checkpoints of a ZeRO run have one file per rank.\n\n"
         "Options:\n"
         "  --resume              continue from the latest good checkpoint in "
         "OUT (a damaged\n"
@@ -549,6 +551,29 @@ int runTrainCommand(int argc, char **argv) {
   } else {
     config.parallel.dp = worldSize / (tpSize * ppSize);
   }
+  if (ppSize > 1) {
+    // What pipeline parallelism does not compose with yet.
+    if (config.parallel.dp > 1 && config.parallel.zero > 0)
+      return fail("parallel.zero with pipeline parallelism (--pp) is not "
+                  "implemented yet; use zero 0 (DDP over dp) with pp");
+    if (config.precision.kind == ::llmc::PrecisionConfig::Kind::FP16)
+      return fail("--precision fp16 with pipeline parallelism (--pp) is not "
+                  "implemented yet (the loss scaler's overflow test would "
+                  "need every stage); use bf16 or fp32");
+    if (config.sparsity.enabled)
+      return fail("2:4 sparsity with pipeline parallelism (--pp) is not "
+                  "implemented yet");
+    if (config.device != "cpu")
+      return fail("--pp on --device " + config.device +
+                  " is not implemented yet (the stages' transfers run on "
+                  "MPI, on the CPU)");
+    if (config.modelMlirPath.empty() &&
+        (ppSize > config.model.nLayer || config.model.nLayer % ppSize != 0))
+      return fail(llvm::formatv(
+          "--pp {0} does not split the model's {1} transformer blocks into "
+          "equal stages; choose a pp that divides {1}",
+          ppSize, config.model.nLayer).str());
+  }
   if (tpSize > 1 && config.parallel.dp > 1 && config.parallel.zero == 3)
     return fail("parallel.zero 3 with tensor parallelism is not implemented "
                 "yet (the tp shares of the parameters would be cut again "
@@ -595,7 +620,7 @@ int runTrainCommand(int argc, char **argv) {
                           (long long)tpSize);
   }
   // One communicator per mesh axis of more than one rank.
-  std::unique_ptr<rt::comm::Communicator> dpAxis, tpAxis;
+  std::unique_ptr<rt::comm::Communicator> dpAxis, tpAxis, ppAxis, ppTiedAxis;
   if (worldSize > 1) {
     llvm::Expected<rt::comm::MeshAxes> axes = rt::comm::splitMesh(
         *world, {int(config.parallel.dp), int(tpSize), int(ppSize)});
@@ -603,6 +628,30 @@ int runTrainCommand(int argc, char **argv) {
       return fail(axes.takeError());
     dpAxis = std::move(axes->dp);
     tpAxis = std::move(axes->tp);
+    ppAxis = std::move(axes->pp);
+  }
+  if (ppAxis) {
+    // 1F1B: every dp rank runs m = global / (micro * dp) micro-batches
+    // through the stages; the pipeline idles (p-1)/(m+p-1) of a step,
+    // the bubble `llmc plan` counts.
+    int64_t microBatches =
+        config.globalBatchSize / (config.microBatchSize * config.parallel.dp);
+    out << llvm::format("llmc run: pipeline of %lld stages, 1F1B over %lld "
+                        "micro-batches per step: bubble (p-1)/(m+p-1) = "
+                        "%.4f\n",
+                        (long long)ppSize, (long long)microBatches,
+                        double(ppSize - 1) /
+                            double(microBatches + ppSize - 1));
+    // The first and the last stage share the tied parameters' gradients:
+    // on 2 stages the pp axis itself, on more a split of it.
+    int stage = ppAxis->rank();
+    bool ends = stage == 0 || stage == int(ppSize) - 1;
+    llvm::Expected<std::unique_ptr<rt::comm::Communicator>> tied =
+        ppAxis->split(ends ? 0 : 1, stage, "pp");
+    if (!tied)
+      return fail(tied.takeError());
+    if (ends)
+      ppTiedAxis = std::move(*tied);
   }
 
   // 2. The data. From here on the resident set is followed by phase, for
@@ -733,11 +782,15 @@ int runTrainCommand(int argc, char **argv) {
 #endif
     device->mesh.axes[name] = *onDevice ? onDevice->get() : host;
   }
+  // Pipeline transfers and the stages' norm sum: on the host (CPU only).
+  if (ppAxis)
+    device->mesh.axes["pp"] = ppAxis.get();
 
   // What shapes the compiled programs; under tensor parallelism each rank
   // compiles its own (its block of the vocabulary).
   ::llmc::TrainingOptions training = config.training();
   training.tpRank = tpAxis ? tpAxis->rank() : 0;
+  training.ppStage = ppAxis ? ppAxis->rank() : 0;
 
   auto compileStart = std::chrono::steady_clock::now();
   llvm::Expected<OwningOpRef<ModuleOp>> module =
@@ -745,6 +798,25 @@ int runTrainCommand(int argc, char **argv) {
   if (!module)
     return fail(module.takeError());
   ModelInfo info = getModelInfo(**module);
+  // Pipeline parallelism: the parameters the first and the last stage
+  // both hold (a tied wte), as the pass marks them on the last stage.
+  std::vector<std::string> ppTiedParams;
+  if (ppAxis) {
+    OwningOpRef<ModuleOp> last = (*module)->clone();
+    PassManager pm(&context);
+    mlir::llmc::PipelineParallelPassOptions lastStage;
+    lastStage.pp = ppSize;
+    lastStage.stage = ppSize - 1;
+    pm.addPass(mlir::llmc::createPipelineParallelPass(lastStage));
+    if (failed(pm.run(*last)))
+      return fail("cutting the model into pipeline stages failed (see the "
+                  "diagnostics above)");
+    auto forward = last.get().lookupSymbol<func::FuncOp>("forward");
+    for (unsigned i = 0; i < forward.getNumArguments(); ++i)
+      if (forward.getArgAttr(i, "llmc.pp_tied"))
+        ppTiedParams.push_back(
+            forward.getArgAttrOfType<StringAttr>(i, "llmc.param").str());
+  }
   llvm::Expected<::llmc::TrainingPrograms> programs =
       ::llmc::compileTraining(**module, training);
   if (!programs)
@@ -797,6 +869,16 @@ int runTrainCommand(int argc, char **argv) {
                    "update step");
   if (!update)
     return fail(update.takeError());
+  // 1F1B's forward half: the stage's training @forward (dropout as in
+  // the grad step).
+  std::unique_ptr<rt::Executor> pipelineForward;
+  if (ppAxis) {
+    auto created = makeExecutor(::llmc::kir::Program(programs->forward),
+                                *device, "forward (pipeline stage)");
+    if (!created)
+      return fail(created.takeError());
+    pipelineForward = std::move(*created);
+  }
   ::llmc::kir::Program evalProgram = std::move(programs->forward);
   bool dropout = config.modelMlirPath.empty() && config.model.dropout > 0;
   if (dropout) {
@@ -817,6 +899,11 @@ int runTrainCommand(int argc, char **argv) {
   // Samples draw one sequence at a time: a forward for one sequence saves
   // running the whole micro-batch per token.
   std::unique_ptr<rt::Executor> sampler;
+  if (config.sampleTokens > 0 && ppAxis) {
+    out << "llmc run: no samples under pipeline parallelism yet (each "
+           "token would need a pass through every stage)\n";
+    config.sampleTokens = 0;
+  }
   if (config.sampleTokens > 0 && config.modelMlirPath.empty() &&
       config.microBatchSize > 1) {
     llvm::Expected<OwningOpRef<ModuleOp>> samplerModule =
@@ -841,7 +928,7 @@ int runTrainCommand(int argc, char **argv) {
   //    and keeps its share of the split ones: one process's model, cut.
   bool zero3 = config.parallel.dp > 1 && config.parallel.zero == 3;
   std::optional<rt::TensorMap> initialParams;
-  if (!checkpoint && (zero3 || !tpShards.empty())) {
+  if (!checkpoint && (zero3 || !tpShards.empty() || ppAxis)) {
     std::vector<rt::ParamSpec> specs;
     for (const ParameterInfo &param : info.parameters)
       specs.push_back({param.name, std::vector<int64_t>(param.type.getShape().begin(), param.type.getShape().end())});
@@ -854,6 +941,12 @@ int runTrainCommand(int argc, char **argv) {
     } else {
       for (auto &[name, tensor] : *params) {
         rt::HostTensor value = std::move(tensor);
+        // Pipeline parallelism: another stage's parameter.
+        if (!llvm::any_of((*eval)->program().params,
+                          [&](const ::llmc::kir::Binding &input) {
+                            return input.name == name;
+                          }))
+          continue;
         if (auto it = tpShards.find(name); it != tpShards.end()) {
           llvm::Expected<rt::HostTensor> mine =
               rt::cutTpShard(value, it->second, tpAxis->rank());
@@ -922,6 +1015,11 @@ int runTrainCommand(int argc, char **argv) {
   }
   options.dp = dpAxis.get();
   options.tp = tpAxis.get();
+  options.pp = ppAxis.get();
+  if (ppTiedAxis) {
+    options.ppTied = ppTiedAxis.get();
+    options.ppTiedParams = ppTiedParams;
+  }
   options.tpShards = tpShards;
   options.stopRequested = [] { return stopSignal.load(); };
   options.accumulateWithoutSync = config.parallel.zero < 2;
@@ -1023,6 +1121,7 @@ int runTrainCommand(int argc, char **argv) {
   trainerPrograms.updateStep = std::move(*update);
   trainerPrograms.eval = std::move(*eval);
   trainerPrograms.sampler = std::move(sampler);
+  trainerPrograms.pipelineForward = std::move(pipelineForward);
   if (programs->shardInit) {
     auto created =
         makeExecutor(std::move(*programs->shardInit), *device, "shard init");

@@ -320,6 +320,14 @@ static cl::opt<int64_t> compileDp(
     cl::desc("Data-parallel ranks the training step is sharded for "
              "(llmc-shard; 1: one process)"),
     cl::init(1), cl::value_desc("N"), cl::sub(compileCmd));
+static cl::opt<int64_t> compilePp(
+    "pp",
+    cl::desc("Pipeline stages the model is cut into (llmc-pipeline-parallel; "
+             "1: none); --stage picks the stage compiled"),
+    cl::init(1), cl::value_desc("N"), cl::sub(compileCmd));
+static cl::opt<int64_t> compileStage(
+    "stage", cl::desc("The pipeline stage compiled with --pp (0)"),
+    cl::init(0), cl::value_desc("S"), cl::sub(compileCmd));
 static cl::opt<int64_t> compileZero(
     "zero", cl::desc("ZeRO stage of the sharded step (0: DDP)"), cl::init(0),
     cl::value_desc("0-3"), cl::sub(compileCmd));
@@ -602,6 +610,13 @@ static int runCompile(MLIRContext &context) {
       shard.zero = compileZero;
       shard.bucketMb = compileBucketMb;
     }
+    std::optional<PipelineParallelPassOptions> pipeline;
+    if (compilePp != 1) {
+      pipeline.emplace();
+      pipeline->pp = compilePp;
+      pipeline->stage = compileStage;
+      trainingOptions.pipelineParallel = pipeline;
+    }
     if (compileRemat != "none") {
       RematPassOptions &remat = trainingOptions.remat.emplace();
       remat.policy = compileRemat;
@@ -610,7 +625,7 @@ static int runCompile(MLIRContext &context) {
     if (training)
       buildTrainingPipeline(pm, trainingOptions);
     else
-      buildCompilePipeline(pm);
+      buildCompilePipeline(pm, {}, {}, {}, {}, pipeline);
     if (failed(pm.run(*module)))
       return 1;
   }

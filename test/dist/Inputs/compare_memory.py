@@ -2,6 +2,7 @@
 
 usage: compare_memory.py COMPILE.txt RUN.txt PLAN.json
        compare_memory.py - RUN.txt PLAN.json   (run and plan only)
+       compare_memory.py - RUN.txt PLAN.json --stage N   (pipeline stage N)
 
 COMPILE.txt holds `llmc compile --dp N` output (its "per rank" line: the
 plan of the compiled programs), RUN.txt `llmc run`'s output under mpirun
@@ -28,7 +29,11 @@ def figures(path, marker):
 def main():
     compiled = (figures(sys.argv[1], "per rank (") if sys.argv[1] != "-"
                 else None)
-    measured = figures(sys.argv[2], "memory per rank:")
+    # --stage N: the run's figures of pipeline stage N (stage 0's line is
+    # the plain one).
+    stage = sys.argv[5] if len(sys.argv) > 5 and sys.argv[4] == "--stage" else "0"
+    measured = figures(sys.argv[2], "memory per rank:" if stage == "0" else
+                       f"memory per rank, pipeline stage {stage}:")
     memory = json.load(open(sys.argv[3]))["memory"]
     planned = {
         "parameters": memory["weights"]["value"],
