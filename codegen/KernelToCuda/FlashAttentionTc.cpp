@@ -126,7 +126,9 @@ __device__ __forceinline__ void llmc_fa_rows_frag(unsigned frag[][4],
     const void *base, const llmc_attn_view &v, int b, int h, int r0,
     int rows, int lane) {
   const int g = lane / 4, t = lane % 4;
+  #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
+    #pragma unroll
     for (int r = 0; r < 4; ++r) {
       int row = r0 + g + 8 * (r & 1), col = 16 * kk + 2 * t + 8 * (r >> 1);
       frag[kk][r] = llmc_fa_pair(base, v, b, h, row, col, row, col + 1, rows);
@@ -162,21 +164,25 @@ __device__ void llmc_fa_tc_forward(const llmc_attn_fwd_args &a) {
   llmc_fa_rows_frag<D>(qf, a.q, a.vq, b, h, r0, seq, lane);
   // Keys rows g and g + 8 see; the most any row of the warp, of the block.
   int limit[2];
+  #pragma unroll
   for (int i = 0; i < 2; ++i) {
     int row = r0 + g + 8 * i;
     limit[i] = row < seq ? llmc_fa_visible(a, b, row, keys) : 0;
   }
   int keyEnd = 0, warpEnd = 0;
-  for (int r = 0; r < ROWS && q0 + r < seq; ++r) {
+    for (int r = 0; r < ROWS && q0 + r < seq; ++r) {
     int visible = llmc_fa_visible(a, b, q0 + r, keys);
     keyEnd = llmc_fa_max(keyEnd, visible);
     if (r / 16 == warp)
       warpEnd = llmc_fa_max(warpEnd, visible);
   }
   float o[ND][4], m[2], l[2];
+  #pragma unroll
   for (int j = 0; j < ND; ++j)
+    #pragma unroll
     for (int e = 0; e < 4; ++e)
       o[j][e] = 0.0f;
+  #pragma unroll
   for (int i = 0; i < 2; ++i) {
     m[i] = -llmc_fa_inf();
     l[i] = 0.0f;
@@ -197,16 +203,22 @@ __device__ void llmc_fa_tc_forward(const llmc_attn_fwd_args &a) {
     if (k0 >= warpEnd)
       continue; // no row of this warp sees the tile (uniform in the warp)
     float s[NK][4];
+    #pragma unroll
     for (int j = 0; j < NK; ++j) {
+      #pragma unroll
       for (int e = 0; e < 4; ++e)
         s[j][e] = 0.0f;
+      #pragma unroll
       for (int kk = 0; kk < DK; ++kk)
         llmc_fa_mma<F16>(s[j], qf[kk], ks[8 * j + g][8 * kk + t],
                          ks[8 * j + g][8 * kk + 4 + t]);
     }
+    #pragma unroll
     for (int i = 0; i < 2; ++i) { // rows g and g + 8
       float tileMax = -llmc_fa_inf();
+      #pragma unroll
       for (int j = 0; j < NK; ++j)
+        #pragma unroll
         for (int e = 0; e < 2; ++e) {
           int key = k0 + 8 * j + 2 * t + e;
           float score = key < limit[i] ? s[j][2 * i + e] * a.scale
@@ -220,27 +232,33 @@ __device__ void llmc_fa_tc_forward(const llmc_attn_fwd_args &a) {
       bool none = newMax == -llmc_fa_inf(); // uniform in the row's 4 lanes
       float rescale = none ? 1.0f : expf(m[i] - newMax);
       float sum = 0.0f;
+      #pragma unroll
       for (int j = 0; j < NK; ++j)
+        #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float p = none ? 0.0f : expf(s[j][2 * i + e] - newMax);
           s[j][2 * i + e] = p;
           sum += p;
         }
       l[i] = l[i] * rescale + sum;
+      #pragma unroll
       for (int j = 0; j < ND; ++j) {
         o[j][2 * i] *= rescale;
         o[j][2 * i + 1] *= rescale;
       }
       m[i] = newMax;
     }
+    #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) {
       unsigned pf[4];
       llmc_fa_acc_to_a<F16>(pf, s[2 * kk], s[2 * kk + 1]);
+      #pragma unroll
       for (int j = 0; j < ND; ++j)
         llmc_fa_mma<F16>(o[j], pf, vt[8 * j + g][8 * kk + t],
                          vt[8 * j + g][8 * kk + 4 + t]);
     }
   }
+  #pragma unroll
   for (int i = 0; i < 2; ++i) {
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
@@ -250,7 +268,9 @@ __device__ void llmc_fa_tc_forward(const llmc_attn_fwd_args &a) {
     // A row that sees no key (a position before the cache): out 0, lse -inf.
     bool any = l[i] > 0.0f;
     float inverse = any ? 1.0f / l[i] : 0.0f;
+    #pragma unroll
     for (int j = 0; j < ND; ++j)
+      #pragma unroll
       for (int e = 0; e < 2; ++e)
         llmc_fa_store<T>(a.out, llmc_fa_at(a.vout, b, h, row, 8 * j + 2 * t + e),
                          o[j][2 * i + e] * inverse);
@@ -301,7 +321,9 @@ __device__ void llmc_fa_tc_backward_dkdv(const llmc_attn_bwd_args &a) {
   llmc_fa_rows_frag<D>(kf, a.k, a.vk, b, h, w0, seq, lane);
   llmc_fa_rows_frag<D>(vf, a.v, a.vv, b, h, w0, seq, lane);
   float dk[ND][4], dv[ND][4];
+  #pragma unroll
   for (int j = 0; j < ND; ++j)
+    #pragma unroll
     for (int e = 0; e < 4; ++e)
       dk[j][e] = dv[j][e] = 0.0f;
   // With a causal mask only rows t >= s see key s.
@@ -324,15 +346,19 @@ __device__ void llmc_fa_tc_backward_dkdv(const llmc_attn_bwd_args &a) {
     if (w0 >= seq || (a.causal && w0 >= t0 + ROWS))
       continue; // this warp's keys see none of the tile (uniform)
     float st[NR][4], dpt[NR][4]; // S^T, dP^T: keys x query rows
+    #pragma unroll
     for (int j = 0; j < NR; ++j) {
+      #pragma unroll
       for (int e = 0; e < 4; ++e)
         st[j][e] = dpt[j][e] = 0.0f;
+      #pragma unroll
       for (int kk = 0; kk < DK; ++kk) {
         llmc_fa_mma<F16>(st[j], kf[kk], qs[8 * j + g][8 * kk + t],
                          qs[8 * j + g][8 * kk + 4 + t]);
         llmc_fa_mma<F16>(dpt[j], vf[kk], dos[8 * j + g][8 * kk + t],
                          dos[8 * j + g][8 * kk + 4 + t]);
       }
+      #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int key = w0 + g + 8 * (e / 2), r = 8 * j + 2 * t + e % 2, row = t0 + r;
         bool visible = key < seq && row < seq && (!a.causal || key <= row);
@@ -341,10 +367,12 @@ __device__ void llmc_fa_tc_backward_dkdv(const llmc_attn_bwd_args &a) {
         dpt[j][e] = visible ? p * (dpt[j][e] - deltas[r]) : 0.0f; // dS^T
       }
     }
+    #pragma unroll
     for (int kk = 0; kk < ROWS / 16; ++kk) {
       unsigned pf[4], dsf[4];
       llmc_fa_acc_to_a<F16>(pf, st[2 * kk], st[2 * kk + 1]);
       llmc_fa_acc_to_a<F16>(dsf, dpt[2 * kk], dpt[2 * kk + 1]);
+      #pragma unroll
       for (int j = 0; j < ND; ++j) {
         llmc_fa_mma<F16>(dv[j], pf, dot[8 * j + g][8 * kk + t],
                          dot[8 * j + g][8 * kk + 4 + t]);
@@ -353,11 +381,14 @@ __device__ void llmc_fa_tc_backward_dkdv(const llmc_attn_bwd_args &a) {
       }
     }
   }
+  #pragma unroll
   for (int i = 0; i < 2; ++i) {
     int key = w0 + g + 8 * i;
     if (key >= seq)
       continue;
+    #pragma unroll
     for (int j = 0; j < ND; ++j)
+      #pragma unroll
       for (int e = 0; e < 2; ++e) {
         int d = 8 * j + 2 * t + e;
         llmc_fa_store<T>(a.dk, llmc_fa_at(a.vdk, b, h, key, d),
@@ -386,7 +417,9 @@ __device__ void llmc_fa_tc_backward_dq(const llmc_attn_bwd_args &a) {
   llmc_fa_rows_frag<D>(dof, a.dout, a.vdout, b, h, r0, seq, lane);
   llmc_fa_tc_row_stats<D, T, ROWS>(a, b, h, q0, deltas, lses);
   float dq[ND][4];
+  #pragma unroll
   for (int j = 0; j < ND; ++j)
+    #pragma unroll
     for (int e = 0; e < 4; ++e)
       dq[j][e] = 0.0f;
   int keyEnd = a.causal ? llmc_fa_min(seq, q0 + ROWS) : seq;
@@ -405,15 +438,19 @@ __device__ void llmc_fa_tc_backward_dq(const llmc_attn_bwd_args &a) {
     if (r0 >= seq || (a.causal && k0 > r0 + 15))
       continue; // no row of this warp sees the tile (uniform)
     float s[NK][4], dp[NK][4];
+    #pragma unroll
     for (int j = 0; j < NK; ++j) {
+      #pragma unroll
       for (int e = 0; e < 4; ++e)
         s[j][e] = dp[j][e] = 0.0f;
+      #pragma unroll
       for (int kk = 0; kk < DK; ++kk) {
         llmc_fa_mma<F16>(s[j], qf[kk], ks[8 * j + g][8 * kk + t],
                          ks[8 * j + g][8 * kk + 4 + t]);
         llmc_fa_mma<F16>(dp[j], dof[kk], vs[8 * j + g][8 * kk + t],
                          vs[8 * j + g][8 * kk + 4 + t]);
       }
+      #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int r = 16 * warp + g + 8 * (e / 2), row = q0 + r;
         int key = k0 + 8 * j + 2 * t + e % 2;
@@ -422,19 +459,24 @@ __device__ void llmc_fa_tc_backward_dq(const llmc_attn_bwd_args &a) {
         dp[j][e] = visible ? p * (dp[j][e] - deltas[r]) : 0.0f; // dS
       }
     }
+    #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) {
       unsigned dsf[4];
       llmc_fa_acc_to_a<F16>(dsf, dp[2 * kk], dp[2 * kk + 1]);
+      #pragma unroll
       for (int j = 0; j < ND; ++j)
         llmc_fa_mma<F16>(dq[j], dsf, kt[8 * j + g][8 * kk + t],
                          kt[8 * j + g][8 * kk + 4 + t]);
     }
   }
+  #pragma unroll
   for (int i = 0; i < 2; ++i) {
     int row = r0 + g + 8 * i;
     if (row >= seq)
       continue;
+    #pragma unroll
     for (int j = 0; j < ND; ++j)
+      #pragma unroll
       for (int e = 0; e < 2; ++e)
         llmc_fa_store<T>(a.dq, llmc_fa_at(a.vdq, b, h, row, 8 * j + 2 * t + e),
                          dq[j][2 * i + e] * a.scale);
