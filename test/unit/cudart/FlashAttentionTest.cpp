@@ -6,20 +6,14 @@
 // kir::AttentionStep / AttentionGradStep on small odd shapes, with q, k, v
 // strided views into one fused qkv buffer; and the forward over a KV cache
 // (kvSeq keys, per-row positions) against the same kind of reference.
+#include "test/unit/cuda/EmulatedFlash.h"
+
 #include "codegen/KernelToCuda/FlashAttention.h"
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "codegen/KernelToCuda/Nvrtc.h"
 #include "runtime/Weights.h"
 
-#include "llvm/ADT/SmallString.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Program.h"
-#include "llvm/Support/raw_ostream.h"
-
 #include "gtest/gtest.h"
-
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -96,98 +90,7 @@ TEST(FlashAttentionTest, ArgumentBlockLayout) {
 // Emulation
 //===----------------------------------------------------------------------===//
 
-/// The flash module compiled with the host compiler against
-/// CudaEmulation.h, with a launch wrapper per kernel that takes the
-/// argument block.
-class EmulatedFlash {
-public:
-  using RunFn = void (*)(const void *args, const long long *grid,
-                         const int *block);
-
-  static std::unique_ptr<EmulatedFlash>
-  build(llvm::ArrayRef<FlashAttentionVariant> variants, std::string &error) {
-    std::unique_ptr<EmulatedFlash> module(new EmulatedFlash());
-    llvm::SmallString<128> dir;
-    if (std::error_code ec =
-            llvm::sys::fs::createUniqueDirectory("llmc-flash-emu", dir)) {
-      error = ec.message();
-      return nullptr;
-    }
-    module->directory = std::string(dir);
-    // CudaEmulation.h has the xor and down shuffles; the kernels also
-    // broadcast a lane with __shfl_sync.
-    std::string source =
-        "template <typename T>\n"
-        "inline T __shfl_sync(unsigned mask, T value, int lane, int = 32) {\n"
-        "  return llmc_emu_shuffle(mask, value, lane);\n}\n";
-    source += cuda::cudaLibrarySource(variants);
-    std::vector<std::string> names;
-    for (const FlashAttentionVariant &variant : variants) {
-      for (auto [name, type] :
-           {std::pair{flashForwardName(variant), "llmc_attn_fwd_args"},
-            std::pair{flashBackwardDkDvName(variant), "llmc_attn_bwd_args"},
-            std::pair{flashBackwardDqName(variant), "llmc_attn_bwd_args"}}) {
-        source += "extern \"C\" void run_" + name +
-                  "(const void *args, const long long *grid, const int "
-                  "*block) {\n  llmc_emu::launch(grid, block, [&] { " +
-                  name + "(*(const " + type + " *)args); });\n}\n";
-        names.push_back(name);
-      }
-    }
-    std::string path = module->directory + "/flash.cpp";
-    {
-      std::error_code ec;
-      llvm::raw_fd_ostream os(path, ec);
-      os << source;
-    }
-    std::string library = module->directory + "/flash.so";
-    std::string log = module->directory + "/compile.log";
-    std::string header =
-        std::string(LLMC_SOURCE_DIR) + "/test/unit/cuda/CudaEmulation.h";
-    std::vector<std::string> args = {LLMC_HOST_CXX, "-std=c++17", "-O1",
-                                     "-shared",     "-fPIC",      "-w",
-                                     "-include",    header,       "-o",
-                                     library,       path};
-    std::vector<llvm::StringRef> argv(args.begin(), args.end());
-    std::optional<llvm::StringRef> redirects[] = {
-        std::nullopt, llvm::StringRef(log), llvm::StringRef(log)};
-    std::string message;
-    if (llvm::sys::ExecuteAndWait(args[0], argv, std::nullopt, redirects, 0, 0,
-                                  &message) != 0) {
-      auto text = llvm::MemoryBuffer::getFile(log);
-      error = "host compile failed (" + message + "):\n" +
-              (text ? (*text)->getBuffer().str() : std::string());
-      return nullptr;
-    }
-    module->handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!module->handle) {
-      error = dlerror();
-      return nullptr;
-    }
-    for (const std::string &name : names)
-      module->functions[name] =
-          reinterpret_cast<RunFn>(dlsym(module->handle, ("run_" + name).c_str()));
-    return module;
-  }
-
-  ~EmulatedFlash() {
-    if (handle)
-      dlclose(handle);
-    llvm::sys::fs::remove_directories(directory);
-  }
-
-  void run(const std::string &name, const void *args,
-           const CudaLaunch &launch) const {
-    long long grid[3] = {launch.grid[0], launch.grid[1], launch.grid[2]};
-    functions.at(name)(args, grid, launch.block);
-  }
-
-private:
-  EmulatedFlash() = default;
-  std::string directory;
-  void *handle = nullptr;
-  std::map<std::string, RunFn> functions;
-};
+using llmc::test::EmulatedFlash;
 
 /// Host storage of one dtype: values as rounded by the dtype, and the raw
 /// bytes the kernels read and write.
