@@ -135,6 +135,31 @@ __device__ __forceinline__ void llmc_fa_rows_frag(unsigned frag[][4],
     }
 }
 
+// Shared tiles of rows r0 .. r0 + ROWS - 1 of a view (zero from row
+// `rows` on), by the whole block: pairs along the head dimension,
+// tile[r][c] = (row r0 + r, dims 2c, 2c + 1), or along the rows,
+// tile[d][c] = (rows r0 + 2c, r0 + 2c + 1, dim d).
+template <int D, int ROWS>
+__device__ __forceinline__ void llmc_fa_tile_along_d(
+    unsigned (*tile)[D / 2 + 4], const void *base, const llmc_attn_view &v,
+    int b, int h, int r0, int rows) {
+  for (int i = threadIdx.x; i < ROWS * D / 2; i += blockDim.x) {
+    int r = i / (D / 2), c = i % (D / 2);
+    tile[r][c] = llmc_fa_pair(base, v, b, h, r0 + r, 2 * c, r0 + r, 2 * c + 1,
+                              rows);
+  }
+}
+template <int D, int ROWS>
+__device__ __forceinline__ void llmc_fa_tile_along_rows(
+    unsigned (*tile)[ROWS / 2 + 4], const void *base, const llmc_attn_view &v,
+    int b, int h, int r0, int rows) {
+  for (int i = threadIdx.x; i < D * ROWS / 2; i += blockDim.x) {
+    int d = i / (ROWS / 2), c = i % (ROWS / 2);
+    tile[d][c] = llmc_fa_pair(base, v, b, h, r0 + 2 * c, d, r0 + 2 * c + 1, d,
+                              rows);
+  }
+}
+
 // The accumulators of n-tiles 2 kk and 2 kk + 1 as the A fragment of
 // k-step kk, rounded to the storage type.
 template <bool F16>
@@ -189,16 +214,8 @@ __device__ void llmc_fa_tc_forward(const llmc_attn_fwd_args &a) {
   }
   for (int k0 = 0; k0 < keyEnd; k0 += KEYS) {
     __syncthreads(); // the previous tile is consumed
-    for (int i = tid; i < KEYS * D / 2; i += WARPS * 32) {
-      int r = i / (D / 2), c = 2 * (i % (D / 2));
-      ks[r][c / 2] = llmc_fa_pair(a.k, a.vk, b, h, k0 + r, c, k0 + r, c + 1,
-                                  keyEnd);
-    }
-    for (int i = tid; i < D * KEYS / 2; i += WARPS * 32) {
-      int d = i / (KEYS / 2), c = 2 * (i % (KEYS / 2));
-      vt[d][c / 2] = llmc_fa_pair(a.v, a.vv, b, h, k0 + c, d, k0 + c + 1, d,
-                                  keyEnd);
-    }
+    llmc_fa_tile_along_d<D, KEYS>(ks, a.k, a.vk, b, h, k0, keyEnd);
+    llmc_fa_tile_along_rows<D, KEYS>(vt, a.v, a.vv, b, h, k0, keyEnd);
     __syncthreads();
     if (k0 >= warpEnd)
       continue; // no row of this warp sees the tile (uniform in the warp)
@@ -329,18 +346,10 @@ __device__ void llmc_fa_tc_backward_dkdv(const llmc_attn_bwd_args &a) {
   // With a causal mask only rows t >= s see key s.
   for (int t0 = a.causal ? s0 : 0; t0 < seq; t0 += ROWS) {
     __syncthreads(); // the previous tile is consumed
-    for (int i = tid; i < ROWS * D / 2; i += WARPS * 32) {
-      int r = i / (D / 2), c = 2 * (i % (D / 2));
-      qs[r][c / 2] = llmc_fa_pair(a.q, a.vq, b, h, t0 + r, c, t0 + r, c + 1, seq);
-      dos[r][c / 2] =
-          llmc_fa_pair(a.dout, a.vdout, b, h, t0 + r, c, t0 + r, c + 1, seq);
-    }
-    for (int i = tid; i < D * ROWS / 2; i += WARPS * 32) {
-      int d = i / (ROWS / 2), c = 2 * (i % (ROWS / 2));
-      qt[d][c / 2] = llmc_fa_pair(a.q, a.vq, b, h, t0 + c, d, t0 + c + 1, d, seq);
-      dot[d][c / 2] =
-          llmc_fa_pair(a.dout, a.vdout, b, h, t0 + c, d, t0 + c + 1, d, seq);
-    }
+    llmc_fa_tile_along_d<D, ROWS>(qs, a.q, a.vq, b, h, t0, seq);
+    llmc_fa_tile_along_d<D, ROWS>(dos, a.dout, a.vdout, b, h, t0, seq);
+    llmc_fa_tile_along_rows<D, ROWS>(qt, a.q, a.vq, b, h, t0, seq);
+    llmc_fa_tile_along_rows<D, ROWS>(dot, a.dout, a.vdout, b, h, t0, seq);
     llmc_fa_tc_row_stats<D, T, ROWS>(a, b, h, t0, deltas, lses);
     __syncthreads();
     if (w0 >= seq || (a.causal && w0 >= t0 + ROWS))
@@ -425,15 +434,9 @@ __device__ void llmc_fa_tc_backward_dq(const llmc_attn_bwd_args &a) {
   int keyEnd = a.causal ? llmc_fa_min(seq, q0 + ROWS) : seq;
   for (int k0 = 0; k0 < keyEnd; k0 += KEYS) {
     __syncthreads(); // the previous tile is consumed (and the row stats written)
-    for (int i = tid; i < KEYS * D / 2; i += WARPS * 32) {
-      int r = i / (D / 2), c = 2 * (i % (D / 2));
-      ks[r][c / 2] = llmc_fa_pair(a.k, a.vk, b, h, k0 + r, c, k0 + r, c + 1, seq);
-      vs[r][c / 2] = llmc_fa_pair(a.v, a.vv, b, h, k0 + r, c, k0 + r, c + 1, seq);
-    }
-    for (int i = tid; i < D * KEYS / 2; i += WARPS * 32) {
-      int d = i / (KEYS / 2), c = 2 * (i % (KEYS / 2));
-      kt[d][c / 2] = llmc_fa_pair(a.k, a.vk, b, h, k0 + c, d, k0 + c + 1, d, seq);
-    }
+    llmc_fa_tile_along_d<D, KEYS>(ks, a.k, a.vk, b, h, k0, seq);
+    llmc_fa_tile_along_d<D, KEYS>(vs, a.v, a.vv, b, h, k0, seq);
+    llmc_fa_tile_along_rows<D, KEYS>(kt, a.k, a.vk, b, h, k0, seq);
     __syncthreads();
     if (r0 >= seq || (a.causal && k0 > r0 + 15))
       continue; // no row of this warp sees the tile (uniform)

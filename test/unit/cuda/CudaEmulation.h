@@ -357,6 +357,29 @@ inline T __shfl_down_sync(unsigned mask, T value, unsigned delta,
 // Sparse tensor cores
 //===----------------------------------------------------------------------===//
 
+namespace llmc_emu {
+/// The m16n8 accumulators both mma forms share: lane's d[i] is D row g + 8
+/// (i / 2), column 2 t + i % 2 (g = lane / 4, t = lane % 4), and becomes
+/// d[i] + the sum over k < depth of aAt(row, k) bAt(k, col), in double,
+/// rounded to f32 once; every lane computes from the slots before the
+/// barrier that frees them.
+template <typename AAt, typename BAt>
+inline void mmaAccumulate(float d[4], int lane, int depth, AAt aAt, BAt bAt) {
+  int g = lane / 4, t = lane % 4;
+  float result[4];
+  for (int i = 0; i < 4; ++i) {
+    int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    double sum = double(d[i]);
+    for (int k = 0; k < depth; ++k)
+      sum += aAt(row, k) * bAt(k, col);
+    result[i] = float(sum);
+  }
+  warpBarrier(0xffffffffu); // every lane has read before any slot is reused
+  for (int i = 0; i < 4; ++i)
+    d[i] = result[i];
+}
+} // namespace llmc_emu
+
 /// mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.T.T.f32
 /// {d}, {a}, {b}, {d}, e, selector (T = f16 with `f16`, else bf16): d +=
 /// A (16x32, 2:4 sparse) x B (32x8), as the PTX ISA defines it (section
@@ -431,18 +454,7 @@ inline void llmc_emu_mma_sp_m16n8k32(bool f16, float d[4],
     uint32_t pair = slot(4 * col + row % 8 / 2, 4 + row / 8);
     return widen(row % 2 ? pair >> 16 : pair);
   };
-  int g = lane / 4, t = lane % 4;
-  float result[4];
-  for (int i = 0; i < 4; ++i) {
-    int row = g + 8 * (i / 2), col = 2 * t + i % 2;
-    double sum = double(d[i]);
-    for (int k = 0; k < 32; ++k)
-      sum += aAt(row, k) * bAt(k, col);
-    result[i] = float(sum);
-  }
-  warpBarrier(0xffffffffu); // every lane has read before any slot is reused
-  for (int i = 0; i < 4; ++i)
-    d[i] = result[i];
+  mmaAccumulate(d, lane, 32, aAt, bAt);
 }
 
 //===----------------------------------------------------------------------===//
@@ -504,18 +516,7 @@ inline void llmc_emu_mma_m16n8k16(bool f16, float d[4], const unsigned a[4],
   auto bAt = [&](int row, int col) {
     return half(slot(4 * col + row % 8 / 2, 4 + row / 8), row % 2);
   };
-  int g = lane / 4, t = lane % 4;
-  float result[4];
-  for (int i = 0; i < 4; ++i) {
-    int row = g + 8 * (i / 2), col = 2 * t + i % 2;
-    double sum = double(d[i]);
-    for (int k = 0; k < 16; ++k)
-      sum += aAt(row, k) * bAt(k, col);
-    result[i] = float(sum);
-  }
-  warpBarrier(0xffffffffu); // every lane has read before any slot is reused
-  for (int i = 0; i < 4; ++i)
-    d[i] = result[i];
+  mmaAccumulate(d, lane, 16, aAt, bAt);
 }
 
 #endif // LLMC_TEST_UNIT_CUDA_CUDAEMULATION_H
