@@ -172,6 +172,43 @@ __device__ __forceinline__ void llmc_fa_acc_to_a(unsigned a[4],
   a[3] = llmc_fa_pack<F16>(hi[2], hi[3]);
 }
 
+// acc[j] = A (16 x D: `frag`) B (D x 8: rows 8 j .. 8 j + 7 of `tile`,
+// pairs along d, transposed) for the n-tiles j < N: S = Q K^T and its kin.
+template <bool F16, int D, int N>
+__device__ __forceinline__ void llmc_fa_product_over_d(
+    float acc[][4], const unsigned frag[][4], const unsigned (*tile)[D / 2 + 4],
+    int lane) {
+  const int g = lane / 4, t = lane % 4;
+  #pragma unroll
+  for (int j = 0; j < N; ++j) {
+    #pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[j][e] = 0.0f;
+    #pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      llmc_fa_mma<F16>(acc[j], frag[kk], tile[8 * j + g][8 * kk + t],
+                       tile[8 * j + g][8 * kk + 4 + t]);
+  }
+}
+
+// acc (16 x D) += left (16 x K, accumulators rounded to the storage type)
+// B (K x D: `tile`, pairs along K): P V and its kin.
+template <bool F16, int D, int K>
+__device__ __forceinline__ void llmc_fa_product_over_rows(
+    float acc[][4], const float left[][4], const unsigned (*tile)[K / 2 + 4],
+    int lane) {
+  const int g = lane / 4, t = lane % 4;
+  #pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    unsigned a[4];
+    llmc_fa_acc_to_a<F16>(a, left[2 * kk], left[2 * kk + 1]);
+    #pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+      llmc_fa_mma<F16>(acc[j], a, tile[8 * j + g][8 * kk + t],
+                       tile[8 * j + g][8 * kk + 4 + t]);
+  }
+}
+
 template <int D, typename T>
 __device__ void llmc_fa_tc_forward(const llmc_attn_fwd_args &a) {
   constexpr bool F16 = llmc_fa_tc_is_f16<T>::value;
@@ -220,16 +257,7 @@ __device__ void llmc_fa_tc_forward(const llmc_attn_fwd_args &a) {
     if (k0 >= warpEnd)
       continue; // no row of this warp sees the tile (uniform in the warp)
     float s[NK][4];
-    #pragma unroll
-    for (int j = 0; j < NK; ++j) {
-      #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[j][e] = 0.0f;
-      #pragma unroll
-      for (int kk = 0; kk < DK; ++kk)
-        llmc_fa_mma<F16>(s[j], qf[kk], ks[8 * j + g][8 * kk + t],
-                         ks[8 * j + g][8 * kk + 4 + t]);
-    }
+    llmc_fa_product_over_d<F16, D, NK>(s, qf, ks, lane);
     #pragma unroll
     for (int i = 0; i < 2; ++i) { // rows g and g + 8
       float tileMax = -llmc_fa_inf();
@@ -265,15 +293,7 @@ __device__ void llmc_fa_tc_forward(const llmc_attn_fwd_args &a) {
       }
       m[i] = newMax;
     }
-    #pragma unroll
-    for (int kk = 0; kk < KEYS / 16; ++kk) {
-      unsigned pf[4];
-      llmc_fa_acc_to_a<F16>(pf, s[2 * kk], s[2 * kk + 1]);
-      #pragma unroll
-      for (int j = 0; j < ND; ++j)
-        llmc_fa_mma<F16>(o[j], pf, vt[8 * j + g][8 * kk + t],
-                         vt[8 * j + g][8 * kk + 4 + t]);
-    }
+    llmc_fa_product_over_rows<F16, D, KEYS>(o, s, vt, lane);
   }
   #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -355,18 +375,10 @@ __device__ void llmc_fa_tc_backward_dkdv(const llmc_attn_bwd_args &a) {
     if (w0 >= seq || (a.causal && w0 >= t0 + ROWS))
       continue; // this warp's keys see none of the tile (uniform)
     float st[NR][4], dpt[NR][4]; // S^T, dP^T: keys x query rows
+    llmc_fa_product_over_d<F16, D, NR>(st, kf, qs, lane);
+    llmc_fa_product_over_d<F16, D, NR>(dpt, vf, dos, lane);
     #pragma unroll
     for (int j = 0; j < NR; ++j) {
-      #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        st[j][e] = dpt[j][e] = 0.0f;
-      #pragma unroll
-      for (int kk = 0; kk < DK; ++kk) {
-        llmc_fa_mma<F16>(st[j], kf[kk], qs[8 * j + g][8 * kk + t],
-                         qs[8 * j + g][8 * kk + 4 + t]);
-        llmc_fa_mma<F16>(dpt[j], vf[kk], dos[8 * j + g][8 * kk + t],
-                         dos[8 * j + g][8 * kk + 4 + t]);
-      }
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int key = w0 + g + 8 * (e / 2), r = 8 * j + 2 * t + e % 2, row = t0 + r;
@@ -376,19 +388,8 @@ __device__ void llmc_fa_tc_backward_dkdv(const llmc_attn_bwd_args &a) {
         dpt[j][e] = visible ? p * (dpt[j][e] - deltas[r]) : 0.0f; // dS^T
       }
     }
-    #pragma unroll
-    for (int kk = 0; kk < ROWS / 16; ++kk) {
-      unsigned pf[4], dsf[4];
-      llmc_fa_acc_to_a<F16>(pf, st[2 * kk], st[2 * kk + 1]);
-      llmc_fa_acc_to_a<F16>(dsf, dpt[2 * kk], dpt[2 * kk + 1]);
-      #pragma unroll
-      for (int j = 0; j < ND; ++j) {
-        llmc_fa_mma<F16>(dv[j], pf, dot[8 * j + g][8 * kk + t],
-                         dot[8 * j + g][8 * kk + 4 + t]);
-        llmc_fa_mma<F16>(dk[j], dsf, qt[8 * j + g][8 * kk + t],
-                         qt[8 * j + g][8 * kk + 4 + t]);
-      }
-    }
+    llmc_fa_product_over_rows<F16, D, ROWS>(dv, st, dot, lane);
+    llmc_fa_product_over_rows<F16, D, ROWS>(dk, dpt, qt, lane);
   }
   #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -441,18 +442,10 @@ __device__ void llmc_fa_tc_backward_dq(const llmc_attn_bwd_args &a) {
     if (r0 >= seq || (a.causal && k0 > r0 + 15))
       continue; // no row of this warp sees the tile (uniform)
     float s[NK][4], dp[NK][4];
+    llmc_fa_product_over_d<F16, D, NK>(s, qf, ks, lane);
+    llmc_fa_product_over_d<F16, D, NK>(dp, dof, vs, lane);
     #pragma unroll
     for (int j = 0; j < NK; ++j) {
-      #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[j][e] = dp[j][e] = 0.0f;
-      #pragma unroll
-      for (int kk = 0; kk < DK; ++kk) {
-        llmc_fa_mma<F16>(s[j], qf[kk], ks[8 * j + g][8 * kk + t],
-                         ks[8 * j + g][8 * kk + 4 + t]);
-        llmc_fa_mma<F16>(dp[j], dof[kk], vs[8 * j + g][8 * kk + t],
-                         vs[8 * j + g][8 * kk + 4 + t]);
-      }
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int r = 16 * warp + g + 8 * (e / 2), row = q0 + r;
@@ -462,15 +455,7 @@ __device__ void llmc_fa_tc_backward_dq(const llmc_attn_bwd_args &a) {
         dp[j][e] = visible ? p * (dp[j][e] - deltas[r]) : 0.0f; // dS
       }
     }
-    #pragma unroll
-    for (int kk = 0; kk < KEYS / 16; ++kk) {
-      unsigned dsf[4];
-      llmc_fa_acc_to_a<F16>(dsf, dp[2 * kk], dp[2 * kk + 1]);
-      #pragma unroll
-      for (int j = 0; j < ND; ++j)
-        llmc_fa_mma<F16>(dq[j], dsf, kt[8 * j + g][8 * kk + t],
-                         kt[8 * j + g][8 * kk + 4 + t]);
-    }
+    llmc_fa_product_over_rows<F16, D, KEYS>(dq, dp, kt, lane);
   }
   #pragma unroll
   for (int i = 0; i < 2; ++i) {
