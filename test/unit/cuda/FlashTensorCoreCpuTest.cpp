@@ -17,6 +17,9 @@
 #include "test/unit/kernel/CompileUtil.h"
 #include "test/unit/lowp/LowPrecisionTestUtil.h"
 
+#include "codegen/KernelToCuda/CudaCompiler.h"
+#include "codegen/KernelToCuda/Nvrtc.h"
+
 #include "gtest/gtest.h"
 
 #include <cmath>
@@ -51,6 +54,18 @@ func.func @f(%q: tensor<2x2x80xDxFT> {llmc.input = "q"},
 }
 )mlir";
 
+/// kAttention at head size `headDim` in `type`, lowered as `llmc run`
+/// lowers it.
+mlir::FailureOr<kir::Program> attentionProgram(mlir::MLIRContext &context,
+                                               int64_t headDim,
+                                               kir::DType type) {
+  std::string source = instantiate(kAttention, type);
+  for (size_t at = source.find("xDx"); at != std::string::npos;
+       at = source.find("xDx", at))
+    source.replace(at, 3, "x" + std::to_string(headDim) + "x");
+  return compileFunction(context, source, "f");
+}
+
 cuda::AttentionViewArgs viewArgs(const kir::View &view) {
   cuda::AttentionViewArgs args;
   args.offset = view.offset;
@@ -71,12 +86,8 @@ TEST_P(FlashTensorCoreCpuTest, MatchesTheCpuBackend) {
   const auto [D, type] = GetParam();
   const cuda::FlashAttentionVariant variant{D, type};
   ASSERT_TRUE(cuda::usesTensorCores(variant));
-  std::string source = instantiate(kAttention, type);
-  for (size_t at = source.find("xDx"); at != std::string::npos;
-       at = source.find("xDx", at))
-    source.replace(at, 3, "x" + std::to_string(D) + "x");
   mlir::MLIRContext context;
-  auto program = compileFunction(context, source, "f");
+  auto program = attentionProgram(context, D, type);
   ASSERT_TRUE(mlir::succeeded(program));
   auto forward = stepsOf(*program, kir::StepKind::Attention);
   auto backward = stepsOf(*program, kir::StepKind::AttentionGrad);
@@ -239,6 +250,46 @@ TEST_P(FlashTensorCoreCpuTest, MatchesTheCpuBackend) {
   compare("dq", ba.dq, type, D, u);
   compare("dk", ba.dk, type, D, u);
   compare("dv", ba.dv, type, D, u);
+}
+
+// The CUDA compiler (what the executor loads) gives a bf16 head-size-64
+// program's attention steps the tensor-core kernels and their launches.
+TEST(FlashTensorCoreCpuTest, TheCudaCompilerSelectsThem) {
+  std::string why;
+  if (!cuda::nvrtcAvailable(&why))
+    GTEST_SKIP() << "NVRTC not available: " << why;
+  mlir::MLIRContext context;
+  auto program = attentionProgram(context, 64, kir::DType::BF16);
+  ASSERT_TRUE(mlir::succeeded(program));
+  cuda::CudaCompilerOptions options;
+  options.nvrtc.archs = {80};
+  options.nvrtc.ptxArch = 0;
+  options.nvrtc.cacheEnabled = false;
+  auto modules = cuda::compileCudaModules(*program, options);
+  ASSERT_TRUE(bool(modules)) << llvm::toString(modules.takeError());
+  cuda::FlashAttentionVariant variant{64, kir::DType::BF16};
+  int attention = 0;
+  for (auto [index, step] : llvm::enumerate(program->steps)) {
+    const std::vector<cuda::LibraryKernel> &kernels =
+        modules->stepKernels[index];
+    if (step.kind == kir::StepKind::Attention) {
+      ++attention;
+      ASSERT_EQ(kernels.size(), 1u);
+      EXPECT_EQ(kernels[0].name, "llmc_flash_tc_fwd_d64_bf16");
+      EXPECT_EQ(kernels[0].launch.grid[0],
+                cuda::flashForwardLaunch(variant, 2, 2, 80).grid[0]);
+      EXPECT_EQ(kernels[0].launch.grid[0], 2); // 64 rows a block
+    }
+    if (step.kind == kir::StepKind::AttentionGrad) {
+      ++attention;
+      ASSERT_EQ(kernels.size(), 2u);
+      EXPECT_EQ(kernels[0].name, "llmc_flash_tc_bwd_dkdv_d64_bf16");
+      EXPECT_EQ(kernels[1].name, "llmc_flash_tc_bwd_dq_d64_bf16");
+      EXPECT_EQ(kernels[1].launch.grid[1], 4); // batch x heads
+    }
+  }
+  EXPECT_EQ(attention, 2);
+  EXPECT_TRUE(modules->hasLibrary);
 }
 
 INSTANTIATE_TEST_SUITE_P(
