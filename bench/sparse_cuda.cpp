@@ -8,6 +8,8 @@
 // largest |y|). Without a GPU it says so and exits 0.
 //
 //   bench-sparse-cuda [--reps N]
+#include "bench/CudaBench.h"
+
 #include "codegen/KernelToCuda/Nvrtc.h"
 #include "codegen/KernelToCuda/SparseGemm.h"
 #include "runtime/Cuda/CudaApi.h"
@@ -30,62 +32,14 @@ llvm::cl::opt<int> reps("reps", llvm::cl::desc("Timed runs per case (best "
                                                "counts; default 20)"),
                         llvm::cl::init(20));
 
-/// Exits with the error's message (a bench has no recovery).
-template <typename T> T orDie(llvm::Expected<T> value, const char *what) {
-  if (!value) {
-    llvm::errs() << "bench-sparse-cuda: " << what << ": "
-                 << llvm::toString(value.takeError()) << "\n";
-    std::exit(1);
-  }
-  return std::move(*value);
-}
-void orDie(llvm::Error error, const char *what) {
-  if (error) {
-    llvm::errs() << "bench-sparse-cuda: " << what << ": "
-                 << llvm::toString(std::move(error)) << "\n";
-    std::exit(1);
-  }
-}
+using bench::orDie;
 
-struct Gpu {
-  const cuda::DriverApi *cu = nullptr;
+struct Gpu : bench::CudaBenchGpu {
   const cuda::CublasLtApi *lt = nullptr;
-  CUcontext context = nullptr;
-  CUstream stream = nullptr;
   cublasLtHandle_t handle = nullptr;
   CUfunction sparse = nullptr;
   CUdeviceptr workspace = 0;
   static constexpr size_t kWorkspace = 32 << 20;
-
-  CUdeviceptr upload(const void *data, size_t bytes) {
-    CUdeviceptr p = 0;
-    orDie(cuda::checkDriver(*cu, cu->memAlloc(&p, bytes), "cuMemAlloc"),
-          "allocate");
-    orDie(cuda::checkDriver(*cu, cu->memcpyHtoDAsync(p, data, bytes, stream),
-                            "cuMemcpyHtoDAsync"),
-          "upload");
-    return p;
-  }
-  /// Milliseconds of the best of `reps` runs of fn (events on the stream).
-  template <typename Fn> double bestMs(Fn &&fn) {
-    CUevent start, end;
-    cu->eventCreate(&start, CU_EVENT_DEFAULT);
-    cu->eventCreate(&end, CU_EVENT_DEFAULT);
-    fn(); // warm-up
-    double best = 1e30;
-    for (int r = 0; r < reps; ++r) {
-      cu->eventRecord(start, stream);
-      fn();
-      cu->eventRecord(end, stream);
-      cu->eventSynchronize(end);
-      float ms = 0;
-      cu->eventElapsedTime(&ms, start, end);
-      best = std::min(best, double(ms));
-    }
-    cu->eventDestroy(start);
-    cu->eventDestroy(end);
-    return best;
-  }
 };
 
 /// cuBLASLt's y[m, n] (row-major, f32) = x[m, k] (bf16) · W[n, k]ᵀ (bf16):
@@ -179,20 +133,9 @@ void benchShape(Gpu &gpu, const char *name, int64_t m, int64_t n, int64_t k) {
       reinterpret_cast<const void *>(dMeta), reinterpret_cast<const void *>(dX),
       k, reinterpret_cast<float *>(dSparse), n);
   cuda::CudaLaunch launch = cuda::sparseGemmLaunch(n, m);
-  void *params[] = {&args};
-  auto runSparse = [&] {
-    orDie(cuda::checkDriver(
-              *gpu.cu,
-              gpu.cu->launchKernel(gpu.sparse, unsigned(launch.grid[0]),
-                                   unsigned(launch.grid[1]),
-                                   unsigned(launch.grid[2]), launch.block[0],
-                                   launch.block[1], launch.block[2], 0,
-                                   gpu.stream, params, nullptr),
-              "cuLaunchKernel"),
-          "2:4 GEMM");
-  };
-  double denseMs = gpu.bestMs([&] { dense.run(gpu, dW, dX, dDense); });
-  double sparseMs = gpu.bestMs(runSparse);
+  auto runSparse = [&] { gpu.launch(gpu.sparse, launch, &args, "2:4 GEMM"); };
+  double denseMs = gpu.bestMs(reps, [&] { dense.run(gpu, dW, dX, dDense); });
+  double sparseMs = gpu.bestMs(reps, runSparse);
 
   std::vector<float> yDense(m * n), ySparse(m * n);
   gpu.cu->memcpyDtoHAsync(yDense.data(), dDense, yDense.size() * 4,
@@ -221,71 +164,24 @@ int main(int argc, char **argv) {
   llvm::cl::ParseCommandLineOptions(
       argc, argv,
       "bench-sparse-cuda: 2:4 mma.sp GEMM vs cuBLASLt dense bf16\n");
-  llvm::Expected<const cuda::DriverApi *> driver = cuda::loadDriver();
-  if (!driver) {
-    llvm::outs() << "bench-sparse-cuda: no GPU here ("
-                 << llvm::toString(driver.takeError())
-                 << "): nothing measured\n";
+  bench::cudaBenchName() = "bench-sparse-cuda";
+  std::optional<bench::CudaBenchGpu> opened =
+      bench::CudaBenchGpu::open("sparse tensor cores");
+  if (!opened)
     return 0;
-  }
   Gpu gpu;
-  gpu.cu = *driver;
-  int devices = 0;
-  if (gpu.cu->deviceGetCount(&devices) != CUDA_SUCCESS || devices == 0) {
-    llvm::outs() << "bench-sparse-cuda: the CUDA driver finds no GPU: "
-                    "nothing measured\n";
-    return 0;
-  }
-  CUdevice device = 0;
-  orDie(cuda::checkDriver(*gpu.cu, gpu.cu->deviceGet(&device, 0),
-                          "cuDeviceGet"),
-        "device");
-  int major = 0, minor = 0;
-  gpu.cu->deviceGetAttribute(
-      &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
-  gpu.cu->deviceGetAttribute(
-      &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
-  char deviceName[256] = {};
-  gpu.cu->deviceGetName(deviceName, sizeof(deviceName), device);
-  if (major < 8) {
-    llvm::outs() << "bench-sparse-cuda: " << deviceName << " (sm_" << major
-                 << minor << ") has no sparse tensor cores (sm_80 and "
-                 << "later): nothing measured\n";
-    return 0;
-  }
+  static_cast<bench::CudaBenchGpu &>(gpu) = *opened;
   gpu.lt = orDie(cuda::loadCublasLt(), "cuBLASLt");
-  orDie(cuda::checkDriver(*gpu.cu,
-                          gpu.cu->devicePrimaryCtxRetain(&gpu.context, device),
-                          "cuDevicePrimaryCtxRetain"),
-        "context");
-  gpu.cu->ctxSetCurrent(gpu.context);
-  gpu.cu->streamCreate(&gpu.stream, CU_STREAM_NON_BLOCKING);
   orDie(cuda::checkCublas(*gpu.lt, gpu.lt->create(&gpu.handle),
                           "cublasLtCreate"),
         "cuBLASLt");
   gpu.cu->memAlloc(&gpu.workspace, Gpu::kWorkspace);
+  gpu.sparse = gpu.function(
+      gpu.load(cuda::emitSparseGemmModule(), "sparse_gemm.cu"),
+      cuda::sparseGemmName(false));
 
-  cuda::NvrtcOptions options; // sm_80, sm_90 cubins and compute_80 PTX
-  cuda::CudaBinaries binaries = orDie(
-      cuda::compileCuda(cuda::emitSparseGemmModule(), "sparse_gemm.cu",
-                        options),
-      "NVRTC");
-  cuda::CudaImage image =
-      orDie(binaries.imageFor(major * 10 + minor), "module image");
-  CUmodule module = nullptr;
-  orDie(cuda::checkDriver(*gpu.cu, gpu.cu->moduleLoadData(&module, image.data),
-                          "cuModuleLoadData"),
-        "module");
-  orDie(cuda::checkDriver(*gpu.cu,
-                          gpu.cu->moduleGetFunction(
-                              &gpu.sparse, module,
-                              cuda::sparseGemmName(false).c_str()),
-                          "cuModuleGetFunction"),
-        "kernel");
-
-  llvm::outs() << "bench-sparse-cuda: " << deviceName << " (sm_" << major
-               << minor << "), cuBLASLt " << gpu.lt->getVersion()
-               << ", best of " << reps << " runs\n";
+  llvm::outs() << "bench-sparse-cuda: " << gpu.describe() << ", cuBLASLt "
+               << gpu.lt->getVersion() << ", best of " << reps << " runs\n";
   llvm::outs() << "y = x W^T, bf16 x and W, f32 y and accumulation; W 2:4 "
                   "(dense: cuBLASLt on the masked W; 2:4: mma.sp on the "
                   "packed W)\n";

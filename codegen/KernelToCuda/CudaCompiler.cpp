@@ -103,7 +103,7 @@ llmc::cuda::compileCudaModules(const kir::Program &prog,
                                     prog.buffers[att.q.buffer].dtype};
       variants.push_back(variant);
       kernels.push_back({flashForwardName(variant),
-                         flashForwardLaunch(att.batch, att.heads, att.seq)});
+                         flashForwardLaunch(variant, att.batch, att.heads, att.seq)});
     } else if (step.kind == kir::StepKind::AttentionGrad) {
       const kir::AttentionGradStep &att = step.attentionGrad;
       FlashAttentionVariant variant{att.headDim,
@@ -111,9 +111,9 @@ llmc::cuda::compileCudaModules(const kir::Program &prog,
       variants.push_back(variant);
       kernels.push_back(
           {flashBackwardDkDvName(variant),
-           flashBackwardDkDvLaunch(att.batch, att.heads, att.seq)});
+           flashBackwardDkDvLaunch(variant, att.batch, att.heads, att.seq)});
       kernels.push_back({flashBackwardDqName(variant),
-                         flashBackwardDqLaunch(att.batch, att.heads, att.seq)});
+                         flashBackwardDqLaunch(variant, att.batch, att.heads, att.seq)});
     } else if (step.kind == kir::StepKind::EmbeddingGrad) {
       const kir::EmbeddingGradStep &e = step.embeddingGrad;
       needEmbedding = true;

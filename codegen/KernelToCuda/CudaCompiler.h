@@ -36,8 +36,10 @@ struct CudaCompilerOptions {
 std::string cudaLibrarySource(llvm::ArrayRef<FlashAttentionVariant> variants);
 
 /// Compiles (or takes from `options`) everything the CUDA executor loads
-/// for `program`. Fails when NVRTC is missing or rejects a source, or when
-/// an attention step's head size or type has no flash kernel.
+/// for `program`; attention steps get the tensor-core flash kernels where
+/// usesTensorCores (f16/bf16, head size 64 or 128), else the CUDA-core
+/// ones. Fails when NVRTC is missing or rejects a source, or when an
+/// attention step's head size or type has no flash kernel.
 llvm::Expected<CudaModules>
 compileCudaModules(const kir::Program &program,
                    const CudaCompilerOptions &options = {});

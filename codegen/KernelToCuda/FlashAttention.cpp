@@ -1,7 +1,9 @@
 // Flash attention kernels as CUDA C++ source: one template per kernel kind,
 // instantiated per head size and storage dtype.
 #include "codegen/KernelToCuda/FlashAttention.h"
+#include "codegen/KernelToCuda/FlashAttentionTc.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <set>
@@ -455,16 +457,27 @@ bool llmc::cuda::isSupported(const FlashAttentionVariant &variant,
   return true;
 }
 
+bool llmc::cuda::usesTensorCores(const FlashAttentionVariant &variant) {
+  return !variant.scalar &&
+         (variant.dtype == kir::DType::F16 ||
+          variant.dtype == kir::DType::BF16) &&
+         (variant.headDim == 64 || variant.headDim == 128);
+}
+
+static std::string prefix(const FlashAttentionVariant &variant) {
+  return usesTensorCores(variant) ? "llmc_flash_tc_" : "llmc_flash_";
+}
+
 std::string llmc::cuda::flashForwardName(const FlashAttentionVariant &variant) {
-  return "llmc_flash_fwd_" + suffix(variant);
+  return prefix(variant) + "fwd_" + suffix(variant);
 }
 std::string
 llmc::cuda::flashBackwardDkDvName(const FlashAttentionVariant &variant) {
-  return "llmc_flash_bwd_dkdv_" + suffix(variant);
+  return prefix(variant) + "bwd_dkdv_" + suffix(variant);
 }
 std::string
 llmc::cuda::flashBackwardDqName(const FlashAttentionVariant &variant) {
-  return "llmc_flash_bwd_dq_" + suffix(variant);
+  return prefix(variant) + "bwd_dq_" + suffix(variant);
 }
 
 std::string llmc::cuda::emitFlashAttentionModule(
@@ -473,10 +486,16 @@ std::string llmc::cuda::emitFlashAttentionModule(
                                      kFlashAttentionVersion)
                            .str();
   source += kCommonSource;
-  std::set<std::pair<int64_t, int>> emitted;
+  if (llvm::any_of(variants, usesTensorCores))
+    source += tc::templateSource();
+  std::set<std::string> emitted;
   for (const FlashAttentionVariant &variant : variants) {
-    if (!emitted.insert({variant.headDim, int(variant.dtype)}).second)
+    if (!emitted.insert(flashForwardName(variant)).second)
       continue;
+    if (usesTensorCores(variant)) {
+      source += tc::instantiate(variant);
+      continue;
+    }
     const char *type = storageType(variant.dtype);
     source += llvm::formatv(
         "\nextern \"C\" __global__ void __launch_bounds__({0})\n"
@@ -509,15 +528,24 @@ static CudaLaunch tiled(int64_t batch, int64_t heads, int64_t seq,
   return launch;
 }
 
-CudaLaunch llmc::cuda::flashForwardLaunch(int64_t batch, int64_t heads,
+// Both implementations run kWarps == tc::kWarps warps per block.
+static_assert(kWarps == tc::kWarps, "one block size for both kernels");
+
+CudaLaunch llmc::cuda::flashForwardLaunch(const FlashAttentionVariant &variant,
+                                          int64_t batch, int64_t heads,
                                           int64_t seq) {
-  return tiled(batch, heads, seq, kForwardRows);
+  return tiled(batch, heads, seq,
+               usesTensorCores(variant) ? tc::kForwardRows : kForwardRows);
 }
-CudaLaunch llmc::cuda::flashBackwardDkDvLaunch(int64_t batch, int64_t heads,
-                                               int64_t seq) {
-  return tiled(batch, heads, seq, kDkDvKeys);
+CudaLaunch
+llmc::cuda::flashBackwardDkDvLaunch(const FlashAttentionVariant &variant,
+                                    int64_t batch, int64_t heads, int64_t seq) {
+  return tiled(batch, heads, seq,
+               usesTensorCores(variant) ? tc::kDkDvKeys : kDkDvKeys);
 }
-CudaLaunch llmc::cuda::flashBackwardDqLaunch(int64_t batch, int64_t heads,
-                                             int64_t seq) {
-  return tiled(batch, heads, seq, kDqRows);
+CudaLaunch
+llmc::cuda::flashBackwardDqLaunch(const FlashAttentionVariant &variant,
+                                  int64_t batch, int64_t heads, int64_t seq) {
+  return tiled(batch, heads, seq,
+               usesTensorCores(variant) ? tc::kDqRows : kDqRows);
 }

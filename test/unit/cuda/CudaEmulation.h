@@ -9,9 +9,11 @@
 // it synchronizes with has arrived. Shared memory is per block (a
 // `__shared__` variable is a static, and blocks do not overlap in time).
 // Shuffles exchange values through per-warp slots between two barriers, and
-// so does the one tensor-core instruction emulated, the sparse
+// so do the two tensor-core instructions emulated: the dense
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32
+// (llmc_emu_mma_m16n8k16) and the sparse
 // mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.{bf16,f16}
-// (llmc_emu_mma_sp_m16n8k32, below).
+// (llmc_emu_mma_sp_m16n8k32), both below with exactly what they reproduce.
 // __half and __nv_bfloat16 are 16-bit types with round-to-nearest-even
 // conversions, like cuda_fp16.h's __float2half_rn and __float2bfloat16_rn.
 // The math functions are the host's (glibc), not CUDA's.
@@ -156,13 +158,14 @@ struct Block {
   int blockArrived = 0;
   std::vector<int> warpArrived; // per warp
   std::vector<uint64_t> slots;  // per thread: its shuffle operand
-  std::vector<uint32_t> mmaSlots; // per thread: its mma.sp registers
+  std::vector<uint32_t> mmaSlots; // per thread: its mma / mma.sp registers
   const std::function<void()> *body = nullptr;
 };
 
 static Block *running = nullptr;
 constexpr size_t kStackBytes = 256 * 1024;
-// mma.sp's registers of one lane: A (4), B (4), C (4), metadata (1).
+// mma.sp's registers of one lane: A (4), B (4), C (4), metadata (1); the
+// dense m16n8k16 uses the first 6 (A 4, B 2; each lane keeps its own C).
 constexpr size_t kMmaSlotWords = 13;
 
 [[noreturn]] inline void fail(const char *what) {
@@ -354,6 +357,29 @@ inline T __shfl_down_sync(unsigned mask, T value, unsigned delta,
 // Sparse tensor cores
 //===----------------------------------------------------------------------===//
 
+namespace llmc_emu {
+/// The m16n8 accumulators both mma forms share: lane's d[i] is D row g + 8
+/// (i / 2), column 2 t + i % 2 (g = lane / 4, t = lane % 4), and becomes
+/// d[i] + the sum over k < depth of aAt(row, k) bAt(k, col), in double,
+/// rounded to f32 once; every lane computes from the slots before the
+/// barrier that frees them.
+template <typename AAt, typename BAt>
+inline void mmaAccumulate(float d[4], int lane, int depth, AAt aAt, BAt bAt) {
+  int g = lane / 4, t = lane % 4;
+  float result[4];
+  for (int i = 0; i < 4; ++i) {
+    int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    double sum = double(d[i]);
+    for (int k = 0; k < depth; ++k)
+      sum += aAt(row, k) * bAt(k, col);
+    result[i] = float(sum);
+  }
+  warpBarrier(0xffffffffu); // every lane has read before any slot is reused
+  for (int i = 0; i < 4; ++i)
+    d[i] = result[i];
+}
+} // namespace llmc_emu
+
 /// mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.T.T.f32
 /// {d}, {a}, {b}, {d}, e, selector (T = f16 with `f16`, else bf16): d +=
 /// A (16x32, 2:4 sparse) x B (32x8), as the PTX ISA defines it (section
@@ -428,18 +454,69 @@ inline void llmc_emu_mma_sp_m16n8k32(bool f16, float d[4],
     uint32_t pair = slot(4 * col + row % 8 / 2, 4 + row / 8);
     return widen(row % 2 ? pair >> 16 : pair);
   };
-  int g = lane / 4, t = lane % 4;
-  float result[4];
-  for (int i = 0; i < 4; ++i) {
-    int row = g + 8 * (i / 2), col = 2 * t + i % 2;
-    double sum = double(d[i]);
-    for (int k = 0; k < 32; ++k)
-      sum += aAt(row, k) * bAt(k, col);
-    result[i] = float(sum);
-  }
-  warpBarrier(0xffffffffu); // every lane has read before any slot is reused
-  for (int i = 0; i < 4; ++i)
-    d[i] = result[i];
+  mmaAccumulate(d, lane, 32, aAt, bAt);
+}
+
+//===----------------------------------------------------------------------===//
+// Dense tensor cores
+//===----------------------------------------------------------------------===//
+
+/// mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 {d}, {a}, {b}, {d} (T =
+/// f16 with `f16`, else bf16): d += A (16x16) x B (16x8), with the
+/// fragments of the PTX ISA, section 9.7.14.5.8, "Matrix Fragments for
+/// mma.m16n8k16 with floating point type"; with groupID g = lane / 4,
+/// threadID_in_group t = lane % 4, and two 16-bit elements per register,
+/// the lower-indexed one in bits 0..15:
+///   - a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1],
+///     a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9]
+///     (elements a0..a7: row g for a0, a1, a4, a5, else g + 8; column
+///     2t + (i & 1), plus 8 for i >= 4);
+///   - b[0] = B[2t, 2t+1][g], b[1] = B[2t+8, 2t+9][g] (column g);
+///   - d[i] = D[g + 8 (i / 2)][2t + i % 2].
+/// Every lane of the warp must call it (.sync.aligned: all 32 lanes, one
+/// call site's worth of arguments each): each writes its registers to its
+/// slots, a warp barrier, each computes its own 4 results from all lanes'
+/// slots, a second barrier before any slot is reused. Reproduced: which
+/// lane holds which element of A, B, C and D, the f16 / bf16 decoding of
+/// the inputs (subnormals included; NaN and infinity propagate as in
+/// double), f32 accumulation into c. Not reproduced bitwise: the order and
+/// the intermediate precision of the tensor core's sums (the 16 products
+/// are exact here and summed with c in double, then rounded to f32 once,
+/// at least as accurate as the hardware), and the hardware's handling of
+/// f32 subnormal results. So a kernel passes here with a fragment or
+/// packing error only if the error cancels out; its accuracy on a GPU may
+/// be a few f32 ulps worse per instruction.
+inline void llmc_emu_mma_m16n8k16(bool f16, float d[4], const unsigned a[4],
+                                  const unsigned b[2]) {
+  using namespace llmc_emu;
+  int id = running->current, lane = id % 32, first = id - lane;
+  if (first + 32 > int(running->threads.size()))
+    fail("mma m16n8k16 in a warp of fewer than 32 threads");
+  uint32_t *mine = &running->mmaSlots[size_t(id) * kMmaSlotWords];
+  for (int r = 0; r < 4; ++r)
+    mine[r] = a[r];
+  mine[4] = b[0];
+  mine[5] = b[1];
+  warpBarrier(0xffffffffu); // every lane's registers are in its slots
+  auto slot = [&](int fromLane, int word) {
+    return running->mmaSlots[size_t(first + fromLane) * kMmaSlotWords + word];
+  };
+  auto half = [&](uint32_t pair, int upper) {
+    uint32_t bits = (upper ? pair >> 16 : pair) & 0xffff;
+    return f16 ? double(__half2float(__half{uint16_t(bits)}))
+               : double(llmc_emu_float(bits << 16));
+  };
+  // A[row][col]: lane 4 (row % 8) + (col % 8) / 2, register row / 8 + 2
+  // (col / 8), half col % 2.
+  auto aAt = [&](int row, int col) {
+    return half(slot(4 * (row % 8) + col % 8 / 2, row / 8 + 2 * (col / 8)),
+                col % 2);
+  };
+  // B[row][col]: lane 4 col + (row % 8) / 2, register row / 8, half row % 2.
+  auto bAt = [&](int row, int col) {
+    return half(slot(4 * col + row % 8 / 2, 4 + row / 8), row % 2);
+  };
+  mmaAccumulate(d, lane, 16, aAt, bAt);
 }
 
 #endif // LLMC_TEST_UNIT_CUDA_CUDAEMULATION_H

@@ -1,24 +1,19 @@
 // Flash attention kernels: NVRTC compiles them for sm_80 and sm_90 (head
-// sizes 16, 64, 128; f32, f16, bf16), and under the CPU emulation of CUDA
-// (test/unit/cuda/CudaEmulation.h) forward and backward match a plain
-// double-precision reference of kir::AttentionStep / AttentionGradStep on
-// small odd shapes, with q, k, v strided views into one fused qkv buffer;
-// and the forward over a KV cache (kvSeq keys, per-row positions) against
-// the same kind of reference.
+// sizes 16, 64, 128; f32, f16, bf16; the tensor-core kernels, mma.sync
+// m16n8k16, at 64 and 128 in f16 and bf16), and under the CPU emulation of
+// CUDA (test/unit/cuda/CudaEmulation.h, which emulates the mma fragments)
+// forward and backward match a plain double-precision reference of
+// kir::AttentionStep / AttentionGradStep on small odd shapes, with q, k, v
+// strided views into one fused qkv buffer; and the forward over a KV cache
+// (kvSeq keys, per-row positions) against the same kind of reference.
+#include "test/unit/cuda/EmulatedFlash.h"
+
 #include "codegen/KernelToCuda/FlashAttention.h"
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "codegen/KernelToCuda/Nvrtc.h"
 #include "runtime/Weights.h"
 
-#include "llvm/ADT/SmallString.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Program.h"
-#include "llvm/Support/raw_ostream.h"
-
 #include "gtest/gtest.h"
-
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -38,9 +33,14 @@ TEST(FlashAttentionTest, NvrtcCompilesEveryVariantForSm80AndSm90) {
   if (!nvrtcAvailable(&why))
     GTEST_SKIP() << "NVRTC not available: " << why;
   std::vector<FlashAttentionVariant> variants;
+  // At 64 and 128, f16 and bf16 select the tensor-core kernels; their
+  // CUDA-core kernels are compiled too (`scalar`).
   for (int64_t headDim : {16, 64, 128})
-    for (kir::DType dtype : {kir::DType::F32, kir::DType::F16, kir::DType::BF16})
+    for (kir::DType dtype : {kir::DType::F32, kir::DType::F16, kir::DType::BF16}) {
       variants.push_back({headDim, dtype});
+      if (usesTensorCores(variants.back()))
+        variants.push_back({headDim, dtype, /*scalar=*/true});
+    }
   NvrtcOptions options;
   options.archs = {80, 90};
   options.ptxArch = 80;
@@ -61,6 +61,14 @@ TEST(FlashAttentionTest, NvrtcCompilesEveryVariantForSm80AndSm90) {
           << name;
   EXPECT_NE(binaries->ptx.find(".entry llmc_embedding_grad_i32"),
             std::string::npos);
+  // The tensor-core kernels' instructions.
+  for (const char *type : {"f16", "bf16"}) {
+    std::string mma = std::string("mma.sync.aligned.m16n8k16.row.col.f32.") +
+                      type + "." + type + ".f32";
+    EXPECT_NE(binaries->ptx.find(mma), std::string::npos) << mma;
+    std::string cvt = std::string("cvt.rn.") + type + "x2.f32";
+    EXPECT_NE(binaries->ptx.find(cvt), std::string::npos) << cvt;
+  }
 }
 
 TEST(FlashAttentionTest, RejectsUnsupportedVariants) {
@@ -82,98 +90,7 @@ TEST(FlashAttentionTest, ArgumentBlockLayout) {
 // Emulation
 //===----------------------------------------------------------------------===//
 
-/// The flash module compiled with the host compiler against
-/// CudaEmulation.h, with a launch wrapper per kernel that takes the
-/// argument block.
-class EmulatedFlash {
-public:
-  using RunFn = void (*)(const void *args, const long long *grid,
-                         const int *block);
-
-  static std::unique_ptr<EmulatedFlash>
-  build(llvm::ArrayRef<FlashAttentionVariant> variants, std::string &error) {
-    std::unique_ptr<EmulatedFlash> module(new EmulatedFlash());
-    llvm::SmallString<128> dir;
-    if (std::error_code ec =
-            llvm::sys::fs::createUniqueDirectory("llmc-flash-emu", dir)) {
-      error = ec.message();
-      return nullptr;
-    }
-    module->directory = std::string(dir);
-    // CudaEmulation.h has the xor and down shuffles; the kernels also
-    // broadcast a lane with __shfl_sync.
-    std::string source =
-        "template <typename T>\n"
-        "inline T __shfl_sync(unsigned mask, T value, int lane, int = 32) {\n"
-        "  return llmc_emu_shuffle(mask, value, lane);\n}\n";
-    source += cuda::cudaLibrarySource(variants);
-    std::vector<std::string> names;
-    for (const FlashAttentionVariant &variant : variants) {
-      for (auto [name, type] :
-           {std::pair{flashForwardName(variant), "llmc_attn_fwd_args"},
-            std::pair{flashBackwardDkDvName(variant), "llmc_attn_bwd_args"},
-            std::pair{flashBackwardDqName(variant), "llmc_attn_bwd_args"}}) {
-        source += "extern \"C\" void run_" + name +
-                  "(const void *args, const long long *grid, const int "
-                  "*block) {\n  llmc_emu::launch(grid, block, [&] { " +
-                  name + "(*(const " + type + " *)args); });\n}\n";
-        names.push_back(name);
-      }
-    }
-    std::string path = module->directory + "/flash.cpp";
-    {
-      std::error_code ec;
-      llvm::raw_fd_ostream os(path, ec);
-      os << source;
-    }
-    std::string library = module->directory + "/flash.so";
-    std::string log = module->directory + "/compile.log";
-    std::string header =
-        std::string(LLMC_SOURCE_DIR) + "/test/unit/cuda/CudaEmulation.h";
-    std::vector<std::string> args = {LLMC_HOST_CXX, "-std=c++17", "-O1",
-                                     "-shared",     "-fPIC",      "-w",
-                                     "-include",    header,       "-o",
-                                     library,       path};
-    std::vector<llvm::StringRef> argv(args.begin(), args.end());
-    std::optional<llvm::StringRef> redirects[] = {
-        std::nullopt, llvm::StringRef(log), llvm::StringRef(log)};
-    std::string message;
-    if (llvm::sys::ExecuteAndWait(args[0], argv, std::nullopt, redirects, 0, 0,
-                                  &message) != 0) {
-      auto text = llvm::MemoryBuffer::getFile(log);
-      error = "host compile failed (" + message + "):\n" +
-              (text ? (*text)->getBuffer().str() : std::string());
-      return nullptr;
-    }
-    module->handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!module->handle) {
-      error = dlerror();
-      return nullptr;
-    }
-    for (const std::string &name : names)
-      module->functions[name] =
-          reinterpret_cast<RunFn>(dlsym(module->handle, ("run_" + name).c_str()));
-    return module;
-  }
-
-  ~EmulatedFlash() {
-    if (handle)
-      dlclose(handle);
-    llvm::sys::fs::remove_directories(directory);
-  }
-
-  void run(const std::string &name, const void *args,
-           const CudaLaunch &launch) const {
-    long long grid[3] = {launch.grid[0], launch.grid[1], launch.grid[2]};
-    functions.at(name)(args, grid, launch.block);
-  }
-
-private:
-  EmulatedFlash() = default;
-  std::string directory;
-  void *handle = nullptr;
-  std::map<std::string, RunFn> functions;
-};
+using llmc::test::EmulatedFlash;
 
 /// Host storage of one dtype: values as rounded by the dtype, and the raw
 /// bytes the kernels read and write.
@@ -202,33 +119,55 @@ struct Storage {
   void *data() { return bytes.data(); }
 };
 
-struct Case {
-  kir::DType dtype;
-  bool causal;
+/// Tolerance of a kernel's output against the double reference: f32
+/// accumulation error (2e-5, 5e-5 on the tensor cores), plus one rounding
+/// of the output to the storage type (u = 2^-11 for f16, 2^-8 for bf16,
+/// twice the unit roundoff), plus on the tensor cores u times the sum of
+/// |terms| of the product whose left operand is rounded to the storage type
+/// before the mma (P for out and dv, dS for dq and dk): each rounded
+/// element is off by at most u / 2 of itself.
+struct Tolerance {
+  double u = 0;
+  bool tensorCores = false;
+
+  Tolerance(const FlashAttentionVariant &variant)
+      : u(variant.dtype == kir::DType::F32   ? 0.0
+          : variant.dtype == kir::DType::F16 ? 1.0 / 2048
+                                             : 1.0 / 256),
+        tensorCores(usesTensorCores(variant)) {}
+  bool near(double got, double want, double magnitude) const {
+    double allowed = (tensorCores ? 5e-5 : 2e-5) + 2 * u * std::fabs(want) +
+                     (tensorCores ? u * magnitude : 0.0);
+    return std::fabs(got - want) <= allowed;
+  }
 };
 
-class FlashEmulationTest : public ::testing::TestWithParam<Case> {};
-
-TEST_P(FlashEmulationTest, MatchesDoubleReference) {
-  const int64_t B = 2, H = 3, T = 13, D = 16;
-  const Case param = GetParam();
-  FlashAttentionVariant variant{D, param.dtype};
-  std::string error;
-  std::unique_ptr<EmulatedFlash> module = EmulatedFlash::build({variant}, error);
-  ASSERT_TRUE(module) << error;
-
-  // q, k, v: views into qkv [B, T, 3, H, D]; out, dout: [B, T, H, D];
-  // lse [B, H, T]; dq, dk, dv: [B, H, T, D].
+/// Forward and backward of `variant` under the emulation on B x H heads of
+/// T tokens, inputs uniform in [-range, range] (rounded to the dtype),
+/// against a double-precision reference from the same stored inputs: q,
+/// k, v strided views into one fused qkv buffer [B, T, 3, H, D], out and
+/// dout [B, T, H, D], lse [B, H, T], dq, dk, dv [B, H, T, D]; every output
+/// starts as a sentinel, so an element no thread writes fails.
+void checkForwardBackward(const EmulatedFlash &module,
+                          const FlashAttentionVariant &variant, int64_t B,
+                          int64_t H, int64_t T, bool causal, float range) {
+  const int64_t D = variant.headDim;
+  const kir::DType dtype = variant.dtype;
   std::mt19937 random(7);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  Storage qkv(param.dtype, B * T * 3 * H * D), out(param.dtype, B * T * H * D),
-      dout(param.dtype, B * T * H * D), dq(param.dtype, B * H * T * D),
-      dk(param.dtype, B * H * T * D), dv(param.dtype, B * H * T * D);
-  std::vector<float> lse(B * H * T, 0.0f);
+  std::uniform_real_distribution<float> uniform(-range, range);
+  Storage qkv(dtype, B * T * 3 * H * D), out(dtype, B * T * H * D),
+      dout(dtype, B * T * H * D), dq(dtype, B * H * T * D),
+      dk(dtype, B * H * T * D), dv(dtype, B * H * T * D);
+  std::vector<float> lse(B * H * T, 1234.0f);
   for (int64_t i = 0; i < B * T * 3 * H * D; ++i)
     qkv.set(i, uniform(random));
-  for (int64_t i = 0; i < B * T * H * D; ++i)
+  for (int64_t i = 0; i < B * T * H * D; ++i) {
     dout.set(i, uniform(random));
+    out.set(i, 1234.0f);
+  }
+  for (int64_t i = 0; i < B * H * T * D; ++i)
+    for (Storage *grad : {&dq, &dk, &dv})
+      grad->set(i, 1234.0f);
   auto qkvAt = [&](int which, int64_t b, int64_t h, int64_t t, int64_t d) {
     return (((b * T + t) * 3 + which) * H + h) * D + d;
   };
@@ -240,14 +179,17 @@ TEST_P(FlashEmulationTest, MatchesDoubleReference) {
   };
   const float scale = 1.0f / std::sqrt(float(D));
 
-  // The double reference, from the stored (rounded) inputs.
+  // The double reference, from the stored (rounded) inputs, and per output
+  // element the sum of |terms| of its second product (Tolerance).
   std::vector<double> refOut(B * T * H * D), refLse(B * H * T),
       refDq(B * H * T * D), refDk(B * H * T * D), refDv(B * H * T * D);
+  std::vector<double> magOut(B * T * H * D), magDq(B * H * T * D),
+      magDk(B * H * T * D), magDv(B * H * T * D);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       std::vector<double> p(T * T, 0.0), dp(T * T, 0.0);
       for (int64_t t = 0; t < T; ++t) {
-        int64_t visible = param.causal ? t + 1 : T;
+        int64_t visible = causal ? t + 1 : T;
         double max = -INFINITY;
         for (int64_t s = 0; s < visible; ++s) {
           double dot = 0;
@@ -264,10 +206,13 @@ TEST_P(FlashEmulationTest, MatchesDoubleReference) {
           p[t * T + s] = std::exp(p[t * T + s] - max) / sum;
         refLse[(b * H + h) * T + t] = max + std::log(sum);
         for (int64_t d = 0; d < D; ++d) {
-          double acc = 0;
-          for (int64_t s = 0; s < visible; ++s)
+          double acc = 0, mag = 0;
+          for (int64_t s = 0; s < visible; ++s) {
             acc += p[t * T + s] * qkv.get(qkvAt(2, b, h, s, d));
+            mag += p[t * T + s] * std::fabs(qkv.get(qkvAt(2, b, h, s, d)));
+          }
           refOut[outAt(b, h, t, d)] = acc;
+          magOut[outAt(b, h, t, d)] = mag;
         }
       }
       // Backward from the reference out rounded to the dtype, as the
@@ -275,7 +220,7 @@ TEST_P(FlashEmulationTest, MatchesDoubleReference) {
       for (int64_t t = 0; t < T; ++t) {
         double delta = 0;
         for (int64_t d = 0; d < D; ++d) {
-          Storage rounded(param.dtype, 1);
+          Storage rounded(dtype, 1);
           rounded.set(0, float(refOut[outAt(b, h, t, d)]));
           delta += double(dout.get(outAt(b, h, t, d))) * rounded.get(0);
         }
@@ -289,27 +234,28 @@ TEST_P(FlashEmulationTest, MatchesDoubleReference) {
       }
       for (int64_t t = 0; t < T; ++t)
         for (int64_t d = 0; d < D; ++d) {
-          double gq = 0, gk = 0, gv = 0;
+          double gq = 0, gk = 0, gv = 0, mq = 0, mk = 0, mv = 0;
           for (int64_t s = 0; s < T; ++s) {
-            gq += dp[t * T + s] * qkv.get(qkvAt(1, b, h, s, d));
+            double k = qkv.get(qkvAt(1, b, h, s, d));
+            double q = qkv.get(qkvAt(0, b, h, s, d));
+            double o = dout.get(outAt(b, h, s, d));
+            gq += dp[t * T + s] * k;
+            mq += std::fabs(dp[t * T + s] * k);
             // Row t as a key here: sums over the queries s.
-            gk += dp[s * T + t] * qkv.get(qkvAt(0, b, h, s, d));
-            gv += p[s * T + t] * dout.get(outAt(b, h, s, d));
+            gk += dp[s * T + t] * q;
+            mk += std::fabs(dp[s * T + t] * q);
+            gv += p[s * T + t] * o;
+            mv += std::fabs(p[s * T + t] * o);
           }
           refDq[gradAt(b, h, t, d)] = scale * gq;
           refDk[gradAt(b, h, t, d)] = scale * gk;
           refDv[gradAt(b, h, t, d)] = gv;
+          magDq[gradAt(b, h, t, d)] = scale * mq;
+          magDk[gradAt(b, h, t, d)] = scale * mk;
+          magDv[gradAt(b, h, t, d)] = mv;
         }
     }
-
-  // Tolerances: f32 accumulation error, plus one rounding of each output
-  // to the storage type (2^-11 for f16, 2^-8 for bf16, relative).
-  double rounding = param.dtype == kir::DType::F32   ? 0.0
-                    : param.dtype == kir::DType::F16 ? 1.0 / 2048
-                                                     : 1.0 / 256;
-  auto near = [&](double got, double want) {
-    return std::fabs(got - want) <= 2e-5 + 2 * rounding * std::fabs(want);
-  };
+  const Tolerance tolerance(variant);
 
   // Forward.
   AttentionViewArgs qView{0, T * 3 * H * D, D, 3 * H * D, 1};
@@ -331,19 +277,20 @@ TEST_P(FlashEmulationTest, MatchesDoubleReference) {
   forward.batch = B;
   forward.heads = H;
   forward.seq = T;
-  forward.causal = param.causal;
+  forward.causal = causal;
   forward.scale = scale;
-  module->run(flashForwardName(variant), &forward,
-              flashForwardLaunch(B, H, T));
+  module.run(flashForwardName(variant), &forward,
+             flashForwardLaunch(variant, B, H, T));
   int bad = 0;
   for (int64_t i = 0; i < B * T * H * D && bad < 5; ++i)
-    if (!near(out.get(i), refOut[i])) {
+    if (!tolerance.near(out.get(i), refOut[i], magOut[i])) {
       ADD_FAILURE() << "out[" << i << "] = " << out.get(i) << ", expected "
                     << refOut[i];
       ++bad;
     }
   for (int64_t i = 0; i < B * H * T && bad < 5; ++i)
-    if (std::fabs(lse[i] - refLse[i]) > 2e-5 * std::max(1.0, std::fabs(refLse[i]))) {
+    if (!(std::fabs(lse[i] - refLse[i]) <=
+          2e-5 * std::max(1.0, std::fabs(refLse[i])))) {
       ADD_FAILURE() << "lse[" << i << "] = " << lse[i] << ", expected "
                     << refLse[i];
       ++bad;
@@ -372,21 +319,38 @@ TEST_P(FlashEmulationTest, MatchesDoubleReference) {
   backward.batch = B;
   backward.heads = H;
   backward.seq = T;
-  backward.causal = param.causal;
+  backward.causal = causal;
   backward.scale = scale;
-  module->run(flashBackwardDkDvName(variant), &backward,
-              flashBackwardDkDvLaunch(B, H, T));
-  module->run(flashBackwardDqName(variant), &backward,
-              flashBackwardDqLaunch(B, H, T));
-  for (auto [name, got, want] :
-       {std::tuple{"dq", &dq, &refDq}, std::tuple{"dk", &dk, &refDk},
-        std::tuple{"dv", &dv, &refDv}})
+  module.run(flashBackwardDkDvName(variant), &backward,
+             flashBackwardDkDvLaunch(variant, B, H, T));
+  module.run(flashBackwardDqName(variant), &backward,
+             flashBackwardDqLaunch(variant, B, H, T));
+  for (auto [name, got, want, mag] :
+       {std::tuple{"dq", &dq, &refDq, &magDq},
+        std::tuple{"dk", &dk, &refDk, &magDk},
+        std::tuple{"dv", &dv, &refDv, &magDv}})
     for (int64_t i = 0; i < B * H * T * D && bad < 5; ++i)
-      if (!near(got->get(i), (*want)[i])) {
+      if (!tolerance.near(got->get(i), (*want)[i], (*mag)[i])) {
         ADD_FAILURE() << name << "[" << i << "] = " << got->get(i)
                       << ", expected " << (*want)[i];
         ++bad;
       }
+}
+
+struct Case {
+  kir::DType dtype;
+  bool causal;
+};
+
+class FlashEmulationTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashEmulationTest, MatchesDoubleReference) {
+  const Case param = GetParam();
+  FlashAttentionVariant variant{16, param.dtype};
+  std::string error;
+  std::unique_ptr<EmulatedFlash> module = EmulatedFlash::build({variant}, error);
+  ASSERT_TRUE(module) << error;
+  checkForwardBackward(*module, variant, 2, 3, 13, param.causal, 1.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -397,6 +361,89 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{kir::DType::BF16, false}),
     [](const ::testing::TestParamInfo<Case> &info) {
       return std::string(kir::dtypeName(info.param.dtype)) +
+             (info.param.causal ? "_causal" : "_full");
+    });
+
+//===----------------------------------------------------------------------===//
+// Tensor cores (mma.sync m16n8k16)
+//===----------------------------------------------------------------------===//
+
+TEST(FlashTensorCoreTest, SelectedForF16AndBf16AtHeadSizes64And128) {
+  for (kir::DType dtype : {kir::DType::F16, kir::DType::BF16})
+    for (int64_t headDim : {64, 128}) {
+      FlashAttentionVariant variant{headDim, dtype};
+      EXPECT_TRUE(usesTensorCores(variant));
+      EXPECT_EQ(flashForwardName(variant),
+                "llmc_flash_tc_fwd_d" + std::to_string(headDim) + "_" +
+                    kir::dtypeName(dtype));
+      variant.scalar = true;
+      EXPECT_FALSE(usesTensorCores(variant));
+      EXPECT_EQ(flashBackwardDqName(variant),
+                "llmc_flash_bwd_dq_d" + std::to_string(headDim) + "_" +
+                    kir::dtypeName(dtype));
+    }
+  EXPECT_FALSE(usesTensorCores({64, kir::DType::F32}));
+  EXPECT_FALSE(usesTensorCores({96, kir::DType::BF16}));
+  EXPECT_FALSE(usesTensorCores({16, kir::DType::F16}));
+  // A block of 64 query rows (forward, dq) or keys (dk/dv).
+  CudaLaunch launch = flashForwardLaunch({64, kir::DType::BF16}, 2, 3, 130);
+  EXPECT_EQ(launch.grid[0], 3);
+  EXPECT_EQ(launch.grid[1], 6);
+  EXPECT_EQ(launch.block[0], 128);
+  EXPECT_EQ(flashBackwardDkDvLaunch({128, kir::DType::F16}, 1, 1, 64).grid[0],
+            1);
+  EXPECT_EQ(flashBackwardDqLaunch({128, kir::DType::F16}, 1, 1, 65).grid[0], 2);
+}
+
+struct TcCase {
+  int64_t headDim;
+  kir::DType dtype;
+  bool causal;
+};
+
+class FlashTensorCoreEmulationTest : public ::testing::TestWithParam<TcCase> {
+protected:
+  /// One host build of every tensor-core variant for the whole suite.
+  static void SetUpTestSuite() {
+    std::vector<FlashAttentionVariant> variants;
+    for (int64_t headDim : {64, 128})
+      for (kir::DType dtype : {kir::DType::F16, kir::DType::BF16})
+        variants.push_back({headDim, dtype});
+    module = EmulatedFlash::build(variants, buildError).release();
+  }
+  static void TearDownTestSuite() {
+    delete module;
+    module = nullptr;
+  }
+  static EmulatedFlash *module;
+  static std::string buildError;
+};
+EmulatedFlash *FlashTensorCoreEmulationTest::module = nullptr;
+std::string FlashTensorCoreEmulationTest::buildError;
+
+// T = 80: one full tile of 64 and a ragged one (and 2.5 tiles of 32); two
+// batch rows of two heads; inputs in [-2, 2] so that the softmax is far
+// from uniform (scores up to several units).
+TEST_P(FlashTensorCoreEmulationTest, MatchesDoubleReference) {
+  ASSERT_TRUE(module) << buildError;
+  const TcCase param = GetParam();
+  FlashAttentionVariant variant{param.headDim, param.dtype};
+  ASSERT_TRUE(usesTensorCores(variant));
+  checkForwardBackward(*module, variant, 2, 2, 80, param.causal, 2.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HeadSizesAndDtypes, FlashTensorCoreEmulationTest,
+    ::testing::Values(TcCase{64, kir::DType::BF16, true},
+                      TcCase{64, kir::DType::BF16, false},
+                      TcCase{64, kir::DType::F16, true},
+                      TcCase{64, kir::DType::F16, false},
+                      TcCase{128, kir::DType::BF16, true},
+                      TcCase{128, kir::DType::F16, true},
+                      TcCase{128, kir::DType::F16, false}),
+    [](const ::testing::TestParamInfo<TcCase> &info) {
+      return "d" + std::to_string(info.param.headDim) + "_" +
+             kir::dtypeName(info.param.dtype) +
              (info.param.causal ? "_causal" : "_full");
     });
 
@@ -413,9 +460,11 @@ struct CacheCase {
 };
 
 TEST(FlashEmulationTest, ForwardOverKvCacheMatchesDoubleReference) {
-  const int64_t B = 2, H = 3, D = 16;
+  const int64_t B = 2, H = 3;
+  // Head size 16 on the CUDA cores, 64 on the tensor cores.
   std::vector<FlashAttentionVariant> variants = {
-      {D, kir::DType::F32}, {D, kir::DType::F16}, {D, kir::DType::BF16}};
+      {16, kir::DType::F32},  {16, kir::DType::F16},  {16, kir::DType::BF16},
+      {64, kir::DType::F16}, {64, kir::DType::BF16}};
   std::string error;
   std::unique_ptr<EmulatedFlash> module = EmulatedFlash::build(variants, error);
   ASSERT_TRUE(module) << error;
@@ -439,8 +488,9 @@ TEST(FlashEmulationTest, ForwardOverKvCacheMatchesDoubleReference) {
   };
   for (const FlashAttentionVariant &variant : variants)
     for (const CacheCase &c : cases) {
-      SCOPED_TRACE(std::string(kir::dtypeName(variant.dtype)) + " " + c.name);
-      const int64_t T = c.seq, S = c.kvSeq;
+      SCOPED_TRACE(std::string(kir::dtypeName(variant.dtype)) + " d" +
+                   std::to_string(variant.headDim) + " " + c.name);
+      const int64_t T = c.seq, S = c.kvSeq, D = variant.headDim;
       std::vector<std::vector<int32_t>> positions = c.positions;
       if (c.positioned && positions.empty())
         positions = {std::vector<int32_t>(T), std::vector<int32_t>(T)};
@@ -482,7 +532,8 @@ TEST(FlashEmulationTest, ForwardOverKvCacheMatchesDoubleReference) {
       const float scale = 1.0f / std::sqrt(float(D));
 
       // The plain reference (kir::AttentionStep's definition).
-      std::vector<double> refOut(B * T * H * D, 0.0), refLse(B * H * T);
+      std::vector<double> refOut(B * T * H * D, 0.0), refLse(B * H * T),
+          magOut(B * T * H * D, 0.0);
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h)
           for (int64_t t = 0; t < T; ++t) {
@@ -504,10 +555,14 @@ TEST(FlashEmulationTest, ForwardOverKvCacheMatchesDoubleReference) {
             refLse[(b * H + h) * T + t] =
                 visible ? max + std::log(sum) : -INFINITY;
             for (int64_t d = 0; d < D; ++d) {
-              double acc = 0;
-              for (int64_t s = 0; s < visible; ++s)
-                acc += std::exp(p[s] - max) / sum * v.get(vAt(b, h, s, d));
+              double acc = 0, mag = 0;
+              for (int64_t s = 0; s < visible; ++s) {
+                double weight = std::exp(p[s] - max) / sum;
+                acc += weight * v.get(vAt(b, h, s, d));
+                mag += weight * std::fabs(v.get(vAt(b, h, s, d)));
+              }
               refOut[qAt(b, h, t, d)] = acc;
+              magOut[qAt(b, h, t, d)] = mag;
             }
           }
 
@@ -533,15 +588,12 @@ TEST(FlashEmulationTest, ForwardOverKvCacheMatchesDoubleReference) {
       forward.scale = scale;
       forward.kvSeq = S;
       module->run(flashForwardName(variant), &forward,
-                  flashForwardLaunch(B, H, T));
+                  flashForwardLaunch(variant, B, H, T));
 
-      double rounding = variant.dtype == kir::DType::F32   ? 0.0
-                        : variant.dtype == kir::DType::F16 ? 1.0 / 2048
-                                                           : 1.0 / 256;
+      const Tolerance tolerance(variant);
       int bad = 0;
       for (int64_t i = 0; i < B * T * H * D && bad < 5; ++i)
-        if (!(std::fabs(out.get(i) - refOut[i]) <=
-              2e-5 + 2 * rounding * std::fabs(refOut[i]))) {
+        if (!tolerance.near(out.get(i), refOut[i], magOut[i])) {
           ADD_FAILURE() << "out[" << i << "] = " << out.get(i)
                         << ", expected " << refOut[i];
           ++bad;
