@@ -44,21 +44,23 @@ double llmc::runtime::measureSgemmPeak(int n, int threads, int reps) {
   return 2.0 * n * n * n / best / 1e9;
 }
 
-llmc::runtime::MachinePeak llmc::runtime::machineSgemmPeak(int n, int threads,
-                                                           int reps) {
-  MachinePeak peak;
-  peak.measuredGflops = measureSgemmPeak(n, threads, reps);
-  peak.bestGflops = peak.measuredGflops;
-  std::string directory = kir::defaultCacheDirectory();
+namespace {
+/// Where the record of (n, threads) lives, and its key.
+std::pair<std::string, std::string> recordPath(int n, int threads) {
+  std::string directory = llmc::kir::defaultCacheDirectory();
   if (directory.empty())
-    return peak;
+    return {};
   std::string key = llvm::sys::getHostCPUName().str() + "/" +
                     openblas_get_corename() + "/" + std::to_string(n) + "/" +
                     std::to_string(threads);
   llvm::SmallString<256> path(directory);
   llvm::sys::path::append(
       path, "sgemm-peak-" + llvm::utohexstr(llvm::xxh3_64bits(key)) + ".txt");
-  peak.record = std::string(path);
+  return {std::string(path), key};
+}
+
+/// The GFLOP/s the record at `path` holds for `key`; 0 when none.
+double readRecord(const std::string &path, llvm::StringRef key) {
   double recorded = 0;
   if (auto buffer = llvm::MemoryBuffer::getFile(path)) {
     // "<GFLOP/s> <key>"; anything else is no record.
@@ -67,6 +69,31 @@ llmc::runtime::MachinePeak llmc::runtime::machineSgemmPeak(int n, int threads,
         text.split(' ').second.trim() != key)
       recorded = 0;
   }
+  return recorded;
+}
+} // namespace
+
+llmc::runtime::MachinePeak llmc::runtime::recordedSgemmPeak(int n,
+                                                            int threads) {
+  MachinePeak peak;
+  auto [path, key] = recordPath(n, threads);
+  if (path.empty())
+    return peak;
+  peak.record = path;
+  peak.bestGflops = readRecord(path, key);
+  return peak;
+}
+
+llmc::runtime::MachinePeak llmc::runtime::machineSgemmPeak(int n, int threads,
+                                                           int reps) {
+  MachinePeak peak;
+  peak.measuredGflops = measureSgemmPeak(n, threads, reps);
+  peak.bestGflops = peak.measuredGflops;
+  auto [path, key] = recordPath(n, threads);
+  if (path.empty())
+    return peak;
+  peak.record = path;
+  double recorded = readRecord(path, key);
   if (recorded >= peak.measuredGflops) {
     peak.bestGflops = recorded;
     return peak;
@@ -74,6 +101,8 @@ llmc::runtime::MachinePeak llmc::runtime::machineSgemmPeak(int n, int threads,
   // A new best: kept for the next runs (a cache; failing to write it only
   // means the next run measures again).
   std::string text = std::to_string(peak.measuredGflops) + " " + key + "\n";
+  llvm::SmallString<256> directory(path);
+  llvm::sys::path::remove_filename(directory);
   if (!llvm::sys::fs::create_directories(directory))
     llvm::consumeError(kir::writeFileAtomically(
         path, llvm::ArrayRef<uint8_t>(

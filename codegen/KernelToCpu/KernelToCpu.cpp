@@ -51,6 +51,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <thread>
 
 using namespace mlir;
 namespace kir = llmc::kir;
@@ -1069,6 +1070,60 @@ llmc::cpu::compileKernelsToObject(llvm::ArrayRef<kir::Kernel> kernels,
                                           os))
     return error;
   return object;
+}
+
+llvm::Expected<std::vector<llvm::SmallVector<char, 0>>>
+llmc::cpu::compileKernelsToObjects(llvm::ArrayRef<kir::Kernel> kernels,
+                                   int parts,
+                                   const CpuTargetOptions &options) {
+  // Runs of consecutive kernels with about equal instruction counts (what
+  // the compile time follows): run r ends where the running count passes
+  // r/parts of the total.
+  int64_t total = 0;
+  for (const kir::Kernel &kernel : kernels)
+    total += int64_t(kernel.body.size()) + 1;
+  parts = std::max(1, std::min<int>(parts, int(kernels.size())));
+  std::vector<std::pair<size_t, size_t>> runs;
+  size_t begin = 0;
+  int64_t seen = 0;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    seen += int64_t(kernels[i].body.size()) + 1;
+    int64_t goal = total * int64_t(runs.size() + 1) / parts;
+    if (seen >= goal && int(runs.size()) + 1 < parts) {
+      runs.push_back({begin, i + 1});
+      begin = i + 1;
+    }
+  }
+  if (begin < kernels.size() || runs.empty())
+    runs.push_back({begin, kernels.size()});
+  // The target is resolved once, before the threads (host queries).
+  CpuTargetOptions target = resolveTarget(options);
+  initializeNativeTarget();
+  std::vector<llvm::Expected<llvm::SmallVector<char, 0>>> results;
+  for (size_t r = 0; r < runs.size(); ++r)
+    results.emplace_back(llvm::SmallVector<char, 0>());
+  auto compileRun = [&](size_t r) {
+    results[r] = compileKernelsToObject(
+        kernels.slice(runs[r].first, runs[r].second - runs[r].first), target);
+  };
+  std::vector<std::thread> threads;
+  for (size_t r = 1; r < runs.size(); ++r)
+    threads.emplace_back(compileRun, r);
+  compileRun(0);
+  for (std::thread &thread : threads)
+    thread.join();
+  std::vector<llvm::SmallVector<char, 0>> objects;
+  llvm::Error errors = llvm::Error::success();
+  for (auto &result : results) {
+    if (!result) {
+      errors = llvm::joinErrors(std::move(errors), result.takeError());
+      continue;
+    }
+    objects.push_back(std::move(*result));
+  }
+  if (errors)
+    return errors;
+  return objects;
 }
 
 llvm::ArrayRef<llvm::StringRef> llmc::cpu::cpuPhaseNames() {

@@ -18,6 +18,7 @@
 #include "llvm/Support/Error.h"
 
 #include <string>
+#include <vector>
 
 namespace llvm {
 class raw_ostream;
@@ -70,6 +71,17 @@ llvm::Expected<std::string> lowerToLlvmIr(mlir::ModuleOp module,
 llvm::Expected<llvm::SmallVector<char, 0>>
 compileKernelsToObject(llvm::ArrayRef<kir::Kernel> kernels,
                        const CpuTargetOptions &options = {});
+
+/// compileKernelsToObject over up to `parts` runs of consecutive kernels,
+/// balanced by instruction count, each compiled on a thread of its own
+/// (its own MLIR and LLVM context and target machine): one object per run,
+/// in kernel order. Each kernel is the same function as in the single
+/// object (the kernels call no code of each other); the runs depend only
+/// on the kernels and `parts`, not on timing. runtime/Cpu links them as one
+/// (cpu::bundleObjects).
+llvm::Expected<std::vector<llvm::SmallVector<char, 0>>>
+compileKernelsToObjects(llvm::ArrayRef<kir::Kernel> kernels, int parts,
+                        const CpuTargetOptions &options = {});
 
 /// The phases printCpuPhase knows, in pipeline order: "cpu-mlir" (the kernel
 /// module), "cpu-llvm-dialect", "cpu-llvm-ir" (after O3), "cpu-asm".

@@ -7,10 +7,12 @@
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/SelfExecutorProcessControl.h"
 #include "llvm/ExecutionEngine/Orc/TaskDispatch.h"
+#include "llvm/Support/Endian.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/TargetSelect.h"
 
+#include <cstring>
 #include <mutex>
 
 using namespace llmc::cpu;
@@ -75,6 +77,63 @@ private:
 };
 } // namespace
 
+namespace {
+constexpr char kBundleMagic[8] = {'L', 'L', 'M', 'C', 'O', 'B', 'J', 'S'};
+} // namespace
+
+llvm::SmallVector<char, 0>
+llmc::cpu::bundleObjects(llvm::ArrayRef<llvm::SmallVector<char, 0>> objects) {
+  if (objects.size() == 1)
+    return objects.front();
+  llvm::SmallVector<char, 0> bundle(kBundleMagic,
+                                    kBundleMagic + sizeof(kBundleMagic));
+  auto append64 = [&](uint64_t value) {
+    char bytes[8];
+    llvm::support::endian::write64le(bytes, value);
+    bundle.append(bytes, bytes + 8);
+  };
+  append64(objects.size());
+  for (const llvm::SmallVector<char, 0> &object : objects)
+    append64(object.size());
+  for (const llvm::SmallVector<char, 0> &object : objects)
+    bundle.append(object.begin(), object.end());
+  return bundle;
+}
+
+llvm::Expected<std::vector<llvm::ArrayRef<char>>>
+llmc::cpu::unbundleObjects(llvm::ArrayRef<char> payload) {
+  if (payload.size() < sizeof(kBundleMagic) ||
+      std::memcmp(payload.data(), kBundleMagic, sizeof(kBundleMagic)) != 0)
+    return std::vector<llvm::ArrayRef<char>>{payload};
+  auto bad = [&](const llvm::Twine &what) {
+    return llvm::createStringError("malformed object bundle (" +
+                                   llvm::Twine(payload.size()) +
+                                   " bytes): " + what);
+  };
+  llvm::ArrayRef<char> rest = payload.drop_front(sizeof(kBundleMagic));
+  if (rest.size() < 8)
+    return bad("no object count");
+  uint64_t count = llvm::support::endian::read64le(rest.data());
+  rest = rest.drop_front(8);
+  if (count == 0 || count > rest.size() / 8)
+    return bad("an object count of " + llvm::Twine(count));
+  std::vector<uint64_t> sizes;
+  for (uint64_t i = 0; i < count; ++i)
+    sizes.push_back(llvm::support::endian::read64le(rest.data() + 8 * i));
+  rest = rest.drop_front(8 * count);
+  std::vector<llvm::ArrayRef<char>> objects;
+  for (uint64_t size : sizes) {
+    if (size > rest.size())
+      return bad("object " + llvm::Twine(objects.size()) + " of " +
+                 llvm::Twine(size) + " bytes runs past the end");
+    objects.push_back(rest.take_front(size));
+    rest = rest.drop_front(size);
+  }
+  if (!rest.empty())
+    return bad(llvm::Twine(rest.size()) + " bytes after the last object");
+  return objects;
+}
+
 CpuKernels::CpuKernels(std::unique_ptr<llvm::orc::LLJIT> jit,
                        std::shared_ptr<Ranges> ranges)
     : jit(std::move(jit)), ranges(std::move(ranges)) {}
@@ -117,10 +176,16 @@ CpuKernels::load(llvm::ArrayRef<char> object, llvm::StringRef name) {
   if (!symbols)
     return fail(symbols.takeError());
   (*jit)->getMainJITDylib().addGenerator(std::move(*symbols));
-  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(
-      llvm::StringRef(object.data(), object.size()), name);
-  if (llvm::Error error = (*jit)->addObjectFile(std::move(buffer)))
-    return fail(std::move(error));
+  llvm::Expected<std::vector<llvm::ArrayRef<char>>> objects =
+      unbundleObjects(object);
+  if (!objects)
+    return fail(objects.takeError());
+  for (llvm::ArrayRef<char> one : *objects) {
+    auto buffer = llvm::MemoryBuffer::getMemBufferCopy(
+        llvm::StringRef(one.data(), one.size()), name);
+    if (llvm::Error error = (*jit)->addObjectFile(std::move(buffer)))
+      return fail(std::move(error));
+  }
   return std::unique_ptr<CpuKernels>(
       new CpuKernels(std::move(*jit), std::move(ranges)));
 }

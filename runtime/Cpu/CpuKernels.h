@@ -4,6 +4,7 @@
 #define LLMC_RUNTIME_CPU_CPUKERNELS_H
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -28,7 +29,8 @@ using CpuKernelFn = void (*)(void *const *operands, int64_t rowBegin,
 /// The code stays valid as long as this object lives.
 class CpuKernels {
 public:
-  /// Links `object` (copied). `name` says where it came from, in errors.
+  /// Links `object` (copied): an ELF object, or a bundle of them
+  /// (bundleObjects). `name` says where it came from, in errors.
   static llvm::Expected<std::unique_ptr<CpuKernels>>
   load(llvm::ArrayRef<char> object, llvm::StringRef name = "llmc-kernels");
 
@@ -48,6 +50,22 @@ private:
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::shared_ptr<Ranges> ranges; // filled by the JIT's memory manager
 };
+
+/// Several objects (the runs codegen compiled on threads of their own) as
+/// one payload, which CpuKernels::load links as a whole and the kernel
+/// cache stores as one entry:
+///   8 bytes  magic "LLMCOBJS"
+///   8 bytes  the number of objects n, little-endian
+///   8n bytes their sizes, little-endian
+///   the objects, one after another
+/// One object is returned as it is.
+llvm::SmallVector<char, 0>
+bundleObjects(llvm::ArrayRef<llvm::SmallVector<char, 0>> objects);
+
+/// The objects of a payload: a bundle's, or the payload itself when it is
+/// not one. A bundle whose sizes do not add up is an error.
+llvm::Expected<std::vector<llvm::ArrayRef<char>>>
+unbundleObjects(llvm::ArrayRef<char> payload);
 
 } // namespace llmc::cpu
 

@@ -25,6 +25,7 @@
 #include "runtime/SgemmPeak.h"
 #include "runtime/Trainer.h"
 #include "tools/llmc/GuardInject.h"
+#include "tools/llmc/StartupTimings.h"
 #ifdef LLMC_HAVE_NVRTC
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "runtime/Comm/NcclCommunicator.h"
@@ -178,6 +179,12 @@ void printUsage(llvm::raw_ostream &os) {
         "warning)\n"
         "  --resume=CHECKPOINT   continue from this checkpoint file\n"
         "  --print-config        print the resolved config and exit\n"
+        "  --timings             print the wall and CPU seconds of each "
+        "start-up phase (config,\n"
+        "                        data, IR build, passes and lowering, kernels "
+        "and buffers of each\n"
+        "                        program, weights, sgemm peak, ...) before "
+        "the first step\n"
         "  --help                this text\n\n"
         "Stopping: SIGINT (Ctrl-C) or SIGTERM (Slurm's preemption and time "
         "limit) finish the\n"
@@ -274,6 +281,8 @@ struct Device {
   rt::Mesh mesh;
   /// Where the resident set stood after each phase of the setup.
   rt::MemoryPhases *phases = nullptr;
+  /// The start-up clock (--timings).
+  ::llmc::StartupTimings *timings = nullptr;
 };
 
 /// This process's index among the ranks on its machine, as launchers tell
@@ -374,16 +383,28 @@ makeExecutor(::llmc::kir::Program program, const Device &device,
   std::shared_ptr<rt::PersistentStore> store = device.hostStore;
   std::vector<::llmc::kir::Kernel> kernels = program.kernels;
   ::llmc::cpu::CacheStats stats;
-  auto executor = rt::createCpuExecutor(
-      std::move(program),
-      [&]() { return ::llmc::cpu::compileKernelsToObject(kernels); }, threads,
-      &stats, {}, std::move(store));
+  // A cache miss compiles the kernels on every core the run uses, in runs
+  // of consecutive kernels linked as one (a bundle of objects).
+  int parts = threads > 0
+                  ? threads
+                  : std::max(1, int(std::thread::hardware_concurrency()));
+  auto compile = [&]() -> llvm::Expected<llvm::SmallVector<char, 0>> {
+    auto objects = ::llmc::cpu::compileKernelsToObjects(kernels, parts);
+    if (!objects)
+      return objects.takeError();
+    return ::llmc::cpu::bundleObjects(*objects);
+  };
+  auto executor = rt::createCpuExecutor(std::move(program), compile, threads,
+                                        &stats, {}, std::move(store));
   if (!executor)
     return executor.takeError();
   if (llvm::Error err = (*executor)->setMesh(device.mesh))
     return std::move(err);
   if (device.phases)
     device.phases->end((what + ": kernels and buffers").str());
+  if (device.timings)
+    device.timings->end(
+        (what + (stats.hit ? ": kernel cache" : ": JIT") + ", buffers").str());
   *device.log << llvm::format(
       "llmc run: %-24s %3zu kernels %s (%.2f s)\n", what.str().c_str(),
       kernels.size(), stats.hit ? "from the kernel cache" : "JIT-compiled",
@@ -449,8 +470,10 @@ rt::TrainerOptions trainerOptions(const TrainingConfig &config) {
 
 int runTrainCommand(int argc, char **argv) {
   // argv[0] is "run".
+  ::llmc::StartupTimings timings;
+  auto timingsStart = std::chrono::steady_clock::now();
   std::string configPath, resume;
-  bool resumeLatest = false, printConfig = false;
+  bool resumeLatest = false, printConfig = false, printTimings = false;
   std::vector<std::string> flags;
   for (int i = 1; i < argc; ++i) {
     llvm::StringRef arg = argv[i];
@@ -472,6 +495,10 @@ int runTrainCommand(int argc, char **argv) {
     }
     if (arg == "--print-config") {
       printConfig = true;
+      continue;
+    }
+    if (arg == "--timings") {
+      printTimings = true;
       continue;
     }
     if (arg.starts_with("-")) {
@@ -619,6 +646,7 @@ int runTrainCommand(int argc, char **argv) {
                           "is [B, T/%lld, C] per tp rank\n",
                           (long long)tpSize);
   }
+  timings.end("config");
   // One communicator per mesh axis of more than one rank.
   std::unique_ptr<rt::comm::Communicator> dpAxis, tpAxis, ppAxis, ppTiedAxis;
   if (worldSize > 1) {
@@ -707,6 +735,7 @@ int runTrainCommand(int argc, char **argv) {
   }
 
   memoryPhases.end("data loading");
+  timings.end("data");
 
   // 3. The checkpoint to resume from, checked before anything is compiled.
   std::string checkpointDir = joinPath(config.out, "checkpoints");
@@ -762,6 +791,7 @@ int runTrainCommand(int argc, char **argv) {
     return fail(device.takeError());
   device->log = &out;
   device->phases = &memoryPhases;
+  device->timings = &timings;
   // The programs' collectives: on the host's MPI communicator of each
   // axis, or on the GPU through an NCCL communicator per axis group (its
   // unique id shared over that group's MPI communicator).
@@ -817,6 +847,7 @@ int runTrainCommand(int argc, char **argv) {
         ppTiedParams.push_back(
             forward.getArgAttrOfType<StringAttr>(i, "llmc.param").str());
   }
+  timings.end("checkpoint check, context, IR build");
   llvm::Expected<::llmc::TrainingPrograms> programs =
       ::llmc::compileTraining(**module, training);
   if (!programs)
@@ -837,6 +868,7 @@ int runTrainCommand(int argc, char **argv) {
                               field("size", 1), field("pad", 0)};
     }
   memoryPhases.end("building and lowering the training step");
+  timings.end("passes and lowering");
   std::string modelName = info.name.empty() ? "model" : info.name;
   out << llvm::formatv(
       "llmc run: model {0}: {1} parameters in {2} tensors; training step "
@@ -859,6 +891,7 @@ int runTrainCommand(int argc, char **argv) {
             rt::memoryNeed(planned), *available, "the training step",
             /*training=*/true))
       return fail(std::move(error));
+  timings.end("memory check");
 
   auto grad = makeExecutor(std::move(programs->gradStep), *device,
                            llvm::formatv("grad step (T={0})", config.seqLen).str());
@@ -891,6 +924,7 @@ int runTrainCommand(int argc, char **argv) {
     if (!lowered)
       return fail(lowered.takeError());
     evalProgram = std::move(*lowered);
+    timings.end("forward (evaluation): IR build, lowering");
   }
   auto eval = makeExecutor(std::move(evalProgram), *device,
                            "forward (evaluation)");
@@ -914,6 +948,7 @@ int runTrainCommand(int argc, char **argv) {
         ::llmc::compileForward(**samplerModule, training);
     if (!lowered)
       return fail(lowered.takeError());
+    timings.end("forward (samples): IR build, lowering");
     auto created = makeExecutor(std::move(*lowered), *device,
                                 "forward (samples)");
     if (!created)
@@ -964,6 +999,9 @@ int runTrainCommand(int argc, char **argv) {
       return fail(std::move(err));
   }
   memoryPhases.end("weights");
+  timings.end(checkpoint ? "weights (from the checkpoint, later)"
+                         : config.initFrom.empty() ? "weights: seeded initialization"
+                                                   : "weights: --init-from");
 
   // 6. The trainer.
   rt::TrainerOptions options = trainerOptions(config);
@@ -985,6 +1023,7 @@ int runTrainCommand(int argc, char **argv) {
   // MFU: the planner's model FLOPs per token against the sgemm peak of
   // this machine's cores, measured now with the BLAS the kernels call
   // (every rank at once: under mpirun they share the machine).
+  int remeasurePeakThreads = 0; // > 0: measure the sgemm peak at the end
   if (config.device == "cpu") {
     llvm::Expected<plan::PlanModel> planModel =
         config.modelMlirPath.empty()
@@ -994,24 +1033,34 @@ int runTrainCommand(int argc, char **argv) {
       return fail(planModel.takeError());
     options.modelFlopsPerToken =
         plan::modelFlopsPerToken(*planModel, config.seqLen);
+    timings.end("model FLOPs (planner)");
     int peakThreads = device->threads > 0
                           ? device->threads
                           : std::max(1, int(std::thread::hardware_concurrency()));
-    rt::MachinePeak peak =
-        rt::machineSgemmPeak(kPeakSgemmSize, peakThreads, /*reps=*/3);
+    // The machine's recorded best when there is one (measuring takes ~0.5 s
+    // of both cores at start-up; the run measures again at its end and
+    // keeps a better figure); the first run on a machine measures now.
+    rt::MachinePeak peak = rt::recordedSgemmPeak(kPeakSgemmSize, peakThreads);
+    std::string measured;
+    if (peak.bestGflops > 0) {
+      remeasurePeakThreads = peakThreads;
+      measured = llvm::formatv("this machine's best, recorded in {0}; "
+                               "measured again at the end of the run",
+                               peak.record)
+                     .str();
+    } else {
+      peak = rt::machineSgemmPeak(kPeakSgemmSize, peakThreads, /*reps=*/3);
+      measured =
+          llvm::formatv("measured now: {0:f1}", peak.measuredGflops).str();
+    }
     options.peakFlops = peak.bestGflops * 1e9;
-    std::string best =
-        peak.bestGflops > peak.measuredGflops
-            ? llvm::formatv("; {0:f1} GFLOP/s is this machine's best, in {1}",
-                            peak.bestGflops, peak.record)
-                  .str()
-            : "";
     out << llvm::formatv(
         "llmc run: MFU is model FLOPs ({0:e2} per token: 6N + 12 L h s) "
         "against this machine's sgemm peak: {1:f1} GFLOP/s ({2}^3 on {3} "
-        "thread(s) per rank, measured now: {4:f1}{5}; {6})\n",
+        "thread(s) per rank, {4}; {5})\n",
         options.modelFlopsPerToken, peak.bestGflops, kPeakSgemmSize,
-        peakThreads, peak.measuredGflops, best, rt::describeBlas());
+        peakThreads, measured, rt::describeBlas());
+    timings.end("sgemm peak");
   }
   options.dp = dpAxis.get();
   options.tp = tpAxis.get();
@@ -1129,6 +1178,7 @@ int runTrainCommand(int argc, char **argv) {
       return fail(created.takeError());
     trainerPrograms.shardInit = std::move(*created);
   }
+  timings.end("trainer options");
   auto firstGrad = std::make_shared<std::unique_ptr<rt::Executor>>(
       std::move(*grad));
   auto firstNoSync = std::make_shared<std::optional<::llmc::kir::Program>>(
@@ -1169,6 +1219,7 @@ int runTrainCommand(int argc, char **argv) {
   if (checkpoint) {
     if (llvm::Error err = trainer.resume(*checkpoint, resume))
       return fail(std::move(err));
+    timings.end("restoring the checkpoint");
     memoryPhases.end("restoring the checkpoint");
     out << "llmc run: resumed from " << resume << " at step "
                  << checkpoint->step << "\n";
@@ -1222,6 +1273,7 @@ int runTrainCommand(int argc, char **argv) {
                 reinterpret_cast<const uint8_t *>(text.data()), text.size())))
       return fail(std::move(err));
   }
+  timings.end("output directory, config.yaml");
   int64_t microBatches = config.globalBatchSize / config.microBatchSize;
   out << llvm::format(
       "llmc run: %lld steps of %lld x %lld tokens (%lld micro-batch%s of "
@@ -1248,9 +1300,25 @@ int runTrainCommand(int argc, char **argv) {
   malloc_trim(0);
 #endif
   memoryPhases.end("setup");
+  timings.end("malloc_trim");
+  if (printTimings) {
+    timings.addBefore("exec to main (loading libraries)",
+                      std::max(0.0, ::llmc::secondsSinceProcessStart() -
+                                        std::chrono::duration<double>(
+                                            std::chrono::steady_clock::now() -
+                                            timingsStart)
+                                            .count()));
+    timings.print(out);
+    out.flush();
+  }
   installStopHandlers(/*quiet=*/rank != 0);
   if (llvm::Error err = trainer.run())
     return fail(std::move(err));
+  // The training is over: measuring now costs no start-up time, and a
+  // better figure than the record becomes the next runs' yardstick.
+  if (remeasurePeakThreads > 0 && !trainer.stopSignal())
+    (void)rt::machineSgemmPeak(kPeakSgemmSize, remeasurePeakThreads,
+                               /*reps=*/3);
   if (int signal = trainer.stopSignal()) {
     // 128 + the signal: what a shell reports for a process the signal
     // killed, so a job script or scheduler that treats SIGTERM's death as

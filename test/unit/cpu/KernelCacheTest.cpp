@@ -104,6 +104,53 @@ TEST_F(KernelCacheTest, SecondLoadIsAHit) {
   EXPECT_EQ(runAt5(*cold, "affine"), 10.5f);
 }
 
+TEST_F(KernelCacheTest, ParallelRunsLinkAsOneAndAreCached) {
+  // Five kernels compiled in three runs on three threads, bundled: every
+  // kernel computes what it computes in one object, and the bundle is an
+  // ordinary cache entry.
+  std::vector<kir::Kernel> kernels;
+  for (int i = 0; i < 5; ++i)
+    kernels.push_back(
+        scaleShiftKernel("affine" + std::to_string(i), float(i + 2)));
+  auto objects = cpu::compileKernelsToObjects(kernels, 3);
+  ASSERT_TRUE(bool(objects)) << llvm::toString(objects.takeError());
+  EXPECT_EQ(objects->size(), 3u);
+  // More runs than kernels: one per kernel.
+  auto many = cpu::compileKernelsToObjects({kernels[0], kernels[1]}, 8);
+  ASSERT_TRUE(bool(many)) << llvm::toString(many.takeError());
+  EXPECT_EQ(many->size(), 2u);
+
+  cpu::CacheStats first, second;
+  auto compile = [&]() -> llvm::Expected<llvm::SmallVector<char, 0>> {
+    ++compiles;
+    return cpu::bundleObjects(*objects);
+  };
+  for (cpu::CacheStats *stats : {&first, &second}) {
+    auto loaded = cpu::loadCpuKernels(kernels, compile, stats, options);
+    ASSERT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
+    // x * (i + 2) + 0.5 at x = 5.
+    for (int i = 0; i < 5; ++i)
+      EXPECT_EQ(runAt5(**loaded, "affine" + std::to_string(i)),
+                5.0f * float(i + 2) + 0.5f);
+  }
+  EXPECT_FALSE(first.hit);
+  EXPECT_TRUE(second.hit);
+  EXPECT_EQ(compiles, 1);
+
+  // A bundle whose sizes do not add up is refused with what is wrong.
+  llvm::SmallVector<char, 0> bundle = cpu::bundleObjects(*objects);
+  auto truncated = cpu::CpuKernels::load(
+      llvm::ArrayRef<char>(bundle).drop_back(1), "truncated.o");
+  ASSERT_FALSE(bool(truncated));
+  EXPECT_THAT(llvm::toString(truncated.takeError()),
+              testing::HasSubstr("'truncated.o': malformed object bundle"));
+  bundle.push_back(0);
+  auto longer = cpu::unbundleObjects(bundle);
+  ASSERT_FALSE(bool(longer));
+  EXPECT_THAT(llvm::toString(longer.takeError()),
+              testing::HasSubstr("1 bytes after the last object"));
+}
+
 TEST_F(KernelCacheTest, KeyFollowsKernelsAndSalt) {
   std::string base = cpu::cpuKernelCacheKey({scaleShiftKernel("affine", 2)});
   EXPECT_EQ(base.size(), 64u);

@@ -888,6 +888,26 @@ TEST(Gpt2Init, StreamIsPinned) {
     EXPECT_NEAR(philoxNormal(key, i), expected[i], 1e-12) << i;
 }
 
+TEST(Gpt2Init, BatchedFillIsTheScalarStream) {
+  // The fill computes Philox blocks in batches on several threads; every
+  // element must still be stddev * philoxNormal(key, index), bit for bit
+  // (checkpoints and golden losses depend on it). An odd count over the
+  // threading threshold: batch and thread boundaries fall mid-stream and
+  // the last block has one element.
+  std::vector<ParamSpec> specs = {{"h.0.mlp.c_fc.weight", {3, 50001}}};
+  llvm::Expected<TensorMap> init = initGpt2(specs, 1, 1337);
+  ASSERT_EQ(errorText(init), "");
+  llvm::ArrayRef<float> values = init->at("h.0.mlp.c_fc.weight").f32();
+  ASSERT_EQ(values.size(), 150003u);
+  uint64_t key = tensorStreamKey(1337, "h.0.mlp.c_fc.weight");
+  int mismatches = 0;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (llvm::bit_cast<uint32_t>(values[i]) !=
+        llvm::bit_cast<uint32_t>(float(0.02 * philoxNormal(key, i))))
+      ++mismatches;
+  EXPECT_EQ(mismatches, 0);
+}
+
 TEST(Gpt2Init, HalfPrecisionAndErrors) {
   std::vector<ParamSpec> specs = {{"h.0.ln_2.weight", {8}},
                                   {"h.0.mlp.c_fc.weight", {32, 8}}};

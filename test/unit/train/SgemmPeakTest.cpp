@@ -40,6 +40,12 @@ TEST(SgemmPeakTest, TheBestMeasurementIsKeptAndUsed) {
   MachinePeak second = machineSgemmPeak(64, 1, 2);
   EXPECT_EQ(second.bestGflops, 1e6);
   EXPECT_LT(second.measuredGflops, 1e6);
+  // Read without measuring (llmc run's start-up), for this size only.
+  MachinePeak recorded = recordedSgemmPeak(64, 1);
+  EXPECT_EQ(recorded.bestGflops, 1e6);
+  EXPECT_EQ(recorded.measuredGflops, 0);
+  EXPECT_EQ(recorded.record, first.record);
+  EXPECT_EQ(recordedSgemmPeak(128, 1).bestGflops, 0);
 
   // A record of another machine or size is not this one's.
   {
@@ -48,6 +54,9 @@ TEST(SgemmPeakTest, TheBestMeasurementIsKeptAndUsed) {
   }
   MachinePeak third = machineSgemmPeak(64, 1, 2);
   EXPECT_EQ(third.bestGflops, third.measuredGflops);
+  // The file holds 6 decimals.
+  EXPECT_NEAR(recordedSgemmPeak(64, 1).bestGflops, third.measuredGflops,
+              1e-5);
 
   ::unsetenv("LLMC_CACHE_DIR");
   llvm::sys::fs::remove_directories(dir);
