@@ -29,28 +29,8 @@
 # are. Timings on a shared machine move by tens of percent between runs.
 set -euo pipefail
 
-src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$src/build
-short=0
-work=
-keep=0
-
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-}
-
-while (($#)); do
-  case $1 in
-    --short) short=1 ;;
-    --build) build=$2; shift ;;
-    --build=*) build=${1#--build=} ;;
-    --work) work=$2; keep=1; shift ;;
-    --work=*) work=${1#--work=}; keep=1 ;;
-    -h | --help) usage; exit 0 ;;
-    *) echo "bench-dp: unknown argument '$1' (--help)" >&2; exit 2 ;;
-  esac
-  shift
-done
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bench_parse bench-dp "$@"
 
 if [[ ! -d $build ]]; then
   echo "bench-dp: build directory '$build' not found (--build DIR)" >&2
@@ -76,12 +56,7 @@ if [[ -z $python ]]; then
   exit 1
 fi
 
-if [[ -z $work ]]; then
-  work=$(mktemp -d "${TMPDIR:-/tmp}/bench-dp.XXXXXX")
-fi
-mkdir -p "$work"
-cleanup() { if ((!keep)); then rm -rf "$work"; fi; }
-trap cleanup EXIT
+bench_workdir bench-dp
 
 cores=$(nproc)
 dp=2

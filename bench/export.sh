@@ -30,47 +30,16 @@
 # are. Timings on a shared machine move by tens of percent between runs.
 set -euo pipefail
 
-src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$src/build
-short=0
-work=
-keep=0
-repeats=3
-
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-}
-
-while (($#)); do
-  case $1 in
-    --short) short=1 ;;
-    --build) build=$2; shift ;;
-    --build=*) build=${1#--build=} ;;
-    --work) work=$2; keep=1; shift ;;
-    --work=*) work=${1#--work=}; keep=1 ;;
-    --repeats) repeats=$2; shift ;;
-    --repeats=*) repeats=${1#--repeats=} ;;
-    -h | --help) usage; exit 0 ;;
-    *) echo "bench-export: unknown argument '$1' (--help)" >&2; exit 2 ;;
-  esac
-  shift
-done
-if ! [[ $repeats =~ ^[1-9][0-9]*$ ]]; then
-  echo "bench-export: --repeats: expected a count >= 1, got '$repeats'" >&2
-  exit 2
-fi
+bench_repeats=3
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bench_parse bench-export "$@"
 if [[ ! -x $build/bin/llmc || ! -x $build/bin/bench-bandwidth ]]; then
   echo "bench-export: $build/bin/llmc or bench-bandwidth not built" \
        "(ninja -C build llmc bench-bandwidth; --build DIR)" >&2
   exit 1
 fi
 llmc=$build/bin/llmc
-if [[ -z $work ]]; then
-  work=$(mktemp -d "${TMPDIR:-/tmp}/bench-export.XXXXXX")
-fi
-mkdir -p "$work"
-cleanup() { ((keep)) || rm -rf "$work"; }
-trap cleanup EXIT
+bench_workdir bench-export
 export LLMC_CACHE_DIR=${LLMC_CACHE_DIR:-$work/cache}
 
 if ((short)); then

@@ -17,35 +17,9 @@
 # (test/bench/bench-startup.test checks the lines).
 set -euo pipefail
 
-src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$src/build
-short=0
-work=
-keep=0
-repeats=3
-
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-}
-
-while (($#)); do
-  case $1 in
-    --short) short=1 ;;
-    --build) build=$2; shift ;;
-    --build=*) build=${1#--build=} ;;
-    --work) work=$2; keep=1; shift ;;
-    --work=*) work=${1#--work=}; keep=1 ;;
-    --repeats) repeats=$2; shift ;;
-    --repeats=*) repeats=${1#--repeats=} ;;
-    -h | --help) usage; exit 0 ;;
-    *) echo "bench-startup: unknown argument '$1' (--help)" >&2; exit 2 ;;
-  esac
-  shift
-done
-if ! [[ $repeats =~ ^[1-9][0-9]*$ ]]; then
-  echo "bench-startup: --repeats: expected a count >= 1, got '$repeats'" >&2
-  exit 2
-fi
+bench_repeats=3
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bench_parse bench-startup "$@"
 llmc=$build/bin/llmc
 if [[ ! -x $llmc ]]; then
   echo "bench-startup: $llmc not built (ninja -C build llmc; --build DIR)" >&2
@@ -57,12 +31,7 @@ if ((short)); then
 else
   model=gpt2
 fi
-if [[ -z $work ]]; then
-  work=$(mktemp -d "${TMPDIR:-/tmp}/bench-startup.XXXXXX")
-fi
-mkdir -p "$work"
-cleanup() { ((keep)) || rm -rf "$work"; }
-trap cleanup EXIT
+bench_workdir bench-startup
 
 cat >"$work/run.yaml" <<EOF
 model: $model
