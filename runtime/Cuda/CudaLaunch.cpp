@@ -1,5 +1,6 @@
 // What the CUDA executor launches: modules, per-step plans, enqueueSchedule.
 #include "runtime/Cuda/CudaLaunch.h"
+#include "runtime/Cuda/GemmDescription.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -20,52 +21,6 @@ using AttentionPlan = Impl::AttentionPlan;
 using EmbeddingPlan = Impl::EmbeddingPlan;
 
 namespace {
-
-cudaDataType_t cudaType(kir::DType dtype) {
-  switch (dtype) {
-  case kir::DType::F16:
-    return CUDA_R_16F;
-  case kir::DType::BF16:
-    return CUDA_R_16BF;
-  default:
-    return CUDA_R_32F;
-  }
-}
-
-/// The largest power of two (up to 256) dividing `address`: cuBLASLt's
-/// heuristic must not pick kernels that assume more alignment.
-uint32_t alignmentOf(uint64_t address) {
-  uint32_t alignment = 256;
-  while (alignment > 1 && address % alignment != 0)
-    alignment /= 2;
-  return alignment;
-}
-
-std::string shapeKey(const kir::Buffer &buffer) {
-  return std::string(kir::dtypeName(buffer.dtype)) +
-         kir::formatShape(buffer.shape);
-}
-
-/// One operand of cuBLASLt: a column-major matrix `rows` x `cols` with
-/// leading dimension `ld`, used as-is or transposed.
-struct LtOperand {
-  cublasOperation_t op = CUBLAS_OP_N;
-  uint64_t rows = 0, cols = 0;
-  int64_t ld = 0;
-};
-
-/// The column-major operand whose op() is the `r` x `c` matrix with
-/// element (i, j) at i * rowStride + j * colStride (one stride is 1).
-std::optional<LtOperand> columnMajor(int64_t r, int64_t c, int64_t rowStride,
-                                     int64_t colStride) {
-  if (rowStride == 1 || c == 1) // stored column-major r x c
-    return LtOperand{CUBLAS_OP_N, uint64_t(r), uint64_t(c),
-                     std::max<int64_t>({colStride, r, 1})};
-  if (colStride == 1 || r == 1) // stored column-major c x r, transposed
-    return LtOperand{CUBLAS_OP_T, uint64_t(c), uint64_t(r),
-                     std::max<int64_t>({rowStride, c, 1})};
-  return std::nullopt;
-}
 
 cuda::AttentionViewArgs viewArgs(const kir::View &view) {
   cuda::AttentionViewArgs args;
@@ -135,12 +90,12 @@ void countFused(kir::EpilogueKind fused, CudaExecutorInfo &info) {
 /// The layout of one operand of a GEMM of `batch` matrices `batchStride`
 /// elements apart.
 llvm::Error createLayout(const cuda::CublasLtApi &api,
-                         cublasLtMatrixLayout_t *out, kir::DType dtype,
+                         cublasLtMatrixLayout_t *out, cudaDataType_t type,
                          const LtOperand &operand, int64_t batch,
                          int64_t batchStride) {
   if (llvm::Error error = checkCublas(
           api,
-          api.matrixLayoutCreate(out, cudaType(dtype), operand.rows,
+          api.matrixLayoutCreate(out, type, operand.rows,
                                  operand.cols, operand.ld),
           "cublasLtMatrixLayoutCreate"))
     return error;
@@ -292,95 +247,48 @@ llvm::Error LaunchPlanner::planStep(size_t index, const kir::Step &step) {
 //===----------------------------------------------------------------------===//
 
 llvm::Error LaunchPlanner::planGemm(const kir::Step &step) {
-  const kir::GemmStep &g = step.gemm;
   impl.stepPlan.push_back(impl.gemms.size());
   GemmPlan &plan = impl.gemms.emplace_back();
-  const kir::Buffer &bufA = prog.buffers[g.a.buffer];
-  const kir::Buffer &bufB = prog.buffers[g.b.buffer];
-  const kir::Buffer &bufC = prog.buffers[g.c.buffer];
-  int64_t elemA = kir::dtypeBytes(bufA.dtype);
-  int64_t elemB = kir::dtypeBytes(bufB.dtype);
-  int64_t elemC = kir::dtypeBytes(bufC.dtype);
-  plan.name = llvm::formatv("gemm {0}x{1}x{2}{3}", g.m, g.n, g.k,
-                            g.batch > 1 ? llvm::formatv(" b{0}", g.batch).str()
-                                        : std::string())
-                  .str();
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T:
-  // cuBLASLt's A is our B and its B our A.
-  int64_t aM = g.transA ? g.a.strides[2] : g.a.strides[1];
-  int64_t aK = g.transA ? g.a.strides[1] : g.a.strides[2];
-  int64_t bK = g.transB ? g.b.strides[2] : g.b.strides[1];
-  int64_t bN = g.transB ? g.b.strides[1] : g.b.strides[2];
-  std::optional<LtOperand> ltA = columnMajor(g.n, g.k, bN, bK);
-  std::optional<LtOperand> ltB = columnMajor(g.k, g.m, aK, aM);
-  if (!ltA || !ltB || (g.c.strides[2] != 1 && g.n != 1))
-    return llvm::createStringError(
-        "GEMM step '" + step.origin +
-        "': an operand has no unit stride, which cuBLASLt needs");
-  LtOperand ltC{CUBLAS_OP_N, uint64_t(g.n), uint64_t(g.m),
-                std::max<int64_t>({g.c.strides[1], g.n, 1})};
-  plan.a = address(g.b) + g.b.offset * elemB;
-  plan.b = address(g.a) + g.a.offset * elemA;
-  plan.c = address(g.c) + g.c.offset * elemC;
-  bool f32 = bufA.dtype == kir::DType::F32 && bufB.dtype == kir::DType::F32;
-  cublasComputeType_t compute = f32 && impl.allowTf32
-                                    ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                    : CUBLAS_COMPUTE_32F;
+  llvm::Expected<GemmDescription> described = describeGemm(
+      prog, step, bases, impl.allowTf32, options.fuseEpilogues);
+  if (!described)
+    return described.takeError();
+  const GemmDescription &d = *described;
+  plan.name = d.name;
+  plan.a = d.addressA;
+  plan.b = d.addressB;
+  plan.c = d.addressC;
   const cuda::CublasLtApi &api = *impl.lt;
   if (llvm::Error error = checkCublas(
-          api, api.matmulDescCreate(&plan.desc, compute, CUDA_R_32F),
+          api, api.matmulDescCreate(&plan.desc, d.compute, d.scaleType),
           "cublasLtMatmulDescCreate"))
     return error;
-  api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ltA->op,
-                             sizeof(ltA->op));
-  api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &ltB->op,
-                             sizeof(ltB->op));
-  // The epilogue kernel runs inside cuBLASLt when codegen classified it as
-  // one cuBLASLt computes (kir::GemmStep::epilogueKind) and its vectors are
-  // placed as cuBLASLt wants: 16-byte aligned, the aux leading dimension a
-  // multiple of 8 elements.
-  kir::EpilogueKind fusedKind = g.epilogue >= 0 && options.fuseEpilogues
-                                    ? g.epilogueKind
-                                    : kir::EpilogueKind::None;
-  bool hasBias = fusedKind == kir::EpilogueKind::Bias ||
-                 fusedKind == kir::EpilogueKind::GeluBias;
-  bool hasAux = fusedKind == kir::EpilogueKind::DGelu;
-  EpilogueOperands epilogue;
-  epilogue.auxLd = hasAux ? g.epilogueAux.strides[0] : 0;
-  epilogue.bias = hasBias ? bases[g.epilogueBias.buffer] +
-                                g.epilogueBias.offset * 4
-                          : 0;
-  epilogue.aux =
-      hasAux ? bases[g.epilogueAux.buffer] + g.epilogueAux.offset * 4 : 0;
-  uint32_t biasAlignment = hasBias ? alignmentOf(epilogue.bias) : 0;
-  uint32_t auxAlignment = epilogue.aux ? alignmentOf(epilogue.aux) : 0;
-  if ((hasBias && biasAlignment < 16) ||
-      (epilogue.aux && (auxAlignment < 16 || epilogue.auxLd % 8 != 0)))
-    fusedKind = kir::EpilogueKind::None;
-  if (fusedKind != kir::EpilogueKind::None)
-    setEpilogue(api, plan, fusedKind, epilogue);
-  if (llvm::Error error =
-          createLayout(api, &plan.layoutA, bufB.dtype, *ltA, g.batch,
-                       g.b.strides[0]))
+  api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &d.a.op,
+                             sizeof(d.a.op));
+  api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &d.b.op,
+                             sizeof(d.b.op));
+  if (d.fused != kir::EpilogueKind::None)
+    setEpilogue(api, plan, d.fused, {d.bias, d.aux, d.auxLd});
+  if (llvm::Error error = createLayout(api, &plan.layoutA, d.typeA, d.a,
+                                       d.batch, d.batchStrideA))
     return error;
-  if (llvm::Error error =
-          createLayout(api, &plan.layoutB, bufA.dtype, *ltB, g.batch,
-                       g.a.strides[0]))
+  if (llvm::Error error = createLayout(api, &plan.layoutB, d.typeB, d.b,
+                                       d.batch, d.batchStrideB))
     return error;
-  if (llvm::Error error = createLayout(api, &plan.layoutC, bufC.dtype, ltC,
-                                       g.batch, g.c.strides[0]))
+  if (llvm::Error error = createLayout(api, &plan.layoutC, d.typeC, d.c,
+                                       d.batch, d.batchStrideC))
     return error;
   uint32_t alignA = alignmentOf(plan.a), alignB = alignmentOf(plan.b),
            alignC = alignmentOf(plan.c);
   std::string key = llvm::formatv(
       "{0} {1} {2} {3} {4}{5}{6} {7} {8} {9} {10} {11} {12} {13} {14} {15} "
-      "{16} {17} {18}",
-      g.batch, g.m, g.n, g.k, int(ltA->op), int(ltB->op), int(compute),
-      ltA->ld, ltB->ld, ltC.ld, g.a.strides[0], g.b.strides[0],
-      g.c.strides[0], alignA, alignB, alignC,
-      shapeKey(bufA) + shapeKey(bufB) + shapeKey(bufC), int(plan.fused),
-      biasAlignment);
-  key += llvm::formatv(" {0} {1}", auxAlignment, epilogue.auxLd).str();
+      "{16}{17}{18} {19} {20} {21} {22}",
+      d.batch, d.m, d.n, d.k,
+      int(d.a.op), int(d.b.op), int(d.compute), d.a.ld, d.b.ld, d.c.ld,
+      d.batchStrideA, d.batchStrideB, d.batchStrideC, alignA, alignB, alignC,
+      int(d.typeA), int(d.typeB), int(d.typeC), int(d.fused),
+      d.bias ? alignmentOf(d.bias) : 0, d.aux ? alignmentOf(d.aux) : 0,
+      d.auxLd);
   return chooseAlgorithm(step, plan, key, alignA, alignB, alignC);
 }
 

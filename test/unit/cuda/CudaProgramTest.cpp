@@ -35,6 +35,7 @@
 #include "passes/Pipelines.h"
 #include "codegen/KernelToCuda/Nvrtc.h"
 #include "runtime/Executor.h"
+#include "runtime/Weights.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -44,6 +45,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <random>
 #include <set>
 
@@ -126,9 +128,24 @@ llvm::Expected<NamedPrograms> inferencePrograms(const char *yaml,
                        {"decode", std::move(programs->decode)}};
 }
 
+/// Mixed precision (llmc-amp; fp16 with loss scaling) for a training case.
+TrainingOptions amp(PrecisionConfig::Kind kind) {
+  TrainingOptions options;
+  options.precision.kind = kind;
+  return options;
+}
+
 struct ProgramCase {
   const char *name;
   std::function<llvm::Expected<NamedPrograms>()> make;
+  /// End to end (the harness against the CPU executor, all kernels
+  /// emulated against the CPU kernels): the largest difference relative to
+  /// the largest |value| of a result. Narrow programs round activations to
+  /// 8 (bf16) or 11 (f16) bits, so one rounding step landing differently
+  /// (the library loops sum in double, the CPU executor in f32; libm's
+  /// tanh against CUDA's) moves later values by up to a unit of the type
+  /// (seen: bf16 1.5e-8, fp16 4.5e-4, from one f16 unit in the forward).
+  double rtol = 1e-4;
 };
 
 // GPT-2 with a vocabulary past the warp-per-row limit (block-per-row
@@ -149,6 +166,17 @@ const ProgramCase kPrograms[] = {
     {"gpt2_train", [] { return trainingPrograms(
          "name: t\nn_layer: 1\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
          "vocab_size: 80\ndropout: 0.1\n", 2, 8); }},
+    // The same step in mixed precision: bf16, and fp16 with loss scaling
+    // (bf16/f16 activations and GEMM operands, f32 master weights, Adam
+    // moments and gradients).
+    {"gpt2_train_bf16", [] { return trainingPrograms(
+         "name: t\nn_layer: 1\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
+         "vocab_size: 80\ndropout: 0.1\n", 2, 8,
+         amp(PrecisionConfig::Kind::BF16)); }, 1e-3},
+    {"gpt2_train_fp16", [] { return trainingPrograms(
+         "name: t\nn_layer: 1\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
+         "vocab_size: 80\ndropout: 0.1\n", 2, 8,
+         amp(PrecisionConfig::Kind::FP16)); }, 2e-3},
     {"opt_train", [] { return trainingPrograms(
          "name: ot\nn_layer: 1\nn_head: 3\nn_embd: 39\nseq_len: 16\n"
          "vocab_size: 67\nactivation: relu\ndropout: 0.1\n", 2, 7); }},
@@ -171,15 +199,36 @@ const ProgramCase kPrograms[] = {
 // Host memory laid out like the runtime's
 //===----------------------------------------------------------------------===//
 
+/// The elements of a view's buffer from the view's offset on, of the
+/// buffer's storage type: read widened to double, written rounded to
+/// nearest even (f16, bf16) as the backends store.
+struct Elements {
+  char *data;
+  DType dtype;
+  double get(int64_t i) const { return elementAt(data, dtype, size_t(i)); }
+  void set(int64_t i, double value) const {
+    float narrow = float(value);
+    if (dtype == DType::F32) {
+      std::memcpy(data + 4 * i, &narrow, 4);
+      return;
+    }
+    uint16_t bits = dtype == DType::BF16 ? runtime::floatToBFloat16(narrow)
+                                         : runtime::floatToHalf(narrow);
+    std::memcpy(data + 2 * i, &bits, 2);
+  }
+};
+
 struct Memory {
   GuardedBuffer arena;
   std::vector<GuardedBuffer> owned; // per buffer; empty for arena buffers
   std::vector<char *> bases;
+  std::vector<DType> dtypes;
 
   explicit Memory(const kir::Program &program)
       : arena(std::max<int64_t>(program.arenaBytes, 1)),
         owned(program.buffers.size()), bases(program.buffers.size()) {
     for (auto [index, buffer] : llvm::enumerate(program.buffers)) {
+      dtypes.push_back(buffer.dtype);
       if (buffer.kind == kir::BufferKind::Arena) {
         bases[index] = arena.data() + buffer.offset;
       } else {
@@ -188,7 +237,8 @@ struct Memory {
       }
     }
   }
-  Memory(const Memory &other) : arena(other.arena), owned(other.owned) {
+  Memory(const Memory &other)
+      : arena(other.arena), owned(other.owned), dtypes(other.dtypes) {
     // Same layout, pointers into this copy.
     bases.resize(other.bases.size());
     for (size_t i = 0; i < bases.size(); ++i)
@@ -196,8 +246,9 @@ struct Memory {
                      ? owned[i].data()
                      : arena.data() + (other.bases[i] - other.arena.data());
   }
-  float *f32(const kir::View &view) {
-    return reinterpret_cast<float *>(bases[view.buffer]) + view.offset;
+  Elements elements(const kir::View &view) {
+    DType dtype = dtypes[view.buffer];
+    return {bases[view.buffer] + view.offset * kir::dtypeBytes(dtype), dtype};
   }
 };
 
@@ -236,23 +287,29 @@ void fillInputs(const kir::Program &program, Memory &memory, unsigned seed) {
       }
       continue;
     }
-    ASSERT_EQ(buffer.dtype, DType::F32) << buffer.name;
-    float *values = reinterpret_cast<float *>(data);
+    ASSERT_TRUE(kir::isFloat(buffer.dtype)) << buffer.name;
+    Elements values{data, buffer.dtype};
     for (int64_t i = 0; i < n; ++i) {
       float value = 0.5f * uniform(rng);
       if (buffer.kind == kir::BufferKind::State)
         value = name.starts_with("adam_v") ? 1e-3f * std::fabs(value)
                                            : 1e-2f * value;
-      values[i] = value;
+      values.set(i, value);
     }
-    if (name == "dloss")
-      values[0] = 1.0f;
-    else if (name == "lr")
-      values[0] = 1e-3f;
-    else if (name == "bias_correction1")
-      values[0] = 10.0f;
-    else if (name == "bias_correction2")
-      values[0] = 20.0f;
+    // The scalars of a training step (fp16's loss-scaling state: a scale
+    // of 2^10, 3 clean steps, 2 overflows of hysteresis left).
+    static const std::map<llvm::StringRef, float> kScalars = {
+        {"dloss", 1.0f},
+        {"lr", 1e-3f},
+        {"bias_correction1", 10.0f},
+        {"bias_correction2", 20.0f},
+        {"loss_scale", 1024.0f},
+        {"loss_scale.clean_steps", 3.0f},
+        {"loss_scale.hysteresis", 2.0f},
+        {"loss_scale.skipped_steps", 0.0f}};
+    auto scalar = kScalars.find(name);
+    if (scalar != kScalars.end())
+      values.set(0, scalar->second);
   }
 }
 
@@ -260,9 +317,11 @@ void fillInputs(const kir::Program &program, Memory &memory, unsigned seed) {
 // The library steps, as plain loops
 //===----------------------------------------------------------------------===//
 
+/// C = op(A) op(B) summed in double and rounded once to C's type (f32
+/// accumulation of narrow operands, as cuBLASLt and the CPU backend do).
 void runGemm(const kir::GemmStep &g, Memory &memory) {
-  const float *a = memory.f32(g.a), *b = memory.f32(g.b);
-  float *c = memory.f32(g.c);
+  Elements a = memory.elements(g.a), b = memory.elements(g.b),
+           c = memory.elements(g.c);
   for (int64_t batch = 0; batch < g.batch; ++batch)
     for (int64_t i = 0; i < g.m; ++i)
       for (int64_t j = 0; j < g.n; ++j) {
@@ -274,21 +333,28 @@ void runGemm(const kir::GemmStep &g, Memory &memory) {
           int64_t bi = batch * g.b.strides[0] +
                        (g.transB ? j * g.b.strides[1] + k * g.b.strides[2]
                                  : k * g.b.strides[1] + j * g.b.strides[2]);
-          sum += double(a[ai]) * b[bi];
+          sum += a.get(ai) * b.get(bi);
         }
-        float &out =
-            c[batch * g.c.strides[0] + i * g.c.strides[1] + j * g.c.strides[2]];
-        out = g.accumulate ? float(out + sum) : float(sum);
+        int64_t ci =
+            batch * g.c.strides[0] + i * g.c.strides[1] + j * g.c.strides[2];
+        c.set(ci, g.accumulate ? float(c.get(ci)) + float(sum) : sum);
       }
 }
 
 /// Element (b, h, t, d) of a [batch, heads, seq, headDim] view.
 struct View4 {
-  float *data;
+  Elements data;
   const kir::View &view;
-  float &at(int64_t b, int64_t h, int64_t t, int64_t d = 0) const {
+  int64_t index(int64_t b, int64_t h, int64_t t, int64_t d) const {
     const std::vector<int64_t> &s = view.strides;
-    return data[b * s[0] + h * s[1] + t * s[2] + (s.size() > 3 ? d * s[3] : 0)];
+    return b * s[0] + h * s[1] + t * s[2] + (s.size() > 3 ? d * s[3] : 0);
+  }
+  double at(int64_t b, int64_t h, int64_t t, int64_t d = 0) const {
+    return data.get(index(b, h, t, d));
+  }
+  void put(double value, int64_t b, int64_t h, int64_t t,
+           int64_t d = 0) const {
+    data.set(index(b, h, t, d), value);
   }
 };
 
@@ -325,9 +391,9 @@ std::vector<double> attentionProbabilities(const View4 &q, const View4 &k,
 /// s <= positions[b][t] (clamped to the cache), or s <= t + kvSeq - seq
 /// without positions; a query that sees none gets out 0 and lse -inf.
 void runCacheAttention(const kir::AttentionStep &a, Memory &memory) {
-  View4 q{memory.f32(a.q), a.q}, k{memory.f32(a.k), a.k},
-      v{memory.f32(a.v), a.v}, out{memory.f32(a.out), a.out},
-      lse{memory.f32(a.lse), a.lse};
+  View4 q{memory.elements(a.q), a.q}, k{memory.elements(a.k), a.k},
+      v{memory.elements(a.v), a.v}, out{memory.elements(a.out), a.out},
+      lse{memory.elements(a.lse), a.lse};
   int64_t keys = a.keys();
   const int32_t *positions =
       a.positioned() ? reinterpret_cast<const int32_t *>(
@@ -358,18 +424,18 @@ void runCacheAttention(const kir::AttentionStep &a, Memory &memory) {
           double acc = 0;
           for (int64_t s = 0; s < visible; ++s)
             acc += p[s] / sum * v.at(b, h, s, d);
-          out.at(b, h, t, d) = float(acc);
+          out.put(float(acc), b, h, t, d);
         }
-        lse.at(b, h, t) = visible > 0 ? float(max + std::log(sum)) : -INFINITY;
+        lse.put(visible > 0 ? float(max + std::log(sum)) : -INFINITY, b, h, t);
       }
 }
 
 void runAttention(const kir::AttentionStep &a, Memory &memory) {
   if (a.kvSeq > 0 || a.positioned())
     return runCacheAttention(a, memory);
-  View4 q{memory.f32(a.q), a.q}, k{memory.f32(a.k), a.k},
-      v{memory.f32(a.v), a.v}, out{memory.f32(a.out), a.out},
-      lse{memory.f32(a.lse), a.lse};
+  View4 q{memory.elements(a.q), a.q}, k{memory.elements(a.k), a.k},
+      v{memory.elements(a.v), a.v}, out{memory.elements(a.out), a.out},
+      lse{memory.elements(a.lse), a.lse};
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t h = 0; h < a.heads; ++h) {
       std::vector<double> rowLse;
@@ -380,19 +446,19 @@ void runAttention(const kir::AttentionStep &a, Memory &memory) {
           double sum = 0;
           for (int64_t s = 0; s < a.seq; ++s)
             sum += p[t * a.seq + s] * v.at(b, h, s, d);
-          out.at(b, h, t, d) = float(sum);
+          out.put(float(sum), b, h, t, d);
         }
-        lse.at(b, h, t) = float(rowLse[t]);
+        lse.put(float(rowLse[t]), b, h, t);
       }
     }
 }
 
 void runAttentionGrad(const kir::AttentionGradStep &a, Memory &memory) {
-  View4 dout{memory.f32(a.dout), a.dout}, q{memory.f32(a.q), a.q},
-      k{memory.f32(a.k), a.k}, v{memory.f32(a.v), a.v},
-      out{memory.f32(a.out), a.out}, lse{memory.f32(a.lse), a.lse},
-      dq{memory.f32(a.dq), a.dq}, dk{memory.f32(a.dk), a.dk},
-      dv{memory.f32(a.dv), a.dv};
+  View4 dout{memory.elements(a.dout), a.dout}, q{memory.elements(a.q), a.q},
+      k{memory.elements(a.k), a.k}, v{memory.elements(a.v), a.v},
+      out{memory.elements(a.out), a.out}, lse{memory.elements(a.lse), a.lse},
+      dq{memory.elements(a.dq), a.dq}, dk{memory.elements(a.dk), a.dk},
+      dv{memory.elements(a.dv), a.dv};
   int64_t T = a.seq, D = a.headDim;
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t h = 0; h < a.heads; ++h) {
@@ -425,9 +491,9 @@ void runAttentionGrad(const kir::AttentionGradStep &a, Memory &memory) {
             gk += ds[j * T + i] * q.at(b, h, j, d);
             gv += p[j * T + i] * dout.at(b, h, j, d);
           }
-          dq.at(b, h, i, d) = float(a.scale * gq);
-          dk.at(b, h, i, d) = float(a.scale * gk);
-          dv.at(b, h, i, d) = float(gv);
+          dq.put(float(a.scale * gq), b, h, i, d);
+          dk.put(float(a.scale * gk), b, h, i, d);
+          dv.put(float(gv), b, h, i, d);
         }
     }
 }
@@ -436,11 +502,10 @@ void runEmbeddingGrad(const kir::EmbeddingGradStep &e,
                       const kir::Program &program, Memory &memory) {
   const char *ids = memory.bases[e.ids.buffer];
   bool wide = program.buffers[e.ids.buffer].dtype == DType::I64;
-  const float *grad = memory.f32(e.grad);
-  float *out = memory.f32(e.out);
+  Elements grad = memory.elements(e.grad), out = memory.elements(e.out);
   for (int64_t r = 0; r < e.rows && !e.accumulate; ++r)
     for (int64_t c = 0; c < e.channels; ++c)
-      out[r * e.out.strides[0] + c * e.out.strides[1]] = 0.0f;
+      out.set(r * e.out.strides[0] + c * e.out.strides[1], 0.0);
   for (int64_t p = 0; p < e.positions; ++p) {
     int64_t at = e.ids.offset + p * e.ids.strides[0], id;
     if (wide) {
@@ -450,9 +515,12 @@ void runEmbeddingGrad(const kir::EmbeddingGradStep &e,
       std::memcpy(&narrow, ids + 4 * at, 4);
       id = narrow;
     }
-    for (int64_t c = 0; c < e.channels; ++c)
-      out[id * e.out.strides[0] + c * e.out.strides[1]] +=
-          grad[p * e.grad.strides[0] + c * e.grad.strides[1]];
+    for (int64_t c = 0; c < e.channels; ++c) {
+      int64_t o = id * e.out.strides[0] + c * e.out.strides[1];
+      out.set(o, float(out.get(o)) +
+                     float(grad.get(p * e.grad.strides[0] +
+                                    c * e.grad.strides[1])));
+    }
   }
 }
 
@@ -516,9 +584,15 @@ ErrorStats compareAfterKernel(const kir::Program &program,
   std::vector<StoredRange> ranges;
   for (int32_t index : stored) {
     const kir::Buffer &buffer = program.buffers[index];
+    // Both sides compute in f32 and round once to the storage type; a
+    // narrow store may land one unit apart where f32 results differ in
+    // their last bits (libm), so allow that unit.
+    double unit = buffer.dtype == DType::BF16  ? 0x1p-7
+                  : buffer.dtype == DType::F16 ? 0x1p-10
+                                               : 2e-5;
     stats.merge(compareElements(
         cpu.bases[index], cuda.bases[index], buffer.dtype,
-        buffer.numElements(), {2e-5, 2e-5},
+        buffer.numElements(), {unit, 2e-5},
         "kernel " + kernel.name + ", buffer '" + buffer.name + "'"));
     if (buffer.kind == kir::BufferKind::Arena)
       ranges.push_back({-1, size_t(buffer.offset),
@@ -569,22 +643,38 @@ results(const kir::Program &program, Memory &memory) {
   return out;
 }
 
-void expectResultsClose(
+/// Checks every result within rtol of its largest |value| (at least 1);
+/// returns the largest such relative difference seen.
+double expectResultsClose(
     const std::vector<std::pair<std::string, std::vector<float>>> &want,
     const std::vector<std::pair<std::string, std::vector<float>>> &got,
     double rtol, const std::string &what) {
-  ASSERT_EQ(want.size(), got.size());
+  double worst = 0;
+  EXPECT_EQ(want.size(), got.size()) << what;
+  if (want.size() != got.size())
+    return INFINITY;
   for (size_t r = 0; r < want.size(); ++r) {
     const auto &[name, a] = want[r];
     const auto &b = got[r].second;
-    ASSERT_EQ(a.size(), b.size()) << name;
+    EXPECT_EQ(a.size(), b.size()) << what << ": " << name;
+    if (a.size() != b.size())
+      return INFINITY;
     double scale = 0;
     for (float x : a)
       scale = std::max(scale, double(std::fabs(x)));
-    for (size_t i = 0; i < a.size(); ++i)
-      ASSERT_NEAR(a[i], b[i], rtol * std::max(1.0, scale))
-          << what << ": '" << name << "' element " << i;
+    for (size_t i = 0; i < a.size(); ++i) {
+      double difference = std::fabs(double(a[i]) - b[i]);
+      worst = std::max(worst, std::isnan(difference)
+                                  ? INFINITY
+                                  : difference / std::max(1.0, scale));
+      if (!(difference <= rtol * std::max(1.0, scale))) {
+        ADD_FAILURE() << what << ": '" << name << "' element " << i
+                      << ": " << a[i] << " vs " << b[i];
+        return INFINITY;
+      }
+    }
   }
+  return worst;
 }
 
 class CudaProgramTest : public ::testing::TestWithParam<ProgramCase> {};
@@ -673,8 +763,12 @@ TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
           widened[i] = float(elementAt(tensor->bytes.data(), tensor->dtype, i));
         executorResults.push_back({name, widened});
       }
-      expectResultsClose(executorResults, cpuResults, 1e-4,
-                         "harness vs CPU executor");
+      double worst = expectResultsClose(executorResults, cpuResults,
+                                        GetParam().rtol,
+                                        "harness vs CPU executor");
+      std::printf("[ results  ] %s @%s: harness vs CPU executor within "
+                  "%.3g of the largest |value|\n",
+                  GetParam().name, function.c_str(), worst);
     }
 
     // Every kernel emulated, end to end.
@@ -683,8 +777,13 @@ TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
       const kir::Kernel &kernel = program.kernels[index];
       emulated->run(kernel.name, operandBases(kernel, m));
     });
-    expectResultsClose(cpuResults, results(program, cudaMemory), 1e-4,
-                       "all kernels emulated vs CPU kernels");
+    double worst =
+        expectResultsClose(cpuResults, results(program, cudaMemory),
+                           GetParam().rtol,
+                           "all kernels emulated vs CPU kernels");
+    std::printf("[ results  ] %s @%s: all kernels emulated vs CPU kernels "
+                "within %.3g of the largest |value|\n",
+                GetParam().name, function.c_str(), worst);
   }
 }
 
