@@ -11,14 +11,20 @@
 // --torch-python and --jax-python; a framework that is not installed is
 // skipped with the reason), so the ratio is read from one sitting.
 //
+// --precision bf16|fp16 times the mixed-precision step instead (GEMM
+// operands in 16 bits: runNarrowGemm, runtime/Executor.cpp); the line
+// under the table says which 16-bit GEMM path ran (cpu::bf16GemmPath).
+//
 //   build/bin/bench-train [--iterations N] [--num-threads N] [--short]
-//                         [--peers=false] [--torch-python P] [--jax-python P]
+//                         [--precision fp32|bf16|fp16] [--peers=false]
+//                         [--torch-python P] [--jax-python P]
 #include "bench/CpuBench.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
+#include "runtime/Cpu/Bf16Gemm.h"
 #include "runtime/Executor.h"
 #include "runtime/Generate.h"
 
@@ -53,6 +59,11 @@ static cl::opt<bool> peers("peers",
                            cl::desc("Also time PyTorch and JAX on the same "
                                     "step (--peers=false: llmc only)"),
                            cl::init(true));
+static cl::opt<std::string> precision(
+    "precision",
+    cl::desc("Mixed precision of the measured step: fp32 (default), bf16 or "
+             "fp16 (llmc-amp, as `precision:` in `llmc run`)"),
+    cl::init("fp32"));
 static cl::opt<std::string>
     torchPython("torch-python",
                 cl::desc("Python with PyTorch (default /usr/bin/python3, "
@@ -145,6 +156,19 @@ static runtime::HostTensor scalar(float value) {
 
 int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv, "llmc training-step benchmark\n");
+  PrecisionConfig::Kind precisionKind;
+  if (precision == "fp32")
+    precisionKind = PrecisionConfig::Kind::FP32;
+  else if (precision == "bf16")
+    precisionKind = PrecisionConfig::Kind::BF16;
+  else if (precision == "fp16")
+    precisionKind = PrecisionConfig::Kind::FP16;
+  else {
+    llvm::errs() << "bench-train: --precision: expected fp32, bf16 or fp16, "
+                    "got '"
+                 << precision << "'\n";
+    return 1;
+  }
   int hw = threads > 0 ? int(threads) : int(std::thread::hardware_concurrency());
   double peak = bench::printBlasAndPeak(hw);
   std::vector<bench::BenchModel> cases = bench::benchModels();
@@ -153,8 +177,8 @@ int main(int argc, char **argv) {
     iterations = 1;
   }
   llvm::outs() << "step = gradient step (forward + backward) + update step "
-                  "(AdamW, clip 1.0); best of "
-               << iterations << "\n\n";
+                  "(AdamW, clip 1.0); precision "
+               << precision << "; best of " << iterations << "\n\n";
   std::string jax = jaxPython;
   if (jax.empty())
     jax = std::string(std::getenv("HOME") ? std::getenv("HOME") : "") +
@@ -171,8 +195,9 @@ int main(int argc, char **argv) {
     auto start = Clock::now();
     auto module = check(
         mlir::llmc::buildForwardModule(context, c.config, {c.batch, c.seq}));
-    TrainingPrograms programs =
-        check(compileTraining(*module, TrainingOptions()));
+    TrainingOptions options;
+    options.precision.kind = precisionKind;
+    TrainingPrograms programs = check(compileTraining(*module, options));
     double compileSeconds = seconds(start);
 
     auto store = std::make_shared<runtime::PersistentStore>();
@@ -250,5 +275,16 @@ int main(int argc, char **argv) {
   }
   llvm::outs() << "\n(gemm/attn/kern ms: the gradient step's time by kind "
                   "of step, mean over profiled runs)\n";
+  if (precisionKind != PrecisionConfig::Kind::FP32) {
+    std::optional<cpu::Bf16DotPath> dot = cpu::executorBf16Dot();
+    llvm::outs() << "16-bit GEMMs: "
+                 << (precisionKind == PrecisionConfig::Kind::BF16 && dot
+                         ? std::string("bf16 on ") + cpu::bf16DotPathName(*dot)
+                         : std::string("widened to f32 for sgemm"))
+                 << (cpu::cpuHasAvx512Bf16() && !dot
+                         ? " (LLMC_CPU_BF16_DOT=off)"
+                         : "")
+                 << "\n";
+  }
   return 0;
 }

@@ -10,6 +10,7 @@
 // measured high-water mark still equals the planned peak, and they are
 // small (tiles of a GEMM, one head of attention per thread).
 #include "runtime/Executor.h"
+#include "runtime/Cpu/Bf16Gemm.h"
 #include "runtime/Cpu/FewRowGemm.h"
 #include "runtime/Cpu/LowPrecision.h"
 #include "runtime/MemoryReport.h"
@@ -514,71 +515,167 @@ bool CpuExecutor::runFewRowGemm(const kir::GemmStep &g) {
   return true;
 }
 
-void CpuExecutor::runNarrowGemm(const kir::GemmStep &g) {
-  // OpenBLAS has no f16 or bf16 GEMM here (Debian's build lacks sbgemm):
-  // tiles of C, kTileM x kTileN, each summed over k in steps of kTileK
-  // from f32 copies of A's and B's blocks (f32 operands are read in
-  // place), in f32 (C itself when f32, else a staged tile rounded into C
-  // at the end: one rounding). Threads take whole tiles. Staging per
-  // thread: about 2 MB; each A element is widened n / kTileN times and each
-  // B element m / kTileM times, a few per mille of the multiply-adds. On
-  // [2048, 768] x [768, 3072] this runs at about 93% of the f32 path's
-  // GFLOP/s (2-core x86 with F16C; larger tiles measured no better).
-  constexpr int64_t kTileM = 256, kTileN = 512, kTileK = 512;
+void CpuExecutor::stagedNarrowGemm(const kir::GemmStep &g, int64_t aM,
+                                   int64_t aK, int64_t bK, int64_t bN) {
+  // Chunks of at most kStageFloats widened elements each of A, B and C
+  // (one chunk each for llmc's GEMMs but the vocabulary's), each widened
+  // once by all threads, then one f32 GEMM per chunk split over the
+  // threads like runGemm's: OpenBLAS sees whole products, not tiles, and
+  // every narrow element is converted once (twice for an accumulated
+  // 16-bit C).
+  constexpr int64_t kStageFloats = int64_t(4) << 20;
   kir::DType aType = prog.buffers[g.a.buffer].dtype;
   kir::DType bType = prog.buffers[g.b.buffer].dtype;
   kir::DType cType = prog.buffers[g.c.buffer].dtype;
   int64_t aBytes = kir::dtypeBytes(aType), bBytes = kir::dtypeBytes(bType),
           cBytes = kir::dtypeBytes(cType);
+  int64_t ldc = g.c.strides[1], k = std::max<int64_t>(g.k, 1);
+  int64_t mChunk = std::clamp<int64_t>(kStageFloats / k, 1, g.m);
+  int64_t nChunk = std::clamp<int64_t>(kStageFloats / std::max(k, mChunk),
+                                       std::min<int64_t>(64, g.n), g.n);
+  thread_local std::vector<float> stage;
+  stage.resize(size_t(mChunk * k + k * nChunk + mChunk * nChunk));
+  float *aStage = stage.data(), *bStage = aStage + mChunk * k,
+        *cStage = bStage + k * nChunk;
+  // Block (r0, c0) of rows x cols as f32, widened by rows (unit column
+  // stride) or by columns, split over the threads.
+  auto widen = [&](kir::DType type, char *data, int64_t rowStride,
+                   int64_t colStride, int64_t r0, int64_t c0, int64_t rows,
+                   int64_t cols, float *out) -> Matrix {
+    if (type == kir::DType::F32)
+      return {reinterpret_cast<float *>(data) + r0 * rowStride +
+                  c0 * colStride,
+              rowStride, colStride};
+    bool byRows = colStride == 1;
+    pool.parallelFor(byRows ? rows : cols, [&](int64_t begin, int64_t end,
+                                               int) {
+      if (byRows)
+        stageBlock(type, data, rowStride, colStride, r0 + begin, c0,
+                   end - begin, cols, out + begin * cols);
+      else
+        stageBlock(type, data, rowStride, colStride, r0, c0 + begin, rows,
+                   end - begin, out + begin * rows);
+    });
+    return byRows ? Matrix{out, cols, 1} : Matrix{out, 1, rows};
+  };
+  float beta = g.accumulate ? 1.0f : 0.0f;
+  for (int64_t batch = 0; batch < g.batch; ++batch) {
+    auto at = [&](const kir::View &view, int64_t bytes) {
+      return base(view.buffer) +
+             (view.offset + batch * view.strides[0]) * bytes;
+    };
+    char *a = at(g.a, aBytes), *b = at(g.b, bBytes), *c = at(g.c, cBytes);
+    for (int64_t i0 = 0; i0 < g.m; i0 += mChunk) {
+      int64_t mc = std::min(mChunk, g.m - i0);
+      Matrix aBlock = widen(aType, a, aM, aK, i0, 0, mc, g.k, aStage);
+      for (int64_t j0 = 0; j0 < g.n; j0 += nChunk) {
+        int64_t nc = std::min(nChunk, g.n - j0);
+        Matrix bBlock = widen(bType, b, bK, bN, 0, j0, g.k, nc, bStage);
+        auto cRow = [&](int64_t r) {
+          return c + ((i0 + r) * ldc + j0) * cBytes;
+        };
+        bool cF32 = cType == kir::DType::F32;
+        float *cTile = cF32 ? reinterpret_cast<float *>(cRow(0)) : cStage;
+        int64_t cLd = cF32 ? ldc : nc;
+        if (!cF32 && g.accumulate)
+          pool.parallelFor(mc, [&](int64_t begin, int64_t end, int) {
+            for (int64_t r = begin; r < end; ++r)
+              cpu::widenToFloat(cType, cRow(r), nc, cStage + r * nc);
+          });
+        if (g.k == 0 && !g.accumulate)
+          for (int64_t r = 0; r < mc; ++r)
+            std::fill(cTile + r * cLd, cTile + r * cLd + nc, 0.0f);
+        else if (mc >= 64 * pool.size() || nc < 64 * pool.size())
+          pool.parallelFor(mc, [&](int64_t begin, int64_t end, int) {
+            sgemm(end - begin, nc, g.k,
+                  {aBlock.data + begin * aBlock.rowStride, aBlock.rowStride,
+                   aBlock.colStride},
+                  bBlock, cTile + begin * cLd, cLd, 1.0f, beta);
+          });
+        else
+          pool.parallelFor(nc, [&](int64_t begin, int64_t end, int) {
+            sgemm(mc, end - begin, g.k, aBlock,
+                  {bBlock.data + begin * bBlock.colStride, bBlock.rowStride,
+                   bBlock.colStride},
+                  cTile + begin, cLd, 1.0f, beta);
+          });
+        if (!cF32)
+          pool.parallelFor(mc, [&](int64_t begin, int64_t end, int) {
+            for (int64_t r = begin; r < end; ++r)
+              cpu::narrowFromFloat(cType, cStage + r * nc, nc, cRow(r));
+          });
+      }
+    }
+  }
+}
+
+void CpuExecutor::runNarrowGemm(const kir::GemmStep &g) {
+  // OpenBLAS has no f16 or bf16 GEMM here (Debian's build lacks sbgemm).
+  // bf16 A and B on a CPU with AVX-512 BF16: tiles of C, kTileM x kTileN,
+  // each one bf16Gemm (runtime/Cpu/Bf16Gemm.h: packed pairs, vdpbf16ps,
+  // f32 sums), nothing widened; threads take whole tiles, of 256 columns
+  // so that GPT-2's widths split evenly over them. C is summed in f32 (C
+  // itself when f32, else a staged tile rounded into C at the end: one
+  // rounding). Otherwise the operands are widened for sgemm
+  // (stagedNarrowGemm).
+  constexpr int64_t kTileM = 256, kTileN = 256;
+  kir::DType aType = prog.buffers[g.a.buffer].dtype;
+  kir::DType bType = prog.buffers[g.b.buffer].dtype;
+  kir::DType cType = prog.buffers[g.c.buffer].dtype;
   // Strides of op(A) [m x k] and op(B) [k x n] from the stored layouts.
   int64_t aM = g.transA ? g.a.strides[2] : g.a.strides[1];
   int64_t aK = g.transA ? g.a.strides[1] : g.a.strides[2];
   int64_t bK = g.transB ? g.b.strides[2] : g.b.strides[1];
   int64_t bN = g.transB ? g.b.strides[1] : g.b.strides[2];
-  int64_t ldc = g.c.strides[1];
+  std::optional<cpu::Bf16DotPath> dot;
+  if (aType == kir::DType::BF16 && bType == kir::DType::BF16)
+    dot = cpu::executorBf16Dot();
+  if (!dot)
+    stagedNarrowGemm(g, aM, aK, bK, bN);
+  int64_t cBytes = kir::dtypeBytes(cType), ldc = g.c.strides[1];
   int64_t tilesM = (g.m + kTileM - 1) / kTileM;
   int64_t tilesN = (g.n + kTileN - 1) / kTileN;
-  pool.parallelFor(g.batch * tilesM * tilesN, [&](int64_t begin, int64_t end,
-                                                   int thread) {
-    std::vector<float> &staging = scratch[thread];
-    staging.resize(std::max<size_t>(
-        staging.size(), kTileM * kTileK + kTileK * kTileN + kTileM * kTileN));
-    float *aStage = staging.data(), *bStage = aStage + kTileM * kTileK;
-    float *cStage = bStage + kTileK * kTileN;
-    for (int64_t tile = begin; tile < end; ++tile) {
-      int64_t batch = tile / (tilesM * tilesN);
-      int64_t i0 = tile / tilesN % tilesM * kTileM, j0 = tile % tilesN * kTileN;
-      int64_t mc = std::min(kTileM, g.m - i0), nc = std::min(kTileN, g.n - j0);
-      auto at = [&](const kir::View &view, int64_t bytes) {
-        return base(view.buffer) +
-               (view.offset + batch * view.strides[0]) * bytes;
-      };
-      char *a = at(g.a, aBytes), *b = at(g.b, bBytes), *c = at(g.c, cBytes);
-      auto cRow = [&](int64_t r) { return c + ((i0 + r) * ldc + j0) * cBytes; };
-      float *cTile = reinterpret_cast<float *>(cRow(0));
-      int64_t cLd = ldc;
-      if (cType != kir::DType::F32) {
-        cTile = cStage;
-        cLd = nc;
-        if (g.accumulate)
+  if (dot)
+    pool.parallelFor(g.batch * tilesM * tilesN, [&](int64_t begin,
+                                                     int64_t end, int thread) {
+      std::vector<float> &staging = scratch[thread];
+      staging.resize(std::max<size_t>(staging.size(), kTileM * kTileN));
+      float *cStage = staging.data();
+      for (int64_t tile = begin; tile < end; ++tile) {
+        int64_t batch = tile / (tilesM * tilesN);
+        int64_t i0 = tile / tilesN % tilesM * kTileM,
+                j0 = tile % tilesN * kTileN;
+        int64_t mc = std::min(kTileM, g.m - i0),
+                nc = std::min(kTileN, g.n - j0);
+        auto view = [&](const kir::View &v, int64_t rowStride,
+                        int64_t colStride, int64_t r0, int64_t c0) {
+          return cpu::Bf16View{reinterpret_cast<const uint16_t *>(
+                                   base(v.buffer)) +
+                                   v.offset + batch * v.strides[0] +
+                                   r0 * rowStride + c0 * colStride,
+                               rowStride, colStride};
+        };
+        char *c = base(g.c.buffer) +
+                  (g.c.offset + batch * g.c.strides[0]) * cBytes;
+        auto cRow = [&](int64_t r) {
+          return c + ((i0 + r) * ldc + j0) * cBytes;
+        };
+        float *cTile = reinterpret_cast<float *>(cRow(0));
+        int64_t cLd = ldc;
+        if (cType != kir::DType::F32) {
+          cTile = cStage;
+          cLd = nc;
+          if (g.accumulate)
+            for (int64_t r = 0; r < mc; ++r)
+              cpu::widenToFloat(cType, cRow(r), nc, cStage + r * nc);
+        }
+        cpu::bf16Gemm(*dot, mc, nc, g.k, view(g.a, aM, aK, i0, 0),
+                      view(g.b, bK, bN, 0, j0), cTile, cLd, g.accumulate);
+        if (cType != kir::DType::F32)
           for (int64_t r = 0; r < mc; ++r)
-            cpu::widenToFloat(cType, cRow(r), nc, cStage + r * nc);
+            cpu::narrowFromFloat(cType, cStage + r * nc, nc, cRow(r));
       }
-      if (g.k == 0 && !g.accumulate)
-        for (int64_t r = 0; r < mc; ++r)
-          std::fill(cTile + r * cLd, cTile + r * cLd + nc, 0.0f);
-      for (int64_t k0 = 0; k0 < g.k; k0 += kTileK) {
-        int64_t kc = std::min(kTileK, g.k - k0);
-        Matrix aBlock = stageBlock(aType, a, aM, aK, i0, k0, mc, kc, aStage);
-        Matrix bBlock = stageBlock(bType, b, bK, bN, k0, j0, kc, nc, bStage);
-        float beta = k0 > 0 || g.accumulate ? 1.0f : 0.0f;
-        sgemm(mc, nc, kc, aBlock, bBlock, cTile, cLd, 1.0f, beta);
-      }
-      if (cType != kir::DType::F32)
-        for (int64_t r = 0; r < mc; ++r)
-          cpu::narrowFromFloat(cType, cStage + r * nc, nc, cRow(r));
-    }
-  });
+    });
   if (g.epilogue >= 0) {
     CpuKernelFn epilogue = kernelFns[g.epilogue];
     void *const *operands = kernelOperands[g.epilogue].data();

@@ -122,6 +122,8 @@ private:
   void runGemm(const kir::GemmStep &gemm);
   /// A GEMM with an f16/bf16 operand or result: tiles through f32 staging.
   void runNarrowGemm(const kir::GemmStep &gemm);
+  void stagedNarrowGemm(const kir::GemmStep &gemm, int64_t aM, int64_t aK,
+                        int64_t bK, int64_t bN);
   /// runFewRowGemm's product when `gemm` is one it takes (f32 A of
   /// at most kFewRowGemmMaxRows rows, f32, bf16 or f16 B, f32 C); false
   /// otherwise.
