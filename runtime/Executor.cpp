@@ -424,10 +424,7 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
                              g.c.strides[1], begin, end);
     });
     ++sparse.sparseSteps;
-    if (epilogue)
-      pool.parallelFor(g.batch * g.m, [&](int64_t begin, int64_t end, int) {
-        epilogue(kernelOperands[g.epilogue].data(), begin, end);
-      });
+    runEpilogueByRows(g);
     return;
   }
   // Strides of op(A) [m x k] and op(B) [k x n] from the stored layouts.
@@ -470,10 +467,17 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
             {b + batch * g.b.strides[0] + begin * bN, bK, bN},
             c + batch * g.c.strides[0] + begin, g.c.strides[1], 1.0f, beta);
   });
-  if (epilogue)
-    pool.parallelFor(rows, [&](int64_t begin, int64_t end, int) {
-      epilogue(epilogueOperands, begin, end);
-    });
+  runEpilogueByRows(g);
+}
+
+void CpuExecutor::runEpilogueByRows(const kir::GemmStep &g) {
+  if (g.epilogue < 0)
+    return;
+  CpuKernelFn epilogue = kernelFns[g.epilogue];
+  void *const *operands = kernelOperands[g.epilogue].data();
+  pool.parallelFor(g.batch * g.m, [&](int64_t begin, int64_t end, int) {
+    epilogue(operands, begin, end);
+  });
 }
 
 bool CpuExecutor::runFewRowGemm(const kir::GemmStep &g) {
@@ -505,13 +509,7 @@ bool CpuExecutor::runFewRowGemm(const kir::GemmStep &g) {
                       g.accumulate);
   });
   ++fewRowSteps;
-  if (g.epilogue >= 0) {
-    CpuKernelFn epilogue = kernelFns[g.epilogue];
-    void *const *operands = kernelOperands[g.epilogue].data();
-    pool.parallelFor(g.batch * g.m, [&](int64_t begin, int64_t end, int) {
-      epilogue(operands, begin, end);
-    });
-  }
+  runEpilogueByRows(g);
   return true;
 }
 
@@ -676,13 +674,7 @@ void CpuExecutor::runNarrowGemm(const kir::GemmStep &g) {
             cpu::narrowFromFloat(cType, cStage + r * nc, nc, cRow(r));
       }
     });
-  if (g.epilogue >= 0) {
-    CpuKernelFn epilogue = kernelFns[g.epilogue];
-    void *const *operands = kernelOperands[g.epilogue].data();
-    pool.parallelFor(g.batch * g.m, [&](int64_t begin, int64_t end, int) {
-      epilogue(operands, begin, end);
-    });
-  }
+  runEpilogueByRows(g);
 }
 
 void CpuExecutor::runAttention(const kir::AttentionStep &att) {

@@ -128,6 +128,9 @@ private:
   /// at most kFewRowGemmMaxRows rows, f32, bf16 or f16 B, f32 C); false
   /// otherwise.
   bool runFewRowGemm(const kir::GemmStep &gemm);
+  /// The GEMM step's epilogue kernel, if any, over its batch * m rows split
+  /// over the threads (after a product that split the columns).
+  void runEpilogueByRows(const kir::GemmStep &gemm);
   /// The 2:4 copy of a sparseWeight step's B when it is 2:4 and the step
   /// should use it; packed on first use and again after the store is
   /// written (a new load, or a training step).
