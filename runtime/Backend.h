@@ -77,6 +77,13 @@ public:
   /// match the program's, else the error says which tensor differs and how.
   virtual llvm::Error setTensor(llvm::StringRef name,
                                 const HostTensor &tensor) = 0;
+  /// Writes a parameter or state in place: `fill` gets its memory, in the
+  /// program's dtype and layout, and writes every byte. The CPU executor
+  /// hands out the persistent store's memory (no staging copy); this
+  /// default stages a host tensor and calls setTensor.
+  virtual llvm::Error
+  writeTensor(llvm::StringRef name,
+              llvm::function_ref<void(llvm::MutableArrayRef<char>)> fill);
   /// Sets every parameter from `tensors` through setTensor; a parameter
   /// missing from `tensors` is an error naming it (`source`: the file).
   llvm::Error setParams(const TensorMap &tensors, llvm::StringRef source);

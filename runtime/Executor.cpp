@@ -266,6 +266,23 @@ llvm::Error CpuExecutor::setTensor(llvm::StringRef name,
       "the model has no parameter, state or input '" + name + "'");
 }
 
+llvm::Error CpuExecutor::writeTensor(
+    llvm::StringRef name,
+    llvm::function_ref<void(llvm::MutableArrayRef<char>)> fill) {
+  for (const std::vector<kir::Binding> *list : {&prog.params, &prog.states})
+    for (const kir::Binding &binding : *list) {
+      if (binding.name != name)
+        continue;
+      const kir::Buffer &buffer = prog.buffers[binding.buffer];
+      fill({base(binding.buffer), size_t(buffer.bytes())});
+      if (buffer.kind == kir::BufferKind::Param)
+        persistent->noteWrite();
+      return llvm::Error::success();
+    }
+  return llvm::createStringError("the model has no parameter or state '" +
+                                 name + "'");
+}
+
 void CpuExecutor::setRng(uint64_t seed, uint64_t step) {
   for (const kir::Binding &input : prog.inputs)
     if (input.name == kir::kRngInputName) {

@@ -56,6 +56,11 @@ public:
   /// Copies a parameter, state or input in. The name, shape and dtype must
   /// match the program's; the error says which tensor differs and how.
   llvm::Error setTensor(llvm::StringRef name, const HostTensor &tensor) override;
+  /// Hands `fill` the store's memory of a parameter or state.
+  llvm::Error
+  writeTensor(llvm::StringRef name,
+              llvm::function_ref<void(llvm::MutableArrayRef<char>)> fill)
+      override;
   /// Sets the `rng` input (seed, step) of a program with random ops; does
   /// nothing for a program without.
   void setRng(uint64_t seed, uint64_t step) override;

@@ -5,6 +5,7 @@
 #include "runtime/Backend.h"
 #include "runtime/Checkpoint.h"
 #include "runtime/HuggingFace.h"
+#include "runtime/ParallelChunks.h"
 #include "runtime/Sparsity.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -22,7 +23,6 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
-#include <thread>
 #include <optional>
 
 using namespace llvm;
@@ -962,55 +962,59 @@ Expected<InitRule> gpt2InitRule(StringRef name, ArrayRef<int64_t> shape,
                            "wte or wpe)");
 }
 
+/// Writes every element of `values` according to `rule`, on all hardware
+/// threads for large tensors: each element depends only on (key, index), so
+/// the result does not depend on the split.
+static void fillValues(MutableArrayRef<float> values, const InitRule &rule,
+                       uint64_t key) {
+  int64_t n = values.size();
+  float *data = values.data();
+  if (rule.kind != InitRule::Normal) {
+    float value = rule.kind == InitRule::Ones ? 1.0f : 0.0f;
+    parallelChunks(n, int64_t(1) << 20, [&](int64_t begin, int64_t end) {
+      std::fill(data + begin, data + end, value);
+    });
+    return;
+  }
+  parallelChunks((n + 1) / 2, int64_t(1) << 15, [&](int64_t begin,
+                                                    int64_t end) {
+    uint32_t words[4][kPhiloxBatch];
+    for (int64_t batch = begin; batch < end; batch += kPhiloxBatch) {
+      philoxBatch(key, uint64_t(batch), words);
+      int64_t count = std::min<int64_t>(kPhiloxBatch, end - batch);
+      for (int64_t i = 0; i < count; ++i) {
+        int64_t block = batch + i;
+        auto [first, second] =
+            boxMuller(words[0][i], words[1][i], words[2][i], words[3][i]);
+        data[2 * block] = float(rule.stddev * first);
+        if (2 * block + 1 < n)
+          data[2 * block + 1] = float(rule.stddev * second);
+      }
+    }
+  });
+}
+
+/// Fills `memory` (a tensor of float `dtype`) according to `rule`: f32 in
+/// place, f16/bf16 through f32 values rounded to nearest even after.
+static void fillTensorMemory(MutableArrayRef<char> memory, DType dtype,
+                             const InitRule &rule, uint64_t key) {
+  if (dtype == DType::F32) {
+    fillValues({reinterpret_cast<float *>(memory.data()),
+                memory.size() / sizeof(float)},
+               rule, key);
+    return;
+  }
+  std::vector<float> staged(memory.size() / kir::dtypeBytes(dtype));
+  fillValues(staged, rule, key);
+  HostTensor narrow =
+      HostTensor::fromF32(staged, {int64_t(staged.size())}, dtype);
+  std::memcpy(memory.data(), narrow.bytes.data(), memory.size());
+}
+
 /// Fills `tensor` (a float dtype, bytes sized) according to `rule`.
 static void fillTensor(HostTensor &tensor, const InitRule &rule, uint64_t key) {
-  int64_t n = tensor.numElements();
-  // f32 is filled in place; f16/bf16 through f32 values, rounded after.
-  std::vector<float> staged;
-  float *values;
-  if (tensor.dtype == DType::F32) {
-    tensor.bytes.assign(n * sizeof(float), 0);
-    values = reinterpret_cast<float *>(tensor.bytes.data());
-  } else {
-    staged.resize(n);
-    values = staged.data();
-  }
-  std::fill(values, values + n, rule.kind == InitRule::Ones ? 1.0f : 0.0f);
-  if (rule.kind == InitRule::Normal) {
-    auto fill = [&](int64_t begin, int64_t end) {
-      uint32_t words[4][kPhiloxBatch];
-      for (int64_t batch = begin; batch < end; batch += kPhiloxBatch) {
-        philoxBatch(key, uint64_t(batch), words);
-        int64_t count = std::min<int64_t>(kPhiloxBatch, end - batch);
-        for (int64_t i = 0; i < count; ++i) {
-          int64_t block = batch + i;
-          auto [first, second] = boxMuller(words[0][i], words[1][i],
-                                           words[2][i], words[3][i]);
-          values[2 * block] = float(rule.stddev * first);
-          if (2 * block + 1 < n)
-            values[2 * block + 1] = float(rule.stddev * second);
-        }
-      }
-    };
-    // Each element depends only on (key, index): large tensors are filled
-    // by all hardware threads with the same result.
-    int64_t blocks = (n + 1) / 2;
-    int64_t workers = blocks < (1 << 16)
-                          ? 1
-                          : std::max(1u, std::thread::hardware_concurrency());
-    std::vector<std::thread> threads;
-    for (int64_t w = 1; w < workers; ++w)
-      threads.emplace_back(fill, blocks * w / workers,
-                           blocks * (w + 1) / workers);
-    fill(0, blocks / workers);
-    for (std::thread &thread : threads)
-      thread.join();
-  }
-  if (tensor.dtype == DType::F32)
-    return;
-  DType dtype = tensor.dtype;
-  std::vector<int64_t> shape = std::move(tensor.shape);
-  tensor = HostTensor::fromF32(staged, std::move(shape), dtype);
+  tensor.bytes.resize(tensor.numElements() * kir::dtypeBytes(tensor.dtype));
+  fillTensorMemory(tensor.bytes, tensor.dtype, rule, key);
 }
 
 Expected<TensorMap> initGpt2(ArrayRef<ParamSpec> params, int64_t nLayer,
@@ -1138,11 +1142,39 @@ llvm::Error readProgramWeights(
 
 llvm::Error loadWeights(Executor &executor, llvm::StringRef path,
                         uint64_t seed) {
-  return readProgramWeights(
-      executor.program(), path, seed,
-      [&](const std::string &name, const HostTensor &tensor) {
-        return executor.setTensor(name, tensor);
-      });
+  if (!path.empty())
+    return readProgramWeights(
+        executor.program(), path, seed,
+        [&](const std::string &name, const HostTensor &tensor) {
+          return executor.setTensor(name, tensor);
+        });
+  // The seeded initialization writes each parameter in the executor's
+  // memory (the CPU store: no staging copy of the model), the same values
+  // readProgramWeights hands out.
+  const kir::Program &program = executor.program();
+  llvm::Expected<Gpt2Dims> dims = modelDims(program);
+  if (!dims)
+    return dims.takeError();
+  for (const kir::Binding &param : program.params) {
+    const kir::Buffer &buffer = program.buffers[param.buffer];
+    if (!kir::isFloat(buffer.dtype))
+      return createStringError("initialization: GPT-2 init: parameter '" +
+                               param.name + "' is " +
+                               kir::dtypeName(buffer.dtype) +
+                               ", not F32, F16 or BF16");
+    Expected<InitRule> rule =
+        gpt2InitRule(param.name, buffer.shape, dims->nLayer);
+    if (!rule)
+      return rule.takeError();
+    uint64_t key = tensorStreamKey(seed, param.name);
+    if (llvm::Error error = executor.writeTensor(
+            param.name, [&](MutableArrayRef<char> memory) {
+              fillTensorMemory(memory, buffer.dtype, *rule, key);
+            }))
+      return createStringError("initialization: " +
+                               llvm::toString(std::move(error)));
+  }
+  return Error::success();
 }
 
 /// The keys of the `llmc.model` config that decide what the weights mean;
@@ -1318,6 +1350,22 @@ llvm::Error TensorStore::read(
   if (!tensor)
     return tensor.takeError();
   return consume({tensor->dtype, tensor->shape, tensor->bytes});
+}
+
+llvm::Error Executor::writeTensor(
+    llvm::StringRef name,
+    llvm::function_ref<void(llvm::MutableArrayRef<char>)> fill) {
+  for (const std::vector<kir::Binding> *list :
+       {&program().params, &program().states})
+    for (const kir::Binding &binding : *list)
+      if (binding.name == name) {
+        const kir::Buffer &buffer = program().buffers[binding.buffer];
+        HostTensor staged = HostTensor::zeros(buffer.dtype, buffer.shape);
+        fill(staged.bytes);
+        return setTensor(name, staged);
+      }
+  return llvm::createStringError(
+      "the model has no parameter or state '" + name + "'");
 }
 
 llvm::Error Executor::setParams(const TensorMap &tensors,

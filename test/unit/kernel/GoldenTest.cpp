@@ -374,3 +374,66 @@ func.func @forward(%x: tensor<3x4xf32> {llmc.param = "x"},
 }
 
 } // namespace
+
+namespace {
+
+// `llmc run` writes the seeded initialization into the CPU store in place
+// (loadWeights through CpuExecutor::writeTensor, split over the hardware
+// threads); `llmc export` gets it as host tensors (readProgramWeights).
+// Both are the same bits. The vocabulary is large enough for wte's fill to
+// be split (more than 2^16 normal pairs).
+TEST(SeededInit, InPlaceEqualsTheHostTensors) {
+  auto config = mlir::llmc::loadModelConfigFile(
+      goldenDir() + "/gpt2_c36_h4_v101_b2_t13.yaml");
+  ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
+  config->vocabSize = 4099;
+  mlir::MLIRContext context;
+  auto program = test::compileConfig(context, *config, {1, 8});
+  ASSERT_TRUE(mlir::succeeded(program));
+  kir::Program copy = *program;
+  auto executor = test::makeExecutor(std::move(*program));
+  ASSERT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
+  runtime::CpuExecutor &exec = **executor;
+  ASSERT_FALSE(bool(runtime::loadWeights(exec, "", 42)));
+
+  size_t checked = 0;
+  llvm::Error error = runtime::readProgramWeights(
+      copy, "", 42,
+      [&](const std::string &name,
+          const runtime::HostTensor &want) -> llvm::Error {
+        llvm::Expected<runtime::HostTensor> got = exec.output(name);
+        if (!got)
+          return got.takeError();
+        EXPECT_TRUE(*got == want) << "parameter " << name;
+        ++checked;
+        return llvm::Error::success();
+      });
+  ASSERT_FALSE(bool(error)) << llvm::toString(std::move(error));
+  EXPECT_EQ(checked, copy.params.size());
+  // A different seed gives different weights (the seed reaches the fill).
+  auto wte42 = exec.output("wte");
+  ASSERT_TRUE(bool(wte42));
+  ASSERT_FALSE(bool(runtime::loadWeights(exec, "", 43)));
+  auto wte43 = exec.output("wte");
+  ASSERT_TRUE(bool(wte43));
+  EXPECT_FALSE(*wte42 == *wte43);
+
+  // The staging default of Executor::writeTensor (other backends) sets
+  // what `fill` wrote; an unknown name is an error naming it.
+  ASSERT_FALSE(bool(exec.Executor::writeTensor(
+      "wpe", [](llvm::MutableArrayRef<char> memory) {
+        auto *values = reinterpret_cast<float *>(memory.data());
+        for (size_t i = 0; i < memory.size() / sizeof(float); ++i)
+          values[i] = float(i);
+      })));
+  auto wpe = exec.output("wpe");
+  ASSERT_TRUE(bool(wpe));
+  for (size_t i = 0; i < wpe->f32().size(); ++i)
+    ASSERT_EQ(wpe->f32()[i], float(i));
+  llvm::Error unknown = exec.writeTensor(
+      "nope", [](llvm::MutableArrayRef<char>) {});
+  EXPECT_EQ(llvm::toString(std::move(unknown)),
+            "the model has no parameter or state 'nope'");
+}
+
+} // namespace
