@@ -97,11 +97,11 @@ CachedGenerator::step(Executor &executor, int64_t length,
     at.i32()[i] = positions[i];
   }
   if (llvm::Error error = executor.setTensor("tokens", ids))
-    return std::move(error);
+    return error;
   if (llvm::Error error = executor.setTensor("positions", at))
-    return std::move(error);
+    return error;
   if (llvm::Error error = executor.run())
-    return std::move(error);
+    return error;
   llvm::Expected<HostTensor> logits = executor.output("logits");
   if (!logits)
     return logits.takeError();

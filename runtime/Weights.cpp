@@ -1231,7 +1231,7 @@ readSafetensorsWeights(llvm::ArrayRef<ParamSpec> specs,
   // Weights `llmc convert --sparse` stored in the 2:4 layout, dense again
   // (the executor packs them for its kernels from the dense values).
   if (llvm::Error error = expandTwoOfFour(file->tensors, path))
-    return std::move(error);
+    return error;
   bool llmcNames = llvm::all_of(specs, [&](const ParamSpec &spec) {
     return file->tensors.count(spec.name);
   });
@@ -1448,7 +1448,7 @@ llvm::Expected<HostTensor> cutTpShard(const HostTensor &full,
                                                      const TpShard &shard,
                                                      int64_t rank) {
   if (llvm::Error error = checkTpPad(shard))
-    return std::move(error);
+    return error;
   if (shard.pad > 0 && !full.shape.empty()) {
     // Rows are contiguous along dimension 0: the padding is zero bytes at
     // the end.
@@ -1513,7 +1513,7 @@ joinTpShards(llvm::ArrayRef<HostTensor> parts,
       }
   }
   if (llvm::Error error = checkTpPad(shard))
-    return std::move(error);
+    return error;
   if (shard.pad > 0) {
     if (shard.pad >= full.shape[0])
       return llvm::createStringError("more padding rows than rows");

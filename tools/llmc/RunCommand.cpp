@@ -367,7 +367,7 @@ makeExecutor(::llmc::kir::Program program, const Device &device,
     if (!executor)
       return executor.takeError();
     if (llvm::Error err = (*executor)->setMesh(device.mesh))
-      return std::move(err);
+      return err;
     if (device.phases)
       device.phases->end((what + ": kernels and buffers").str());
     *device.log << llvm::format(
@@ -399,7 +399,7 @@ makeExecutor(::llmc::kir::Program program, const Device &device,
   if (!executor)
     return executor.takeError();
   if (llvm::Error err = (*executor)->setMesh(device.mesh))
-    return std::move(err);
+    return err;
   if (device.phases)
     device.phases->end((what + ": kernels and buffers").str());
   if (device.timings)

@@ -754,7 +754,7 @@ loadCpuArtifact(llvm::StringRef path, llvm::StringRef weights) {
     if (llvm::Error error = ::llmc::runtime::checkMemoryFits(
             ::llmc::runtime::memoryNeed({&*program}), *available,
             "running " + path.str(), /*training=*/false))
-      return std::move(error);
+      return error;
   std::vector<::llmc::kir::Kernel> kernels = program->kernels;
   ::llmc::cpu::CacheStats stats;
   auto executor = ::llmc::runtime::createCpuExecutor(
