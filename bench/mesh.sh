@@ -194,7 +194,8 @@ if m:
 # --- communication per axis ---
 def traffic(r):
     """llmc run's `mesh traffic` line: {axis: {collectives, bytes, sends, ...}}."""
-    m = re.search(r"^mesh traffic per step and rank: (.*)$", r["log"], re.M)
+    # (after the console's status line where the log is a terminal's)
+    m = re.search(r"mesh traffic per step and rank: (.*)$", r["log"], re.M)
     axes = {}
     for part in (m.group(1).split("; ") if m else []):
         t = re.fullmatch(r"(\w+) ([0-9.]+) collectives ([0-9]+) B"
@@ -227,24 +228,20 @@ def row(k, axis, what, calls, measured, plan):
 
 measured = {k: traffic(runs[k]) for k in "bcde"}
 plans = {k: planned(k) for k in "bcde"}
-for k, axis, what, key in (("b", "dp", "gradient all-reduces, loss gather", "dp"),
-                           ("c", "tp", "all-reduces", "tp"),
-                           ("e", "tp", "reduce-scatters, all-gathers, ...", "tp")):
-    t = measured[k].get(axis)
+for k, axis in (("b", "dp"), ("c", "tp"), ("d", "pp"), ("e", "tp")):
+    t, p = measured[k].get(axis), plans[k]
     if t is None:
         print(f"  {labels[k][0]:<18} {axis:<4} no mesh traffic line")
-        continue
-    p = plans[k]
-    plan = (p.get("step_dp_gradient_bytes", 0) + p.get("step_dp_weight_bytes", 0)
-            if key == "dp" else p.get("step_tp_bytes", 0))
-    row(k, axis, what, t["collectives"], t["bytes"], plan)
-t = measured["d"].get("pp")
-if t is None:
-    print(f"  {labels['d'][0]:<18} pp   no mesh traffic line")
-else:
-    row("d", "pp", "activations + gradients (p2p)", t["sends"] + t["recvs"],
-        t["send_bytes"] + t["recv_bytes"], plans["d"].get("step_pp_bytes", 0))
-    row("d", "pp", "collectives (tied wte, loss, norm)", t["collectives"], t["bytes"], 0)
+    elif axis == "dp":
+        row(k, axis, "gradient all-reduce, loss gather", t["collectives"], t["bytes"],
+            p.get("step_dp_gradient_bytes", 0) + p.get("step_dp_weight_bytes", 0))
+    elif axis == "tp":
+        row(k, axis, "all-reduces" if k == "c" else "reduce-scatters, all-gathers, ...",
+            t["collectives"], t["bytes"], p.get("step_tp_bytes", 0))
+    else:
+        row(k, axis, "activations, gradients (send+recv)", t["sends"] + t["recvs"],
+            t["send_bytes"] + t["recv_bytes"], p.get("step_pp_bytes", 0))
+        row(k, axis, "collectives (tied wte, loss, norm)", t["collectives"], t["bytes"], 0)
 for k in "bcde":  # anything else the runs moved
     for axis, t in sorted(measured[k].items()):
         known = {"b": "dp", "c": "tp", "d": "pp", "e": "tp"}[k]
