@@ -1,5 +1,6 @@
-# What the shell benchmarks (dp.sh, export.sh, startup.sh) share, sourced
-# by them: their command line and their work directory.
+# What the shell benchmarks (dp.sh, mesh.sh, export.sh, startup.sh) share,
+# sourced by them: their command line, their work directory and the machine
+# facts (bench/common.py prints them).
 
 # bench_parse NAME ARGS...: sets src (the source tree), build (--build DIR,
 # default src/build), short (--short), work and keep (--work DIR: kept
@@ -48,4 +49,34 @@ bench_workdir() {
   fi
   mkdir -p "$work"
   trap '((keep)) || rm -rf "$work"' EXIT
+}
+
+# bench_machine_facts: the machine lines' raw facts, for bench/common.py's
+# print_machine: work/cpu.txt (the CPU's name), flags.txt (its instruction
+# set), hostcpu.txt (the CPU LLVM's JIT targets: the llc of the LLVM llmc
+# was built with names it, as codegen/KernelToCpu's sys::getHostCPUName)
+# and blas.txt (OpenBLAS's build and the core its DYNAMIC_ARCH picked for
+# this CPU and OPENBLAS_CORETYPE, asked of the library llmc loads). Needs
+# $build, $llmc and $python.
+bench_machine_facts() {
+  {
+    grep -m1 '^model name' /proc/cpuinfo | sed 's/^[^:]*: *//' || echo unknown
+  } >"$work/cpu.txt"
+  grep -m1 '^flags' /proc/cpuinfo | sed 's/^[^:]*: *//' >"$work/flags.txt" || true
+  local llvm_dir llc openblas
+  llvm_dir=$(sed -n 's/^LLVM_DIR:PATH=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+  llc=${llvm_dir:+$llvm_dir/../../../bin/llc}
+  if [[ -n $llc && -x $llc ]]; then
+    "$llc" --version 2>/dev/null | sed -n 's/^ *Host CPU: *//p' >"$work/hostcpu.txt" || true
+  fi
+  openblas=$(ldd "$llmc" 2>/dev/null | sed -n 's/.*libopenblas[^ ]* => \([^ ]*\) .*/\1/p' | head -n1)
+  if [[ -n $openblas ]]; then
+    "$python" - "$openblas" >"$work/blas.txt" 2>/dev/null <<'PY' || true
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.openblas_get_corename.restype = ctypes.c_char_p
+lib.openblas_get_config.restype = ctypes.c_char_p
+print(lib.openblas_get_config().decode(), "|", lib.openblas_get_corename().decode())
+PY
+  fi
 }

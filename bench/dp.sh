@@ -133,29 +133,7 @@ collectives() {
 }
 
 # Machine facts first: they do not depend on the runs.
-{
-  grep -m1 '^model name' /proc/cpuinfo | sed 's/^[^:]*: *//' || echo unknown
-} >"$work/cpu.txt"
-grep -m1 '^flags' /proc/cpuinfo | sed 's/^[^:]*: *//' >"$work/flags.txt" || true
-# The kernels are JIT-compiled for LLVM's host CPU (sys::getHostCPUName, as
-# in codegen/KernelToCpu): the llc of the LLVM llmc was built with names it.
-llvm_dir=$(sed -n 's/^LLVM_DIR:PATH=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
-llc=${llvm_dir:+$llvm_dir/../../../bin/llc}
-if [[ -n $llc && -x $llc ]]; then
-  "$llc" --version 2>/dev/null | sed -n 's/^ *Host CPU: *//p' >"$work/hostcpu.txt" || true
-fi
-# OpenBLAS's core (DYNAMIC_ARCH picks it at load time from the CPU and
-# OPENBLAS_CORETYPE, which is left as it is): asked of the library llmc loads.
-openblas=$(ldd "$llmc" 2>/dev/null | sed -n 's/.*libopenblas[^ ]* => \([^ ]*\) .*/\1/p' | head -n1)
-if [[ -n $openblas ]]; then
-  "$python" - "$openblas" >"$work/blas.txt" 2>/dev/null <<'EOF' || true
-import ctypes, sys
-lib = ctypes.CDLL(sys.argv[1])
-lib.openblas_get_corename.restype = ctypes.c_char_p
-lib.openblas_get_config.restype = ctypes.c_char_p
-print(lib.openblas_get_config().decode(), "|", lib.openblas_get_corename().decode())
-EOF
-fi
+bench_machine_facts
 "$llmc" plan --list-gpus 2>/dev/null | head -n1 | sed 's/:$//' >"$work/hardware-path.txt" || true
 
 # MPI all-reduce bandwidth: llmc's default path (the ring from 256 KiB) and
@@ -191,34 +169,20 @@ if ((${#zeros[@]} > 3)); then
   run e 3 # (e) ZeRO-3
 fi
 
-"$python" - "$work" "$short" "$model" "$seq" "$micro" "$global" "$warm" \
+PYTHONPATH=$src/bench "$python" - "$work" "$short" "$model" "$seq" "$micro" "$global" "$warm" \
   "$cores" "$dp" "$threads_dp" "${OPENBLAS_CORETYPE-unset}" <<'EOF'
-import json, math, os, re, statistics, sys
+import math, re, sys
+import common
 
 work, short, model, seq, micro, glob, warm, cores, dp, tdp, coretype = sys.argv[1:]
 seq, micro, glob, warm, cores, dp, tdp = map(int, (seq, micro, glob, warm, cores, dp, tdp))
 
 def read(name, default=""):
-    try:
-        with open(os.path.join(work, name)) as f:
-            return f.read().strip()
-    except OSError:
-        return default
+    return common.read(work, name, default)
 
 # --- machine ---
-flags = set(read("flags.txt").split())
-host = read("hostcpu.txt", "unknown")
-width = 16 if "avx512f" in flags else 8 if "avx" in flags else 4
-isa = ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in ("avx2", "fma", "avx512f"))
 print("bench-dp: data-parallel llmc run on the CPU" + (" (--short)" if short == "1" else ""))
-print(f"cpu: {read('cpu.txt', 'unknown')}, {cores} logical CPUs")
-print(f"kernels: LLVM JIT for the host CPU {host}, {width}-wide f32 vectors ({isa})")
-blas = read("blas.txt")
-if "|" in blas:
-    config, core = (s.strip() for s in blas.split("|", 1))
-    print(f"blas: {config}; core {core} (OPENBLAS_CORETYPE={coretype})")
-else:
-    print(f"blas: unknown (OPENBLAS_CORETYPE={coretype})")
+common.print_machine(work, cores, coretype)
 
 # --- bench-allreduce ---
 def allreduce_table(name):
@@ -263,28 +227,11 @@ def coll(zero, function):
 
 # --- training runs ---
 def run(name):
-    log = read(f"{name}.log")
-    metrics = [json.loads(l) for l in read(f"{name}/metrics.jsonl").splitlines() if l.strip()]
-    metrics = [m for m in metrics if "elapsed_s" in m and "tokens_per_s" in m]
-    r = {"log": log, "metrics": metrics}
-    if len(metrics) > warm:
-        e = [m["elapsed_s"] for m in metrics]
-        deltas = [b - a for a, b in zip(e[warm - 1:], e[warm:])]  # after the warm-up
-        r["step"] = statistics.median(deltas)
-        r["min"], r["max"] = min(deltas), max(deltas)
-        r["tokens"] = metrics[-1]["batch_size"] * metrics[-1]["seq_len"]
-        r["deltas"] = deltas
-        m = re.search(r"^done: .* in ([0-9.]+)s$|^done: .* in ([0-9]+)m([0-9]+)s$", log, re.M)
-        if m:
-            done = float(m.group(1)) if m.group(1) else 60 * int(m.group(2)) + int(m.group(3))
-            r["checkpoint"] = max(done - e[-1], 0.0)
+    r = common.training_run(work, name, warm)
     m = re.search(r"data parallel: ([0-9.]+) collectives and ([0-9.]+) MiB per step and rank; "
-                  r"waited ([0-9.]+) ms per step", log)
+                  r"waited ([0-9.]+) ms per step", r["log"])
     if m:
         r["coll"], r["mib"], r["waited"] = float(m.group(1)), float(m.group(2)), float(m.group(3)) * 1e-3
-    m = re.search(r"model (\S+): ([0-9]+) parameters", log)
-    if m:
-        r["model"], r["params"] = m.group(1), int(m.group(2))
     return r
 
 runs = {k: run(k) for k in "abcde"}

@@ -1242,6 +1242,7 @@ llvm::Error Trainer::run() {
     double compileSeconds = secondsSince(compileStart);
     evalSeconds += compileSeconds;
     intervalEvalSeconds += compileSeconds;
+    std::map<std::string, comm::Traffic> trafficBefore = meshTraffic();
     std::vector<float> losses;
     if (options.pp) {
       std::vector<std::vector<int32_t>> stepTokens, stepTargets;
@@ -1344,6 +1345,11 @@ llvm::Error Trainer::run() {
     llvm::Expected<double> gradNorm = scalarOutput(update, "grad_norm");
     if (!gradNorm)
       return gradNorm.takeError();
+    for (auto &[axis, traffic] : meshTraffic()) {
+      traffic -= trafficBefore[axis];
+      stepTraffic[axis] += traffic;
+    }
+    ++trafficSteps;
 
     bool skipped = false;
     double usedScale = 0, nextScale = 0, hysteresis = 0;
@@ -1566,6 +1572,24 @@ llvm::Error Trainer::run() {
         double(total.bytes) / steps / (1 << 20),
         total.waitSeconds / steps * 1e3);
   }
+  if (log && !stepTraffic.empty() && trafficSteps > 0) {
+    // Per axis, what this rank's steps moved: the bytes it sends by the
+    // ring volume of each collective, and the pipeline's transfers.
+    *log << "mesh traffic per step and rank:";
+    double steps = double(trafficSteps);
+    const char *separator = " ";
+    for (const auto &[axis, t] : stepTraffic) {
+      *log << llvm::format("%s%s %.1f collectives %.0f B", separator,
+                           axis.c_str(), t.collectives / steps,
+                           t.collectiveBytes / steps);
+      if (t.sends || t.recvs)
+        *log << llvm::format(", %.1f sends %.0f B, %.1f receives %.0f B",
+                             t.sends / steps, t.sendBytes / steps,
+                             t.recvs / steps, t.recvBytes / steps);
+      separator = "; ";
+    }
+    *log << "\n";
+  }
   if (llvm::Error err = reportMemory())
     return err;
   if (log) {
@@ -1582,6 +1606,13 @@ llvm::Error Trainer::run() {
     *log << "\n";
   }
   return llvm::Error::success();
+}
+
+std::map<std::string, comm::Traffic> Trainer::meshTraffic() const {
+  std::map<std::string, comm::Traffic> byAxis;
+  for (const comm::Communicator *comm : options.meshComms)
+    byAxis[comm->axis().str()] += comm->traffic();
+  return byAxis;
 }
 
 llvm::Error Trainer::reportMemory() {

@@ -105,6 +105,10 @@ struct TrainerOptions {
   /// both hold) before each update. Null without such parameters.
   comm::Communicator *ppTied = nullptr;
   std::vector<std::string> ppTiedParams;
+  /// Every communicator of the mesh this rank uses (the axes', the tied
+  /// group's, NCCL's on the GPU): the run's last line gives what the steps
+  /// moved on them per step, by axis (Communicator::traffic).
+  std::vector<const comm::Communicator *> meshComms;
   /// The parameters split over "tp" (llmc.tp_shard), by name; their
   /// optimizer states (adam_m.<p>, ...) are split alike. Checkpoints hold
   /// them whole (joined over the tp ranks), so that a run resumes at any
@@ -353,6 +357,11 @@ private:
   };
   Snapshot goodSnapshot, pendingSnapshot;
   int64_t batchesRead = 0; // micro-batches read by this run() so far
+  /// What the steps (micro-batches to update, not evaluation or
+  /// checkpoints) moved on options.meshComms, by axis, over trafficSteps.
+  std::map<std::string, comm::Traffic> meshTraffic() const;
+  std::map<std::string, comm::Traffic> stepTraffic;
+  int64_t trafficSteps = 0;
   std::vector<PlotEvent> eventPoints;
   int stoppedBy = 0;
 };

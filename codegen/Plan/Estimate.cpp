@@ -355,6 +355,46 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
                              : chinchillaTokens(model.numParameters);
   est.trainingFlops = est.modelFlopsPerToken * est.tokens;
   est.steps = std::ceil(est.tokens / tokensPerStep);
+
+  // Bytes per step and device on each axis. A ring moves 2(n-1)/n of the
+  // data per GPU for an all-reduce and half that for a reduce-scatter or
+  // all-gather.
+  StepTraffic &traffic = est.traffic;
+  int64_t blocksPerStage = c.nLayer / layout.pp;
+  if (layout.tp > 1) {
+    // Per block two all-reduces forward and two backward (as reduce-
+    // scatter/all-gather pairs with sequence parallelism), two more when
+    // the forward is recomputed.
+    double count = layout.remat == Remat::Full ? 6 : 4;
+    traffic.tp = blocksPerStage * m * count * 2 * (t - 1) / t * e * sbh;
+  }
+  // Each micro-batch's activations forward and their gradients backward.
+  if (layout.pp > 1)
+    traffic.pp = 2.0 * m * e * sbh / t;
+  StateBytes perParameter =
+      getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
+  double grads = est.memory.parameters * perParameter.gradients;
+  double weights = est.memory.parameters * perParameter.weights;
+  if (layout.dp > 1) {
+    double frac = (layout.dp - 1.0) / layout.dp;
+    switch (layout.zero) {
+    case 0: // all-reduce in the last micro-batch's backward
+      traffic.dpGradients = 2 * frac * grads;
+      break;
+    case 1: // reduce-scatter in backward, all-gather of weights after
+      traffic.dpGradients = frac * grads;
+      traffic.dpWeights = frac * weights;
+      break;
+    case 2: // reduce-scatter in every micro-batch's backward
+      traffic.dpGradients = m * frac * grads;
+      traffic.dpWeights = frac * weights;
+      break;
+    default: // ZeRO-3: also gathers weights forward and backward
+      traffic.dpGradients = m * frac * grads;
+      traffic.dpWeights = m * 2 * frac * weights;
+      break;
+    }
+  }
   if (!gpu)
     return est;
 
@@ -369,50 +409,33 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
   // 1F1B fill and drain: (pp - 1) micro-batch slots of idle time per step.
   if (layout.pp > 1)
     step.bubble = work * (layout.pp - 1) / m;
-  // A ring moves 2(n-1)/n of the data per GPU for an all-reduce and half
-  // that for a reduce-scatter or all-gather; datasheets give NVLink in
-  // both directions, a ring uses one.
+  // Datasheets give NVLink in both directions, a ring uses one.
   double nvlink = gpu->nvlinkGBps / 2 * 1e9, ib = gpu->ibGBps * 1e9;
-  int64_t blocksPerStage = c.nLayer / layout.pp;
-  if (layout.tp > 1) {
-    // Per block two all-reduces forward and two backward (as reduce-
-    // scatter/all-gather pairs with sequence parallelism), two more when
-    // the forward is recomputed.
-    double count = layout.remat == Remat::Full ? 6 : 4;
-    double bandwidth = layout.tp <= cluster.gpusPerNode ? nvlink : ib;
+  if (layout.tp > 1)
     step.tpComm =
-        blocksPerStage * m * count * 2 * (t - 1) / t * e * sbh / bandwidth;
-  }
-  if (layout.pp > 1) {
-    // Each micro-batch's activations forward and their gradients backward.
-    double bandwidth =
-        layout.tp * layout.pp <= cluster.gpusPerNode ? nvlink : ib;
-    step.ppComm = 2.0 * m * e * sbh / t / bandwidth;
-  }
+        traffic.tp / (layout.tp <= cluster.gpusPerNode ? nvlink : ib);
+  if (layout.pp > 1)
+    step.ppComm = traffic.pp /
+                  (layout.tp * layout.pp <= cluster.gpusPerNode ? nvlink : ib);
   if (layout.dp > 1) {
-    double d = static_cast<double>(layout.dp), frac = (d - 1) / d;
+    // The gradients' collectives overlap the backward (2/3 of the FLOPs);
+    // ZeRO-1/2's all-gather of weights after it does not.
     double bandwidth = cluster.nodes > 1 ? ib : nvlink;
-    StateBytes perParameter =
-        getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
-    double grads = est.memory.parameters * perParameter.gradients;
-    double weights = est.memory.parameters * perParameter.weights;
     double micro = work / m;
-    double backward = micro * 2 / 3; // backward is 2/3 of the FLOPs
+    double backward = micro * 2 / 3;
+    double gradients = traffic.dpGradients / bandwidth;
+    double weightsAlone = traffic.dpWeights / bandwidth;
     switch (layout.zero) {
-    case 0: // all-reduce in the last micro-batch's backward
-      step.dpComm = std::max(0.0, 2 * frac * grads / bandwidth - backward);
+    case 0:
+    case 1:
+      step.dpComm = std::max(0.0, gradients - backward) + weightsAlone;
       break;
-    case 1: // reduce-scatter in backward, all-gather of weights after
-      step.dpComm = std::max(0.0, frac * grads / bandwidth - backward) +
-                    frac * weights / bandwidth;
+    case 2: // every micro-batch's backward hides its own reduce-scatter
+      step.dpComm = m * std::max(0.0, gradients / m - backward) + weightsAlone;
       break;
-    case 2: // reduce-scatter in every micro-batch's backward
-      step.dpComm = m * std::max(0.0, frac * grads / bandwidth - backward) +
-                    frac * weights / bandwidth;
-      break;
-    default: // ZeRO-3: also gathers weights forward and backward
+    default: // ZeRO-3: each micro-batch's gathers and reduce-scatters
       step.dpComm =
-          m * std::max(0.0, frac * (grads + 2 * weights) / bandwidth - micro);
+          m * std::max(0.0, (gradients + weightsAlone) / m - micro);
       break;
     }
   }
@@ -420,8 +443,6 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
   // reads the gradient, reads and writes master weights and moments, and
   // writes the weights the next forward uses. ZeRO-1+ updates 1/dp of them.
   {
-    StateBytes perParameter =
-        getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
     double updated = est.memory.parameters / (layout.zero >= 1 ? layout.dp : 1);
     double bytes = perParameter.gradients +
                    2 * (perParameter.master + perParameter.optimizer) +

@@ -122,6 +122,22 @@ struct StepTime {
   }
 };
 
+/// Bytes one device sends per step on each mesh axis: what StepTime's
+/// communication terms divide by a bandwidth. Collectives are rings: an
+/// all-reduce sends 2(n-1)/n of its buffer, a reduce-scatter or all-gather
+/// (n-1)/n (llmc run's `mesh traffic` line counts the runtime's calls the
+/// same way, runtime/Comm/Communicator.h).
+struct StepTraffic {
+  double tp = 0; // the blocks' all-reduces (reduce-scatter/all-gather pairs
+                 // with sp): per micro-batch 2 forward and 2 backward, 2
+                 // more when remat full recomputes the forward
+  double pp = 0; // a stage boundary: activations forward and their
+                 // gradients back, both directions
+  double dpGradients = 0; // gradients: all-reduce or reduce-scatter
+  double dpWeights = 0;   // ZeRO's all-gathers of weights
+  double dp() const { return dpGradients + dpWeights; }
+};
+
 /// Everything `llmc plan` reports for one layout.
 struct Estimate {
   Layout layout;
@@ -139,6 +155,7 @@ struct Estimate {
   double recomputeFlopsPerToken = 0;
   double trainingFlops = 0; // modelFlopsPerToken * tokens
   double steps = 0;
+  StepTraffic traffic; // needs no GPU
   StepTime step;
   double seconds = 0, cost = 0, achievedMfu = 0;
   bool hasGpu = false;

@@ -626,6 +626,43 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
                           "formula"});
   report.sections.push_back(std::move(compute));
 
+  // Bytes per step on each axis: what the communication times below divide
+  // by a bandwidth, and what llmc run's `mesh traffic` line measures.
+  {
+    Section traffic{"traffic", "Communication per step and device", {}};
+    const StepTraffic &bytes = est.traffic;
+    std::string ring = "formula: ring volume, 2(n-1)/n of an all-reduce";
+    if (bytes.tp > 0)
+      traffic.rows.push_back(
+          {"step_tp_bytes",
+           formatv("tensor-parallel: {0} {1} of B x T x h per block and "
+                   "micro-batch",
+                   layout.remat == Remat::Full ? 6 : 4,
+                   layout.sp ? "reduce-scatter/all-gather pairs"
+                             : "all-reduces")
+               .str(),
+           bytes.tp, "bytes", ring});
+    if (bytes.pp > 0)
+      traffic.rows.push_back(
+          {"step_pp_bytes",
+           "pipeline: B x T x h per micro-batch each way per boundary",
+           bytes.pp, "bytes", "formula: activations and their gradients"});
+    if (bytes.dpGradients > 0)
+      traffic.rows.push_back(
+          {"step_dp_gradient_bytes",
+           formatv("data-parallel gradients ({0})",
+                   layout.zero == 0 ? "all-reduce" : "reduce-scatter")
+               .str(),
+           bytes.dpGradients, "bytes", ring + ", (n-1)/n of a reduce-scatter"});
+    if (bytes.dpWeights > 0)
+      traffic.rows.push_back({"step_dp_weight_bytes",
+                              "data-parallel weights (ZeRO all-gathers)",
+                              bytes.dpWeights, "bytes",
+                              "formula: ring volume, (n-1)/n of an all-gather"});
+    if (!traffic.rows.empty())
+      report.sections.push_back(std::move(traffic));
+  }
+
   // Time and cost.
   if (gpu) {
     Section time{"time", "Time and cost", {}};

@@ -24,6 +24,52 @@ const char *llmc::runtime::comm::reduceOpName(ReduceOp op) {
 
 Communicator::~Communicator() = default;
 
+Traffic &Traffic::operator+=(const Traffic &other) {
+  collectives += other.collectives;
+  collectiveBytes += other.collectiveBytes;
+  sends += other.sends;
+  sendBytes += other.sendBytes;
+  recvs += other.recvs;
+  recvBytes += other.recvBytes;
+  return *this;
+}
+
+Traffic &Traffic::operator-=(const Traffic &other) {
+  collectives -= other.collectives;
+  collectiveBytes -= other.collectiveBytes;
+  sends -= other.sends;
+  sendBytes -= other.sendBytes;
+  recvs -= other.recvs;
+  recvBytes -= other.recvBytes;
+  return *this;
+}
+
+void Communicator::countTraffic(Transfer kind, int64_t count,
+                                kir::DType dtype) {
+  const int64_t n = size(), bytes = count * kir::dtypeBytes(dtype);
+  switch (kind) {
+  case Transfer::Send:
+    ++counted.sends;
+    counted.sendBytes += bytes;
+    return;
+  case Transfer::Recv:
+    ++counted.recvs;
+    counted.recvBytes += bytes;
+    return;
+  case Transfer::AllReduce: // reduce-scatter, then all-gather
+    counted.collectiveBytes += 2 * (n - 1) * bytes / n;
+    break;
+  case Transfer::ReduceScatter: // of n * count elements
+  case Transfer::AllGather:
+    counted.collectiveBytes += (n - 1) * bytes;
+    break;
+  case Transfer::Broadcast:
+    counted.collectiveBytes += (n - 1) * bytes / n;
+    break;
+  }
+  ++counted.collectives;
+}
+
 llvm::Error Communicator::waitAll() {
   llvm::Error first = llvm::Error::success();
   bool failed = false;

@@ -32,6 +32,24 @@ const char *reduceOpName(ReduceOp op);
 /// a ticket is also the collective's number in error messages ("#12").
 using Ticket = int64_t;
 
+/// What one rank has moved on a communicator since it was made, counted from
+/// the calls started on it (the buffers' sizes, not the wire: MPI may pick
+/// another algorithm). Collectives are valued at what this rank sends by a
+/// ring over the communicator's n ranks, the volume `llmc plan` prices: 2(n -
+/// 1)/n of an all-reduce's buffer, (n - 1)/n of a reduce-scatter's input, of
+/// an all-gather's output and of a broadcast's buffer (a pipelined ring
+/// broadcast, averaged over the ranks). Point-to-point transfers count their
+/// bytes as sent and received. Barriers and splits move nothing here, nor
+/// does a world of one process.
+struct Traffic {
+  int64_t collectives = 0, collectiveBytes = 0;
+  int64_t sends = 0, sendBytes = 0;
+  int64_t recvs = 0, recvBytes = 0;
+
+  Traffic &operator+=(const Traffic &other);
+  Traffic &operator-=(const Traffic &other);
+};
+
 struct CommOptions {
   /// How long wait() or barrier() may block on one collective before the
   /// ranks that did not reach it are asked for their state. createWorld
@@ -61,6 +79,8 @@ public:
   virtual llvm::StringRef axis() const = 0;
   /// The number of collectives started so far: the last ticket handed out.
   virtual Ticket started() const = 0;
+  /// What this rank has moved on this communicator so far (see Traffic).
+  Traffic traffic() const { return counted; }
 
   // Each starts a collective and returns at once; the buffers must not be
   // touched until wait(ticket) returns. Every rank starts the collectives of
@@ -133,8 +153,24 @@ public:
   [[noreturn]] virtual void abort(int code) = 0;
 
 protected:
+  /// The calls Traffic counts.
+  enum class Transfer : uint8_t {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+    Broadcast,
+    Send,
+    Recv
+  };
+  /// Adds a started call to traffic(): `count` is the call's count argument
+  /// (recvCount of a reduce-scatter, sendCount of an all-gather).
+  void countTraffic(Transfer kind, int64_t count, kir::DType dtype);
+
   /// Tickets up to this one have been waited for by waitAll().
   Ticket waitedAll = 0;
+
+private:
+  Traffic counted;
 };
 
 /// Whether a launcher started this process as one rank of a job: mpirun or

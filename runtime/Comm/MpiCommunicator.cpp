@@ -845,6 +845,8 @@ private:
   std::unique_ptr<Collective> make(Kind kind, const void *send, void *recv,
                                    int64_t count, kir::DType dtype);
   Ticket start(std::unique_ptr<Collective> collective);
+  /// Adds a valid call to traffic().
+  void countStarted(const Collective &c);
 
   std::shared_ptr<Engine> engine;
   std::shared_ptr<CommState> comm;
@@ -886,6 +888,8 @@ Ticket MpiCommunicator::start(std::unique_ptr<Collective> c) {
     ticket = comm->started.load() + 1;
     comm->started.store(ticket);
     c->ticket = ticket;
+    if (c->error.empty())
+      countStarted(*c);
     if (!c->error.empty())
       c->error = "rank " + std::to_string(comm->worldRank()) + ": " +
                  kindName(c->kind) + " #" + std::to_string(ticket) + " on '" +
@@ -898,6 +902,26 @@ Ticket MpiCommunicator::start(std::unique_ptr<Collective> c) {
   }
   engine->wakeThread.notify_all();
   return ticket;
+}
+
+void MpiCommunicator::countStarted(const Collective &c) {
+  switch (c.kind) {
+  case Kind::AllReduce:
+    return countTraffic(Transfer::AllReduce, c.count, c.dtype);
+  case Kind::ReduceScatter:
+    return countTraffic(Transfer::ReduceScatter, c.count, c.dtype);
+  case Kind::AllGather:
+    return countTraffic(Transfer::AllGather, c.count, c.dtype);
+  case Kind::Broadcast:
+    return countTraffic(Transfer::Broadcast, c.count, c.dtype);
+  case Kind::Send:
+    return countTraffic(Transfer::Send, c.count, c.dtype);
+  case Kind::Recv:
+    return countTraffic(Transfer::Recv, c.count, c.dtype);
+  case Kind::Barrier:
+  case Kind::Split:
+    return;
+  }
 }
 
 Ticket MpiCommunicator::allReduce(const void *send, void *recv, int64_t count,

@@ -232,6 +232,8 @@ Ticket NcclCommunicator::allReduce(const void *send, void *recv, int64_t count,
   std::string invalid = ncclOp(dtype, op, ncclReduce);
   if (count < 0)
     invalid = "negative count " + std::to_string(count);
+  if (invalid.empty())
+    countTraffic(Transfer::AllReduce, count, dtype);
   return start("all_reduce", invalid, [&] {
     return nccl->allReduce(send, recv, count, ncclType(dtype), ncclReduce,
                            comm, stream);
@@ -245,6 +247,8 @@ Ticket NcclCommunicator::reduceScatter(const void *send, void *recv,
   std::string invalid = ncclOp(dtype, op, ncclReduce);
   if (recvCount < 0)
     invalid = "negative count " + std::to_string(recvCount);
+  if (invalid.empty())
+    countTraffic(Transfer::ReduceScatter, recvCount, dtype);
   return start("reduce_scatter", invalid, [&] {
     return nccl->reduceScatter(send, recv, recvCount, ncclType(dtype),
                                ncclReduce, comm, stream);
@@ -256,6 +260,8 @@ Ticket NcclCommunicator::allGather(const void *send, void *recv,
   std::string invalid;
   if (sendCount < 0)
     invalid = "negative count " + std::to_string(sendCount);
+  if (invalid.empty())
+    countTraffic(Transfer::AllGather, sendCount, dtype);
   return start("all_gather", invalid, [&] {
     return nccl->allGather(send, recv, sendCount, ncclType(dtype), comm,
                            stream);
@@ -270,6 +276,8 @@ Ticket NcclCommunicator::broadcast(void *buffer, int64_t count,
   else if (root < 0 || root >= worldSize)
     invalid = "root " + std::to_string(root) + " is not a rank of '" +
               axisName + "' (size " + std::to_string(worldSize) + ")";
+  if (invalid.empty())
+    countTraffic(Transfer::Broadcast, count, dtype);
   return start("broadcast", invalid, [&] {
     return nccl->broadcast(buffer, buffer, count, ncclType(dtype), root, comm,
                            stream);

@@ -501,6 +501,64 @@ void checkMesh(Communicator &world, Checker &check) {
     members(axes->dp.get(), false);
 }
 
+/// traffic() on a fresh split of the world (nothing counted yet): the
+/// calls' buffers valued at a ring's per-rank volume over n ranks, by hand:
+/// an all-reduce of 1000 f32 sends 2(n-1)/n x 4000 B, a reduce-scatter to
+/// 10 f32 and an all-gather of 10 i64 (n - 1) x 40 and (n - 1) x 80 B, a
+/// broadcast of 100 f32 (n-1)/n x 400 B; a send of 6 i32 from each rank to
+/// the next and the matching receive 24 B each; a barrier nothing. A world
+/// of one process counts nothing.
+void checkTraffic(Communicator &world, Checker &check) {
+  int size = world.size(), rank = world.rank();
+  llvm::Expected<std::unique_ptr<Communicator>> split =
+      world.split(0, rank, "pp");
+  ++check.checks;
+  if (!split) {
+    check.fail("traffic split: " + llvm::toString(split.takeError()));
+    return;
+  }
+  Communicator &comm = **split;
+  std::vector<float> big = values<float>(rank, 0, 1000), sum(1000);
+  std::vector<float> scatter = values<float>(rank, 0, 10 * size), mine(10);
+  std::vector<int64_t> part(10, rank), gathered(10 * size);
+  std::vector<float> root = values<float>(0, 0, 100);
+  check.wait(comm, comm.allReduce(big.data(), sum.data(), 1000, DType::F32,
+                                  ReduceOp::Sum),
+             "traffic all_reduce");
+  check.wait(comm, comm.reduceScatter(scatter.data(), mine.data(), 10,
+                                      DType::F32, ReduceOp::Sum),
+             "traffic reduce_scatter");
+  check.wait(comm, comm.allGather(part.data(), gathered.data(), 10,
+                                  DType::I64),
+             "traffic all_gather");
+  check.wait(comm, comm.broadcast(root.data(), 100, DType::F32, 0),
+             "traffic broadcast");
+  std::vector<int32_t> out(6, rank), in(6);
+  int64_t points = 0;
+  if (size > 1) {
+    points = 1;
+    check.wait(comm, comm.send(out.data(), 6, DType::I32, (rank + 1) % size),
+               "traffic send");
+    check.wait(comm,
+               comm.recv(in.data(), 6, DType::I32, (rank + size - 1) % size),
+               "traffic recv");
+  }
+  if (llvm::Error error = comm.barrier())
+    check.fail("traffic barrier: " + llvm::toString(std::move(error)));
+  Traffic got = comm.traffic();
+  int64_t n = size;
+  std::vector<int64_t> want = {
+      n > 1 ? 4 : 0, 2 * (n - 1) * 4000 / n + (n - 1) * 40 + (n - 1) * 80 +
+             (n - 1) * 400 / n,
+      points, 24 * points, points, 24 * points};
+  check.expectEqual(std::vector<int64_t>{got.collectives, got.collectiveBytes,
+                                         got.sends, got.sendBytes, got.recvs,
+                                         got.recvBytes},
+                    want,
+                    "traffic (collectives, their bytes, sends, bytes, "
+                    "receives, bytes)");
+}
+
 /// The collective makes progress while the caller computes: rank 0 starts
 /// a large all-reduce and does not wait for it until every other rank has
 /// finished its own wait() (they tell it through files). Without progress
@@ -558,6 +616,7 @@ int runChecks(Communicator &world) {
   checkErrors(world, check);
   checkSplit(world, check);
   checkMesh(world, check);
+  checkTraffic(world, check);
   checkOverlap(world, check);
   if (llvm::Error error = world.barrier())
     check.fail("barrier: " + llvm::toString(std::move(error)));

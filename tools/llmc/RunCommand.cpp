@@ -1069,6 +1069,11 @@ int runTrainCommand(int argc, char **argv) {
     options.ppTied = ppTiedAxis.get();
     options.ppTiedParams = ppTiedParams;
   }
+  for (const rt::comm::Communicator *comm :
+       {dpAxis.get(), tpAxis.get(), ppAxis.get(), ppTiedAxis.get(),
+        deviceDp.get(), deviceTp.get()})
+    if (comm)
+      options.meshComms.push_back(comm);
   options.tpShards = tpShards;
   options.stopRequested = [] { return stopSignal.load(); };
   options.accumulateWithoutSync = config.parallel.zero < 2;

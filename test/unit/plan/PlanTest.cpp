@@ -513,6 +513,58 @@ TEST(PlanLayout, ZeroShardsStates) {
   EXPECT_NEAR(previous, 18.0 * model.numParameters / 8, 1);
 }
 
+// Bytes per step and device on each axis, by hand for GPT-2 124M in bf16
+// (2-byte activations, fp32 gradients and 2-byte weights), seq 1024,
+// micro-batch 1, global batch 512; B x T x h = 786432 elements.
+TEST(PlanLayout, TrafficPerAxis) {
+  MLIRContext context;
+  PlanModel model = preset(context, "gpt2");
+  TrainConfig train;
+  const double bth = 1024.0 * 768;
+  auto traffic = [&](Layout layout, int64_t gpus) {
+    return estimate(model, train, cluster("", gpus, 1), nullptr, layout)
+        .traffic;
+  };
+  // tp=4 x dp=2: 256 micro-batches per pipeline, 12 blocks of 4
+  // all-reduces, each sending 2 x 3/4 of its 2-byte elements.
+  Layout tp;
+  tp.tp = 4;
+  tp.dp = 2;
+  StepTraffic t = traffic(tp, 8);
+  EXPECT_DOUBLE_EQ(t.tp, 12 * 256 * 4 * 1.5 * 2 * bth);
+  EXPECT_EQ(t.pp, 0);
+  // pp=4 x dp=2: a boundary carries each micro-batch's activation forward
+  // and its gradient back; 3 blocks per stage leave tp untouched.
+  Layout pp;
+  pp.pp = 4;
+  pp.dp = 2;
+  t = traffic(pp, 8);
+  EXPECT_DOUBLE_EQ(t.pp, 2 * 256 * 2 * bth);
+  EXPECT_EQ(t.tp, 0);
+  // dp=8: DDP all-reduces the fp32 gradients once per step (2 x 7/8 of
+  // them); ZeRO-3 reduce-scatters them every micro-batch (64 of them) and
+  // gathers the 2-byte weights twice in each.
+  double p = model.numParameters;
+  Layout ddp;
+  ddp.dp = 8;
+  t = traffic(ddp, 8);
+  EXPECT_DOUBLE_EQ(t.dp(), 2 * 7.0 / 8 * 4 * p);
+  EXPECT_EQ(t.dpWeights, 0);
+  Layout zero3 = ddp;
+  zero3.zero = 3;
+  t = traffic(zero3, 8);
+  EXPECT_NEAR(t.dpGradients, 64 * 7.0 / 8 * 4 * p, 1e-6 * p);
+  EXPECT_NEAR(t.dpWeights, 64 * 2 * 7.0 / 8 * 2 * p, 1e-6 * p);
+  // The step time divides them by the link: tp within a node at NVLink's
+  // one direction.
+  HardwareTable hardware = loadExampleHardware();
+  const GpuSpec *a100 = hardware.find("a100-80gb");
+  ASSERT_NE(a100, nullptr);
+  Estimate est = estimate(model, train, cluster("a100-80gb", 8, 1), a100, tp);
+  EXPECT_DOUBLE_EQ(est.step.tpComm,
+                   est.traffic.tp / (a100->nvlinkGBps / 2 * 1e9));
+}
+
 //===----------------------------------------------------------------------===//
 // Configs and the data file
 //===----------------------------------------------------------------------===//
