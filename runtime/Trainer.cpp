@@ -711,12 +711,13 @@ llvm::Error Trainer::writeCheckpointFiles(const std::string &dir) {
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return llvm::createStringError(ec, "cannot create '" + dir +
                                            "': " + ec.message());
-  // ZeRO under tensor parallelism: each rank's blocks are all-gathered over
-  // dp into its tp share (the flat padded layout, cut to the share's
-  // elements), and the shares joined below like the parameters', so that
-  // the main file alone holds the whole state (no rank files: tp ranks of
-  // a dp rank hold different blocks under one rank number).
-  if (options.dp && programs.shardInit && options.tp) {
+  // ZeRO under tensor or pipeline parallelism: each rank's blocks are
+  // all-gathered over dp into its tp share or its stage's tensor (the flat
+  // padded layout, cut to the share's elements), and the shares joined and
+  // the stages gathered below like the parameters', so that the main file
+  // alone holds the whole state (no rank files: tp ranks and stages of a dp
+  // rank hold different blocks under one rank number).
+  if (options.dp && programs.shardInit && (options.tp || options.pp)) {
     for (const kir::Binding &input : programs.shardInit->program().inputs) {
       const kir::Buffer &buffer =
           programs.shardInit->program().buffers[input.buffer];
@@ -1304,9 +1305,14 @@ llvm::Error Trainer::run() {
       loss = *last;
     }
     // A tied parameter's copies on the first and the last stage get the
-    // sum of both stages' gradients (Megatron-LM's embedding group).
+    // sum of both stages' gradients (Megatron-LM's embedding group). Under
+    // ZeRO the gradient a rank updates with is its block (grad.shard.<p>,
+    // already averaged over dp); the two stages cut the copies alike, so
+    // the dp rank's blocks on the two stages are the same elements.
     for (const std::string &name : options.ppTiedParams) {
-      llvm::Expected<HostTensor> gradient = store->get("grad." + name);
+      std::string gradName = (programs.shardInit ? "grad.shard." : "grad.") +
+                             name;
+      llvm::Expected<HostTensor> gradient = store->get(gradName);
       if (!gradient)
         return gradient.takeError();
       comm::Ticket ticket = options.ppTied->allReduce(
@@ -1314,7 +1320,7 @@ llvm::Error Trainer::run() {
           gradient->numElements(), gradient->dtype, comm::ReduceOp::Sum);
       if (llvm::Error err = options.ppTied->wait(ticket))
         return err;
-      if (llvm::Error err = store->set("grad." + name, *gradient))
+      if (llvm::Error err = store->set(gradName, *gradient))
         return err;
     }
 
