@@ -580,9 +580,6 @@ int runTrainCommand(int argc, char **argv) {
   }
   if (ppSize > 1) {
     // What pipeline parallelism does not compose with yet.
-    if (config.sparsity.enabled)
-      return fail("2:4 sparsity with pipeline parallelism (--pp) is not "
-                  "implemented yet");
     if (config.device != "cpu")
       return fail("--pp on --device " + config.device +
                   " is not implemented yet (the stages' transfers run on "
