@@ -278,7 +278,8 @@ const KeyInfo kKeys[] = {
      "micro-batches; pp must divide n_layer (1)"},
     {Key::ParallelZero, "parallel.zero", Kind::NonNegative, "0-3",
      "ZeRO stage: 0 replicates all state (DDP), 1 shards the optimizer "
-     "state, 2 also the gradients, 3 also the parameters (0)"},
+     "state, 2 also the gradients, 3 also the parameters; with pp, over "
+     "each stage's dp ranks (0)"},
     {Key::ParallelBucketMb, "parallel.bucket_mb", Kind::Number, "X",
      "gradient all-reduce bucket cap in MiB, DDP's bucket_cap_mb (25)"},
     {Key::ParallelTimeout, "parallel.timeout", Kind::Number, "SECONDS",

@@ -607,9 +607,14 @@ llvm::Error Trainer::pruneNow() {
     return before.takeError();
   // Every rank prunes its own identical copy: the mask is a function of
   // the weights, which data parallelism keeps equal.
+  // Under pipeline parallelism each stage prunes its own weights; the
+  // report lists every stage's, in stage order.
   llvm::Expected<std::vector<PrunedTensor>> pruned = pruneTwoOfFour(*store);
   if (!pruned)
     return pruned.takeError();
+  if (options.pp)
+    if (llvm::Error err = gatherPrunedOverStages(*pruned))
+      return err;
   if (pruned->empty())
     return llvm::createStringError(
         "sparsity.prune_at_step is set but the compiled step has no "
@@ -650,6 +655,47 @@ llvm::Error Trainer::pruneNow() {
   });
   eventPoints.push_back({currentStep, "prune"});
   return appendMetrics(line);
+}
+
+llvm::Error Trainer::gatherPrunedOverStages(
+    std::vector<PrunedTensor> &pruned) {
+  // Each stage's list as "name=fraction" lines, padded to the longest and
+  // all-gathered over pp.
+  std::string mine;
+  llvm::raw_string_ostream os(mine);
+  for (const PrunedTensor &t : pruned)
+    os << t.name << "=" << llvm::format("%.17g", t.zeroFraction) << "\n";
+  comm::Communicator &pp = *options.pp;
+  int64_t length = int64_t(mine.size());
+  std::vector<int64_t> lengths(ppSize());
+  if (llvm::Error err = pp.wait(
+          pp.allGather(&length, lengths.data(), 1, kir::DType::I64)))
+    return err;
+  int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  mine.resize(size_t(longest), '\0');
+  std::string all(size_t(longest) * lengths.size(), '\0');
+  if (longest > 0)
+    if (llvm::Error err = pp.wait(pp.allGather(mine.data(), all.data(),
+                                               longest, kir::DType::I1)))
+      return err;
+  pruned.clear();
+  for (size_t stage = 0; stage < lengths.size(); ++stage) {
+    llvm::StringRef text(all.data() + stage * longest, size_t(lengths[stage]));
+    while (!text.empty()) {
+      auto [line, rest] = text.split('\n');
+      text = rest;
+      auto [name, fraction] = line.rsplit('=');
+      PrunedTensor t;
+      t.name = name.str();
+      if (fraction.getAsDouble(t.zeroFraction))
+        return llvm::createStringError("pipeline stage " +
+                                       llvm::Twine(stage) +
+                                       ": unreadable prune report '" + line +
+                                       "'");
+      pruned.push_back(std::move(t));
+    }
+  }
+  return llvm::Error::success();
 }
 
 llvm::Error Trainer::appendMetrics(const std::string &line) {
@@ -711,12 +757,13 @@ llvm::Error Trainer::writeCheckpointFiles(const std::string &dir) {
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return llvm::createStringError(ec, "cannot create '" + dir +
                                            "': " + ec.message());
-  // ZeRO under tensor parallelism: each rank's blocks are all-gathered over
-  // dp into its tp share (the flat padded layout, cut to the share's
-  // elements), and the shares joined below like the parameters', so that
-  // the main file alone holds the whole state (no rank files: tp ranks of
-  // a dp rank hold different blocks under one rank number).
-  if (options.dp && programs.shardInit && options.tp) {
+  // ZeRO under tensor or pipeline parallelism: each rank's blocks are
+  // all-gathered over dp into its tp share or its stage's tensor (the flat
+  // padded layout, cut to the share's elements), and the shares joined and
+  // the stages gathered below like the parameters', so that the main file
+  // alone holds the whole state (no rank files: tp ranks and stages of a dp
+  // rank hold different blocks under one rank number).
+  if (options.dp && programs.shardInit && (options.tp || options.pp)) {
     for (const kir::Binding &input : programs.shardInit->program().inputs) {
       const kir::Buffer &buffer =
           programs.shardInit->program().buffers[input.buffer];
@@ -1305,9 +1352,14 @@ llvm::Error Trainer::run() {
       loss = *last;
     }
     // A tied parameter's copies on the first and the last stage get the
-    // sum of both stages' gradients (Megatron-LM's embedding group).
+    // sum of both stages' gradients (Megatron-LM's embedding group). Under
+    // ZeRO the gradient a rank updates with is its block (grad.shard.<p>,
+    // already averaged over dp); the two stages cut the copies alike, so
+    // the dp rank's blocks on the two stages are the same elements.
     for (const std::string &name : options.ppTiedParams) {
-      llvm::Expected<HostTensor> gradient = store->get("grad." + name);
+      std::string gradName = (programs.shardInit ? "grad.shard." : "grad.") +
+                             name;
+      llvm::Expected<HostTensor> gradient = store->get(gradName);
       if (!gradient)
         return gradient.takeError();
       comm::Ticket ticket = options.ppTied->allReduce(
@@ -1315,7 +1367,7 @@ llvm::Error Trainer::run() {
           gradient->numElements(), gradient->dtype, comm::ReduceOp::Sum);
       if (llvm::Error err = options.ppTied->wait(ticket))
         return err;
-      if (llvm::Error err = store->set("grad." + name, *gradient))
+      if (llvm::Error err = store->set(gradName, *gradient))
         return err;
     }
 

@@ -34,6 +34,8 @@
 
 namespace llmc::runtime {
 
+struct PrunedTensor;
+
 /// The shape of one step: its global batch (sequences, a multiple of the
 /// micro-batch) and its sequence length.
 struct StepShape {
@@ -303,6 +305,9 @@ private:
   /// ZeRO: fills the rank's blocks from the store's parameters and the
   /// full optimizer states of a resumed checkpoint (zeros when fresh).
   llvm::Error initializeShards();
+  /// Pipeline parallelism: every stage's pruned weights, in stage order,
+  /// on every stage (each prunes its own).
+  llvm::Error gatherPrunedOverStages(std::vector<PrunedTensor> &pruned);
   llvm::Error appendMetrics(const std::string &line);
   llvm::Error writePlot();
   /// The end-of-run memory report: the persistent tensors by kind (the

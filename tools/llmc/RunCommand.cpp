@@ -580,16 +580,6 @@ int runTrainCommand(int argc, char **argv) {
   }
   if (ppSize > 1) {
     // What pipeline parallelism does not compose with yet.
-    if (config.parallel.dp > 1 && config.parallel.zero > 0)
-      return fail("parallel.zero with pipeline parallelism (--pp) is not "
-                  "implemented yet; use zero 0 (DDP over dp) with pp");
-    if (config.precision.kind == ::llmc::PrecisionConfig::Kind::FP16)
-      return fail("--precision fp16 with pipeline parallelism (--pp) is not "
-                  "implemented yet (the loss scaler's overflow test would "
-                  "need every stage); use bf16 or fp32");
-    if (config.sparsity.enabled)
-      return fail("2:4 sparsity with pipeline parallelism (--pp) is not "
-                  "implemented yet");
     if (config.device != "cpu")
       return fail("--pp on --device " + config.device +
                   " is not implemented yet (the stages' transfers run on "
