@@ -169,7 +169,7 @@ void printUsage(llvm::raw_ostream &os) {
         "tp-fastest (rank = (pp_i * dp + dp_i) * tp + tp_i). --tp N splits\n"
         "attention heads, MLP hidden units and the vocabulary over N ranks "
         "(Megatron-LM);\n--dp defaults to world / (tp * pp) and shards the "
-        "batch (--zero 0-3); --pp N\ncuts the transformer blocks into N "
+        "batch (--zero 0-3); --pp N\ncuts the blocks into N FLOP-balanced "
         "stages run in the 1F1B order over the\nmicro-batches (CPU; ZeRO, "
         "fp16 and 2:4 sparsity not with pp yet). Rank 0 logs\nand writes; "
         "checkpoints of a ZeRO run have one file per rank.\n\n"
