@@ -4,6 +4,7 @@
 // compared side by side.
 #include "codegen/Training.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
+#include "ir/PipelineStages.h"
 #include "passes/Pipelines.h"
 #include "passes/Remat.h"
 
@@ -58,13 +59,27 @@ tensorParallelOptions(const llmc::TrainingOptions &training) {
 }
 
 /// llmc-pipeline-parallel's options; none without pipeline parallelism.
+/// The cut is the one the caller chose (`llmc run` chooses it once, for
+/// every program it compiles) or else the balanced cut of the whole model,
+/// taken before llmc-tensor-parallel splits its parameters.
 std::optional<mlir::llmc::PipelineParallelPassOptions>
-pipelineParallelOptions(const llmc::TrainingOptions &training) {
+pipelineParallelOptions(const llmc::TrainingOptions &training,
+                        mlir::ModuleOp module) {
   if (training.parallel.pp <= 1)
     return std::nullopt;
   mlir::llmc::PipelineParallelPassOptions options;
   options.pp = training.parallel.pp;
   options.stage = training.ppStage;
+  std::vector<int64_t> firstBlocks = training.ppStageBlocks;
+  auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  if (firstBlocks.empty() && forward) {
+    mlir::llmc::PipelineCosts costs = mlir::llmc::pipelineCostsOf(forward);
+    // Too few blocks: the pass says so.
+    if (static_cast<int64_t>(costs.blocks.size()) >= training.parallel.pp)
+      firstBlocks =
+          mlir::llmc::balancePipeline(costs, training.parallel.pp).firstBlocks;
+  }
+  options.stageBlocks.assign(firstBlocks.begin(), firstBlocks.end());
   return options;
 }
 } // namespace
@@ -79,7 +94,7 @@ llmc::compileForward(mlir::ModuleOp module, const TrainingOptions &training) {
   mlir::llmc::buildCompilePipeline(pm, ampOptions(training.precision), shard,
                                    sparsifyOptions(training.sparsity),
                                    tensorParallelOptions(training),
-                                   pipelineParallelOptions(training));
+                                   pipelineParallelOptions(training, module));
   if (mlir::failed(pm.run(module)))
     return llvm::createStringError("the compile pipeline failed (see the "
                                    "diagnostics above)");
@@ -126,7 +141,7 @@ llmc::compileTraining(mlir::ModuleOp module,
   pipeline.shard = shardOptions(training.parallel);
   pipeline.sparsify = sparsifyOptions(training.sparsity);
   pipeline.tensorParallel = tensorParallelOptions(training);
-  pipeline.pipelineParallel = pipelineParallelOptions(training);
+  pipeline.pipelineParallel = pipelineParallelOptions(training, module);
 
   const RematConfig &remat = training.remat;
   if (remat.policy != RematConfig::Policy::None) {

@@ -274,8 +274,9 @@ const KeyInfo kKeys[] = {
      "seq_len must be a multiple of tp (false)"},
     {Key::ParallelPp, "parallel.pp", Kind::Positive, "N",
      "pipeline-parallel stages (llmc-pipeline-parallel): the transformer "
-     "blocks are cut into pp equal stages run in the 1F1B order over the "
-     "micro-batches; pp must divide n_layer (1)"},
+     "blocks are cut into pp stages balanced by the planner's FLOPs (the "
+     "cut is printed; llmc plan shows the same) and run in the 1F1B order "
+     "over the micro-batches; pp at most n_layer (1)"},
     {Key::ParallelZero, "parallel.zero", Kind::NonNegative, "0-3",
      "ZeRO stage: 0 replicates all state (DDP), 1 shards the optimizer "
      "state, 2 also the gradients, 3 also the parameters; with pp, over "

@@ -154,6 +154,9 @@ struct TrainingOptions {
   /// This process's stage on mesh axis pp (`llmc run` sets it too): the
   /// blocks its programs hold.
   int64_t ppStage = 0;
+  /// The first block of each pipeline stage (ir/PipelineStages.h); empty:
+  /// the balanced cut of the module compiled.
+  std::vector<int64_t> ppStageBlocks;
 };
 
 } // namespace llmc

@@ -251,11 +251,15 @@ def PipelineParallelPass : Pass<"llmc-pipeline-parallel", "mlir::ModuleOp"> {
   let description = [{
     Runs on `@forward` after `llmc-tensor-parallel` and before `llmc-amp`
     and `llmc-autodiff`. With `pp` stages on mesh axis "pp", the
-    transformer blocks h.0 ... h.{L-1} are cut into `pp` runs of L/pp
-    blocks (the planner's stages: `llmc plan` counts the same); the
-    embedding lookup (and learned positions) joins stage 0, the final norm,
-    classifier and loss the last stage. An op belongs to the stage of the
-    latest block whose parameters it depends on.
+    transformer blocks h.0 ... h.{L-1} are cut into `pp` contiguous runs
+    of at least one block: those `stage-blocks` lists (the first block of
+    each stage), or else the cut balanced by the planner's FLOPs per token
+    (ir/PipelineStages.h: the slowest stage as cheap as it can be, the
+    classifier's 6Vh counted on the last stage), which `llmc plan` and
+    `llmc run --pp` print. The embedding lookup (and learned positions)
+    joins stage 0, the final norm, classifier and loss the last stage. An
+    op belongs to the stage of the latest block whose parameters it depends
+    on.
 
     Stage `stage` keeps its ops and the parameters they read (a tied
     `wte` is kept by the first and the last stage), and the one value
@@ -272,14 +276,20 @@ def PipelineParallelPass : Pass<"llmc-pipeline-parallel", "mlir::ModuleOp"> {
     that llmc-autodiff differentiates it as any forward: the VJP of the
     send receives the output's gradient from the next stage, the VJP of
     the receive sends the input's gradient back. `@forward` gets the
-    attribute `llmc.pipeline = {stage, stages}`. `pp` must divide the
-    number of blocks; `pp=1` changes nothing.
+    attribute `llmc.pipeline = {stage, stages}`. `pp` must not exceed the
+    number of blocks; `pp=1` changes nothing. The balanced cut is computed
+    from the parameters' shapes, so a caller that runs
+    `llmc-tensor-parallel` first passes the whole model's cut in
+    `stage-blocks` (codegen/Training.cpp does).
   }];
   let options = [
     Option<"pp", "pp", "int64_t", /*default=*/"1",
            "Pipeline stages (the size of mesh axis pp)">,
     Option<"stage", "stage", "int64_t", /*default=*/"0",
-           "This program's stage on mesh axis pp">
+           "This program's stage on mesh axis pp">,
+    ListOption<"stageBlocks", "stage-blocks", "int64_t",
+               "The first block of each of the pp stages (0 first); "
+               "empty: the cut balanced by FLOPs">
   ];
   let dependentDialects = ["mlir::llmc::LlmcDialect"];
 }

@@ -6,10 +6,11 @@
 // it depends on (-1 before the first block: the embedding lookup and
 // position add), so a block's ops, the residual add after it and every op
 // after the last block (final norm, classifier, loss) are placed without
-// naming any op kind. Blocks go to stages in equal runs of L/pp, the
-// planner's layout (`llmc plan` counts the same parameters per stage); ops
-// that depend on no argument at all (constants, fills) go wherever they are
-// used. For stage 1 of 2 of the tiny GPT:
+// naming any op kind. Blocks go to stages in the runs `stage-blocks` gives
+// or else in the cut balanced by the planner's FLOPs (ir/PipelineStages.h,
+// the rule `llmc plan` counts per stage); ops that depend on no argument
+// at all (constants, fills) go wherever they are used. For stage 1 of 2 of
+// the tiny GPT:
 //
 //   %h  = llmc.pipeline_recv from stage 0 of 2 : tensor<4x64x64xf32>
 //   ... block h.1, ln_f, classifier (tied wte), cross-entropy ...
@@ -19,6 +20,7 @@
 // returning %z as its loss: autodiff turns the send into the receive of the
 // residual's gradient and the receive into its send.
 #include "ir/LlmcOps.h"
+#include "ir/PipelineStages.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -89,10 +91,9 @@ public:
   }
 
 private:
-  /// The stage of an op in block `block` (-1: before the first block).
-  int64_t stageOf(int64_t block, int64_t blocks) const {
-    return block < 0 ? 0 : block / (blocks / pp);
-  }
+  /// The cut of this run: the stage of each block (block -1, before the
+  /// first, is stage 0's).
+  PipelineCut cut;
 
   LogicalResult cutStage(func::FuncOp forward) {
     Block &body = forward.getBody().front();
@@ -112,12 +113,28 @@ private:
       return forward.emitError("llmc-pipeline-parallel: @forward has no "
                                "transformer blocks (parameters h.<i>.*) to "
                                "cut into stages");
-    if (pp > blocks || blocks % pp != 0)
+    if (pp > blocks)
       return forward.emitError("llmc-pipeline-parallel: pp=")
-             << int64_t(pp) << " does not split the model's " << blocks
-             << " transformer blocks into equal stages; choose a pp that "
-                "divides "
-             << blocks;
+             << int64_t(pp) << " is more than the model's " << blocks
+             << " transformer blocks; every stage needs at least one (choose "
+                "pp <= "
+             << blocks << ")";
+    PipelineCosts costs = pipelineCostsOf(forward);
+    costs.blocks.resize(blocks, 0);
+    if (stageBlocks.empty()) {
+      cut = balancePipeline(costs, pp);
+    } else {
+      if (static_cast<int64_t>(stageBlocks.size()) != pp)
+        return forward.emitError("llmc-pipeline-parallel: stage-blocks lists ")
+               << stageBlocks.size() << " first blocks for pp=" << int64_t(pp)
+               << " stages";
+      llvm::Expected<PipelineCut> given =
+          pipelineCutAt(costs, llvm::ArrayRef<int64_t>(stageBlocks));
+      if (!given)
+        return forward.emitError("llmc-pipeline-parallel: stage-blocks: ")
+               << llvm::toString(given.takeError());
+      cut = std::move(*given);
+    }
 
     SmallVector<Operation *> ops;
     DenseMap<Operation *, int64_t> opBlock;
@@ -139,7 +156,7 @@ private:
     const int64_t last = pp - 1;
     DenseSet<Operation *> kept;
     for (Operation *op : ops)
-      if (opBlock[op] != kFree && stageOf(opBlock[op], blocks) == stage)
+      if (opBlock[op] != kFree && cut.stageOfBlock(opBlock[op]) == stage)
         kept.insert(op);
     for (Operation *op : llvm::reverse(ops))
       if (opBlock[op] == kFree &&
@@ -155,7 +172,7 @@ private:
           Operation *def = operand.getDefiningOp();
           if (!def || kept.contains(def))
             continue;
-          int64_t from = stageOf(opBlock[def], blocks);
+          int64_t from = cut.stageOfBlock(opBlock[def]);
           if (from != stage - 1)
             return op->emitOpError("on pipeline stage ")
                    << int64_t(stage) << " reads a value of stage " << from
@@ -205,7 +222,7 @@ private:
     // stage): llmc.pp_tied marks this stage's copy.
     DenseSet<Value> firstStageParams;
     for (Operation *op : ops)
-      if (opBlock[op] != kFree && stageOf(opBlock[op], blocks) == 0)
+      if (opBlock[op] != kFree && cut.stageOfBlock(opBlock[op]) == 0)
         for (Value operand : op->getOperands())
           if (isa<BlockArgument>(operand))
             firstStageParams.insert(operand);

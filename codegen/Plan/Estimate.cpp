@@ -140,14 +140,21 @@ BlockActivations plan::getBlockActivations(const ModelConfig &config,
   return act;
 }
 
-double plan::modelFlopsPerToken(const PlanModel &model, int64_t seqLen) {
-  const ModelConfig &c = model.config;
+PipelineCosts plan::pipelineCostsOf(const PlanModel &model, int64_t seqLen) {
   // Parameters in matmuls: every block, and the classifier (V x h) whether
   // tied or not; embeddings are lookups, not matmuls.
-  double matmul = static_cast<double>(model.numBlocks) *
-                      static_cast<double>(model.blockParameters()) +
-                  static_cast<double>(c.vocabSize) * c.nEmbd;
-  return 6 * matmul + 12.0 * c.nLayer * c.nEmbd * seqLen;
+  std::vector<int64_t> blocks(model.numBlocks, model.blockParameters());
+  return pipelineCosts(blocks, model.config.vocabSize, model.config.nEmbd,
+                       seqLen);
+}
+
+double plan::modelFlopsPerToken(const PlanModel &model, int64_t seqLen) {
+  return static_cast<double>(pipelineCostsOf(model, seqLen).total());
+}
+
+PipelineCut plan::pipelineCutOf(const PlanModel &model, int64_t seqLen,
+                                int64_t pp) {
+  return balancePipeline(pipelineCostsOf(model, seqLen), pp);
 }
 
 
@@ -188,10 +195,10 @@ Error plan::validateLayout(const PlanModel &model, const TrainConfig &train,
                        formatv("the sequence of {0} tokens does not split "
                                "over tensor_parallel {1} ranks",
                                seqLen, layout.tp));
-  if (c.nLayer % layout.pp)
+  if (layout.pp > c.nLayer)
     return layoutError(co, "pipeline_parallel", "pp",
-                       formatv("{0} does not divide n_layer ({1}) of model "
-                               "'{2}' into equal stages",
+                       formatv("{0} is more than n_layer ({1}) of model "
+                               "'{2}': every stage needs at least one block",
                                layout.pp, c.nLayer, c.name));
   int64_t gpus = cluster.numGpus();
   if (gpus % (layout.tp * layout.pp))
@@ -234,11 +241,11 @@ double vocabShare(const PlanModel &model, int64_t elements, int64_t tp) {
 /// The memory of pipeline stage `stage` under `layout`.
 DeviceMemory stageMemory(const PlanModel &model, const TrainConfig &train,
                          const ClusterConfig &cluster, const Layout &layout,
-                         const BlockActivations &block, double extraFirst,
-                         double extraLast, int64_t microBatches, int64_t stage,
-                         Remat remat) {
+                         const PipelineCut &cut, const BlockActivations &block,
+                         double extraFirst, double extraLast,
+                         int64_t microBatches, int64_t stage, Remat remat) {
   double t = static_cast<double>(layout.tp);
-  int64_t blocksPerStage = model.config.nLayer / layout.pp;
+  int64_t blocksPerStage = cut.blocksOf(stage);
   bool first = stage == 0, last = stage == layout.pp - 1;
   DeviceMemory memory;
   memory.stage = stage;
@@ -279,25 +286,32 @@ DeviceMemory stageMemory(const PlanModel &model, const TrainConfig &train,
   return memory;
 }
 
+/// The most loaded stage (the earliest of equals: under an uneven cut a
+/// middle stage may hold more blocks than either end), or stage `only`.
 DeviceMemory deviceMemory(const PlanModel &model, const TrainConfig &train,
                           const ClusterConfig &cluster, const Layout &layout,
-                          const BlockActivations &block, double extraFirst,
-                          double extraLast, int64_t microBatches, Remat remat) {
-  DeviceMemory first =
-      stageMemory(model, train, cluster, layout, block, extraFirst, extraLast,
-                  microBatches, 0, remat);
-  if (layout.pp == 1)
-    return first;
-  DeviceMemory last =
-      stageMemory(model, train, cluster, layout, block, extraFirst, extraLast,
-                  microBatches, layout.pp - 1, remat);
-  return last.total() > first.total() ? last : first;
+                          const PipelineCut &cut, const BlockActivations &block,
+                          double extraFirst, double extraLast,
+                          int64_t microBatches, Remat remat,
+                          int64_t only = -1) {
+  if (only >= 0)
+    return stageMemory(model, train, cluster, layout, cut, block, extraFirst,
+                       extraLast, microBatches, only, remat);
+  DeviceMemory most;
+  for (int64_t stage = 0; stage < layout.pp; ++stage) {
+    DeviceMemory memory =
+        stageMemory(model, train, cluster, layout, cut, block, extraFirst,
+                    extraLast, microBatches, stage, remat);
+    if (stage == 0 || memory.total() > most.total())
+      most = memory;
+  }
+  return most;
 }
 } // namespace
 
 Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
                         const ClusterConfig &cluster, const GpuSpec *gpu,
-                        const Layout &layout) {
+                        const Layout &layout, int64_t stage) {
   const ModelConfig &c = model.config;
   Estimate est;
   est.layout = layout;
@@ -325,14 +339,24 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
   est.extraFirst = (c.dropout > 0 ? 1 : 0) * sbh / ts;
   est.extraLast = e * sbh / ts + e * sbh +
                   4 * s * b * double(vocabRowsPerRank(c.vocabSize, layout.tp));
-  est.memory = deviceMemory(model, train, cluster, layout, est.block,
-                            est.extraFirst, est.extraLast, m, layout.remat);
+  est.cut = pipelineCutOf(model, est.seqLen, layout.pp);
+  est.memory = deviceMemory(model, train, cluster, layout, est.cut, est.block,
+                            est.extraFirst, est.extraLast, m, layout.remat,
+                            stage);
   for (Remat r :
        {Remat::None, Remat::Selective, Remat::Full, Remat::Attention})
     est.activationsByRemat[static_cast<unsigned>(r)] =
-        deviceMemory(model, train, cluster, layout, est.block, est.extraFirst,
-                     est.extraLast, m, r)
+        deviceMemory(model, train, cluster, layout, est.cut, est.block,
+                     est.extraFirst, est.extraLast, m, r, stage)
             .activations;
+  // The most loaded stage's parameters: their traffic and update pace the
+  // step whichever stage the memory shows.
+  double pacedParameters =
+      stage < 0 ? est.memory.parameters
+                : deviceMemory(model, train, cluster, layout, est.cut,
+                               est.block, est.extraFirst, est.extraLast, m,
+                               layout.remat)
+                      .parameters;
 
   // FLOPs and tokens.
   est.modelFlopsPerToken = modelFlopsPerToken(model, est.seqLen);
@@ -360,7 +384,13 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
   // data per GPU for an all-reduce and half that for a reduce-scatter or
   // all-gather.
   StepTraffic &traffic = est.traffic;
-  int64_t blocksPerStage = c.nLayer / layout.pp;
+  // The blocks of the slowest stage: their all-reduces pace the step.
+  int64_t blocksPerStage = 0;
+  for (int64_t stage = 0; stage < layout.pp; ++stage)
+    if (est.cut.stageCosts[stage] == est.cut.slowestCost()) {
+      blocksPerStage = est.cut.blocksOf(stage);
+      break;
+    }
   if (layout.tp > 1) {
     // Per block two all-reduces forward and two backward (as reduce-
     // scatter/all-gather pairs with sequence parallelism), two more when
@@ -373,8 +403,8 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
     traffic.pp = 2.0 * m * e * sbh / t;
   StateBytes perParameter =
       getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
-  double grads = est.memory.parameters * perParameter.gradients;
-  double weights = est.memory.parameters * perParameter.weights;
+  double grads = pacedParameters * perParameter.gradients;
+  double weights = pacedParameters * perParameter.weights;
   if (layout.dp > 1) {
     double frac = (layout.dp - 1.0) / layout.dp;
     switch (layout.zero) {
@@ -406,9 +436,14 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
   step.compute = tokensPerStep * est.modelFlopsPerToken / (gpus * rate);
   step.recompute = tokensPerStep * est.recomputeFlopsPerToken / (gpus * rate);
   double work = step.compute + step.recompute;
-  // 1F1B fill and drain: (pp - 1) micro-batch slots of idle time per step.
-  if (layout.pp > 1)
-    step.bubble = work * (layout.pp - 1) / m;
+  // The slowest stage sets the pace: each of the m + pp - 1 micro-batch
+  // slots of 1F1B lasts its micro-batch, `imbalance` times an even
+  // share's. The fill and drain are (pp - 1) of those slots.
+  if (layout.pp > 1) {
+    double pace = est.cut.imbalance();
+    step.imbalance = work * (pace - 1);
+    step.bubble = work * pace * (layout.pp - 1) / m;
+  }
   // Datasheets give NVLink in both directions, a ring uses one.
   double nvlink = gpu->nvlinkGBps / 2 * 1e9, ib = gpu->ibGBps * 1e9;
   if (layout.tp > 1)
@@ -443,7 +478,7 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
   // reads the gradient, reads and writes master weights and moments, and
   // writes the weights the next forward uses. ZeRO-1+ updates 1/dp of them.
   {
-    double updated = est.memory.parameters / (layout.zero >= 1 ? layout.dp : 1);
+    double updated = pacedParameters / (layout.zero >= 1 ? layout.dp : 1);
     double bytes = perParameter.gradients +
                    2 * (perParameter.master + perParameter.optimizer) +
                    perParameter.weights * (perParameter.master ? 1 : 2);

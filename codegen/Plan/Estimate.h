@@ -7,6 +7,7 @@
 #include "codegen/Plan/Hardware.h"
 #include "codegen/Plan/ModelAnalysis.h"
 #include "frontend/PlanConfig.h"
+#include "ir/PipelineStages.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringRef.h"
@@ -94,7 +95,8 @@ struct Layout {
   bool sp = false; // sequence parallelism over the tp ranks (llmc run --sp)
 };
 
-/// Memory of the most loaded device (first or last pipeline stage).
+/// Memory of one device: the most loaded pipeline stage's, or the stage
+/// asked for (`llmc plan --stage`).
 struct DeviceMemory {
   int64_t stage = 0;
   double parameters = 0; // held by this device before ZeRO
@@ -113,12 +115,14 @@ struct StepTime {
   double compute = 0;   // model FLOPs at the assumed MFU
   double recompute = 0; // remat's extra forward FLOPs
   double bubble = 0;    // pipeline fill and drain (1F1B)
+  double imbalance = 0; // the slowest stage's excess over an even share
   double tpComm = 0;    // tensor-parallel all-reduces (not overlapped)
   double ppComm = 0;    // activations between stages
   double dpComm = 0;    // data-parallel traffic not hidden by backward
   double optimizer = 0; // the update, bound by HBM bandwidth
   double total() const {
-    return compute + recompute + bubble + tpComm + ppComm + dpComm + optimizer;
+    return compute + recompute + bubble + imbalance + tpComm + ppComm +
+           dpComm + optimizer;
   }
 };
 
@@ -144,6 +148,7 @@ struct Estimate {
   int64_t seqLen = 0;
   int64_t globalBatch = 0;
   int64_t microBatchesPerStep = 0; // per pipeline: gradient accumulation
+  PipelineCut cut; // the blocks of each pipeline stage (one stage: all)
   DeviceMemory memory;
   BlockActivations block;               // per block, per micro-batch, this tp
   double extraFirst = 0, extraLast = 0; // embedding / logits activations
@@ -167,16 +172,19 @@ Layout getConfiguredLayout(const TrainConfig &train,
                            const ClusterConfig &cluster);
 
 /// Checks the layout against the model and cluster: tp divides the heads
-/// and the MLP width, pp the layers, the GPU count is tp * pp * dp, the
+/// and the MLP width, pp is at most the layers, the GPU count is
+/// tp * pp * dp, the
 /// global batch a multiple of micro-batch * dp, ZeRO-2/3 not with pp.
 /// Errors name where the offending value was given.
 llvm::Error validateLayout(const PlanModel &model, const TrainConfig &train,
                            const ClusterConfig &cluster, const Layout &layout);
 
-/// The estimate of a valid layout; `gpu` null for memory only.
+/// The estimate of a valid layout; `gpu` null for memory only. The memory
+/// is the most loaded pipeline stage's, or with `stage` >= 0 (below pp)
+/// that stage's; the step time is paced by the slowest stage either way.
 Estimate estimate(const PlanModel &model, const TrainConfig &train,
                   const ClusterConfig &cluster, const GpuSpec *gpu,
-                  const Layout &layout);
+                  const Layout &layout, int64_t stage = -1);
 
 /// Chinchilla-optimal training tokens, D = 20 * P (Hoffmann et al. 2022).
 inline double chinchillaTokens(double parameters) { return 20 * parameters; }
@@ -184,6 +192,12 @@ inline double chinchillaTokens(double parameters) { return 20 * parameters; }
 /// forward and backward, and attention's two products (Chowdhery et al.
 /// 2022, PaLM appendix B, the definition of MFU).
 double modelFlopsPerToken(const PlanModel &model, int64_t seqLen);
+/// The same FLOPs by part: per block, and the classifier's
+/// (ir/PipelineStages.h); they add up to modelFlopsPerToken.
+PipelineCosts pipelineCostsOf(const PlanModel &model, int64_t seqLen);
+/// The blocks of each of `pp` pipeline stages: the cut
+/// llmc-pipeline-parallel makes (balanced by pipelineCostsOf).
+PipelineCut pipelineCutOf(const PlanModel &model, int64_t seqLen, int64_t pp);
 
 } // namespace mlir::llmc::plan
 

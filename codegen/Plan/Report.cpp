@@ -371,7 +371,12 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
                                "tflops.{1} to its entry",
                                gpu->name, stringifyPrecision(train.precision),
                                request.hardwarePath, gpu->location));
-  Estimate est = estimate(model, train, cluster, gpu, layout);
+  if (request.stage && (*request.stage < 0 || *request.stage >= layout.pp))
+    return createStringError(formatv("--stage: {0} is not a stage of "
+                                     "pipeline_parallel {1} (0 to {2})",
+                                     *request.stage, layout.pp, layout.pp - 1));
+  Estimate est = estimate(model, train, cluster, gpu, layout,
+                          request.stage.value_or(-1));
   // The compiled step of this layout, when there is one: its activations
   // and arena replace the formulas (the layouts compared stay formulas).
   const StepPlan *step = nullptr;
@@ -447,6 +452,13 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
        : layout.sp    ? ", sequence parallel"
                       : ", no sequence parallelism (--sp)") +
       bubble);
+  // The stages llmc-pipeline-parallel cuts (`llmc run --pp` prints the
+  // same line); the slowest sets the pace of the step.
+  if (layout.pp > 1) {
+    report.facts["pipeline_cut"] = describePipelineCut(est.cut);
+    report.header.push_back("pipeline cut by FLOPs per token: " +
+                            describePipelineCut(est.cut));
+  }
 
   // Memory per device.
   const DeviceMemory &mem = est.memory;
@@ -682,6 +694,8 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
         {"step_compute", "step: compute", step.compute},
         {"step_recompute", "step: recompute (remat)", step.recompute},
         {"step_bubble", "step: pipeline bubble (1F1B)", step.bubble},
+        {"step_imbalance", "step: pipeline stages' imbalance (the slowest)",
+         step.imbalance},
         {"step_tp_comm", "step: tensor-parallel all-reduces", step.tpComm},
         {"step_pp_comm", "step: pipeline sends", step.ppComm},
         {"step_dp_comm", "step: data-parallel comm not overlapped",
@@ -747,7 +761,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
     table.title = formatv("Fastest layouts that fit in {0} per device",
                           formatBytes(*request.fitBudget))
                       .str();
-    table.note = "tried tp (powers of 2), pp (divisors of n_layer), ZeRO "
+    table.note = "tried tp (powers of 2), pp (up to n_layer), ZeRO "
                  "0-3, micro-batches (powers of 2) and remat none/selective/"
                  "full";
     constexpr size_t kShown = 5;

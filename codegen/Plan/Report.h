@@ -67,6 +67,9 @@ struct PlanRequest {
   /// workspace formulas of the configured layout.
   std::optional<StepPlan> step;
   std::optional<double> fitBudget; // --fit
+  /// --stage: the pipeline stage whose memory the report shows (default
+  /// the most loaded).
+  std::optional<int64_t> stage;
 };
 
 /// Builds the report of a validated request (and, with --fit, searches).

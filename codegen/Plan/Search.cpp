@@ -43,7 +43,7 @@ FitResult plan::searchFit(const PlanModel &model, const TrainConfig &train,
     if (gpus % tp || c.nHead % tp || c.ffnHidden % tp)
       continue;
     for (int64_t pp = 1; pp <= c.nLayer && tp * pp <= gpus; ++pp) {
-      if (c.nLayer % pp || gpus % (tp * pp))
+      if (gpus % (tp * pp))
         continue;
       int64_t dp = gpus / (tp * pp);
       for (int zero = 0; zero <= 3; ++zero) {
@@ -87,6 +87,7 @@ std::string plan::explainLoss(const Estimate &best, const Estimate &other) {
       {"compute", other.step.compute - best.step.compute},
       {"recompute", other.step.recompute - best.step.recompute},
       {"pipeline bubble", other.step.bubble - best.step.bubble},
+      {"pipeline imbalance", other.step.imbalance - best.step.imbalance},
       {"tensor-parallel comm", other.step.tpComm - best.step.tpComm},
       {"pipeline comm", other.step.ppComm - best.step.ppComm},
       {"data-parallel comm", other.step.dpComm - best.step.dpComm},

@@ -155,6 +155,12 @@ cl::opt<int64_t> ppFlag("pp",
                                  "(default 1)"),
                         cl::value_desc("n"), cl::sub(planCmd),
                         cl::cat(clusterCat));
+cl::opt<int64_t> stageFlag("stage",
+                           cl::desc("the pipeline stage whose memory the "
+                                    "report shows (default: the most "
+                                    "loaded)"),
+                           cl::value_desc("s"), cl::sub(planCmd),
+                           cl::cat(clusterCat));
 cl::opt<std::string>
     tokensFlag("tokens",
                cl::desc("[max_tokens] training tokens, e.g. 10e9, 300B, 1.4T "
@@ -583,6 +589,8 @@ int runPlan(MLIRContext &context) {
       return fail(step.takeError());
     request.step = std::move(*step);
   }
+  if (stageFlag.getNumOccurrences())
+    request.stage = stageFlag.getValue();
   request.train = std::move(train);
   request.cluster = std::move(cluster);
 

@@ -14,6 +14,7 @@
 #include "frontend/TrainConfig.h"
 #include "ir/LlmcDialect.h"
 #include "ir/ParseModule.h"
+#include "ir/PipelineStages.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
 #include "ir/kernel/AtomicFile.h"
@@ -168,7 +169,7 @@ void printUsage(llvm::raw_ostream &os) {
         "tp-fastest (rank = (pp_i * dp + dp_i) * tp + tp_i). --tp N splits\n"
         "attention heads, MLP hidden units and the vocabulary over N ranks "
         "(Megatron-LM);\n--dp defaults to world / (tp * pp) and shards the "
-        "batch (--zero 0-3); --pp N\ncuts the transformer blocks into N "
+        "batch (--zero 0-3); --pp N\ncuts the blocks into N FLOP-balanced "
         "stages run in the 1F1B order over the\nmicro-batches (CPU; ZeRO, "
         "fp16 and 2:4 sparsity not with pp yet). Rank 0 logs\nand writes; "
         "checkpoints of a ZeRO run have one file per rank.\n\n"
@@ -584,11 +585,10 @@ int runTrainCommand(int argc, char **argv) {
       return fail("--pp on --device " + config.device +
                   " is not implemented yet (the stages' transfers run on "
                   "MPI, on the CPU)");
-    if (config.modelMlirPath.empty() &&
-        (ppSize > config.model.nLayer || config.model.nLayer % ppSize != 0))
+    if (config.modelMlirPath.empty() && ppSize > config.model.nLayer)
       return fail(llvm::formatv(
-          "--pp {0} does not split the model's {1} transformer blocks into "
-          "equal stages; choose a pp that divides {1}",
+          "--pp {0} is more than the model's {1} transformer blocks: every "
+          "pipeline stage needs at least one; choose a pp of at most {1}",
           ppSize, config.model.nLayer).str());
   }
   if (tpSize > 1 && config.parallel.dp > 1 && config.parallel.zero == 3)
@@ -822,11 +822,29 @@ int runTrainCommand(int argc, char **argv) {
   // both hold (a tied wte), as the pass marks them on the last stage.
   std::vector<std::string> ppTiedParams;
   if (ppAxis) {
+    // The cut, once for every program of the run (its FLOPs per block
+    // depend on the sequence length): the one `llmc plan` counts.
+    auto whole = (*module)->lookupSymbol<func::FuncOp>("forward");
+    mlir::llmc::PipelineCosts costs = mlir::llmc::pipelineCostsOf(whole);
+    int64_t blocks = static_cast<int64_t>(costs.blocks.size());
+    if (blocks < ppSize)
+      return fail(llvm::formatv(
+          "--pp {0} is more than the {1} transformer blocks (parameters "
+          "h.<i>.*) of {2}: every pipeline stage needs at least one",
+          ppSize, blocks,
+          config.modelMlirPath.empty() ? "the model" : config.modelMlirPath)
+                      .str());
+    mlir::llmc::PipelineCut cut = mlir::llmc::balancePipeline(costs, ppSize);
+    training.ppStageBlocks = cut.firstBlocks;
+    out << "llmc run: pipeline cut by FLOPs per token: "
+        << mlir::llmc::describePipelineCut(cut) << "\n";
     OwningOpRef<ModuleOp> last = (*module)->clone();
     PassManager pm(&context);
     mlir::llmc::PipelineParallelPassOptions lastStage;
     lastStage.pp = ppSize;
     lastStage.stage = ppSize - 1;
+    lastStage.stageBlocks.assign(cut.firstBlocks.begin(),
+                                 cut.firstBlocks.end());
     pm.addPass(mlir::llmc::createPipelineParallelPass(lastStage));
     if (failed(pm.run(*last)))
       return fail("cutting the model into pipeline stages failed (see the "

@@ -322,8 +322,9 @@ static cl::opt<int64_t> compileDp(
     cl::init(1), cl::value_desc("N"), cl::sub(compileCmd));
 static cl::opt<int64_t> compilePp(
     "pp",
-    cl::desc("Pipeline stages the model is cut into (llmc-pipeline-parallel; "
-             "1: none); --stage picks the stage compiled"),
+    cl::desc("Pipeline stages the model is cut into (llmc-pipeline-parallel, "
+             "balanced by the planner's FLOPs as llmc run and llmc plan cut "
+             "it; 1: none); --stage picks the stage compiled"),
     cl::init(1), cl::value_desc("N"), cl::sub(compileCmd));
 static cl::opt<int64_t> compileStage(
     "stage", cl::desc("The pipeline stage compiled with --pp (0)"),

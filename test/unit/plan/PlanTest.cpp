@@ -465,10 +465,11 @@ TEST(PlanLayout, InvalidLayoutsNameTheirOrigin) {
               StartsWith("--tp: 5 does not divide n_head (12)"));
 
   ClusterConfig pp = eight;
-  pp.pipelineParallel = 5;
+  pp.pipelineParallel = 16;
+  pp.gpusPerNode = 16;
   EXPECT_THAT(errorText(validateLayout(model, train, pp,
                                        getConfiguredLayout(train, pp))),
-              StartsWith("--pp: 5 does not divide n_layer (12)"));
+              StartsWith("--pp: 16 is more than n_layer (12)"));
 
   ClusterConfig three = eight;
   three.tensorParallel = 3;
