@@ -75,6 +75,10 @@ static cl::opt<bool> tf32("tf32", cl::cat(toolOptions), cl::desc("Allow TF32 in 
 static cl::opt<bool> noEpilogueFusion(
     "no-epilogue-fusion",
     cl::cat(toolOptions), cl::desc("Run every GEMM epilogue as its own kernel (none in cuBLASLt)"));
+static cl::opt<bool> noMultiTensor(
+    "no-multi-tensor",
+    cl::cat(toolOptions), cl::desc("Launch every kernel step alone (no multi-tensor batches of "
+             "same-body elementwise steps, e.g. the AdamW update)"));
 static cl::opt<bool> noProfile(
     "no-profile",
     cl::cat(toolOptions), cl::desc("Skip the profiled run (a training step accumulates into its "
@@ -149,6 +153,7 @@ static CudaExecutorOptions executorOptions() {
 /// kernels if it has a CUDA section (`llmc compile --target=cuda`).
 static cuda::CudaCompileFn compilerFor(const kir::ArtifactContents &contents) {
   cuda::CudaCompilerOptions options;
+  options.multiTensor = !noMultiTensor;
   if (!contents.cuda)
     return cuda::cudaCompiler(std::move(options));
   const kir::CudaSection &section = *contents.cuda;
@@ -251,13 +256,15 @@ static int runTraining(kir::ArtifactContents gradContents) {
                                    double(int64_t(1) << 30));
   for (CudaExecutor *executor : {grad->get(), update->get()}) {
     const kir::Program &prog = executor->program();
+    const CudaExecutorInfo &about = executor->info();
     llvm::outs() << llvm::format(
-        "program %s: %zu steps (%zu kernels), arena %.2f MiB, %.2f GFLOP per "
-        "run, kernels %s\n",
+        "program %s: %zu steps (%zu kernels; %d kernel steps in %d "
+        "multi-tensor launches), arena %.2f MiB, %.2f GFLOP per run, "
+        "kernels %s\n",
         prog.function.c_str(), prog.steps.size(), prog.kernels.size(),
+        about.multiTensorSteps, about.multiTensorLaunches,
         prog.arenaBytes / 1048576.0, kir::countFlops(prog) / 1e9,
-        executor->info().kernelsPrecompiled ? "from the artifact"
-                                            : "compiled now");
+        about.kernelsPrecompiled ? "from the artifact" : "compiled now");
   }
 
   llvm::Expected<TensorMap> inputs = readSafetensors(inputsPath);
@@ -447,7 +454,7 @@ int main(int argc, char **argv) {
   llvm::outs() << llvm::format(
       "setup %.2f s: kernels %s (%s, NVRTC %s %.2f s), attention library "
       "NVRTC %s %.2f s; GEMM epilogues in cuBLASLt: %d bias, %d gelu, "
-      "%d dgelu\n",
+      "%d dgelu; %d kernel steps in %d multi-tensor launches\n",
       createSeconds,
       info.kernelsPrecompiled ? "from the artifact" : "compiled now",
       info.kernelImage.c_str(),
@@ -455,7 +462,8 @@ int main(int argc, char **argv) {
       info.kernelStats.compileSeconds,
       info.libraryStats.cacheHit ? "cache hit" : "compiled",
       info.libraryStats.compileSeconds, info.fusedBiasEpilogues,
-      info.fusedGeluEpilogues, info.fusedDGeluEpilogues);
+      info.fusedGeluEpilogues, info.fusedDGeluEpilogues,
+      info.multiTensorSteps, info.multiTensorLaunches);
 
   if (!inputsPath.empty()) {
     llvm::Expected<TensorMap> inputs = readSafetensors(inputsPath);
