@@ -20,6 +20,7 @@
 // counts every element it reads.
 //
 //   build/bin/bench-roofline [--batch 8] [--seq 1024] [--verbose]
+#include "bench/Roofline.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "ir/kernel/Program.h"
 #include "codegen/Training.h"
@@ -43,6 +44,7 @@
 #include <tuple>
 
 using namespace llmc;
+using namespace llmc::bench;
 namespace cl = llvm::cl;
 
 static cl::opt<int64_t> batchSize("batch", cl::desc("Sequences per step"),
@@ -53,152 +55,6 @@ static cl::opt<bool> verbose("verbose",
                              cl::desc("One line per step instead of per kind"));
 
 namespace {
-
-constexpr double kBandwidth = 3.35e12; // bytes/s
-constexpr double kBf16Peak = 989e12;   // FLOP/s
-constexpr double kTf32Peak = 494e12;
-constexpr double kFp32Peak = 67e12;
-
-/// One step's cost.
-struct Cost {
-  std::string what; // for grouping and printing
-  double flops = 0, bytes = 0;
-  double peak = kFp32Peak; // the compute peak that applies
-  double seconds() const { return std::max(flops / peak, bytes / kBandwidth); }
-  bool memoryBound() const { return bytes / kBandwidth >= flops / peak; }
-};
-
-double viewBytes(const std::vector<int64_t> &shape) {
-  double n = 4;
-  for (int64_t extent : shape)
-    n *= double(extent);
-  return n;
-}
-
-/// DRAM bytes of a kernel: each distinct (buffer, offset, strides) operand
-/// once, its elements the product of the extents it varies over (all of
-/// the domain for a gather), read and/or written.
-double kernelBytes(const kir::Kernel &kernel, int32_t skipBuffer = -1) {
-  std::set<std::tuple<int32_t, int64_t, std::vector<int64_t>>> seen;
-  std::map<int32_t, std::pair<bool, bool>> use; // operand: loaded, stored
-  std::map<int32_t, bool> gathered;
-  for (const kir::Instr &instr : kernel.body) {
-    if (instr.op == kir::Op::Load) {
-      use[instr.operand].first = true;
-      for (int32_t arg : instr.args)
-        gathered[instr.operand] |= arg >= 0;
-    } else if (instr.op == kir::Op::Store) {
-      use[instr.operand].second = true;
-    }
-  }
-  double total = 0;
-  for (auto [index, access] : llvm::enumerate(kernel.operands)) {
-    if (access.buffer == skipBuffer)
-      continue;
-    if (!seen.insert({access.buffer, access.offset, access.strides}).second)
-      continue;
-    double elements = 1;
-    for (size_t d = 0; d < kernel.domain.size(); ++d)
-      if (access.strides[d] != 0 || gathered[index])
-        elements *= double(kernel.domain[d]);
-    auto [loaded, stored] = use[index];
-    total += elements * kir::dtypeBytes(access.dtype) * (loaded + stored);
-  }
-  return total;
-}
-
-/// A kernel's origin with layer numbers as '#' (h.3.attn -> h.#.attn), so
-/// that the same kernel of every layer is one line, and its domain.
-std::string kernelKind(const kir::Kernel &kernel) {
-  std::string origin = kernel.origin.empty() ? kernel.name : kernel.origin;
-  std::string kind;
-  for (size_t i = 0; i < origin.size(); ++i) {
-    bool digit = std::isdigit(static_cast<unsigned char>(origin[i]));
-    if (!digit)
-      kind += origin[i];
-    else if (i == 0 || !std::isdigit(static_cast<unsigned char>(origin[i - 1])))
-      kind += '#';
-  }
-  return kind + " " + kir::formatShape(kernel.domain);
-}
-
-std::vector<Cost> programCosts(const kir::Program &program) {
-  std::vector<Cost> costs;
-  for (const kir::Step &step : program.steps) {
-    Cost cost;
-    switch (step.kind) {
-    case kir::StepKind::Kernel: {
-      const kir::Kernel &kernel = program.kernels[step.kernel];
-      cost.what = "kernel " + kernelKind(kernel);
-      cost.flops = double(kir::countFlops(kernel));
-      cost.bytes = kernelBytes(kernel);
-      break;
-    }
-    case kir::StepKind::Gemm: {
-      const kir::GemmStep &g = step.gemm;
-      cost.what = llvm::formatv("gemm {0}x{1}x{2}{3}{4}", g.m, g.n, g.k,
-                                g.batch > 1 ? " batch " + std::to_string(g.batch)
-                                            : std::string(),
-                                g.epilogue >= 0
-                                    ? " + " + kernelKind(program.kernels[g.epilogue])
-                                    : std::string())
-                      .str();
-      cost.flops = 2.0 * g.batch * g.m * g.n * g.k;
-      double batchA = g.a.strides[0] ? g.batch : 1,
-             batchB = g.b.strides[0] ? g.batch : 1;
-      cost.bytes = 4.0 * (batchA * g.m * g.k + batchB * g.k * g.n +
-                          double(g.batch) * g.m * g.n);
-      if (g.epilogue >= 0) {
-        const kir::Kernel &epilogue = program.kernels[g.epilogue];
-        cost.flops += double(kir::countFlops(epilogue));
-        cost.bytes += kernelBytes(epilogue, g.c.buffer);
-      }
-      cost.peak = kTf32Peak;
-      break;
-    }
-    case kir::StepKind::Attention: {
-      const kir::AttentionStep &a = step.attention;
-      cost.what = llvm::formatv("attention B{0} H{1} T{2} D{3}", a.batch,
-                                a.heads, a.seq, a.headDim)
-                      .str();
-      double products = 4.0 * a.batch * a.heads * a.seq * a.seq * a.headDim;
-      cost.flops = a.causal ? products / 2 : products;
-      cost.bytes = 4 * viewBytes({a.batch, a.heads, a.seq, a.headDim}) +
-                   viewBytes({a.batch, a.heads, a.seq});
-      cost.peak = kTf32Peak;
-      break;
-    }
-    case kir::StepKind::AttentionGrad: {
-      const kir::AttentionGradStep &a = step.attentionGrad;
-      cost.what = llvm::formatv("attention grad B{0} H{1} T{2} D{3}", a.batch,
-                                a.heads, a.seq, a.headDim)
-                      .str();
-      // Five products: the scores again, dV, dP, dQ, dK.
-      double products = 10.0 * a.batch * a.heads * a.seq * a.seq * a.headDim;
-      cost.flops = a.causal ? products / 2 : products;
-      cost.bytes = 8 * viewBytes({a.batch, a.heads, a.seq, a.headDim}) +
-                   viewBytes({a.batch, a.heads, a.seq});
-      cost.peak = kTf32Peak;
-      break;
-    }
-    case kir::StepKind::EmbeddingGrad: {
-      const kir::EmbeddingGradStep &e = step.embeddingGrad;
-      cost.what = llvm::formatv("embedding grad {0} ids -> [{1}, {2}]",
-                                e.positions, e.rows, e.channels)
-                      .str();
-      cost.flops = double(e.positions) * e.channels;
-      cost.bytes = 4.0 * (e.positions * (1.0 + e.channels) +
-                          double(e.rows) * e.channels);
-      break;
-    }
-    case kir::StepKind::CollectiveStart:
-    case kir::StepKind::CollectiveWait:
-      continue; // communication: not on the GPU's roofline
-    }
-    costs.push_back(cost);
-  }
-  return costs;
-}
 
 /// Prints a program's roofline; returns its predicted seconds and FLOPs.
 std::pair<double, double> report(llvm::StringRef title,

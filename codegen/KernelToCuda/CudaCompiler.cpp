@@ -3,6 +3,7 @@
 #include "codegen/KernelToCuda/CudaCompiler.h"
 
 #include "codegen/KernelToCuda/KernelToCuda.h"
+#include "codegen/KernelToCuda/MultiTensor.h"
 
 #include "llvm/ADT/STLExtras.h"
 
@@ -77,6 +78,11 @@ llmc::cuda::compileCudaModules(const kir::Program &prog,
       modules.kernelsPrecompiled = true;
     } else {
       std::string source = emitCudaModule(prog);
+      if (options.multiTensor) {
+        KernelBatches batches = planKernelBatches(prog);
+        source += batches.source;
+        modules.batches = std::move(batches.batches);
+      }
       llvm::Expected<CudaBinaries> compiled = compileCuda(
           source, prog.function + ".cu", options.nvrtc, &modules.kernelStats);
       if (!compiled)

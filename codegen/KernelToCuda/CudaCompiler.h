@@ -29,6 +29,10 @@ struct CudaCompilerOptions {
   std::optional<CudaBinaries> kernelBinaries;
   /// Their launches, one per program kernel (empty: chooseLaunch).
   std::vector<CudaLaunch> kernelLaunches;
+  /// Run batches of same-body elementwise kernel steps as one multi-tensor
+  /// launch each (MultiTensor.h); only where the kernels are compiled now
+  /// (precompiled binaries hold no batch kernels).
+  bool multiTensor = true;
 };
 
 /// The source of the library module: flash attention for `variants` and

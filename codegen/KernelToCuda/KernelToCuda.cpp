@@ -445,6 +445,9 @@ public:
         phases(kir::computePhases(kernel, numReductionLoops)) {}
 
   std::string write();
+  /// The multi-tensor kernel `name` (flat domain, see
+  /// emitMultiTensorKernel).
+  std::string writeMultiTensor(const std::string &name);
 
 private:
   llvm::BitVector columnClosure(llvm::ArrayRef<int32_t> roots) const {
@@ -918,6 +921,85 @@ std::string KernelWriter::write() {
   return w.take();
 }
 
+std::string KernelWriter::writeMultiTensor(const std::string &name) {
+  // The table: per member, its operands' addresses, element count, first
+  // chunk and whether 128-bit accesses are aligned (CudaKernelBatch).
+  size_t operands = kernel.operands.size();
+  std::string stride = std::to_string(operands + 3);
+  std::string count = "e[" + std::to_string(operands) + "]";
+  std::string firstChunk = "e[" + std::to_string(operands + 1) + "]";
+  std::string aligned = "e[" + std::to_string(operands + 2) + "]";
+  int width = plan.vectorWidth;
+  w.line("// " + name + ": " + kernel.origin);
+  w.line("// multi-tensor: chunks of " + llvm::Twine(kMultiTensorChunk) +
+         " elements of the members in llmc_table, a block per chunk" +
+         (width > 1 ? ", " + std::to_string(width) +
+                          "-wide accesses on aligned members"
+                    : std::string()));
+  w.line("extern \"C\" __global__ void __launch_bounds__(" +
+         llvm::Twine(plan.launch.threadsPerBlock()) + ")");
+  w.line(name + "(const long long *__restrict__ llmc_table,");
+  w.open("    long long llmc_members, long long llmc_chunks)");
+  w.open("for (long long chunk = blockIdx.x; chunk < llmc_chunks; chunk += "
+         "gridDim.x)");
+  w.line("// The member holding the chunk: the last whose first chunk is <= "
+         "it.");
+  w.line("long long lo = 0, hi = llmc_members - 1;");
+  w.open("while (lo < hi)");
+  w.line("const long long mid = (lo + hi + 1) >> 1;");
+  w.line("if (llmc_table[mid * " + stride + " + " +
+         std::to_string(operands + 1) + "] <= chunk) lo = mid; else hi = "
+         "mid - 1;");
+  w.close();
+  w.line("const long long *e = llmc_table + lo * " + stride + ";");
+  std::vector<bool> stored(operands, false);
+  for (const kir::Instr &instr : kernel.body)
+    if (instr.op == Op::Store)
+      stored[instr.operand] = true;
+  for (auto [index, access] : llvm::enumerate(kernel.operands)) {
+    std::string type = std::string(stored[index] ? "" : "const ") +
+                       storageTypeName(access.dtype) + " *";
+    w.line(type + param(index) + " = (" + type + ")e[" +
+           std::to_string(index) + "];");
+  }
+  w.line("const long long begin = (chunk - " + firstChunk + ") * " +
+         intLiteral(kMultiTensorChunk) + ";");
+  w.line("const long long end = llmc_min(begin + " +
+         intLiteral(kMultiTensorChunk) + ", " + count + ");");
+  writeRowValues(0);
+  llvm::SmallVector<int32_t> stores;
+  for (size_t i = 0; i < kernel.body.size(); ++i)
+    if (kernel.body[i].op == Op::Store)
+      stores.push_back(i);
+  llvm::BitVector needed = columnClosure(stores);
+  auto scalarLoop = [&](llvm::StringRef from) {
+    w.open("for (long long c = " + from +
+           " + threadIdx.x; c < end; c += blockDim.x)");
+    writeChunk(needed, {}, 1, "c");
+    w.close();
+  };
+  if (width > 1) {
+    w.open("if (" + aligned + ")");
+    w.line("const long long vend = begin + (end - begin) / " +
+           llvm::Twine(width) + " * " + llvm::Twine(width) + ";");
+    w.open("for (long long c0 = begin + (long long)threadIdx.x * " +
+           llvm::Twine(width) + "; c0 < vend; c0 += (long long)blockDim.x * " +
+           llvm::Twine(width) + ")");
+    writeChunk(needed, {}, width, "c0");
+    w.close();
+    scalarLoop("vend");
+    w.close();
+    w.open("else");
+    scalarLoop("begin");
+    w.close();
+  } else {
+    scalarLoop("begin");
+  }
+  w.close();
+  w.close();
+  return w.take();
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -950,4 +1032,15 @@ std::string llmc::cuda::emitCudaModule(llvm::ArrayRef<kir::Kernel> kernels) {
 
 std::string llmc::cuda::emitCudaModule(const kir::Program &program) {
   return emitCudaModule(program.kernels);
+}
+
+std::string llmc::cuda::emitMultiTensorKernel(const kir::Kernel &flat,
+                                              const std::string &name,
+                                              CudaLaunch &launch,
+                                              int &vectorWidth) {
+  KernelPlan plan = planKernel(flat);
+  vectorWidth = plan.vectorWidth;
+  launch.block[0] = plan.launch.block[0];
+  plan.launch = launch;
+  return KernelWriter(flat, plan).writeMultiTensor(name);
 }

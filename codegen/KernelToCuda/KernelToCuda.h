@@ -90,6 +90,16 @@ CudaLaunch chooseLaunch(const kir::Kernel &kernel);
 /// Emits one kernel. It must pass kir::verifyKernel.
 CudaKernel emitCudaKernel(const kir::Kernel &kernel);
 
+/// The multi-tensor kernel `name` of a batch (ABI: cuda::CudaKernelBatch)
+/// whose members share `flat`'s body: `flat` is a member's kernel over the
+/// one-dimensional domain [kMultiTensorChunk] with offsets 0, contiguous
+/// operands at stride 1 and broadcast ones at stride 0. Sets `launch`'s
+/// block and `vectorWidth` (elements per 128-bit access on aligned
+/// members); the caller sets the grid.
+std::string emitMultiTensorKernel(const kir::Kernel &flat,
+                                  const std::string &name, CudaLaunch &launch,
+                                  int &vectorWidth);
+
 /// One translation unit: the prelude, then every kernel's function.
 std::string emitCudaModule(llvm::ArrayRef<kir::Kernel> kernels);
 std::string emitCudaModule(const kir::Program &program);

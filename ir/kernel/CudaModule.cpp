@@ -1,6 +1,7 @@
-// CudaBinaries::imageFor: which compiled image a GPU loads; CudaModules to
-// bytes and back.
+// CudaBinaries::imageFor: which compiled image a GPU loads; the table of a
+// multi-tensor launch; CudaModules to bytes and back.
 #include "ir/kernel/CudaModule.h"
+#include "ir/kernel/Program.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -181,4 +182,32 @@ llmc::cuda::deserializeCudaModules(llvm::ArrayRef<char> bytes,
         llvm::formatv("{0}: {1} bytes after the CUDA modules", name,
                       bytes.size() - r.at));
   return modules;
+}
+
+std::vector<int64_t>
+llmc::cuda::multiTensorTable(const kir::Program &program,
+                             const CudaKernelBatch &batch,
+                             llvm::ArrayRef<uint64_t> bases, int64_t &chunks) {
+  std::vector<int64_t> table;
+  chunks = 0;
+  for (int32_t index : batch.steps) {
+    const kir::Kernel &kernel = program.kernels[program.steps[index].kernel];
+    int64_t elements = 1;
+    for (int64_t extent : kernel.domain)
+      elements *= extent;
+    bool aligned = true;
+    for (auto [operand, access] : llvm::enumerate(kernel.operands)) {
+      uint64_t address =
+          bases[access.buffer] +
+          uint64_t(access.offset * kir::dtypeBytes(access.dtype));
+      table.push_back(int64_t(address));
+      if (batch.contiguous[operand])
+        aligned &= address % 16 == 0;
+    }
+    table.push_back(elements);
+    table.push_back(chunks);
+    table.push_back(aligned ? 1 : 0);
+    chunks += (elements + kMultiTensorChunk - 1) / kMultiTensorChunk;
+  }
+  return table;
 }

@@ -115,6 +115,47 @@ struct SparseGemmArgs {
   int64_t m = 0, n = 0, k = 0, ldx = 0, ldy = 0, rowTiles = 0, kTiles = 0;
 };
 
+/// Elements of one member a block of a multi-tensor kernel takes at a time
+/// (a multiple of every vector width, so a chunk of an aligned member
+/// starts aligned).
+inline constexpr int64_t kMultiTensorChunk = 8192;
+
+/// Kernel steps of a program that run as ONE launch of a multi-tensor
+/// kernel (codegen/KernelToCuda/MultiTensor.h plans them): kernels with the
+/// same body whose every operand is either read or written at the flat
+/// element index (contiguous) or one element (broadcast), none of which
+/// touches what another member writes. The kernel's ABI:
+///
+///   extern "C" __global__ void NAME(const long long *table,
+///                                   long long members, long long chunks);
+///
+/// `table` is device memory holding, per member in `steps` order,
+/// members' kernels' operand count + 3 words: each operand's address
+/// (its buffer's base + offset * element size), the member's element
+/// count, the index of its first chunk (chunks of kMultiTensorChunk
+/// elements, numbered over the members in order), and 1 if every
+/// contiguous operand's address is a multiple of 16 bytes (128-bit
+/// accesses), else 0. multiTensorTable builds it. Any grid covers all
+/// chunks (a grid-stride loop); the block must be launch.block.
+struct CudaKernelBatch {
+  std::string name;
+  CudaLaunch launch;
+  /// Kernel steps (indices into Program::steps), ascending: the batch is
+  /// launched where steps[0] was and the others launch nothing.
+  std::vector<int32_t> steps;
+  /// Per operand of the members' kernels: 1 contiguous, 0 broadcast.
+  std::vector<uint8_t> contiguous;
+  int vectorWidth = 1; // elements per 128-bit access on aligned members
+};
+
+/// The table of `batch` over buffers at `bases` (one address per program
+/// buffer: device addresses in the executor, host ones in the tests), and
+/// its number of chunks in `chunks`.
+std::vector<int64_t> multiTensorTable(const kir::Program &program,
+                                      const CudaKernelBatch &batch,
+                                      llvm::ArrayRef<uint64_t> bases,
+                                      int64_t &chunks);
+
 /// A kernel of the library module and its launch.
 struct LibraryKernel {
   std::string name;
@@ -147,6 +188,10 @@ struct CudaModules {
   CudaBinaries library;
   NvrtcStats libraryStats;
   std::vector<std::vector<LibraryKernel>> stepKernels; // per program step
+  /// Multi-tensor launches of kernel steps (functions in `kernels`); a
+  /// kernel step in none launches its own kernel. Not serialized: modules
+  /// read back (an exported binary's) launch every kernel step alone.
+  std::vector<CudaKernelBatch> batches;
 };
 
 /// `modules` as bytes: what an exported binary carries per program

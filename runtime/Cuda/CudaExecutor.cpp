@@ -50,6 +50,11 @@ CudaExecutor::Impl::~Impl() {
   }
   for (CUevent event : stepEvents)
     cu->eventDestroy(event);
+  for (CUevent event : stagingFences)
+    if (event)
+      cu->eventDestroy(event);
+  if (staging)
+    cu->memFreeHost(staging);
   if (runStart)
     cu->eventDestroy(runStart);
   if (runEnd)
@@ -64,7 +69,7 @@ CudaExecutor::Impl::~Impl() {
     cu->memFree(workspace);
   for (CUdeviceptr memory : owned)
     cu->memFree(memory);
-  if (stream)
+  if (stream && ownsStream)
     cu->streamDestroy(stream);
   if (context)
     cu->devicePrimaryCtxRelease(device);
@@ -139,10 +144,18 @@ CudaExecutor::create(kir::Program program, const cuda::CudaCompileFn &compile,
   if (llvm::Error error =
           checkCublas(**lt, (*lt)->create(&impl.ltHandle), "cublasLtCreate"))
     return error;
-  if (llvm::Error error =
-          check(cu.streamCreate(&impl.stream, CU_STREAM_NON_BLOCKING),
-                "cuStreamCreate"))
+  if (options.shareStreamOf) {
+    const Impl &other = *options.shareStreamOf->impl;
+    if (other.context != impl.context)
+      return llvm::createStringError(
+          "shareStreamOf: the other executor runs on another device");
+    impl.stream = other.stream;
+    impl.ownsStream = false;
+  } else if (llvm::Error error = check(
+                 cu.streamCreate(&impl.stream, CU_STREAM_NON_BLOCKING),
+                 "cuStreamCreate")) {
     return error;
+  }
   if (llvm::Error error = check(cu.eventCreate(&impl.runStart, CU_EVENT_DEFAULT),
                                 "cuEventCreate"))
     return error;
@@ -388,7 +401,10 @@ llvm::Error CudaExecutor::run() {
       switch (step.kind) {
       case kir::StepKind::Kernel:
         stepProfile.kernelSeconds += seconds;
-        name = prog.kernels[step.kernel].name;
+        if (im.stepBatch[index] == Impl::kInBatch)
+          continue; // launched (and timed) with its batch
+        name = im.stepBatch[index] >= 0 ? im.batches[im.stepBatch[index]]->name
+                                        : prog.kernels[step.kernel].name;
         break;
       case kir::StepKind::Gemm:
         stepProfile.gemmSeconds += seconds;
@@ -424,30 +440,274 @@ llvm::Error CudaExecutor::run() {
   }
 
   // The schedule ran: capture it once for replay.
-  if (useGraphs && !graphExec && !profiling) {
-    if (llvm::Error error = checkDriver(
-            cu,
-            cu.streamBeginCapture(im.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-            "cuStreamBeginCapture"))
+  if (useGraphs && !graphExec && !profiling)
+    if (llvm::Error error = captureGraph())
       return error;
-    llvm::Error enqueued = enqueueSchedule(false);
-    CUgraph graph = nullptr;
-    CUresult ended = cu.streamEndCapture(im.stream, &graph);
-    if (enqueued) {
-      if (graph)
-        cu.graphDestroy(graph);
-      return enqueued;
-    }
-    if (llvm::Error error = checkDriver(cu, ended, "cuStreamEndCapture"))
-      return error;
-    CUgraphExec exec = nullptr;
-    CUresult instantiated = cu.graphInstantiate(&exec, graph, 0);
-    cu.graphDestroy(graph);
-    if (llvm::Error error =
-            checkDriver(cu, instantiated, "cuGraphInstantiate"))
-      return error;
-    graphExec = exec;
-  }
   ranOnce = true;
   return llvm::Error::success();
 }
+
+llvm::Error CudaExecutor::captureGraph() {
+  Impl &im = *impl;
+  const cuda::DriverApi &cu = *im.cu;
+  if (llvm::Error error = checkDriver(
+          cu,
+          cu.streamBeginCapture(im.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+          "cuStreamBeginCapture"))
+    return error;
+  llvm::Error enqueued = enqueueSchedule(false);
+  CUgraph graph = nullptr;
+  CUresult ended = cu.streamEndCapture(im.stream, &graph);
+  if (enqueued) {
+    if (graph)
+      cu.graphDestroy(graph);
+    return enqueued;
+  }
+  if (llvm::Error error = checkDriver(cu, ended, "cuStreamEndCapture"))
+    return error;
+  CUgraphExec exec = nullptr;
+  CUresult instantiated = cu.graphInstantiate(&exec, graph, 0);
+  cu.graphDestroy(graph);
+  if (llvm::Error error = checkDriver(cu, instantiated, "cuGraphInstantiate"))
+    return error;
+  graphExec = exec;
+  return llvm::Error::success();
+}
+
+void *CudaExecutor::streamHandle() const { return impl->stream; }
+
+llvm::Error CudaExecutor::enqueue() {
+  if (llvm::Error error = checkIds())
+    return error;
+  if (llvm::any_of(prog.steps, [](const kir::Step &step) {
+        return step.kind == kir::StepKind::CollectiveStart;
+      }))
+    return llvm::createStringError(
+        "@" + prog.function + ": a program with collectives waits on the "
+        "host; run it with run()");
+  Impl &im = *impl;
+  const cuda::DriverApi &cu = *im.cu;
+  cu.ctxSetCurrent(im.context);
+  if (graphExec && !profiling) {
+    if (llvm::Error error = checkDriver(
+            cu, cu.graphLaunch(static_cast<CUgraphExec>(graphExec), im.stream),
+            "cuGraphLaunch"))
+      return error;
+  } else {
+    if (llvm::Error error = enqueueSchedule(false))
+      return error;
+    if (useGraphs && !profiling)
+      if (llvm::Error error = captureGraph())
+        return error;
+  }
+  // The staged inputs of this generation have been copied once the
+  // schedule's work is: fence their slot.
+  if (im.stagedThisGeneration) {
+    if (llvm::Error error = im.stagingSlots->release(enqueued))
+      return error;
+    im.stagedThisGeneration = false;
+  }
+  ++enqueued;
+  ranOnce = true;
+  return llvm::Error::success();
+}
+
+llvm::Error CudaExecutor::setInputAsync(llvm::StringRef name,
+                                        const HostTensor &tensor) {
+  Impl &im = *impl;
+  const cuda::DriverApi &cu = *im.cu;
+  cu.ctxSetCurrent(im.context);
+  if (!im.staging) {
+    // Every input's bytes, 16-byte aligned, per slot.
+    for (const kir::Binding &input : prog.inputs) {
+      im.stagingOffset.push_back(im.stagingBytes);
+      im.stagingBytes += (prog.buffers[input.buffer].bytes() + 15) / 16 * 16;
+    }
+    void *memory = nullptr;
+    if (llvm::Error error = checkDriver(
+            cu, cu.memAllocHost(&memory, std::max<size_t>(2 * im.stagingBytes, 16)),
+            "cuMemAllocHost (input staging)"))
+      return error;
+    im.staging = static_cast<char *>(memory);
+    for (CUevent &event : im.stagingFences)
+      if (llvm::Error error = checkDriver(
+              cu, cu.eventCreate(&event, CU_EVENT_DISABLE_TIMING),
+              "cuEventCreate"))
+        return error;
+    SlotFences fences;
+    fences.record = [&im](int slot) {
+      return checkDriver(*im.cu,
+                         im.cu->eventRecord(im.stagingFences[slot], im.stream),
+                         "cuEventRecord (input staging)");
+    };
+    fences.wait = [&im](int slot) {
+      return checkDriver(*im.cu,
+                         im.cu->eventSynchronize(im.stagingFences[slot]),
+                         "cuEventSynchronize (input staging)");
+    };
+    im.stagingSlots = std::make_unique<StagingSlots>(2, std::move(fences));
+  }
+  for (auto [index, input] : llvm::enumerate(prog.inputs)) {
+    if (input.name != name)
+      continue;
+    const kir::Buffer &buffer = prog.buffers[input.buffer];
+    if (tensor.shape != buffer.shape || tensor.dtype != buffer.dtype)
+      return llvm::createStringError(
+          "input '" + name + "' is " + kir::dtypeName(tensor.dtype) + " " +
+          kir::formatShape(tensor.shape) + ", the model expects " +
+          kir::dtypeName(buffer.dtype) + " " + kir::formatShape(buffer.shape));
+    llvm::Expected<int> slot = im.stagingSlots->acquire(enqueued);
+    if (!slot)
+      return slot.takeError();
+    char *host = im.staging + *slot * im.stagingBytes + im.stagingOffset[index];
+    std::memcpy(host, tensor.bytes.data(), buffer.bytes());
+    if (llvm::Error error = checkDriver(
+            cu,
+            cu.memcpyHtoDAsync(bases[input.buffer], host, buffer.bytes(),
+                               im.stream),
+            "cuMemcpyHtoDAsync (input)"))
+      return error;
+    im.stagedThisGeneration = true;
+    hostInputs[input.buffer] = tensor;
+    return llvm::Error::success();
+  }
+  return llvm::createStringError("the program has no input '" + name + "'");
+}
+
+//===----------------------------------------------------------------------===//
+// CudaStepReadback
+//===----------------------------------------------------------------------===//
+
+struct CudaStepReadback::State {
+  const cuda::DriverApi *cu = nullptr;
+  CUcontext context = nullptr;
+  CUstream stream = nullptr;
+  std::vector<CUdeviceptr> sources; // per value
+  float *host = nullptr;            // depth slots of sources.size() floats
+  std::vector<CUevent> starts, ends; // per slot
+  std::unique_ptr<ReadbackSlots> slots;
+
+  ~State() {
+    if (!cu)
+      return;
+    cu->ctxSetCurrent(context);
+    if (stream)
+      cu->streamSynchronize(stream);
+    for (CUevent event : starts)
+      cu->eventDestroy(event);
+    for (CUevent event : ends)
+      cu->eventDestroy(event);
+    if (host)
+      cu->memFreeHost(host);
+  }
+};
+
+CudaStepReadback::~CudaStepReadback() = default;
+
+llvm::Expected<std::unique_ptr<CudaStepReadback>>
+CudaStepReadback::create(std::vector<Value> values, int depth) {
+  if (values.empty() || depth < 1)
+    return llvm::createStringError("read-back: nothing to read");
+  std::unique_ptr<CudaStepReadback> readback(new CudaStepReadback());
+  readback->state = std::make_unique<State>();
+  State &st = *readback->state;
+  const CudaExecutor::Impl &first = *values.front().executor->impl;
+  for (const Value &value : values) {
+    const CudaExecutor &executor = *value.executor;
+    if (executor.impl->stream != first.stream)
+      return llvm::createStringError(
+          "read-back: the executors must share one stream "
+          "(CudaExecutorOptions::shareStreamOf)");
+    const kir::Program &prog = executor.prog;
+    const kir::Binding *found = nullptr;
+    for (const kir::Binding &output : prog.outputs)
+      if (output.name == value.output)
+        found = &output;
+    if (!found)
+      return llvm::createStringError("read-back: @" + prog.function +
+                                     " has no output '" + value.output + "'");
+    const kir::Buffer &buffer = prog.buffers[found->buffer];
+    if (buffer.dtype != kir::DType::F32 || buffer.numElements() != 1)
+      return llvm::createStringError("read-back: output '" + value.output +
+                                     "' is not an f32 scalar");
+    st.sources.push_back(executor.bases[found->buffer]);
+  }
+  const cuda::DriverApi &cu = *first.cu;
+  st.cu = &cu;
+  st.context = first.context;
+  st.stream = first.stream;
+  cu.ctxSetCurrent(st.context);
+  void *memory = nullptr;
+  if (llvm::Error error = checkDriver(
+          cu, cu.memAllocHost(&memory, depth * values.size() * sizeof(float)),
+          "cuMemAllocHost (read-back)"))
+    return error;
+  st.host = static_cast<float *>(memory);
+  for (int slot = 0; slot < depth; ++slot)
+    for (std::vector<CUevent> *list : {&st.starts, &st.ends}) {
+      CUevent event = nullptr;
+      if (llvm::Error error = checkDriver(
+              cu, cu.eventCreate(&event, CU_EVENT_DEFAULT), "cuEventCreate"))
+        return error;
+      list->push_back(event);
+    }
+  SlotFences fences;
+  State *state = &st;
+  fences.record = [state](int slot) {
+    return checkDriver(*state->cu,
+                       state->cu->eventRecord(state->ends[slot], state->stream),
+                       "cuEventRecord (read-back)");
+  };
+  fences.wait = [state](int slot) {
+    return checkDriver(*state->cu,
+                       state->cu->eventSynchronize(state->ends[slot]),
+                       "waiting for the step (read-back)");
+  };
+  st.slots = std::make_unique<ReadbackSlots>(depth, std::move(fences));
+  return readback;
+}
+
+llvm::Error CudaStepReadback::beginStep(int64_t step) {
+  State &st = *state;
+  llvm::Expected<int> slot = st.slots->slotFor(step);
+  if (!slot)
+    return slot.takeError();
+  st.cu->ctxSetCurrent(st.context);
+  return checkDriver(*st.cu, st.cu->eventRecord(st.starts[*slot], st.stream),
+                     "cuEventRecord (step start)");
+}
+
+llvm::Error CudaStepReadback::push(int64_t step) {
+  State &st = *state;
+  llvm::Expected<int> slot = st.slots->slotFor(step);
+  if (!slot)
+    return slot.takeError();
+  st.cu->ctxSetCurrent(st.context);
+  float *host = st.host + *slot * st.sources.size();
+  for (auto [index, source] : llvm::enumerate(st.sources))
+    if (llvm::Error error = checkDriver(
+            *st.cu,
+            st.cu->memcpyDtoHAsync(host + index, source, sizeof(float),
+                                   st.stream),
+            "cuMemcpyDtoHAsync (read-back)"))
+      return error;
+  return st.slots->push(step);
+}
+
+llvm::Expected<CudaStepReadback::Landed> CudaStepReadback::pop() {
+  State &st = *state;
+  st.cu->ctxSetCurrent(st.context);
+  llvm::Expected<ReadbackSlots::Landed> landed = st.slots->pop();
+  if (!landed)
+    return landed.takeError();
+  Landed result;
+  result.step = landed->step;
+  const float *host = st.host + landed->slot * st.sources.size();
+  result.values.assign(host, host + st.sources.size());
+  float ms = 0;
+  st.cu->eventElapsedTime(&ms, st.starts[landed->slot], st.ends[landed->slot]);
+  result.deviceMilliseconds = ms;
+  return result;
+}
+
+size_t CudaStepReadback::inFlight() const { return state->slots->inFlight(); }

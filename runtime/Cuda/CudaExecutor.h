@@ -51,6 +51,11 @@ struct CudaExecutorOptions {
   bool fuseEpilogues = true;
   /// Shared parameters and state; null: a store of the executor's own.
   std::shared_ptr<CudaPersistentStore> store;
+  /// Enqueue on this executor's stream instead of one of its own (it must
+  /// outlive the new one): the grad and update programs of a training step
+  /// then run back to back, ordered by the stream, with no host wait
+  /// between them (enqueue()).
+  const class CudaExecutor *shareStreamOf = nullptr;
 };
 
 /// Device time per kind of step and per kernel, accumulated while
@@ -79,6 +84,10 @@ struct CudaExecutorInfo {
   int fusedBiasEpilogues = 0;  // Bias
   int fusedGeluEpilogues = 0;  // GeluBias and Gelu
   int fusedDGeluEpilogues = 0; // DGelu
+  // Multi-tensor launches (cuda::CudaKernelBatch) and the kernel steps
+  // they run.
+  int multiTensorLaunches = 0;
+  int multiTensorSteps = 0;
 };
 
 class CudaExecutor : public Executor {
@@ -112,6 +121,21 @@ public:
   /// replayed as a CUDA graph.
   llvm::Error setMesh(const Mesh &mesh) override;
   llvm::Error run() override;
+
+  /// The schedule on the stream without waiting for it (a training step
+  /// with no host synchronization inside): a graph launch once one is
+  /// captured, else an eager run that is then captured (programs with
+  /// collectives are refused: their steps wait on the host). Errors of
+  /// the work itself surface at the next wait (a read-back, output()).
+  /// lastRunMilliseconds() is not updated; CudaStepReadback times steps.
+  llvm::Error enqueue();
+  /// An input for the next enqueue(), copied through pinned host memory
+  /// (two generations of slots, runtime/Cuda/StepSlots.h) without waiting
+  /// for the device; checked as setTensor checks.
+  llvm::Error setInputAsync(llvm::StringRef name, const HostTensor &tensor);
+  /// The stream the executor enqueues on (a CUstream), for people who
+  /// order other work after it.
+  void *streamHandle() const;
   void describeMemory(MemoryLedger &ledger,
                       llvm::StringRef label) const override;
 
@@ -128,6 +152,9 @@ public:
   struct Impl; // the CUDA-typed state (CudaLaunch.h)
 
 private:
+  friend class CudaStepReadback;
+  /// Captures the schedule into graphExec (not run).
+  llvm::Error captureGraph();
   CudaExecutor(kir::Program program);
   /// Loads `modules` and plans what each kernel and step launches
   /// (CudaLaunch.cpp).
@@ -149,8 +176,45 @@ private:
   bool useGraphs = true;
   bool profiling = false;
   bool ranOnce = false;
+  int64_t enqueued = 0; // enqueue() calls: the staging generation
   double lastRunMs = 0;
   CudaStepProfile stepProfile;
+};
+
+/// A training step's scalars (f32 outputs of executors that share one
+/// stream: the loss, the grad norm) copied to pinned host memory after the
+/// step and read when the host gets to them, so the trainer never waits
+/// inside a step: per step beginStep(), the executors' enqueue()s, push();
+/// pop() returns the oldest step's values once its copies have landed
+/// (ReadbackSlots: at most `depth` steps in flight), with the device time
+/// from beginStep to push (CUDA events).
+class CudaStepReadback {
+public:
+  struct Value {
+    const CudaExecutor *executor;
+    std::string output;
+  };
+  static llvm::Expected<std::unique_ptr<CudaStepReadback>>
+  create(std::vector<Value> values, int depth = 2);
+  ~CudaStepReadback();
+
+  /// Marks where step `step`'s device work starts (an event).
+  llvm::Error beginStep(int64_t step);
+  /// Enqueues the copies of step `step`'s values after its work.
+  llvm::Error push(int64_t step);
+  struct Landed {
+    int64_t step;
+    std::vector<float> values; // in create()'s order
+    double deviceMilliseconds; // beginStep to push
+  };
+  llvm::Expected<Landed> pop();
+  size_t inFlight() const;
+
+  struct State; // CUDA-typed (CudaExecutor.cpp)
+
+private:
+  CudaStepReadback() = default;
+  std::unique_ptr<State> state;
 };
 
 } // namespace llmc::runtime

@@ -128,6 +128,8 @@ public:
 
 private:
   llvm::Error loadModule(const cuda::CudaBinaries &binaries, CUmodule *module);
+  /// The multi-tensor launches: functions, device tables, stepBatch.
+  llvm::Error planBatches();
   llvm::Error libraryFunction(const std::string &fn, CUfunction *out);
   // The library kernels of step `index` (as many as its kind launches).
   llvm::Expected<const std::vector<cuda::LibraryKernel> *>
@@ -193,6 +195,58 @@ llvm::Error LaunchPlanner::loadModules() {
   if (modules.hasLibrary)
     if (llvm::Error error = loadModule(modules.library, &impl.libraryModule))
       return error;
+  return planBatches();
+}
+
+llvm::Error LaunchPlanner::planBatches() {
+  impl.stepBatch.assign(prog.steps.size(), Impl::kNoBatch);
+  for (const cuda::CudaKernelBatch &batch : modules.batches) {
+    if (batch.steps.size() < 2 ||
+        llvm::any_of(batch.steps, [&](int32_t step) {
+          return step < 0 || size_t(step) >= prog.steps.size() ||
+                 prog.steps[step].kind != kir::StepKind::Kernel ||
+                 impl.stepBatch[step] != Impl::kNoBatch;
+        }))
+      return llvm::createStringError(
+          "multi-tensor launch '" + batch.name +
+          "': the CUDA compiler gave steps that are not kernel steps of "
+          "this program, or that another batch holds");
+    auto plan = std::make_unique<Impl::BatchPlan>();
+    plan->name = batch.name;
+    plan->launch = batch.launch;
+    if (llvm::Error error = checkDriver(
+            cu,
+            cu.moduleGetFunction(&plan->function, impl.kernelModule,
+                                 batch.name.c_str()),
+            "cuModuleGetFunction"))
+      return llvm::createStringError("kernel '" + batch.name + "': " +
+                                     llvm::toString(std::move(error)));
+    int64_t chunks = 0;
+    plan->hostTable = cuda::multiTensorTable(prog, batch, bases, chunks);
+    plan->members = batch.steps.size();
+    plan->chunks = chunks;
+    size_t bytes = plan->hostTable.size() * sizeof(int64_t);
+    if (llvm::Error error =
+            checkDriver(cu, cu.memAlloc(&plan->table, bytes),
+                        "cuMemAlloc (multi-tensor table)"))
+      return error;
+    impl.owned.push_back(plan->table);
+    // Copied before the executor's first run: create() waits for the
+    // stream, and hostTable lives as long as the plan.
+    if (llvm::Error error = checkDriver(
+            cu,
+            cu.memcpyHtoDAsync(plan->table, plan->hostTable.data(), bytes,
+                               impl.stream),
+            "cuMemcpyHtoDAsync (multi-tensor table)"))
+      return error;
+    impl.stepBatch[batch.steps.front()] = int32_t(impl.batches.size());
+    for (int32_t step : llvm::ArrayRef(batch.steps).drop_front())
+      impl.stepBatch[step] = Impl::kInBatch;
+    impl.batches.push_back(std::move(plan));
+  }
+  info.multiTensorLaunches = int(impl.batches.size());
+  for (const cuda::CudaKernelBatch &batch : modules.batches)
+    info.multiTensorSteps += int(batch.steps.size());
   return llvm::Error::success();
 }
 
@@ -527,6 +581,15 @@ llvm::Error CudaExecutor::enqueueSchedule(bool timed) {
     int32_t plan = im.stepPlan[index];
     switch (step.kind) {
     case kir::StepKind::Kernel: {
+      int32_t batch = im.stepBatch[index];
+      if (batch == Impl::kInBatch)
+        break; // launched with its batch's first step
+      if (batch >= 0) {
+        Impl::BatchPlan &b = *im.batches[batch];
+        if (llvm::Error error = im.launch(b.function, b.launch, b.params))
+          return error;
+        break;
+      }
       KernelPlan &kernel = im.kernels[plan];
       if (llvm::Error error = im.launch(kernel.function, kernel.launch,
                                         kernel.params.data()))

@@ -6,11 +6,13 @@
 #include "ir/kernel/Program.h"
 #include "runtime/Cuda/CudaApi.h"
 #include "runtime/Cuda/CudaExecutor.h"
+#include "runtime/Cuda/StepSlots.h"
 
 #include "llvm/Support/Error.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,21 @@ struct CudaExecutor::Impl {
     cuda::CudaLaunch launch;
     std::vector<CUdeviceptr> operands;
     std::vector<void *> params; // &operands[i]
+  };
+
+  /// A multi-tensor launch (cuda::CudaKernelBatch): its table is device
+  /// memory written once, at planning (the addresses never change).
+  struct BatchPlan {
+    CUfunction function = nullptr;
+    cuda::CudaLaunch launch;
+    CUdeviceptr table = 0;
+    long long members = 0, chunks = 0;
+    void *params[3] = {&table, &members, &chunks};
+    std::string name;
+    std::vector<int64_t> hostTable; // the bytes copied in, until they land
+
+    BatchPlan() = default;
+    BatchPlan(const BatchPlan &) = delete; // params point into it
   };
 
   struct AttentionPlan {
@@ -73,7 +90,21 @@ struct CudaExecutor::Impl {
   std::vector<AttentionPlan> attentions;       // per attention (grad) step
   std::vector<EmbeddingPlan> embeddings;       // per embedding-grad step
   std::vector<int32_t> stepPlan;               // step -> index in its list
+  // Multi-tensor launches; per step the batch it launches, kNoBatch, or
+  // kInBatch (a later member of a batch launched before it).
+  static constexpr int32_t kNoBatch = -1, kInBatch = -2;
+  std::vector<std::unique_ptr<BatchPlan>> batches;
+  std::vector<int32_t> stepBatch;
   std::vector<CUevent> stepEvents;             // 2 per step, when profiling
+  bool ownsStream = true; // false: CudaExecutorOptions::shareStreamOf's
+  // setInputAsync: pinned slots of every input's bytes, two generations,
+  // each fenced by an event recorded after the enqueue that read it.
+  char *staging = nullptr;
+  std::vector<size_t> stagingOffset; // per program input binding
+  size_t stagingBytes = 0;           // one slot
+  CUevent stagingFences[2] = {nullptr, nullptr};
+  std::unique_ptr<StagingSlots> stagingSlots;
+  bool stagedThisGeneration = false;
   CUevent runStart = nullptr, runEnd = nullptr;
 
   ~Impl();

@@ -11,7 +11,11 @@
 // each on its batch from the training inputs file, printing every step's
 // loss, grad norm and device times, and compares the per-step losses, grad
 // norms and final parameters and optimizer state with llmc-cpu-reference's
-// (TrainingCheck.h).
+// (TrainingCheck.h). Both programs enqueue on one stream with no host wait
+// inside a step (inputs staged through pinned memory, a graph launch each
+// after the first step); the loss and grad norm come back asynchronously
+// and step N's line is printed after step N+1 is enqueued (--sync-steps:
+// each run waited for, with per-program device times).
 //
 // It links no LLVM/MLIR shared library, no BLAS and no CUDA library: only
 // the runtime core and a static LLVMSupport, so it runs on a GPU machine
@@ -75,6 +79,10 @@ static cl::opt<bool> tf32("tf32", cl::cat(toolOptions), cl::desc("Allow TF32 in 
 static cl::opt<bool> noEpilogueFusion(
     "no-epilogue-fusion",
     cl::cat(toolOptions), cl::desc("Run every GEMM epilogue as its own kernel (none in cuBLASLt)"));
+static cl::opt<bool> noMultiTensor(
+    "no-multi-tensor",
+    cl::cat(toolOptions), cl::desc("Launch every kernel step alone (no multi-tensor batches of "
+             "same-body elementwise steps, e.g. the AdamW update)"));
 static cl::opt<bool> noProfile(
     "no-profile",
     cl::cat(toolOptions), cl::desc("Skip the profiled run (a training step accumulates into its "
@@ -91,6 +99,11 @@ static cl::opt<std::string> updatePath(
 static cl::opt<int> trainSteps("train-steps",
                                cl::cat(toolOptions), cl::desc("Compared training steps (--update)"),
                                cl::init(1));
+static cl::opt<bool> syncSteps(
+    "sync-steps",
+    cl::cat(toolOptions), cl::desc("Training: wait for each program's run (per-program device "
+             "times) instead of enqueueing both on one stream and reading the "
+             "loss and grad norm back one step later"));
 static cl::opt<int> timingSteps(
     "timing-steps",
     cl::cat(toolOptions), cl::desc("Further training steps after the compared ones, timed only "
@@ -149,6 +162,7 @@ static CudaExecutorOptions executorOptions() {
 /// kernels if it has a CUDA section (`llmc compile --target=cuda`).
 static cuda::CudaCompileFn compilerFor(const kir::ArtifactContents &contents) {
   cuda::CudaCompilerOptions options;
+  options.multiTensor = !noMultiTensor;
   if (!contents.cuda)
     return cuda::cudaCompiler(std::move(options));
   const kir::CudaSection &section = *contents.cuda;
@@ -238,6 +252,10 @@ static int runTraining(kir::ArtifactContents gradContents) {
     return fail(std::move(error));
   CudaExecutorOptions updateOptions = executorOptions();
   updateOptions.store = *store;
+  // One stream: the update's work follows the grad step's without a host
+  // wait (the grad executor, created first, outlives the update's).
+  if (!syncSteps)
+    updateOptions.shareStreamOf = grad->get();
   cuda::CudaCompileFn updateCompiler = compilerFor(*updateContents);
   llvm::Expected<std::unique_ptr<CudaExecutor>> update = CudaExecutor::create(
       std::move(updateContents->program), updateCompiler,
@@ -251,13 +269,15 @@ static int runTraining(kir::ArtifactContents gradContents) {
                                    double(int64_t(1) << 30));
   for (CudaExecutor *executor : {grad->get(), update->get()}) {
     const kir::Program &prog = executor->program();
+    const CudaExecutorInfo &about = executor->info();
     llvm::outs() << llvm::format(
-        "program %s: %zu steps (%zu kernels), arena %.2f MiB, %.2f GFLOP per "
-        "run, kernels %s\n",
+        "program %s: %zu steps (%zu kernels; %d kernel steps in %d "
+        "multi-tensor launches), arena %.2f MiB, %.2f GFLOP per run, "
+        "kernels %s\n",
         prog.function.c_str(), prog.steps.size(), prog.kernels.size(),
+        about.multiTensorSteps, about.multiTensorLaunches,
         prog.arenaBytes / 1048576.0, kir::countFlops(prog) / 1e9,
-        executor->info().kernelsPrecompiled ? "from the artifact"
-                                            : "compiled now");
+        about.kernelsPrecompiled ? "from the artifact" : "compiled now");
   }
 
   llvm::Expected<TensorMap> inputs = readSafetensors(inputsPath);
@@ -289,7 +309,127 @@ static int runTraining(kir::ArtifactContents gradContents) {
   std::vector<double> gradMs, updateMs, deviceMs, wallMs;
   double maxLossDiff = 0, maxNormRelDiff = 0;
   TensorMap finalParams, finalStates;
-  for (int64_t step = 0; step < trainSteps + timingSteps; ++step) {
+  // One step's line: compared against the reference, or timed only.
+  auto report = [&](int64_t step, double gpuLoss, double gpuNorm,
+                    const std::string &times) {
+    if (step < trainSteps) {
+      double cpuLoss = referenceAt("loss", step),
+             cpuNorm = referenceAt("grad_norm", step);
+      maxLossDiff = std::max(maxLossDiff, std::fabs(gpuLoss - cpuLoss));
+      maxNormRelDiff =
+          std::max(maxNormRelDiff, std::fabs(gpuNorm - cpuNorm) / cpuNorm);
+      llvm::outs() << llvm::format(
+          "train step %lld: loss gpu %.7f cpu %.7f diff %.2e | grad_norm gpu "
+          "%.7f cpu %.7f diff %.2e | %s\n",
+          (long long)step, gpuLoss, cpuLoss, gpuLoss - cpuLoss, gpuNorm,
+          cpuNorm, gpuNorm - cpuNorm, times.c_str());
+    } else {
+      llvm::outs() << llvm::format(
+          "timing step %lld: loss %.7f grad_norm %.7f | %s\n",
+          (long long)step, gpuLoss, gpuNorm, times.c_str());
+    }
+  };
+
+  if (!syncSteps) {
+    // No host wait inside a step: per step the inputs go through pinned
+    // slots, both programs are enqueued on one stream (a graph launch each
+    // after the first step) and the loss and grad norm are copied to pinned
+    // memory after them; step N's line is printed once step N+1 is
+    // enqueued.
+    llvm::Expected<std::unique_ptr<CudaStepReadback>> readback =
+        CudaStepReadback::create({{grad->get(), "loss"},
+                                  {update->get(), "grad_norm"}});
+    if (!readback)
+      return fail(readback.takeError());
+    bool hasRng = false;
+    for (const kir::Binding &input : (*grad)->program().inputs)
+      hasRng |= input.name == kir::kRngInputName;
+    auto stageInput = [&](CudaExecutor &executor, const char *name,
+                          int64_t step) -> llvm::Error {
+      auto it = inputs->find(stepInputName(name, step));
+      if (it == inputs->end())
+        return llvm::createStringError(llvm::Twine("the inputs have no ") +
+                                       name + "." + llvm::Twine(step));
+      return executor.setInputAsync(name, it->second);
+    };
+    auto readOne = [&]() -> llvm::Error {
+      llvm::Expected<CudaStepReadback::Landed> landed = (*readback)->pop();
+      if (!landed)
+        return landed.takeError();
+      // Step 0 runs eagerly and captures the graphs; later steps replay.
+      if (landed->step > 0)
+        deviceMs.push_back(landed->deviceMilliseconds);
+      report(landed->step, landed->values[0], landed->values[1],
+             llvm::formatv("device {0:F3} ms (grad + update{1})",
+                           landed->deviceMilliseconds,
+                           landed->step > 0 ? ", graph replays"
+                                            : ", eager + capture")
+                 .str());
+      return llvm::Error::success();
+    };
+    auto steady = std::chrono::steady_clock::now();
+    for (int64_t step = 0; step < trainSteps + timingSteps; ++step) {
+      int64_t batch = step % trainSteps;
+      if (step == 1)
+        steady = std::chrono::steady_clock::now();
+      if (llvm::Error error = (*readback)->beginStep(step))
+        return fail(std::move(error));
+      for (const char *input : {"tokens", "targets"})
+        if (llvm::Error error = stageInput(**grad, input, batch))
+          return fail(std::move(error));
+      if (hasRng) {
+        HostTensor rng = HostTensor::zeros(kir::DType::I64, {2});
+        rng.i64()[0] = int64_t(seed);
+        rng.i64()[1] = step;
+        if (llvm::Error error =
+                (*grad)->setInputAsync(kir::kRngInputName, rng))
+          return fail(std::move(error));
+      }
+      if (llvm::Error error = (*grad)->enqueue())
+        return fail(std::move(error));
+      for (const char *input : updateScalarInputs)
+        if (llvm::Error error = stageInput(**update, input, batch))
+          return fail(std::move(error));
+      if (llvm::Error error = (*update)->enqueue())
+        return fail(std::move(error));
+      if (llvm::Error error = (*readback)->push(step))
+        return fail(std::move(error));
+      if ((*readback)->inFlight() == 2)
+        if (llvm::Error error = readOne())
+          return fail(std::move(error));
+      if (step + 1 == trainSteps) {
+        // Waits for the stream: once, for the comparison below.
+        finalParams = (*grad)->params();
+        finalStates = (*update)->states();
+      }
+    }
+    while ((*readback)->inFlight())
+      if (llvm::Error error = readOne())
+        return fail(std::move(error));
+    int64_t steadySteps = trainSteps + timingSteps - 1;
+    double steadyMs = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - steady)
+                          .count() *
+                      1e3;
+    if (!reference->empty())
+      llvm::outs() << llvm::format(
+          "per-step comparison over %d steps: max |loss diff| %.3g, max "
+          "grad_norm rel diff %.3g\n",
+          trainSteps.getValue(), maxLossDiff, maxNormRelDiff);
+    llvm::outs() << "timed steps (graph replays, no host wait inside a "
+                    "step): "
+                 << deviceMs.size() << "\n"
+                 << "  grad + update + read-back device: "
+                 << summary(deviceMs) << "\n";
+    if (steadySteps > 0)
+      llvm::outs() << llvm::format(
+          "  wall per step, steps 1..%lld (host enqueueing ahead, the "
+          "final parameters read once): %.3f ms\n",
+          (long long)steadySteps, steadyMs / steadySteps);
+  }
+
+  for (int64_t step = 0; syncSteps && step < trainSteps + timingSteps;
+       ++step) {
     int64_t batch = step % trainSteps;
     bool replay = (*grad)->replaysGraph() && (*update)->replaysGraph();
     auto start = std::chrono::steady_clock::now();
@@ -323,37 +463,23 @@ static int runTraining(kir::ArtifactContents gradContents) {
       deviceMs.push_back(g + u);
       wallMs.push_back(wall);
     }
-    if (step < trainSteps) {
-      double cpuLoss = referenceAt("loss", step),
-             cpuNorm = referenceAt("grad_norm", step);
-      maxLossDiff = std::max(maxLossDiff, std::fabs(gpuLoss - cpuLoss));
-      maxNormRelDiff =
-          std::max(maxNormRelDiff, std::fabs(gpuNorm - cpuNorm) / cpuNorm);
-      llvm::outs() << llvm::format(
-          "train step %lld: loss gpu %.7f cpu %.7f diff %.2e | grad_norm gpu "
-          "%.7f cpu %.7f diff %.2e | grad %.3f ms, update %.3f ms, wall "
-          "%.3f ms (%s)\n",
-          (long long)step, gpuLoss, cpuLoss, gpuLoss - cpuLoss, gpuNorm,
-          cpuNorm, gpuNorm - cpuNorm, g, u, wall,
-          replay ? "graph replay" : "eager");
-    } else {
-      llvm::outs() << llvm::format(
-          "timing step %lld: loss %.7f grad_norm %.7f | grad %.3f ms, update "
-          "%.3f ms, wall %.3f ms (%s)\n",
-          (long long)step, gpuLoss, gpuNorm, g, u, wall,
-          replay ? "graph replay" : "eager");
-    }
+    report(step, gpuLoss, gpuNorm,
+           llvm::formatv("grad {0:F3} ms, update {1:F3} ms, wall {2:F3} ms "
+                         "({3})",
+                         g, u, wall, replay ? "graph replay" : "eager")
+               .str());
     if (step + 1 == trainSteps) {
       finalParams = (*grad)->params();
       finalStates = (*update)->states();
     }
   }
-  if (!reference->empty())
+  if (syncSteps && !reference->empty())
     llvm::outs() << llvm::format(
         "per-step comparison over %d steps: max |loss diff| %.3g, max "
         "grad_norm rel diff %.3g\n",
         trainSteps.getValue(), maxLossDiff, maxNormRelDiff);
-  llvm::outs() << "timed steps (both programs replaying graphs): "
+  if (syncSteps)
+    llvm::outs() << "timed steps (both programs replaying graphs): "
                << gradMs.size() << "\n"
                << "  grad step device time:   " << summary(gradMs) << "\n"
                << "  update step device time: " << summary(updateMs) << "\n"
@@ -447,7 +573,7 @@ int main(int argc, char **argv) {
   llvm::outs() << llvm::format(
       "setup %.2f s: kernels %s (%s, NVRTC %s %.2f s), attention library "
       "NVRTC %s %.2f s; GEMM epilogues in cuBLASLt: %d bias, %d gelu, "
-      "%d dgelu\n",
+      "%d dgelu; %d kernel steps in %d multi-tensor launches\n",
       createSeconds,
       info.kernelsPrecompiled ? "from the artifact" : "compiled now",
       info.kernelImage.c_str(),
@@ -455,7 +581,8 @@ int main(int argc, char **argv) {
       info.kernelStats.compileSeconds,
       info.libraryStats.cacheHit ? "cache hit" : "compiled",
       info.libraryStats.compileSeconds, info.fusedBiasEpilogues,
-      info.fusedGeluEpilogues, info.fusedDGeluEpilogues);
+      info.fusedGeluEpilogues, info.fusedDGeluEpilogues,
+      info.multiTensorSteps, info.multiTensorLaunches);
 
   if (!inputsPath.empty()) {
     llvm::Expected<TensorMap> inputs = readSafetensors(inputsPath);

@@ -26,6 +26,7 @@
 
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/KernelToCuda/KernelToCuda.h"
+#include "codegen/KernelToCuda/MultiTensor.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "codegen/Inference.h"
 #include "codegen/Training.h"
@@ -572,15 +573,19 @@ struct StoredRange {
   size_t begin, end;
 };
 
-/// Compares what the kernel stored and requires every other byte equal.
-ErrorStats compareAfterKernel(const kir::Program &program,
-                              const kir::Kernel &kernel, Memory &cpu,
-                              Memory &cuda) {
+/// Compares what the kernels stored and requires every other byte equal
+/// (`kernels`: one kernel, or the members of a multi-tensor launch, which
+/// `label` names).
+ErrorStats compareAfterKernels(const kir::Program &program,
+                               llvm::ArrayRef<const kir::Kernel *> kernels,
+                               const std::string &label, Memory &cpu,
+                               Memory &cuda) {
   ErrorStats stats;
   std::set<int32_t> stored;
-  for (const kir::Instr &instr : kernel.body)
-    if (instr.op == kir::Op::Store)
-      stored.insert(kernel.operands[instr.operand].buffer);
+  for (const kir::Kernel *kernel : kernels)
+    for (const kir::Instr &instr : kernel->body)
+      if (instr.op == kir::Op::Store)
+        stored.insert(kernel->operands[instr.operand].buffer);
   std::vector<StoredRange> ranges;
   for (int32_t index : stored) {
     const kir::Buffer &buffer = program.buffers[index];
@@ -593,7 +598,7 @@ ErrorStats compareAfterKernel(const kir::Program &program,
     stats.merge(compareElements(
         cpu.bases[index], cuda.bases[index], buffer.dtype,
         buffer.numElements(), {unit, 2e-5},
-        "kernel " + kernel.name + ", buffer '" + buffer.name + "'"));
+        label + ", buffer '" + buffer.name + "'"));
     if (buffer.kind == kir::BufferKind::Arena)
       ranges.push_back({-1, size_t(buffer.offset),
                         size_t(buffer.offset + buffer.bytes())});
@@ -609,7 +614,7 @@ ErrorStats compareAfterKernel(const kir::Program &program,
       for (const StoredRange &range : ranges)
         inside |= range.owner == owner && i >= range.begin && i < range.end;
       if (!inside) {
-        ADD_FAILURE() << "kernel " << kernel.name << " wrote byte " << i
+        ADD_FAILURE() << label << " wrote byte " << i
                       << " of " << (owner < 0 ? "the arena" : "a buffer")
                       << ", outside every buffer it stores to";
         return;
@@ -617,14 +622,21 @@ ErrorStats compareAfterKernel(const kir::Program &program,
     }
   };
   unchanged(-1, cpu.arena.data(), cuda.arena.data(), cpu.arena.bytes());
-  EXPECT_EQ(cuda.arena.guardDamage(), "") << kernel.name;
+  EXPECT_EQ(cuda.arena.guardDamage(), "") << label;
   for (size_t i = 0; i < program.buffers.size(); ++i)
     if (cpu.owned[i].bytes()) {
       unchanged(int32_t(i), cpu.owned[i].data(), cuda.owned[i].data(),
                 cpu.owned[i].bytes());
-      EXPECT_EQ(cuda.owned[i].guardDamage(), "") << kernel.name;
+      EXPECT_EQ(cuda.owned[i].guardDamage(), "") << label;
     }
   return stats;
+}
+
+ErrorStats compareAfterKernel(const kir::Program &program,
+                              const kir::Kernel &kernel, Memory &cpu,
+                              Memory &cuda) {
+  return compareAfterKernels(program, {&kernel}, "kernel " + kernel.name, cpu,
+                             cuda);
 }
 
 /// The outputs and updated persistent buffers of a finished run.
@@ -785,6 +797,254 @@ TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
                 "within %.3g of the largest |value|\n",
                 GetParam().name, function.c_str(), worst);
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Multi-tensor launches of the update step
+//===----------------------------------------------------------------------===//
+
+/// The batches' kernels compiled for emulation, each behind a wrapper
+/// llmc_emu_batch_<name>(table, members, chunks, grid, block).
+struct EmulatedBatches {
+  using RunFn = void (*)(const long long *, long long, long long,
+                         const long long *, const int *);
+  std::unique_ptr<EmulatedLibrary> library;
+  std::vector<RunFn> functions;
+
+  static std::unique_ptr<EmulatedBatches>
+  build(const cuda::KernelBatches &batches, std::string &error) {
+    auto result = std::make_unique<EmulatedBatches>();
+    std::string source = cuda::cudaPrelude() + batches.source;
+    for (const cuda::CudaKernelBatch &batch : batches.batches)
+      source += "extern \"C\" void llmc_emu_batch_" + batch.name +
+                "(const long long *table, long long members, long long "
+                "chunks, const long long *grid, const int *block) {\n"
+                "  llmc_emu::launch(grid, block, [&] { " + batch.name +
+                "(table, members, chunks); });\n}\n";
+    result->library = EmulatedLibrary::build(source, error);
+    if (!result->library)
+      return nullptr;
+    for (const cuda::CudaKernelBatch &batch : batches.batches) {
+      void *fn = result->library->lookup("llmc_emu_batch_" + batch.name);
+      if (!fn) {
+        error = "no wrapper for " + batch.name;
+        return nullptr;
+      }
+      result->functions.push_back(reinterpret_cast<RunFn>(fn));
+    }
+    return result;
+  }
+};
+
+/// The table of `batch` over `memory`'s host buffers.
+std::vector<int64_t> hostTable(const kir::Program &program,
+                               const cuda::CudaKernelBatch &batch,
+                               Memory &memory, int64_t &chunks) {
+  std::vector<uint64_t> bases;
+  for (char *base : memory.bases)
+    bases.push_back(reinterpret_cast<uint64_t>(base));
+  return cuda::multiTensorTable(program, batch, bases, chunks);
+}
+
+// The update step of a GPT-2 whose embedding (2111 x 64 = 16.5 chunks) spans
+// several chunks with a ragged last one, f32 and bf16 (AMP: f32 master
+// weights and moments): the AdamW updates and the gradient zeroing run as a
+// few multi-tensor launches instead of one launch per parameter. Every
+// batch kernel compiles with NVRTC for sm_80 and sm_90; under emulation
+// each launch matches the CPU kernels of its members (every other byte
+// unchanged), and a run with every batch emulated matches the CPU end to
+// end, through the 128-bit path (aligned members) and the scalar one (the
+// table's aligned word cleared), with the emitted grid and with 3 blocks.
+TEST(CudaProgramTest, UpdateStepRunsAsFewMultiTensorLaunches) {
+  const char *yaml = "name: mt\nn_layer: 1\nn_head: 2\nn_embd: 64\n"
+                     "seq_len: 16\nvocab_size: 2111\n";
+  for (PrecisionConfig::Kind kind :
+       {PrecisionConfig::Kind::FP32, PrecisionConfig::Kind::BF16}) {
+    bool bf16 = kind == PrecisionConfig::Kind::BF16;
+    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+    auto programs = trainingPrograms(yaml, 2, 8, amp(kind));
+    ASSERT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
+    const kir::Program &program = programs->back().second;
+    ASSERT_EQ(programs->back().first, "update_step");
+
+    cuda::KernelBatches batches = cuda::planKernelBatches(program);
+    int64_t before = cuda::countKernelLaunches(program, {});
+    int64_t after = cuda::countKernelLaunches(program, batches.batches);
+    int64_t params = int64_t(program.params.size());
+    std::printf("[ batches  ] %s @update_step: %lld parameters, %lld kernel "
+                "launches -> %lld (%zu multi-tensor launches of",
+                bf16 ? "bf16" : "f32", (long long)params, (long long)before,
+                (long long)after, batches.batches.size());
+    for (auto [index, batch] : llvm::enumerate(batches.batches))
+      std::printf("%s %zu", index ? "," : "", batch.steps.size());
+    std::printf(" steps)\n");
+    // AdamW with and without weight decay, and the gradient zeroing: one
+    // launch each instead of one per parameter.
+    EXPECT_LE(after, before - 2 * params + 3);
+    std::set<int32_t> batched;
+    for (const cuda::CudaKernelBatch &batch : batches.batches) {
+      EXPECT_GE(batch.steps.size(), 2u);
+      for (int32_t step : batch.steps)
+        EXPECT_TRUE(batched.insert(step).second) << "step " << step;
+    }
+    int64_t zeroings = 0;
+    for (int32_t step : batched)
+      zeroings += llvm::StringRef(program.kernels[program.steps[step].kernel]
+                                      .origin)
+                      .starts_with("update grad.");
+    EXPECT_EQ(zeroings, params) << "every gradient zeroed in a batch";
+
+    // NVRTC: the module as the CUDA compiler builds it.
+    std::string why;
+    if (cuda::nvrtcAvailable(&why)) {
+      cuda::NvrtcOptions options;
+      options.cacheEnabled = false;
+      auto binaries =
+          cuda::compileCuda(cuda::emitCudaModule(program) + batches.source,
+                            "update_step.cu", options);
+      ASSERT_TRUE(bool(binaries)) << llvm::toString(binaries.takeError());
+      ASSERT_EQ(binaries->cubins.size(), 2u);
+      for (const cuda::CudaKernelBatch &batch : batches.batches)
+        EXPECT_NE(binaries->ptx.find(".entry " + batch.name),
+                  std::string::npos) << batch.name;
+      std::printf("[ nvrtc    ] %s @update_step with its multi-tensor "
+                  "kernels: sm_80 + sm_90 cubins + PTX\n",
+                  bf16 ? "bf16" : "f32");
+    } else {
+      std::printf("[ nvrtc    ] skipped: %s\n", why.c_str());
+    }
+
+    Compiled cpu = compileKernels(program.kernels);
+    ASSERT_TRUE(cpu);
+    std::string error;
+    auto emulated = EmulatedBatches::build(batches, error);
+    ASSERT_TRUE(emulated) << error;
+    std::vector<int32_t> stepBatch(program.steps.size(), -1);
+    for (auto [index, batch] : llvm::enumerate(batches.batches))
+      for (int32_t step : batch.steps)
+        stepBatch[step] = step == batch.steps.front() ? int32_t(index) : -2;
+    auto runCpu = [&](const kir::Step &step, Memory &m) {
+      const kir::Kernel &kernel = program.kernels[step.kernel];
+      cpu.run(kernel.name, operandBases(kernel, m), 0, kernel.numRows());
+    };
+    auto runBatch = [&](size_t index, Memory &m, bool aligned,
+                        long long grid) {
+      const cuda::CudaKernelBatch &batch = batches.batches[index];
+      int64_t chunks = 0;
+      std::vector<int64_t> table = hostTable(program, batch, m, chunks);
+      size_t stride = batch.contiguous.size() + 3;
+      for (size_t member = 0; member < batch.steps.size(); ++member) {
+        EXPECT_EQ(table[member * stride + stride - 1], 1)
+            << batch.name << ": host buffers are 16-byte aligned";
+        if (!aligned)
+          table[member * stride + stride - 1] = 0;
+      }
+      long long grids[3] = {grid > 0 ? grid : batch.launch.grid[0], 1, 1};
+      emulated->functions[index](reinterpret_cast<const long long *>(
+                                     table.data()),
+                                 (long long)batch.steps.size(), chunks, grids,
+                                 batch.launch.block);
+    };
+    for (const kir::Step &step : program.steps)
+      ASSERT_EQ(step.kind, kir::StepKind::Kernel) << "an update step of "
+                                                     "kernel steps";
+
+    // Launch by launch against the members' CPU kernels.
+    Memory memory(program);
+    fillInputs(program, memory, 11);
+    Memory initial = memory;
+    ErrorStats total;
+    for (auto [index, step] : llvm::enumerate(program.steps)) {
+      if (stepBatch[index] == -2)
+        continue;
+      if (stepBatch[index] < 0) {
+        runCpu(step, memory);
+        continue;
+      }
+      const cuda::CudaKernelBatch &batch = batches.batches[stepBatch[index]];
+      Memory copy = memory;
+      std::vector<const kir::Kernel *> members;
+      for (int32_t member : batch.steps) {
+        runCpu(program.steps[member], memory);
+        members.push_back(&program.kernels[program.steps[member].kernel]);
+      }
+      runBatch(stepBatch[index], copy, true, 0);
+      total.merge(compareAfterKernels(program, members, batch.name, memory,
+                                      copy));
+    }
+    std::printf("[ batches  ] %s: %lld elements compared, max abs error "
+                "%.3g, max error relative to max(1, |x|) %.3g\n",
+                bf16 ? "bf16" : "f32", (long long)total.elements, total.maxAbs,
+                total.maxRel);
+    EXPECT_GT(total.elements, 3 * 2111 * 64) << "wte, its moments and grad";
+    auto cpuResults = results(program, memory);
+
+    // End to end: 128-bit path and emitted grid, scalar path and 3 blocks.
+    for (bool aligned : {true, false}) {
+      Memory run = initial;
+      for (auto [index, step] : llvm::enumerate(program.steps)) {
+        if (stepBatch[index] == -1)
+          runCpu(step, run);
+        else if (stepBatch[index] >= 0)
+          runBatch(stepBatch[index], run, aligned, aligned ? 0 : 3);
+      }
+      double worst = expectResultsClose(
+          cpuResults, results(program, run), 1e-6,
+          std::string("multi-tensor run, ") +
+              (aligned ? "128-bit accesses" : "scalar accesses, 3 blocks"));
+      std::printf("[ results  ] %s: multi-tensor run (%s) vs CPU kernels "
+                  "within %.3g of the largest |value|\n",
+                  bf16 ? "bf16" : "f32",
+                  aligned ? "128-bit" : "scalar, 3 blocks", worst);
+    }
+  }
+}
+
+// The table of a multi-tensor launch (ir/kernel/CudaModule.h): per member
+// its operands' addresses, count, first chunk and alignment, from the
+// bases the executor passes.
+TEST(CudaProgramTest, MultiTensorTableAddressesAndChunks) {
+  auto programs = trainingPrograms(
+      "name: mt\nn_layer: 1\nn_head: 2\nn_embd: 64\nseq_len: 16\n"
+      "vocab_size: 2111\n", 2, 8);
+  ASSERT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
+  const kir::Program &program = programs->back().second;
+  cuda::KernelBatches batches = cuda::planKernelBatches(program);
+  ASSERT_FALSE(batches.batches.empty());
+  // Buffer b at 0x100000 * (b + 1), one of them 8 bytes off.
+  const cuda::CudaKernelBatch &batch = batches.batches.back();
+  const kir::Kernel &first = program.kernels[program.steps[batch.steps[0]].kernel];
+  ASSERT_TRUE(batch.contiguous[0]);
+  int32_t shifted = first.operands[0].buffer;
+  std::vector<uint64_t> bases;
+  for (size_t b = 0; b < program.buffers.size(); ++b)
+    bases.push_back(0x100000ull * (b + 1) + (int32_t(b) == shifted ? 8 : 0));
+  int64_t chunks = 0;
+  std::vector<int64_t> table =
+      cuda::multiTensorTable(program, batch, bases, chunks);
+  size_t stride = first.operands.size() + 3;
+  ASSERT_EQ(table.size(), stride * batch.steps.size());
+  int64_t expectedChunks = 0;
+  for (size_t m = 0; m < batch.steps.size(); ++m) {
+    const kir::Kernel &kernel =
+        program.kernels[program.steps[batch.steps[m]].kernel];
+    const int64_t *entry = table.data() + m * stride;
+    bool aligned = true;
+    for (size_t o = 0; o < kernel.operands.size(); ++o) {
+      const kir::Access &access = kernel.operands[o];
+      uint64_t address = bases[access.buffer] +
+                         access.offset * kir::dtypeBytes(access.dtype);
+      EXPECT_EQ(uint64_t(entry[o]), address) << "member " << m;
+      aligned &= !batch.contiguous[o] || address % 16 == 0;
+    }
+    EXPECT_EQ(entry[stride - 3], kernel.numRows() * kernel.rowLength());
+    EXPECT_EQ(entry[stride - 2], expectedChunks);
+    EXPECT_EQ(entry[stride - 1], aligned ? 1 : 0);
+    expectedChunks += (entry[stride - 3] + cuda::kMultiTensorChunk - 1) /
+                      cuda::kMultiTensorChunk;
+  }
+  EXPECT_EQ(table[stride - 1], 0) << "the member on the shifted buffer";
+  EXPECT_EQ(chunks, expectedChunks);
 }
 
 // Tensor parallelism (tp = 2, the last rank, V = 97 padded to 2 x 49):

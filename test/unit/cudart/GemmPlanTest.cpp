@@ -10,6 +10,7 @@
 // algorithm for each (it needs a GPU).
 #include "runtime/Cuda/GemmDescription.h"
 
+#include "codegen/KernelToCuda/MultiTensor.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
@@ -259,6 +260,19 @@ TEST(GemmPlanTest, Gpt2AtTrainingSizesPlansInBf16AndFits80GB) {
       }
       arenas += program.arenaBytes;
       inputs += programInputs;
+      if (function == "update_step") {
+        // The AdamW update (with and without weight decay) and the
+        // gradient zeroing as multi-tensor launches.
+        cuda::KernelBatches batches = cuda::planKernelBatches(program);
+        int64_t before = cuda::countKernelLaunches(program, {});
+        int64_t after = cuda::countKernelLaunches(program, batches.batches);
+        int64_t params = int64_t(program.params.size());
+        std::printf("[ launches ] %s bf16 @update_step: %lld parameters, "
+                    "%lld kernel launches -> %lld (%zu multi-tensor)\n",
+                    size.preset, (long long)params, (long long)before,
+                    (long long)after, batches.batches.size());
+        EXPECT_LE(after, before - 2 * params + 3);
+      }
       std::printf("[ memory   ] %s B=%lld T=%lld bf16 @%s: arena %.3f GB, "
                   "inputs and outputs %.3f MB, %d GEMMs (bf16 tensor "
                   "cores)\n",
