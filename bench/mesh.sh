@@ -241,7 +241,8 @@ for k, axis in (("b", "dp"), ("c", "tp"), ("d", "pp"), ("e", "tp")):
     else:
         row(k, axis, "activations, gradients (send+recv)", t["sends"] + t["recvs"],
             t["send_bytes"] + t["recv_bytes"], p.get("step_pp_bytes", 0))
-        row(k, axis, "collectives (tied wte, loss, norm)", t["collectives"], t["bytes"], 0)
+        row(k, axis, "collectives (tied wte, loss, norm)", t["collectives"], t["bytes"],
+            p.get("step_pp_tied_bytes", 0))
 for k in "bcde":  # anything else the runs moved
     for axis, t in sorted(measured[k].items()):
         known = {"b": "dp", "c": "tp", "d": "pp", "e": "tp"}[k]

@@ -384,19 +384,47 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
   // data per GPU for an all-reduce and half that for a reduce-scatter or
   // all-gather.
   StepTraffic &traffic = est.traffic;
-  // The blocks of the slowest stage: their all-reduces pace the step.
-  int64_t blocksPerStage = 0;
+  // The slowest stage: its blocks' all-reduces pace the step, and whether
+  // it is the first or the last decides the embedding's and classifier's.
+  int64_t pacedStage = 0;
   for (int64_t stage = 0; stage < layout.pp; ++stage)
     if (est.cut.stageCosts[stage] == est.cut.slowestCost()) {
-      blocksPerStage = est.cut.blocksOf(stage);
+      pacedStage = stage;
       break;
     }
+  int64_t blocksPerStage = est.cut.blocksOf(pacedStage);
+  bool firstStage = pacedStage == 0, lastStage = pacedStage == layout.pp - 1;
+  double h = static_cast<double>(c.nEmbd);
   if (layout.tp > 1) {
+    double ring = 2 * (t - 1) / t;
     // Per block two all-reduces forward and two backward (as reduce-
     // scatter/all-gather pairs with sequence parallelism), two more when
     // the forward is recomputed.
     double count = layout.remat == Remat::Full ? 6 : 4;
-    traffic.tp = blocksPerStage * m * count * 2 * (t - 1) / t * e * sbh;
+    double perMicroBatch = blocksPerStage * count * e * sbh;
+    // The vocabulary-parallel embedding's partial rows are summed (first
+    // stage); the classifier's input gradient is summed, and the
+    // cross-entropy sums its row maxima, sums of exponentials and target
+    // logits, f32 (last stage).
+    if (firstStage)
+      perMicroBatch += e * sbh;
+    if (lastStage)
+      perMicroBatch += e * sbh + 3 * 4 * s * b;
+    // Sequence parallelism: the whole parameters used on the sequence
+    // slice (norms, the row-parallel projections' biases, the learned
+    // positions' T rows) get their f32 gradients summed in each backward.
+    if (layout.sp) {
+      bool normBias = c.norm == Norm::LayerNorm && c.bias;
+      double norm = (normBias ? 2 : 1) * h;
+      double perBlock = 2 * norm + (c.bias ? 2 * h : 0);
+      double sliced = blocksPerStage * perBlock;
+      if (lastStage)
+        sliced += norm;
+      if (firstStage && c.position == Position::Learned)
+        sliced += s * h;
+      perMicroBatch += 4 * sliced;
+    }
+    traffic.tp = m * ring * perMicroBatch;
   }
   // Each micro-batch's activations forward and their gradients backward.
   if (layout.pp > 1)
@@ -405,6 +433,13 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
       getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
   double grads = pacedParameters * perParameter.gradients;
   double weights = pacedParameters * perParameter.weights;
+  // A tied embedding's gradient is summed between the first and the last
+  // stage (two ranks: a ring all-reduce sends it once), each tp rank's
+  // vocabulary rows, ZeRO's dp block of them.
+  if (layout.pp > 1 && c.tieEmbeddings && (firstStage || lastStage))
+    traffic.ppTied = double(vocabRowsPerRank(c.vocabSize, layout.tp)) * h *
+                     perParameter.gradients /
+                     (layout.zero >= 1 ? layout.dp : 1);
   if (layout.dp > 1) {
     double frac = (layout.dp - 1.0) / layout.dp;
     switch (layout.zero) {
@@ -450,7 +485,7 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
     step.tpComm =
         traffic.tp / (layout.tp <= cluster.gpusPerNode ? nvlink : ib);
   if (layout.pp > 1)
-    step.ppComm = traffic.pp /
+    step.ppComm = (traffic.pp + traffic.ppTied) /
                   (layout.tp * layout.pp <= cluster.gpusPerNode ? nvlink : ib);
   if (layout.dp > 1) {
     // The gradients' collectives overlap the backward (2/3 of the FLOPs);

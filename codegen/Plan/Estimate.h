@@ -134,9 +134,12 @@ struct StepTime {
 struct StepTraffic {
   double tp = 0; // the blocks' all-reduces (reduce-scatter/all-gather pairs
                  // with sp): per micro-batch 2 forward and 2 backward, 2
-                 // more when remat full recomputes the forward
+                 // more when remat full recomputes the forward; the
+                 // embedding's, classifier's and loss's; with sp the
+                 // gradients of parameters used on the sequence slice
   double pp = 0; // a stage boundary: activations forward and their
                  // gradients back, both directions
+  double ppTied = 0; // the tied embedding's gradient, first <-> last stage
   double dpGradients = 0; // gradients: all-reduce or reduce-scatter
   double dpWeights = 0;   // ZeRO's all-gathers of weights
   double dp() const { return dpGradients + dpWeights; }

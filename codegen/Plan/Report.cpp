@@ -648,10 +648,12 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
       traffic.rows.push_back(
           {"step_tp_bytes",
            formatv("tensor-parallel: {0} {1} of B x T x h per block and "
-                   "micro-batch",
+                   "micro-batch, the embedding's, classifier's and "
+                   "loss's{2}",
                    layout.remat == Remat::Full ? 6 : 4,
                    layout.sp ? "reduce-scatter/all-gather pairs"
-                             : "all-reduces")
+                             : "all-reduces",
+                   layout.sp ? ", sequence-slice parameters' gradients" : "")
                .str(),
            bytes.tp, "bytes", ring});
     if (bytes.pp > 0)
@@ -659,6 +661,12 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
           {"step_pp_bytes",
            "pipeline: B x T x h per micro-batch each way per boundary",
            bytes.pp, "bytes", "formula: activations and their gradients"});
+    if (bytes.ppTied > 0)
+      traffic.rows.push_back(
+          {"step_pp_tied_bytes",
+           "pipeline: the tied embedding's gradient summed between the first "
+           "and last stage",
+           bytes.ppTied, "bytes", "formula: vocab/t x h gradient bytes"});
     if (bytes.dpGradients > 0)
       traffic.rows.push_back(
           {"step_dp_gradient_bytes",

@@ -527,21 +527,39 @@ TEST(PlanLayout, TrafficPerAxis) {
         .traffic;
   };
   // tp=4 x dp=2: 256 micro-batches per pipeline, 12 blocks of 4
-  // all-reduces, each sending 2 x 3/4 of its 2-byte elements.
+  // all-reduces, the embedding's and the classifier's input gradient (2
+  // bytes an element) and the loss's 3 f32 sums over the 1024 tokens,
+  // each sending 2 x 3/4 of its elements.
   Layout tp;
   tp.tp = 4;
   tp.dp = 2;
   StepTraffic t = traffic(tp, 8);
-  EXPECT_DOUBLE_EQ(t.tp, 12 * 256 * 4 * 1.5 * 2 * bth);
+  EXPECT_DOUBLE_EQ(t.tp, 256 * 1.5 * ((12 * 4 + 2) * 2 * bth + 3 * 4 * 1024));
   EXPECT_EQ(t.pp, 0);
+  EXPECT_EQ(t.ppTied, 0);
+  // With sequence parallelism each backward also sums the f32 gradients
+  // of the parameters used on the sequence slice: per block 2 layer norms
+  // (weight, bias) and 2 row-parallel biases, the final norm, and the
+  // 1024 positions' rows of wpe.
+  Layout sp = tp;
+  sp.sp = true;
+  t = traffic(sp, 8);
+  EXPECT_DOUBLE_EQ(t.tp, 256 * 1.5 *
+                             ((12 * 4 + 2) * 2 * bth + 3 * 4 * 1024 +
+                              4 * (12 * 6 * 768 + 2 * 768 + 1024 * 768)));
   // pp=4 x dp=2: a boundary carries each micro-batch's activation forward
-  // and its gradient back; 3 blocks per stage leave tp untouched.
+  // and its gradient back; no tp. The slowest stage is the last (the
+  // classifier), which sums the tied wte's f32 gradient with the first
+  // stage's; ZeRO-1 sums only the dp block.
   Layout pp;
   pp.pp = 4;
   pp.dp = 2;
   t = traffic(pp, 8);
   EXPECT_DOUBLE_EQ(t.pp, 2 * 256 * 2 * bth);
   EXPECT_EQ(t.tp, 0);
+  EXPECT_DOUBLE_EQ(t.ppTied, 50257.0 * 768 * 4);
+  pp.zero = 1;
+  EXPECT_DOUBLE_EQ(traffic(pp, 8).ppTied, 50257.0 * 768 * 4 / 2);
   // dp=8: DDP all-reduces the fp32 gradients once per step (2 x 7/8 of
   // them); ZeRO-3 reduce-scatters them every micro-batch (64 of them) and
   // gathers the 2-byte weights twice in each.
