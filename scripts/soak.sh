@@ -7,7 +7,7 @@
 #
 # Usage: scripts/soak.sh [--short] [--seed N] [--dir DIR] [KILLS]
 #   KILLS      how many SIGKILLs (default 20; --short: 5)
-#   --short    a run of 60 steps instead of 400 (well under a minute)
+#   --short    a run of 120 steps instead of 400 (well under a minute)
 #   --seed N   the seed of the kill times (default: random; printed, so a
 #              failure can be replayed with it; the times are wall-clock, so
 #              a replay kills at the same delays, not at the same steps)
@@ -16,7 +16,8 @@
 # $LLMC is the binary (default: build/bin/llmc, else llmc on PATH).
 #
 # A third of the kills come after a random delay (0 to 1.5 s after the
-# start, so some land in start-up); a third wait for the progress line of a
+# start, --short 0 to 0.5 s, so some land in start-up and five of them
+# cannot outrun a short run on a fast, idle machine); a third wait for the progress line of a
 # step that ends in a checkpoint (one every 2 steps) and kill 0 to 5 ms
 # later, around the checkpoint's write; a third kill as soon as the
 # temporary file of a checkpoint write appears, inside the write. A kill
@@ -25,10 +26,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-kills=20 steps=400 seed="" dir="" keep=0
+kills=20 steps=400 maxDelayMs=1500 seed="" dir="" keep=0
 while (($#)); do
   case $1 in
-    --short) kills=5 steps=60 ;;
+    --short) kills=5 steps=120 maxDelayMs=500 ;;
     --seed) seed=$2; shift ;;
     --dir) dir=$2; keep=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -55,7 +56,7 @@ echo "soak: seed $seed; $kills SIGKILLs of llmc run (train-tiny, $steps steps, a
 
 fail() {
   echo "soak: FAILED: $*" >&2
-  echo "soak: replay with: scripts/soak.sh --seed $seed $( ((steps == 60)) && echo --short) $kills (runs kept in $dir)" >&2
+  echo "soak: replay with: scripts/soak.sh --seed $seed $( ((steps == 120)) && echo --short) $kills (runs kept in $dir)" >&2
   exit 1
 }
 
@@ -102,7 +103,7 @@ while true; do
         [[ -n $(newTemporaries) ]] && break
       done
     elif ((kind == 1)); then
-      ms=$((RANDOM % 1500))
+      ms=$((RANDOM % maxDelayMs))
       how="after $ms ms"
       sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
     else
