@@ -83,6 +83,10 @@ struct TrainerOptions {
   /// peak FLOP/s it is measured against; 0: no MFU.
   double modelFlopsPerToken = 0;
   double peakFlops = 0;
+  /// Measures the peak now (FLOP/s); called at most once, when a logged
+  /// interval's MFU exceeds 100% (peakFlops was a record taken while the
+  /// machine was busier). Null: never.
+  std::function<double()> remeasurePeakFlops;
   /// Data parallelism: the ranks of mesh axis "dp" (null: one process).
   /// Each rank runs its contiguous share of every step's micro-batches
   /// (the loader on every rank reads them all and skips the others', so
