@@ -41,6 +41,20 @@ bench_parse() {
   fi
 }
 
+# bench_require_mpi NAME: mpirun and a Python (sets $python, which parses
+# the runs' output) must be there; else an error naming NAME, exit 1.
+bench_require_mpi() {
+  if ! command -v mpirun >/dev/null; then
+    echo "$1: mpirun not found; run scripts/setup.sh (openmpi-bin)" >&2
+    exit 1
+  fi
+  python=$(command -v python3 || command -v python || true)
+  if [[ -z $python ]]; then
+    echo "$1: python3 not found (it parses the runs' output)" >&2
+    exit 1
+  fi
+}
+
 # bench_workdir NAME: makes $work (a new temporary directory unless --work
 # named one) and removes it on exit unless --work named it.
 bench_workdir() {

@@ -46,15 +46,7 @@ for tool in "$llmc" "$allreduce"; do
     exit 1
   fi
 done
-if ! command -v mpirun >/dev/null; then
-  echo "bench-dp: mpirun not found; run scripts/setup.sh (openmpi-bin)" >&2
-  exit 1
-fi
-python=$(command -v python3 || command -v python || true)
-if [[ -z $python ]]; then
-  echo "bench-dp: python3 not found (it parses the runs' output)" >&2
-  exit 1
-fi
+bench_require_mpi bench-dp
 
 bench_workdir bench-dp
 

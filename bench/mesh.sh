@@ -48,15 +48,7 @@ if [[ ! -x $llmc ]]; then
   echo "bench-mesh: $llmc not found (build it: ninja -C $build llmc)" >&2
   exit 1
 fi
-if ! command -v mpirun >/dev/null; then
-  echo "bench-mesh: mpirun not found; run scripts/setup.sh (openmpi-bin)" >&2
-  exit 1
-fi
-python=$(command -v python3 || command -v python || true)
-if [[ -z $python ]]; then
-  echo "bench-mesh: python3 not found (it parses the runs' output)" >&2
-  exit 1
-fi
+bench_require_mpi bench-mesh
 
 bench_workdir bench-mesh
 
