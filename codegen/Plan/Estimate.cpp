@@ -209,12 +209,6 @@ Error plan::validateLayout(const PlanModel &model, const TrainConfig &train,
                 "divide the cluster's {3} GPUs ({4} per node x {5} nodes)",
                 layout.tp, layout.pp, layout.tp * layout.pp, gpus,
                 cluster.gpusPerNode, cluster.nodes));
-  if (layout.zero >= 2 && layout.pp > 1)
-    return layoutError(co, "zero", "zero",
-                       formatv("ZeRO-{0} shards gradients across the "
-                               "micro-batches a pipeline accumulates; use "
-                               "ZeRO-0 or 1 with pipeline_parallel {1}",
-                               layout.zero, layout.pp));
   int64_t global = globalBatchOf(train);
   if (global % (layout.microBatch * layout.dp))
     return layoutError(

@@ -804,8 +804,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
     report.facts["fit_budget_bytes"] = formatv("{0:F0}", fit.budgetBytes);
     report.notes.push_back(formatv(
         "--fit: {0} candidates: {1} fit, {2} do not fit, {3} invalid (global "
-        "batch {4} not divisible by micro-batch x dp, or ZeRO-2/3 with "
-        "pipeline parallelism)",
+        "batch {4} not divisible by micro-batch x dp)",
         fit.candidates, fit.fitting.size(), fit.tooBig, fit.invalid,
         globalBatchOf(train)));
     // How the configured layout compares.

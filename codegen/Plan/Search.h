@@ -26,7 +26,7 @@ namespace mlir::llmc::plan {
 struct FitResult {
   double budgetBytes = 0;
   int64_t candidates = 0; // layouts the search tried
-  int64_t invalid = 0;    // batch not divisible, ZeRO-2/3 with pp
+  int64_t invalid = 0;    // batch not divisible by micro-batch x dp
   int64_t tooBig = 0;     // did not fit
   std::optional<Estimate> smallestTooBig; // the closest miss
   std::vector<Estimate> fitting;          // fastest first
