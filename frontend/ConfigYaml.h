@@ -154,7 +154,7 @@ public:
   /// reports errors lazily, while its nodes are walked.
   Expected<const YNode *> root(StringRef what) {
     if (Error error = checkText())
-      return std::move(error);
+      return error;
     {
       yaml::Stream check(buffer->getMemBufferRef(), sm, false);
       if (!check.validate() || capture.seen)

@@ -445,7 +445,7 @@ Expected<ModelConfig> ConfigParser::parse(const config::YNode &mapping) {
             entries[static_cast<size_t>(*lookupKey(name))] = {&key, &value};
             return Error::success();
           }))
-    return std::move(err);
+    return err;
 
   // The preset is the base that every other key overrides, whatever the
   // order in the file: Key::Preset comes first, so it is applied first.
@@ -453,7 +453,7 @@ Expected<ModelConfig> ConfigParser::parse(const config::YNode &mapping) {
   for (size_t i = 0; i < kNumKeys; ++i)
     if (entries[i].value)
       if (Error err = applyKey(static_cast<Key>(i), config))
-        return std::move(err);
+        return err;
 
   if (!given(Key::Preset)) {
     SmallVector<StringRef> missing;
@@ -478,9 +478,9 @@ Expected<ModelConfig> ConfigParser::parse(const config::YNode &mapping) {
     config.ffnHidden = getDefaultFfnHidden(config.nEmbd, config.activation);
 
   if (Error err = validate(config))
-    return std::move(err);
+    return err;
   if (Error err = file.singleDocument())
-    return std::move(err);
+    return err;
   return config;
 }
 } // namespace

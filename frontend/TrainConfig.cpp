@@ -1212,7 +1212,7 @@ Expected<TrainingConfig> Parser::apply() {
     if (it == values.end())
       continue;
     if (Error err = applyKey(k, it->second, c))
-      return std::move(err);
+      return err;
     const Value &value = it->second;
     if (!value.flag.empty()) {
       c.origins[k.path.str()] = "--" + value.flag;
@@ -1221,7 +1221,7 @@ Expected<TrainingConfig> Parser::apply() {
     }
   }
   if (Error err = validate(c))
-    return std::move(err);
+    return err;
   return c;
 }
 
@@ -1258,9 +1258,9 @@ mlir::llmc::parseTrainingConfig(StringRef text, StringRef bufferName,
     return root.takeError();
   Parser parser(file, baseDir, use);
   if (Error err = parser.collectFile(**root))
-    return std::move(err);
+    return err;
   if (Error err = parser.collectFlags(flags))
-    return std::move(err);
+    return err;
   return parser.apply();
 }
 

@@ -322,11 +322,11 @@ llvm::Expected<Checkpoint> llmc::runtime::parseCheckpoint(llvm::StringRef bytes,
     return llvm::Error::success();
   };
   if (llvm::Error err = integer("step", c.step))
-    return std::move(err);
+    return err;
   if (llvm::Error err = integer("consumed_samples", c.consumedSamples))
-    return std::move(err);
+    return err;
   if (llvm::Error err = integer("consumed_tokens", c.consumedTokens))
-    return std::move(err);
+    return err;
   std::optional<llvm::StringRef> seed = root->getString("seed");
   if (!seed || seed->getAsInteger(10, c.seed))
     return bad("no seed");
@@ -716,7 +716,7 @@ llmc::runtime::readShardedTensors(const Checkpoint &main,
   if (!manifest)
     return manifest.takeError();
   if (llvm::Error error = verifyShardFiles(main, mainPath))
-    return std::move(error);
+    return error;
   // Each rank's blocks, in rank order.
   std::vector<TensorMap> ranks(manifest->worldSize);
   for (const ShardManifest::File &f : manifest->files) {
@@ -780,6 +780,6 @@ llvm::Expected<Checkpoint> llmc::runtime::readFullCheckpoint(
   if (!checkpoint)
     return checkpoint.takeError();
   if (llvm::Error error = joinShardedTensors(*checkpoint, path))
-    return std::move(error);
+    return error;
   return checkpoint;
 }

@@ -130,9 +130,9 @@ llmc::runtime::pruneTwoOfFour(TensorStore &store) {
     for (size_t i = 0; i < w.size(); ++i)
       w[i] *= m[i];
     if (llvm::Error err = store.set(maskName, mask))
-      return std::move(err);
+      return err;
     if (llvm::Error err = store.set(name, *weight))
-      return std::move(err);
+      return err;
     pruned.push_back(
         {name.str(),
          checkTwoOfFour(static_cast<const HostTensor &>(*weight).f32(),

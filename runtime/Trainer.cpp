@@ -189,7 +189,7 @@ Trainer::gatherFloats(std::vector<float> local) {
   comm::Ticket ticket = options.dp->allGather(
       local.data(), all.data(), int64_t(local.size()), kir::DType::F32);
   if (llvm::Error err = options.dp->wait(ticket))
-    return std::move(err);
+    return err;
   return all;
 }
 
@@ -202,7 +202,7 @@ llvm::Expected<double> Trainer::fromLastStage(double value) {
   comm::Ticket ticket =
       options.pp->broadcast(&bits, 1, kir::DType::I64, ppSize() - 1);
   if (llvm::Error err = options.pp->wait(ticket))
-    return std::move(err);
+    return err;
   std::memcpy(&value, &bits, sizeof(value));
   return value;
 }
@@ -372,7 +372,7 @@ llvm::Expected<int> Trainer::agreedStopSignal() {
   comm::Ticket ticket =
       options.dp->allGather(&local, all.data(), 1, kir::DType::I64);
   if (llvm::Error err = options.dp->wait(ticket))
-    return std::move(err);
+    return err;
   for (int64_t signal : all)
     if (signal != 0)
       return int(signal);
@@ -944,7 +944,7 @@ llvm::Expected<bool> Trainer::handleGuardEvent(
     pendingSnapshot = Snapshot();
     for (const auto &[name, tensor] : snapshot.tensors)
       if (llvm::Error err = store->set(name, tensor))
-        return std::move(err);
+        return err;
     currentStep = snapshot.step;
     consumedSamples = snapshot.consumedSamples;
     consumedTokens = snapshot.consumedTokens;
@@ -989,7 +989,7 @@ llvm::Expected<bool> Trainer::handleGuardEvent(
                                    j.attribute("rollbacks_in_a_row",
                                                state.rollbacksInARow);
                                  }))
-      return std::move(err);
+      return err;
     return true;
   }
 
@@ -1016,7 +1016,7 @@ llvm::Expected<bool> Trainer::handleGuardEvent(
                                    j.attribute("action",
                                                stringifyGuardAction(action));
                                  }))
-      return std::move(err);
+      return err;
     return llvm::createStringError(message);
   }
   // Warn: log it and train on.
@@ -1030,7 +1030,7 @@ llvm::Expected<bool> Trainer::handleGuardEvent(
                                [&](llvm::json::OStream &j) {
                                  j.attribute("action", "warn");
                                }))
-    return std::move(err);
+    return err;
   return false;
 }
 
@@ -1058,12 +1058,12 @@ llvm::Expected<double> Trainer::evaluate(std::string &sample) {
       data.valBatch(i < batches ? i : 0, tokens, targets);
       if (llvm::Error err =
               eval.setTensor("tokens", tokenTensor(tokens, batch, seqLen)))
-        return std::move(err);
+        return err;
       if (llvm::Error err =
               eval.setTensor("targets", tokenTensor(targets, batch, seqLen)))
-        return std::move(err);
+        return err;
       if (llvm::Error err = eval.run())
-        return std::move(err);
+        return err;
       llvm::Expected<double> value = scalarOutput(eval, "loss");
       if (!value)
         return value.takeError();
@@ -1095,7 +1095,7 @@ llvm::Expected<double> Trainer::evaluate(std::string &sample) {
                                    sampling, [&](int64_t id) {
                                      sample += data.decode(int32_t(id));
                                    }))
-      return std::move(err);
+      return err;
   }
   return loss;
 }

@@ -126,15 +126,15 @@ llvm::Expected<GuardState> GuardState::fromJson(llvm::StringRef text) {
                             {"skipped_batches", &s.skippedBatches},
                             {"warnings", &s.warnings}})
     if (llvm::Error err = integer(key, *field))
-      return std::move(err);
+      return err;
   std::optional<double> factor = object->getNumber("lr_factor");
   if (!factor)
     return llvm::createStringError("the guard state has no 'lr_factor'");
   s.lrFactor = *factor;
   if (llvm::Error err = numbers("losses", s.losses))
-    return std::move(err);
+    return err;
   if (llvm::Error err = numbers("grad_norms", s.gradNorms))
-    return std::move(err);
+    return err;
   return s;
 }
 

@@ -679,7 +679,7 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     if (llvm::Error err = decodeViews(what, g->views(), [&](auto &&fn) {
           kir::forEachGemmView(out, fn);
         }))
-      return std::move(err);
+      return err;
   } else if (const fb::AttentionStep *a = def.op_as_AttentionStep()) {
     step.kind = kir::StepKind::Attention;
     kir::AttentionStep &out = step.attention;
@@ -689,7 +689,7 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     if (llvm::Error err = decodeViews(what, a->views(), [&](auto &&fn) {
           kir::forEachAttentionView(out, fn);
         }))
-      return std::move(err);
+      return err;
   } else if (const fb::AttentionGradStep *a = def.op_as_AttentionGradStep()) {
     step.kind = kir::StepKind::AttentionGrad;
     kir::AttentionGradStep &out = step.attentionGrad;
@@ -697,7 +697,7 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     if (llvm::Error err = decodeViews(what, a->views(), [&](auto &&fn) {
           kir::forEachAttentionGradView(out, fn);
         }))
-      return std::move(err);
+      return err;
   } else if (const fb::EmbeddingGradStep *e = def.op_as_EmbeddingGradStep()) {
     step.kind = kir::StepKind::EmbeddingGrad;
     kir::EmbeddingGradStep &out = step.embeddingGrad;
@@ -708,7 +708,7 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     if (llvm::Error err = decodeViews(what, e->views(), [&](auto &&fn) {
           kir::forEachEmbeddingGradView(out, fn);
         }))
-      return std::move(err);
+      return err;
   } else if (const fb::CollectiveStartStep *c =
                  def.op_as_CollectiveStartStep()) {
     step.kind = kir::StepKind::CollectiveStart;
@@ -731,7 +731,7 @@ llvm::Expected<kir::Step> Decoder::decodeStep(size_t index,
     if (llvm::Error err = decodeViews(what, c->views(), [&](auto &&fn) {
           kir::forEachCollectiveView(out, fn);
         }))
-      return std::move(err);
+      return err;
   } else if (const fb::CollectiveWaitStep *w = def.op_as_CollectiveWaitStep()) {
     // Its fields are its start's, copied once every step is read.
     step.kind = kir::StepKind::CollectiveWait;

@@ -147,7 +147,7 @@ public:
         return results;
       }
       if (llvm::Error err = step(&op))
-        return std::move(err);
+        return err;
     }
     return error("function has no return");
   }
