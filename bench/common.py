@@ -59,3 +59,27 @@ def training_run(work, name, warm):
     if m:
         r["model"], r["params"] = m.group(1), int(m.group(2))
     return r
+
+
+def print_model_line(run, model, glob, seq, micro, warm):
+    """The model line of a training bench: the model run (a) trained (its
+    name and parameter count from the log, else `model`), the batch and the
+    steps measured."""
+    name = run.get("model", model)
+    params = f"{run['params']:,} parameters" if "params" in run else "parameters unknown"
+    print(f"model: {name} ({params}), fp32 AdamW, global batch {glob} x {seq} tokens in "
+          f"micro-batches of {micro}; {warm} warm-up step{'s' if warm != 1 else ''}, "
+          f"{len(run.get('deltas', [])) or '?'} measured")
+
+
+def step_cells(run, base, range_width):
+    """A run's step-time columns: the median step ms, min-max ms (each
+    `range_width` wide), tokens/s and the speed against `base`; None when
+    the run left no metrics."""
+    if "step" not in run:
+        return None
+    speed = base["step"] / run["step"] if "step" in base else float("nan")
+    w = range_width
+    return (f"{run['step'] * 1e3:>9.1f} {run['min'] * 1e3:>{w}.1f}-{run['max'] * 1e3:<{w}.1f} "
+            f"{run['tokens'] / run['step']:>9.0f} {speed:>6.2f}x")
+

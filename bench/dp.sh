@@ -238,11 +238,7 @@ if all("step" in r for r in pair):
 else:
     runs["p"] = {}
 a = runs["a"]
-name = a.get("model", model)
-params = f"{a['params']:,} parameters" if "params" in a else "parameters unknown"
-print(f"model: {name} ({params}), fp32 AdamW, global batch {glob} x {seq} tokens in "
-      f"micro-batches of {micro}; {warm} warm-up step{'s' if warm != 1 else ''}, "
-      f"{len(a.get('deltas', [])) or '?'} measured")
+common.print_model_line(a, model, glob, seq, micro, warm)
 
 labels = {
     "a": ("(a) 1 process", f"1 x {cores}"),
@@ -257,14 +253,12 @@ print("step time (median of the measured steps; min-max):")
 print(f"  {'config':<24} {'procs x threads':>15} {'step ms':>9} {'min-max ms':>13} {'tokens/s':>9} {'vs (a)':>7} {'final ckpt s':>12}")
 for k in "apbcd" + ("e" if zero3 else ""):
     r, (label, layout) = runs[k], labels[k]
-    if "step" not in r:
+    cells = common.step_cells(r, a, 6)
+    if cells is None:
         print(f"  {label:<24} {layout:>15} {'no metrics':>9}")
         continue
-    speed = a["step"] / r["step"] if "step" in a else float("nan")
     ckpt = f"{r['checkpoint']:.1f}" if "checkpoint" in r else "?"
-    print(f"  {label:<24} {layout:>15} {r['step'] * 1e3:>9.1f} "
-          f"{r['min'] * 1e3:>6.1f}-{r['max'] * 1e3:<6.1f} {r['tokens'] / r['step']:>9.0f} "
-          f"{speed:>6.2f}x {ckpt:>12}")
+    print(f"  {label:<24} {layout:>15} {cells} {ckpt:>12}")
 if not zero3:
     print(f"  {labels['e'][0]:<24} {labels['e'][1]:>15} {'not implemented':>23}")
 print(f"  ({dp} runs, no comm): {dp} independent llmc runs at once, 1/{dp} of the global batch each,")

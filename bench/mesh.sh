@@ -150,11 +150,7 @@ print(f"load average (1, 5, 15 min): {load('load-before.txt')} before, "
 # --- runs ---
 runs = {k: common.training_run(work, k, warm) for k in "abcde"}
 a = runs["a"]
-name = a.get("model", model)
-params = f"{a['params']:,} parameters" if "params" in a else "parameters unknown"
-print(f"model: {name} ({params}), fp32 AdamW, global batch {glob} x {seq} tokens "
-      f"in micro-batches of {micro}; {warm} warm-up step{'s' if warm != 1 else ''}, "
-      f"{len(a.get('deltas', [])) or '?'} measured")
+common.print_model_line(a, model, glob, seq, micro, warm)
 
 labels = {
     "a": ("(a) 1 process", f"1 x {cores}"),
@@ -168,14 +164,11 @@ print("step time (median of the measured steps; min-max):")
 print(f"  {'config':<18} {'procs x threads':>15} {'step ms':>9} {'min-max ms':>15} "
       f"{'tokens/s':>9} {'vs (a)':>7}")
 for k in "abcde":
-    r, (label, layout) = runs[k], labels[k]
-    if "step" not in r:
+    (label, layout), cells = labels[k], common.step_cells(runs[k], a, 7)
+    if cells is None:
         print(f"  {label:<18} {layout:>15} {'no metrics':>9}")
         continue
-    speed = a["step"] / r["step"] if "step" in a else float("nan")
-    print(f"  {label:<18} {layout:>15} {r['step'] * 1e3:>9.1f} "
-          f"{r['min'] * 1e3:>7.1f}-{r['max'] * 1e3:<7.1f} {r['tokens'] / r['step']:>9.0f} "
-          f"{speed:>6.2f}x")
+    print(f"  {label:<18} {layout:>15} {cells}")
 m = re.search(r"pipeline of ([0-9]+) stages, 1F1B over ([0-9]+) micro-batches per step: "
               r"bubble \(p-1\)/\(m\+p-1\) = ([0-9.]+)", runs["d"]["log"])
 if m:
