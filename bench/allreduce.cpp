@@ -2,6 +2,7 @@
 // nccl-tests reports it, from 4 KiB to 256 MiB, beside the memcpy bandwidth
 // of one core measured in the same run. Run under mpirun:
 //   scripts/mpirun.sh -np 2 build/bin/bench-allreduce [--short]
+#include "bench/Options.h"
 #include "runtime/Comm/Communicator.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -21,16 +22,21 @@ namespace cl = llvm::cl;
 using namespace llmc;
 using namespace llmc::runtime::comm;
 
-static cl::opt<bool> shortRun("short",
+static cl::opt<bool> shortRun("short", cl::cat(llmc::bench::benchOptions()),
                               cl::desc("a few sizes, a few iterations: a "
                                        "smoke test of seconds"));
-static cl::opt<int64_t> minBytes("min-bytes", cl::desc("smallest message"),
+static cl::opt<int64_t> minBytes("min-bytes",
+                                 cl::cat(llmc::bench::benchOptions()),
+                                 cl::desc("smallest message"),
                                  cl::init(4 << 10));
-static cl::opt<int64_t> maxBytes("max-bytes", cl::desc("largest message"),
+static cl::opt<int64_t> maxBytes("max-bytes",
+                                 cl::cat(llmc::bench::benchOptions()),
+                                 cl::desc("largest message"),
                                  cl::init(256 << 20));
-static cl::opt<double> secondsPerSize(
-    "seconds", cl::desc("time spent on each size (iterations adapt)"),
-    cl::init(0.5));
+static cl::opt<double>
+    secondsPerSize("seconds", cl::cat(llmc::bench::benchOptions()),
+                   cl::desc("time spent on each size (iterations adapt)"),
+                   cl::init(0.5));
 
 namespace {
 
@@ -68,18 +74,18 @@ double memcpyBandwidth() {
 /// The largest of every rank's value.
 double maxOverRanks(Communicator &world, double value) {
   float mine = static_cast<float>(value), result = 0;
-  llvm::cantFail(world.wait(world.allReduce(&mine, &result, 1,
-                                            kir::DType::F32, ReduceOp::Max)));
+  llvm::cantFail(world.wait(
+      world.allReduce(&mine, &result, 1, kir::DType::F32, ReduceOp::Max)));
   return result;
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
-  cl::ParseCommandLineOptions(argc, argv,
-                              "bench-allreduce: MPI all-reduce bandwidth "
-                              "(algorithm and bus bandwidth, as "
-                              "nccl-tests)\n");
+  llmc::bench::parseOptions(argc, argv,
+                            "bench-allreduce: MPI all-reduce bandwidth "
+                            "(algorithm and bus bandwidth, as "
+                            "nccl-tests)\n");
   llvm::Expected<std::unique_ptr<Communicator>> made = createWorld();
   if (!made) {
     llvm::errs() << "bench-allreduce: " << llvm::toString(made.takeError())
@@ -105,9 +111,8 @@ int main(int argc, char **argv) {
     if (size < 2)
       out << "(one rank: run under scripts/mpirun.sh -np 2 for a real "
              "all-reduce)\n";
-    out << llvm::format("%12s %12s %7s %12s %12s %12s\n", "bytes",
-                        "elements", "iters", "time(us)", "algbw(GB/s)",
-                        "busbw(GB/s)");
+    out << llvm::format("%12s %12s %7s %12s %12s %12s\n", "bytes", "elements",
+                        "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
     out.flush();
   }
   // Bus bandwidth: what each rank's link carries in a ring all-reduce,
@@ -124,9 +129,9 @@ int main(int argc, char **argv) {
   for (int64_t bytes : sizes) {
     int64_t count = bytes / sizeof(float);
     auto once = [&] {
-      llvm::cantFail(world.wait(world.allReduce(
-          buffer.data(), buffer.data(), count, kir::DType::F32,
-          ReduceOp::Sum)));
+      llvm::cantFail(
+          world.wait(world.allReduce(buffer.data(), buffer.data(), count,
+                                     kir::DType::F32, ReduceOp::Sum)));
     };
     // Warm-up (2 runs) times one run to choose the iterations; every rank
     // takes the largest estimate so that all run the same number.

@@ -10,6 +10,7 @@
 //
 //   bench-attention-cuda [--reps N]
 #include "bench/CudaBench.h"
+#include "bench/Options.h"
 
 #include "codegen/KernelToCuda/FlashAttention.h"
 #include "runtime/Weights.h"
@@ -26,8 +27,9 @@ using bench::orDie;
 
 namespace {
 
-llvm::cl::opt<int> reps("reps", llvm::cl::desc("Timed runs per case (best "
-                                               "counts; default 10)"),
+llvm::cl::opt<int> reps("reps", llvm::cl::cat(llmc::bench::benchOptions()),
+                        llvm::cl::desc("Timed runs per case (best "
+                                       "counts; default 10)"),
                         llvm::cl::init(10));
 
 /// One implementation's outputs on the device.
@@ -105,7 +107,8 @@ void benchShape(bench::CudaBenchGpu &gpu, CUmodule module, const Shape &shape,
     backward.causal = 1;
     backward.scale = forward.scale;
     CUfunction fwd = gpu.function(module, cuda::flashForwardName(variant));
-    CUfunction dkdv = gpu.function(module, cuda::flashBackwardDkDvName(variant));
+    CUfunction dkdv =
+        gpu.function(module, cuda::flashBackwardDkDvName(variant));
     CUfunction dq = gpu.function(module, cuda::flashBackwardDqName(variant));
     cuda::CudaLaunch fwdLaunch = cuda::flashForwardLaunch(variant, B, H, T);
     cuda::CudaLaunch dkdvLaunch =
@@ -130,8 +133,9 @@ void benchShape(bench::CudaBenchGpu &gpu, CUmodule module, const Shape &shape,
     double largest = 0, error = 0;
     for (int64_t i = 0; i < n; ++i) {
       auto widen = [&](uint16_t bits) {
-        return double(dtype == kir::DType::F16 ? runtime::halfToFloat(bits)
-                                               : runtime::bfloat16ToFloat(bits));
+        return double(dtype == kir::DType::F16
+                          ? runtime::halfToFloat(bits)
+                          : runtime::bfloat16ToFloat(bits));
       };
       largest = std::max(largest, std::fabs(widen(b[i])));
       error = std::max(error, std::fabs(widen(a[i]) - widen(b[i])));
@@ -159,7 +163,7 @@ void benchShape(bench::CudaBenchGpu &gpu, CUmodule module, const Shape &shape,
 } // namespace
 
 int main(int argc, char **argv) {
-  llvm::cl::ParseCommandLineOptions(
+  llmc::bench::parseOptions(
       argc, argv,
       "bench-attention-cuda: tensor-core flash attention vs CUDA cores\n");
   bench::cudaBenchName() = "bench-attention-cuda";
@@ -185,10 +189,10 @@ int main(int argc, char **argv) {
       "  %-10s %4s %3s %3s %5s %4s %9s %9s %7s %7s %9s %9s %7s %7s %9s\n",
       "model", "type", "B", "H", "T", "D", "fwd cuda", "fwd tc", "TF cuda",
       "TF tc", "bwd cuda", "bwd tc", "TF cuda", "TF tc", "max err");
-  for (const Shape &shape : {Shape{"gpt2 124M", 16, 12, 1024, 64},
-                             Shape{"gpt-350M", 8, 16, 1024, 64},
-                             Shape{"d128", 8, 8, 1024, 128},
-                             Shape{"d128 T2k", 4, 8, 2048, 128}})
+  for (const Shape &shape :
+       {Shape{"gpt2 124M", 16, 12, 1024, 64},
+        Shape{"gpt-350M", 8, 16, 1024, 64}, Shape{"d128", 8, 8, 1024, 128},
+        Shape{"d128 T2k", 4, 8, 2048, 128}})
     for (kir::DType dtype : {kir::DType::BF16, kir::DType::F16})
       benchShape(*gpu, module, shape, dtype);
   return 0;

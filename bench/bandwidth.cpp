@@ -5,6 +5,7 @@
 // prints "cpu: NAME, N threads", the BLAS and its kernels (what the
 // benchmarked GEMMs ran) and "read bandwidth: X GB/s".
 #include "bench/Bandwidth.h"
+#include "bench/Options.h"
 #include "runtime/SgemmPeak.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -14,17 +15,19 @@
 using namespace llmc;
 
 static llvm::cl::opt<int> numThreads("bench-threads",
+                                     llvm::cl::cat(llmc::bench::benchOptions()),
                                      llvm::cl::desc("Threads (default: all)"),
                                      llvm::cl::init(0));
-static llvm::cl::opt<int> mib("mib",
+static llvm::cl::opt<int> mib("mib", llvm::cl::cat(llmc::bench::benchOptions()),
                               llvm::cl::desc("MiB read (default 1024)"),
                               llvm::cl::init(1024));
 
 int main(int argc, char **argv) {
-  llvm::cl::ParseCommandLineOptions(
+  llmc::bench::parseOptions(
       argc, argv, "bench-bandwidth: memory read bandwidth (STREAM-like sum)\n");
   if (numThreads < 0 || mib < 1) {
-    llvm::errs() << "bench-bandwidth: --bench-threads must be >= 0 and --mib >= 1\n";
+    llvm::errs()
+        << "bench-bandwidth: --bench-threads must be >= 0 and --mib >= 1\n";
     return 1;
   }
   runtime::ThreadPool pool(numThreads);

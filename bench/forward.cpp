@@ -6,6 +6,7 @@
 //
 //   build/bin/bench-forward [--iterations N] [--num-threads N]
 #include "bench/CpuBench.h"
+#include "bench/Options.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "frontend/GptBuilder.h"
@@ -31,10 +32,11 @@ namespace cl = llvm::cl;
 using Clock = std::chrono::steady_clock;
 
 static cl::opt<int> iterations("iterations",
+                               cl::cat(llmc::bench::benchOptions()),
                                cl::desc("Timed forward passes per model"),
                                cl::init(10));
-static cl::opt<int> threads("num-threads", cl::desc("CPU threads (default all)"),
-                            cl::init(0));
+static cl::opt<int> threads("num-threads", cl::cat(llmc::bench::benchOptions()),
+                            cl::desc("CPU threads (default all)"), cl::init(0));
 
 static double seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -95,8 +97,8 @@ static Result run(const Compiled &compiled, int64_t tokens) {
       runtime::createCpuExecutor(compiled.program, compileFn, threads)
           .takeError());
   start = Clock::now();
-  auto executor = runtime::createCpuExecutor(compiled.program, compileFn,
-                                             threads, &warm);
+  auto executor =
+      runtime::createCpuExecutor(compiled.program, compileFn, threads, &warm);
   result.jitCachedSeconds = warm.hit ? warm.loadSeconds : -1;
   if (!executor) {
     llvm::errs() << llvm::toString(executor.takeError()) << "\n";
@@ -121,17 +123,17 @@ static Result run(const Compiled &compiled, int64_t tokens) {
 }
 
 int main(int argc, char **argv) {
-  cl::ParseCommandLineOptions(argc, argv, "llmc forward-pass benchmark\n");
-  int hw = threads > 0 ? int(threads) : int(std::thread::hardware_concurrency());
+  llmc::bench::parseOptions(argc, argv, "llmc forward-pass benchmark\n");
+  int hw =
+      threads > 0 ? int(threads) : int(std::thread::hardware_concurrency());
   double peak = bench::printBlasAndPeak(hw);
   llvm::outs() << "\n";
 
   std::vector<bench::BenchModel> cases = bench::benchModels();
 
-  llvm::outs() << llvm::format("%-22s %-8s %12s %10s %8s %9s %9s %9s\n",
-                               "model (B=4, T=64)", "variant", "tokens/s",
-                               "GFLOP/s", "of peak", "gemm ms", "attn ms",
-                               "kern ms");
+  llvm::outs() << llvm::format(
+      "%-22s %-8s %12s %10s %8s %9s %9s %9s\n", "model (B=4, T=64)", "variant",
+      "tokens/s", "GFLOP/s", "of peak", "gemm ms", "attn ms", "kern ms");
   for (const bench::BenchModel &c : cases) {
     for (bool fuse : {true, false}) {
       Compiled compiled = compile(c.config, c.batch, c.seq, fuse);

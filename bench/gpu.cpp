@@ -13,6 +13,7 @@
 //   build/bin/bench-gpu [--model gpt2] [--batch 16] [--seq 1024]
 //                       [--precision bf16|fp32] [--steps 20]
 #include "bench/CudaBench.h"
+#include "bench/Options.h"
 #include "bench/Roofline.h"
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "codegen/Plan/Estimate.h"
@@ -38,17 +39,20 @@ using namespace llmc;
 using namespace llmc::runtime;
 namespace cl = llvm::cl;
 
-static cl::opt<std::string> modelName("model", cl::desc("Model preset"),
+static cl::opt<std::string> modelName("model",
+                                      cl::cat(llmc::bench::benchOptions()),
+                                      cl::desc("Model preset"),
                                       cl::init("gpt2"));
-static cl::opt<int64_t> batchSize("batch", cl::desc("Sequences per step"),
-                                  cl::init(16));
-static cl::opt<int64_t> seqLen("seq", cl::desc("Tokens per sequence"),
-                               cl::init(1024));
+static cl::opt<int64_t> batchSize("batch", cl::cat(llmc::bench::benchOptions()),
+                                  cl::desc("Sequences per step"), cl::init(16));
+static cl::opt<int64_t> seqLen("seq", cl::cat(llmc::bench::benchOptions()),
+                               cl::desc("Tokens per sequence"), cl::init(1024));
 static cl::opt<std::string> precision("precision",
+                                      cl::cat(llmc::bench::benchOptions()),
                                       cl::desc("bf16 (AMP) or fp32"),
                                       cl::init("bf16"));
-static cl::opt<int> steps("steps", cl::desc("Timed training steps"),
-                          cl::init(20));
+static cl::opt<int> steps("steps", cl::cat(llmc::bench::benchOptions()),
+                          cl::desc("Timed training steps"), cl::init(20));
 
 namespace {
 
@@ -152,9 +156,10 @@ void printProfile(const char *title, const CudaExecutor &executor,
   for (size_t i = 0; i < entries.size() && i < 5; ++i) {
     const auto &[name, entry] = entries[i];
     auto it = predicted.byName.find(name.substr(0, name.find(" +")));
-    std::string model = it == predicted.byName.end()
-                            ? std::string("          -")
-                            : llvm::formatv("{0,11:F1}", it->second * 1e6).str();
+    std::string model =
+        it == predicted.byName.end()
+            ? std::string("          -")
+            : llvm::formatv("{0,11:F1}", it->second * 1e6).str();
     llvm::outs() << llvm::format("          %11.1f  %s  %8lld  %s\n",
                                  entry.seconds * 1e6, model.c_str(),
                                  (long long)entry.launches, name.c_str());
@@ -164,8 +169,8 @@ void printProfile(const char *title, const CudaExecutor &executor,
 } // namespace
 
 int main(int argc, char **argv) {
-  cl::ParseCommandLineOptions(argc, argv,
-                              "bench-gpu: a training step on the GPU\n");
+  llmc::bench::parseOptions(argc, argv,
+                            "bench-gpu: a training step on the GPU\n");
   bench::cudaBenchName() = "bench-gpu";
   std::optional<bench::CudaBenchGpu> gpu =
       bench::CudaBenchGpu::open("has no bf16 tensor cores");
@@ -207,25 +212,25 @@ int main(int argc, char **argv) {
   Predictions updatePredicted =
       predict(programs.updateStep, updateModules, true);
   auto fixed = [](cuda::CudaModules modules) -> cuda::CudaCompileFn {
-    return [modules](const kir::Program &) -> llvm::Expected<cuda::CudaModules> {
-      return modules;
-    };
+    return
+        [modules](const kir::Program &) -> llvm::Expected<cuda::CudaModules> {
+          return modules;
+        };
   };
   auto store = bench::orDie(CudaPersistentStore::create(), "device store");
   CudaExecutorOptions gradOptions;
   gradOptions.store = store;
-  auto grad = bench::orDie(CudaExecutor::create(programs.gradStep,
-                                                fixed(gradModules),
-                                                gradOptions),
-                           "grad executor");
+  auto grad = bench::orDie(
+      CudaExecutor::create(programs.gradStep, fixed(gradModules), gradOptions),
+      "grad executor");
   bench::orDie(loadWeights(*grad, "", 1337), "weights");
   CudaExecutorOptions updateOptions;
   updateOptions.store = store;
   updateOptions.shareStreamOf = grad.get();
-  auto update = bench::orDie(CudaExecutor::create(programs.updateStep,
-                                                  fixed(updateModules),
-                                                  updateOptions),
-                             "update executor");
+  auto update =
+      bench::orDie(CudaExecutor::create(programs.updateStep,
+                                        fixed(updateModules), updateOptions),
+                   "update executor");
 
   // Inputs: seeded tokens, d(loss) = 1, AdamW's scalars at step 1.
   std::mt19937 rng(7);
@@ -255,9 +260,10 @@ int main(int argc, char **argv) {
 
   // Timed steps: both programs enqueued, no host wait, losses read back
   // one step late; step 0 runs eagerly and captures the graphs.
-  auto readback = bench::orDie(
-      CudaStepReadback::create({{grad.get(), "loss"}, {update.get(), "grad_norm"}}),
-      "read-back");
+  auto readback =
+      bench::orDie(CudaStepReadback::create(
+                       {{grad.get(), "loss"}, {update.get(), "grad_norm"}}),
+                   "read-back");
   std::vector<double> stepMs;
   float firstLoss = 0, lastLoss = 0;
   auto readOne = [&] {
@@ -283,8 +289,8 @@ int main(int argc, char **argv) {
   llvm::outs() << llvm::format(
       "steps: %zu timed, device time per step median %.3f ms, min %.3f ms "
       "(loss %.4f -> %.4f); %.0f tokens/s\n",
-      stepMs.size(), median, stepMs.empty() ? 0.0 : stepMs.front(),
-      firstLoss, lastLoss, median > 0 ? tokens / (median * 1e-3) : 0.0);
+      stepMs.size(), median, stepMs.empty() ? 0.0 : stepMs.front(), firstLoss,
+      lastLoss, median > 0 ? tokens / (median * 1e-3) : 0.0);
   if (peak > 0)
     llvm::outs() << llvm::format(
         "MFU %.1f%% of %.0f TFLOP/s (bf16 dense peak of %s)\n",
@@ -295,9 +301,9 @@ int main(int argc, char **argv) {
                  << "' (bf16 peak table: H100 SXM / H200 989, A100 312 "
                     "TFLOP/s); "
                  << llvm::format("%.1f TFLOP/s achieved\n",
-                                 median > 0 ? flopsPerStep / (median * 1e-3) /
-                                                  1e12
-                                            : 0.0);
+                                 median > 0
+                                     ? flopsPerStep / (median * 1e-3) / 1e12
+                                     : 0.0);
 
   // One profiled (eager) run of each program.
   grad->setProfiling(true);

@@ -14,13 +14,14 @@
 //
 //   build/bin/bench-remat [--batch 1] [--seq-len 256] [--steps 5]
 //                         [--num-threads N] [--precision fp32,fp16,bf16]
+#include "passes/Remat.h"
 #include "bench/CpuBench.h"
+#include "bench/Options.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
-#include "passes/Remat.h"
 #include "runtime/Executor.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -40,18 +41,18 @@ using namespace llmc;
 namespace cl = llvm::cl;
 using Clock = std::chrono::steady_clock;
 
-static cl::opt<int64_t> batch("batch", cl::desc("Sequences per step"),
-                              cl::init(1));
-static cl::opt<int64_t> seqLen("seq-len", cl::desc("Tokens per sequence"),
-                               cl::init(256));
-static cl::opt<int> steps("steps",
+static cl::opt<int64_t> batch("batch", cl::cat(llmc::bench::benchOptions()),
+                              cl::desc("Sequences per step"), cl::init(1));
+static cl::opt<int64_t> seqLen("seq-len", cl::cat(llmc::bench::benchOptions()),
+                               cl::desc("Tokens per sequence"), cl::init(256));
+static cl::opt<int> steps("steps", cl::cat(llmc::bench::benchOptions()),
                           cl::desc("Timing rounds (the median counts)"),
                           cl::init(5));
-static cl::opt<int> threads("num-threads",
+static cl::opt<int> threads("num-threads", cl::cat(llmc::bench::benchOptions()),
                             cl::desc("CPU threads (default all)"), cl::init(0));
 static cl::list<std::string>
-    precisions("precision", cl::desc("Precisions to run (default all)"),
-               cl::CommaSeparated);
+    precisions("precision", cl::cat(llmc::bench::benchOptions()),
+               cl::desc("Precisions to run (default all)"), cl::CommaSeparated);
 
 static double seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -61,8 +62,7 @@ static double mib(int64_t bytes) { return bytes / 1048576.0; }
 
 static void check(llvm::Error error) {
   if (error) {
-    llvm::errs() << "bench-remat: " << llvm::toString(std::move(error))
-                 << "\n";
+    llvm::errs() << "bench-remat: " << llvm::toString(std::move(error)) << "\n";
     std::exit(1);
   }
 }
@@ -112,8 +112,8 @@ prepare(const mlir::llmc::ModelConfig &config, const TrainingOptions &options,
     return module.takeError();
   auto programs = compileTraining(**module, options);
   if (!programs)
-    return llvm::createStringError(llvm::toString(programs.takeError()) +
-                                   ": " + diagnostics);
+    return llvm::createStringError(llvm::toString(programs.takeError()) + ": " +
+                                   diagnostics);
   Variant variant;
   variant.label = stringifyRematPolicy(options.remat.policy).str();
   if (options.remat.policy == RematConfig::Policy::Budget)
@@ -181,8 +181,8 @@ static double median(std::vector<double> values) {
 }
 
 int main(int argc, char **argv) {
-  cl::ParseCommandLineOptions(argc, argv,
-                              "llmc activation checkpointing benchmark\n");
+  llmc::bench::parseOptions(argc, argv,
+                            "llmc activation checkpointing benchmark\n");
   int hw =
       threads > 0 ? int(threads) : int(std::thread::hardware_concurrency());
   bench::printBlasAndPeak(hw);

@@ -21,12 +21,13 @@
 //
 //   build/bin/bench-roofline [--batch 8] [--seq 1024] [--verbose]
 #include "bench/Roofline.h"
+#include "bench/Options.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "ir/kernel/Program.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
+#include "ir/kernel/Program.h"
 #include "passes/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -47,11 +48,11 @@ using namespace llmc;
 using namespace llmc::bench;
 namespace cl = llvm::cl;
 
-static cl::opt<int64_t> batchSize("batch", cl::desc("Sequences per step"),
-                                  cl::init(8));
-static cl::opt<int64_t> seqLen("seq", cl::desc("Tokens per sequence"),
-                               cl::init(1024));
-static cl::opt<bool> verbose("verbose",
+static cl::opt<int64_t> batchSize("batch", cl::cat(llmc::bench::benchOptions()),
+                                  cl::desc("Sequences per step"), cl::init(8));
+static cl::opt<int64_t> seqLen("seq", cl::cat(llmc::bench::benchOptions()),
+                               cl::desc("Tokens per sequence"), cl::init(1024));
+static cl::opt<bool> verbose("verbose", cl::cat(llmc::bench::benchOptions()),
                              cl::desc("One line per step instead of per kind"));
 
 namespace {
@@ -60,7 +61,8 @@ namespace {
 std::pair<double, double> report(llvm::StringRef title,
                                  const kir::Program &program) {
   std::vector<Cost> costs = programCosts(program);
-  llvm::outs() << "\n" << title << " (" << program.steps.size() << " steps, "
+  llvm::outs() << "\n"
+               << title << " (" << program.steps.size() << " steps, "
                << program.kernels.size() << " kernels)\n";
   llvm::outs() << llvm::format("  %-6s %10s %10s %7s %6s %10s  %s\n", "count",
                                "GFLOP", "MB", "FLOP/B", "bound", "time us",
@@ -69,8 +71,8 @@ std::pair<double, double> report(llvm::StringRef title,
   std::vector<std::string> order;
   std::map<std::string, std::pair<int, Cost>> groups;
   for (const Cost &cost : costs) {
-    std::string key = verbose ? std::to_string(order.size()) + " " + cost.what
-                              : cost.what;
+    std::string key =
+        verbose ? std::to_string(order.size()) + " " + cost.what : cost.what;
     auto [it, inserted] = groups.try_emplace(key, 0, cost);
     if (inserted)
       order.push_back(key);
@@ -86,9 +88,8 @@ std::pair<double, double> report(llvm::StringRef title,
   for (const std::string &key : order) {
     const auto &[count, cost] = groups[key];
     llvm::outs() << llvm::format(
-        "  %5dx %10.3f %10.2f %7.1f %6s %10.1f  %s\n", count,
-        cost.flops / 1e9, cost.bytes / 1e6,
-        cost.bytes ? cost.flops / cost.bytes : 0.0,
+        "  %5dx %10.3f %10.2f %7.1f %6s %10.1f  %s\n", count, cost.flops / 1e9,
+        cost.bytes / 1e6, cost.bytes ? cost.flops / cost.bytes : 0.0,
         cost.memoryBound() ? "memory" : "math", cost.seconds() * 1e6,
         (cost.what.size() > 100 ? cost.what.substr(0, 97) + "..." : cost.what)
             .c_str());
@@ -120,7 +121,8 @@ std::unique_ptr<mlir::MLIRContext> newContext() {
 } // namespace
 
 int main(int argc, char **argv) {
-  cl::ParseCommandLineOptions(argc, argv, "H100 roofline model of llmc programs\n");
+  llmc::bench::parseOptions(argc, argv,
+                            "H100 roofline model of llmc programs\n");
   llvm::outs() << "H100 SXM roofline -- a MODEL, NOT A MEASUREMENT: peaks "
                   "3.35 TB/s HBM3, 989 TFLOP/s bf16, 494 TFLOP/s TF32 (the f32 "
                   "GEMMs and attention), 67 TFLOP/s fp32 (kernels); B="
@@ -144,9 +146,8 @@ int main(int argc, char **argv) {
     std::string name = std::string(preset) + " (" + config->name + ")";
     auto [forward, forwardFlops] =
         report(name + ": forward", training->forward);
-    auto [grad, gradFlops] =
-        report(name + ": gradient step (forward + backward)",
-               training->gradStep);
+    auto [grad, gradFlops] = report(
+        name + ": gradient step (forward + backward)", training->gradStep);
     auto [update, updateFlops] =
         report(name + ": optimizer step (AdamW)", training->updateStep);
     double step = grad + update;

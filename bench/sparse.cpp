@@ -16,6 +16,7 @@
 // metadata) over the read bandwidth measured here. x, y and the sums are
 // f32 in every variant.
 #include "bench/Bandwidth.h"
+#include "bench/Options.h"
 #include "runtime/Cpu/SparseGemm.h"
 #include "runtime/SgemmPeak.h"
 #include "runtime/Sparsity.h"
@@ -40,9 +41,11 @@ using llmc::cpu::SparseIsa;
 namespace {
 
 llvm::cl::opt<bool> shortMode("short",
+                              llvm::cl::cat(llmc::bench::benchOptions()),
                               llvm::cl::desc("Seconds, not minutes: 2 layers "
                                              "per model, M = 128 only, 1 rep"));
 llvm::cl::opt<int> numThreads("bench-threads",
+                              llvm::cl::cat(llmc::bench::benchOptions()),
                               llvm::cl::desc("Threads (default: all)"),
                               llvm::cl::init(0));
 
@@ -102,8 +105,8 @@ Weight makeWeight(int64_t n, int64_t k, uint32_t seed) {
   runtime::maskTwoOfFour(w.dense, k, mask);
   for (size_t i = 0; i < mask.size(); ++i)
     w.dense[i] *= mask[i];
-  w.packed = cpu::packForCpu(
-      cantFail(runtime::compressTwoOfFour("w", w.dense, n, k)));
+  w.packed =
+      cpu::packForCpu(cantFail(runtime::compressTwoOfFour("w", w.dense, n, k)));
   w.packedBf16 = cpu::toBf16Values(w.packed);
   return w;
 }
@@ -200,20 +203,19 @@ void benchModel(const Model &model, runtime::ThreadPool &pool, SparseIsa isa,
                                "tokens/s", "limit", "of limit", "GB/s read");
   auto decodeRow = [&](const char *label, double sec, int64_t bytes) {
     double limit = bytes / bandwidth;
-    llvm::outs() << llvm::format(
-        "  %-9s %9.2f %10.1f %9.1f %7.0f%% %12.1f\n", label, sec * scale * 1e3,
-        1.0 / (sec * scale), 1.0 / (limit * scale), 100.0 * limit / sec,
-        bytes / sec / 1e9);
+    llvm::outs() << llvm::format("  %-9s %9.2f %10.1f %9.1f %7.0f%% %12.1f\n",
+                                 label, sec * scale * 1e3, 1.0 / (sec * scale),
+                                 1.0 / (limit * scale), 100.0 * limit / sec,
+                                 bytes / sec / 1e9);
   };
   decodeRow("dense", denseSec, denseBytes);
   decodeRow("2:4 f32", sparseSec, sparseBytes);
   decodeRow("2:4 bf16", bf16Sec, bf16Bytes);
-  llvm::outs() << llvm::format("  2:4 vs dense: %.2fx the tokens/s (%+.0f%%); "
-                               "with bf16 values %.2fx (%+.0f%%)\n",
-                               denseSec / sparseSec,
-                               100.0 * (denseSec / sparseSec - 1),
-                               denseSec / bf16Sec,
-                               100.0 * (denseSec / bf16Sec - 1));
+  llvm::outs() << llvm::format(
+      "  2:4 vs dense: %.2fx the tokens/s (%+.0f%%); "
+      "with bf16 values %.2fx (%+.0f%%)\n",
+      denseSec / sparseSec, 100.0 * (denseSec / sparseSec - 1),
+      denseSec / bf16Sec, 100.0 * (denseSec / bf16Sec - 1));
 
   // Prefill: M rows through one layer's products (compute-bound; the
   // other layers are the same shapes), times the layers.
@@ -221,8 +223,8 @@ void benchModel(const Model &model, runtime::ThreadPool &pool, SparseIsa isa,
                                       : std::vector<int64_t>{128, 256, 512};
   llvm::outs() << "prefill (M rows through the block matmuls, f32 GFLOP/s "
                   "of the dense product's 2*M*N*K):\n";
-  llvm::outs() << llvm::format("  %-5s %-12s %10s %10s %8s\n", "M", "",
-                               "dense", "2:4", "2:4/dense");
+  llvm::outs() << llvm::format("  %-5s %-12s %10s %10s %8s\n", "M", "", "dense",
+                               "2:4", "2:4/dense");
   for (int64_t m : ms) {
     double denseTotal = 0, sparseTotal = 0, flops = 0;
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -256,10 +258,10 @@ void crossover(runtime::ThreadPool &pool, SparseIsa isa) {
   const int64_t n = 3072, k = 768;
   Weight w = makeWeight(n, k, 5);
   std::vector<float> x(512 * k, 0.5f), y(512 * n);
-  std::vector<int64_t> ms = shortMode
-                                ? std::vector<int64_t>{1, 16}
-                                : std::vector<int64_t>{1, 2, 4, 8, 16, 24, 32,
-                                                       48, 64, 128, 256, 512};
+  std::vector<int64_t> ms =
+      shortMode
+          ? std::vector<int64_t>{1, 16}
+          : std::vector<int64_t>{1, 2, 4, 8, 16, 24, 32, 48, 64, 128, 256, 512};
   llvm::outs() << "\ncrossover (mlp.c_fc 3072 x 768; weights in cache after "
                   "the first rep):\n";
   llvm::outs() << llvm::format("  %-5s %10s %10s %9s\n", "M", "dense us",
@@ -283,7 +285,7 @@ void crossover(runtime::ThreadPool &pool, SparseIsa isa) {
 } // namespace
 
 int main(int argc, char **argv) {
-  llvm::cl::ParseCommandLineOptions(
+  llmc::bench::parseOptions(
       argc, argv,
       "bench-sparse: dense vs 2:4 (f32 and bf16 kept values) block "
       "matmuls, decode and prefill\n");

@@ -9,6 +9,7 @@
 //
 //   bench-sparse-cuda [--reps N]
 #include "bench/CudaBench.h"
+#include "bench/Options.h"
 
 #include "codegen/KernelToCuda/Nvrtc.h"
 #include "codegen/KernelToCuda/SparseGemm.h"
@@ -28,8 +29,9 @@ using namespace llmc;
 
 namespace {
 
-llvm::cl::opt<int> reps("reps", llvm::cl::desc("Timed runs per case (best "
-                                               "counts; default 20)"),
+llvm::cl::opt<int> reps("reps", llvm::cl::cat(llmc::bench::benchOptions()),
+                        llvm::cl::desc("Timed runs per case (best "
+                                       "counts; default 20)"),
                         llvm::cl::init(20));
 
 using bench::orDie;
@@ -51,10 +53,9 @@ struct DenseGemm {
 
   DenseGemm(Gpu &gpu, int64_t m, int64_t n, int64_t k) {
     const cuda::CublasLtApi &lt = *gpu.lt;
-    orDie(cuda::checkCublas(lt,
-                            lt.matmulDescCreate(&desc, CUBLAS_COMPUTE_32F,
-                                                CUDA_R_32F),
-                            "cublasLtMatmulDescCreate"),
+    orDie(cuda::checkCublas(
+              lt, lt.matmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+              "cublasLtMatmulDescCreate"),
           "dense GEMM");
     cublasOperation_t transA = CUBLAS_OP_T, transB = CUBLAS_OP_N;
     lt.matmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transA,
@@ -86,17 +87,15 @@ struct DenseGemm {
 
   void run(Gpu &gpu, CUdeviceptr w, CUdeviceptr x, CUdeviceptr y) const {
     float one = 1.0f, zero = 0.0f;
-    orDie(cuda::checkCublas(*gpu.lt,
-                            gpu.lt->matmul(gpu.handle, desc, &one,
-                                           reinterpret_cast<void *>(w), a,
-                                           reinterpret_cast<void *>(x), b,
-                                           &zero, reinterpret_cast<void *>(y),
-                                           c, reinterpret_cast<void *>(y), c,
-                                           &algo,
-                                           reinterpret_cast<void *>(
-                                               gpu.workspace),
-                                           Gpu::kWorkspace, gpu.stream),
-                            "cublasLtMatmul"),
+    orDie(cuda::checkCublas(
+              *gpu.lt,
+              gpu.lt->matmul(
+                  gpu.handle, desc, &one, reinterpret_cast<void *>(w), a,
+                  reinterpret_cast<void *>(x), b, &zero,
+                  reinterpret_cast<void *>(y), c, reinterpret_cast<void *>(y),
+                  c, &algo, reinterpret_cast<void *>(gpu.workspace),
+                  Gpu::kWorkspace, gpu.stream),
+              "cublasLtMatmul"),
           "dense GEMM");
   }
 };
@@ -120,7 +119,8 @@ void benchShape(Gpu &gpu, const char *name, int64_t m, int64_t n, int64_t k) {
       cantFail(runtime::compressTwoOfFour(name, w, n, k)));
 
   CUdeviceptr dW = gpu.upload(wDense.data(), wDense.size() * 2);
-  CUdeviceptr dValues = gpu.upload(packed.values.data(), packed.values.size() * 4);
+  CUdeviceptr dValues =
+      gpu.upload(packed.values.data(), packed.values.size() * 4);
   CUdeviceptr dMeta = gpu.upload(packed.meta.data(), packed.meta.size() * 4);
   CUdeviceptr dX = gpu.upload(x.data(), x.size() * 2);
   std::vector<float> zeros(m * n, 0.0f);
@@ -138,8 +138,7 @@ void benchShape(Gpu &gpu, const char *name, int64_t m, int64_t n, int64_t k) {
   double sparseMs = gpu.bestMs(reps, runSparse);
 
   std::vector<float> yDense(m * n), ySparse(m * n);
-  gpu.cu->memcpyDtoHAsync(yDense.data(), dDense, yDense.size() * 4,
-                          gpu.stream);
+  gpu.cu->memcpyDtoHAsync(yDense.data(), dDense, yDense.size() * 4, gpu.stream);
   gpu.cu->memcpyDtoHAsync(ySparse.data(), dSparse, ySparse.size() * 4,
                           gpu.stream);
   gpu.cu->streamSynchronize(gpu.stream);
@@ -150,10 +149,10 @@ void benchShape(Gpu &gpu, const char *name, int64_t m, int64_t n, int64_t k) {
   }
   double flops = 2.0 * m * n * k;
   llvm::outs() << llvm::format(
-      "  %-12s %5lld %6lld %6lld %9.1f %9.1f %8.2fx %8.1f %8.1f %9.1e\n",
-      name, (long long)m, (long long)n, (long long)k, denseMs * 1e3,
-      sparseMs * 1e3, denseMs / sparseMs, flops / (denseMs * 1e9),
-      flops / (sparseMs * 1e9), worst / std::max(largest, 1e-30));
+      "  %-12s %5lld %6lld %6lld %9.1f %9.1f %8.2fx %8.1f %8.1f %9.1e\n", name,
+      (long long)m, (long long)n, (long long)k, denseMs * 1e3, sparseMs * 1e3,
+      denseMs / sparseMs, flops / (denseMs * 1e9), flops / (sparseMs * 1e9),
+      worst / std::max(largest, 1e-30));
   for (CUdeviceptr p : {dW, dValues, dMeta, dX, dDense, dSparse})
     gpu.cu->memFree(p);
 }
@@ -161,7 +160,7 @@ void benchShape(Gpu &gpu, const char *name, int64_t m, int64_t n, int64_t k) {
 } // namespace
 
 int main(int argc, char **argv) {
-  llvm::cl::ParseCommandLineOptions(
+  llmc::bench::parseOptions(
       argc, argv,
       "bench-sparse-cuda: 2:4 mma.sp GEMM vs cuBLASLt dense bf16\n");
   bench::cudaBenchName() = "bench-sparse-cuda";
@@ -172,13 +171,13 @@ int main(int argc, char **argv) {
   Gpu gpu;
   static_cast<bench::CudaBenchGpu &>(gpu) = *opened;
   gpu.lt = orDie(cuda::loadCublasLt(), "cuBLASLt");
-  orDie(cuda::checkCublas(*gpu.lt, gpu.lt->create(&gpu.handle),
-                          "cublasLtCreate"),
-        "cuBLASLt");
+  orDie(
+      cuda::checkCublas(*gpu.lt, gpu.lt->create(&gpu.handle), "cublasLtCreate"),
+      "cuBLASLt");
   gpu.cu->memAlloc(&gpu.workspace, Gpu::kWorkspace);
-  gpu.sparse = gpu.function(
-      gpu.load(cuda::emitSparseGemmModule(), "sparse_gemm.cu"),
-      cuda::sparseGemmName(false));
+  gpu.sparse =
+      gpu.function(gpu.load(cuda::emitSparseGemmModule(), "sparse_gemm.cu"),
+                   cuda::sparseGemmName(false));
 
   llvm::outs() << "bench-sparse-cuda: " << gpu.describe() << ", cuBLASLt "
                << gpu.lt->getVersion() << ", best of " << reps << " runs\n";

@@ -16,9 +16,11 @@
 // under the table says which 16-bit GEMM path ran (cpu::bf16GemmPath).
 //
 //   build/bin/bench-train [--iterations N] [--num-threads N] [--short]
+//                         [--batch B] [--seq T]
 //                         [--precision fp32|bf16|fp16] [--peers=false]
 //                         [--torch-python P] [--jax-python P]
 #include "bench/CpuBench.h"
+#include "bench/Options.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
@@ -32,9 +34,9 @@
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Program.h"
-#include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
@@ -48,29 +50,39 @@ namespace cl = llvm::cl;
 using Clock = std::chrono::steady_clock;
 
 static cl::opt<int> iterations("iterations",
+                               cl::cat(llmc::bench::benchOptions()),
                                cl::desc("Timed steps per model (best of)"),
                                cl::init(5));
-static cl::opt<int> threads("num-threads", cl::desc("CPU threads (default all)"),
-                            cl::init(0));
-static cl::opt<bool> shortRun(
-    "short", cl::desc("The small model only, one timed step (for the tests)"),
-    cl::init(false));
-static cl::opt<bool> peers("peers",
+static cl::opt<int> threads("num-threads", cl::cat(llmc::bench::benchOptions()),
+                            cl::desc("CPU threads (default all)"), cl::init(0));
+static cl::opt<int> batchSize("batch", cl::cat(llmc::bench::benchOptions()),
+                              cl::desc("Sequences per step (default 4)"),
+                              cl::init(4));
+static cl::opt<int> seqLen("seq", cl::cat(llmc::bench::benchOptions()),
+                           cl::desc("Tokens per sequence (default 64; at "
+                                    "most the model's context, 1024 for "
+                                    "GPT-2, 256 for the small model)"),
+                           cl::init(64));
+static cl::opt<bool>
+    shortRun("short", cl::cat(llmc::bench::benchOptions()),
+             cl::desc("The small model only, one timed step (for the tests)"),
+             cl::init(false));
+static cl::opt<bool> peers("peers", cl::cat(llmc::bench::benchOptions()),
                            cl::desc("Also time PyTorch and JAX on the same "
                                     "step (--peers=false: llmc only)"),
                            cl::init(true));
 static cl::opt<std::string> precision(
-    "precision",
+    "precision", cl::cat(llmc::bench::benchOptions()),
     cl::desc("Mixed precision of the measured step: fp32 (default), bf16 or "
              "fp16 (llmc-amp, as `precision:` in `llmc run`)"),
     cl::init("fp32"));
 static cl::opt<std::string>
-    torchPython("torch-python",
+    torchPython("torch-python", cl::cat(llmc::bench::benchOptions()),
                 cl::desc("Python with PyTorch (default /usr/bin/python3, "
                          "Debian's python3-torch)"),
                 cl::init("/usr/bin/python3"));
 static cl::opt<std::string> jaxPython(
-    "jax-python",
+    "jax-python", cl::cat(llmc::bench::benchOptions()),
     cl::desc("Python with JAX (default $HOME/.cache/llmc/jax/bin/python, "
              "the virtual environment scripts/setup-peers.sh makes)"),
     cl::init(""));
@@ -90,8 +102,7 @@ template <typename T> static T check(llvm::Expected<T> value) {
 
 static void check(llvm::Error error) {
   if (error) {
-    llvm::errs() << "bench-train: " << llvm::toString(std::move(error))
-                 << "\n";
+    llvm::errs() << "bench-train: " << llvm::toString(std::move(error)) << "\n";
     std::exit(1);
   }
 }
@@ -101,8 +112,8 @@ executorFor(const kir::Program &program,
             std::shared_ptr<runtime::PersistentStore> store) {
   std::vector<kir::Kernel> kernels = program.kernels;
   return check(runtime::createCpuExecutor(
-      program, [&]() { return cpu::compileKernelsToObject(kernels); },
-      threads, nullptr, {}, std::move(store)));
+      program, [&]() { return cpu::compileKernelsToObject(kernels); }, threads,
+      nullptr, {}, std::move(store)));
 }
 
 /// The best time of `iterations` runs of `step`, after one warm-up run.
@@ -130,23 +141,26 @@ static std::string runPeer(llvm::StringRef framework, llvm::StringRef python,
     return "skipped: cannot create a temporary file";
   std::string script = LLMC_BENCH_DIR "/peers_train.py";
   std::vector<std::string> args = {
-      python.str(), script, "--framework", framework.str(),
-      "--model", model.str(), "--batch", std::to_string(c.batch),
-      "--seq", std::to_string(c.seq), "--threads", std::to_string(numThreads),
+      python.str(),   script,
+      "--framework",  framework.str(),
+      "--model",      model.str(),
+      "--batch",      std::to_string(c.batch),
+      "--seq",        std::to_string(c.seq),
+      "--threads",    std::to_string(numThreads),
       "--iterations", std::to_string(int(iterations))};
   std::vector<llvm::StringRef> argv(args.begin(), args.end());
   std::optional<llvm::StringRef> redirects[] = {std::nullopt, output.str(),
                                                 output.str()};
   std::string error;
-  int status = llvm::sys::ExecuteAndWait(python, argv, std::nullopt,
-                                         redirects, 0, 0, &error);
+  int status = llvm::sys::ExecuteAndWait(python, argv, std::nullopt, redirects,
+                                         0, 0, &error);
   auto text = llvm::MemoryBuffer::getFile(output);
   llvm::StringRef all = text ? (*text)->getBuffer().trim() : "";
   std::string printed = all.substr(all.rfind('\n') + 1).str(); // last line
   llvm::sys::fs::remove(output);
   if (status != 0)
-    return "failed (exit " + std::to_string(status) + "): " +
-           (printed.empty() ? error : printed);
+    return "failed (exit " + std::to_string(status) +
+           "): " + (printed.empty() ? error : printed);
   return printed;
 }
 
@@ -155,7 +169,7 @@ static runtime::HostTensor scalar(float value) {
 }
 
 int main(int argc, char **argv) {
-  cl::ParseCommandLineOptions(argc, argv, "llmc training-step benchmark\n");
+  llmc::bench::parseOptions(argc, argv, "llmc training-step benchmark\n");
   PrecisionConfig::Kind precisionKind;
   if (precision == "fp32")
     precisionKind = PrecisionConfig::Kind::FP32;
@@ -169,13 +183,40 @@ int main(int argc, char **argv) {
                  << precision << "'\n";
     return 1;
   }
-  int hw = threads > 0 ? int(threads) : int(std::thread::hardware_concurrency());
-  double peak = bench::printBlasAndPeak(hw);
+  int hw =
+      threads > 0 ? int(threads) : int(std::thread::hardware_concurrency());
   std::vector<bench::BenchModel> cases = bench::benchModels();
+  if (batchSize < 1 || seqLen < 1 || seqLen > cases.front().config.seqLen) {
+    llvm::errs() << "bench-train: --batch " << batchSize << " --seq " << seqLen
+                 << ": expected B >= 1 and 1 <= T <= "
+                 << cases.front().config.seqLen << " (GPT-2's context)\n";
+    return 1;
+  }
+  std::vector<std::string> skipped; // models whose context is under T
+  for (auto it = cases.begin(); it != cases.end();) {
+    it->batch = batchSize;
+    it->seq = seqLen;
+    if (seqLen <= it->config.seqLen) {
+      ++it;
+      continue;
+    }
+    skipped.push_back(std::string(it->name) + " (context " +
+                      std::to_string(it->config.seqLen) + ")");
+    it = cases.erase(it);
+  }
   if (shortRun) {
+    if (cases.size() < 2) {
+      llvm::errs() << "bench-train: --short measures the small model, whose "
+                      "context is under --seq "
+                   << seqLen << "\n";
+      return 1;
+    }
     cases.erase(cases.begin()); // the small model only
     iterations = 1;
   }
+  double peak = bench::printBlasAndPeak(hw);
+  for (const std::string &name : skipped)
+    llvm::outs() << "skipped: " << name << ", under --seq " << seqLen << "\n";
   llvm::outs() << "step = gradient step (forward + backward) + update step "
                   "(AdamW, clip 1.0); precision "
                << precision << "; best of " << iterations << "\n\n";
@@ -186,9 +227,12 @@ int main(int argc, char **argv) {
 
   llvm::outs() << llvm::format("%-20s %9s %9s %8s | %9s %9s %9s %9s | %8s %8s "
                                "%8s\n",
-                               "model (B=4, T=64)", "tokens/s", "GFLOP/s",
-                               "of peak", "step ms", "fwd ms", "bwd ms",
-                               "optim ms", "gemm ms", "attn ms", "kern ms");
+                               ("model (B=" + std::to_string(batchSize) +
+                                ", T=" + std::to_string(seqLen) + ")")
+                                   .c_str(),
+                               "tokens/s", "GFLOP/s", "of peak", "step ms",
+                               "fwd ms", "bwd ms", "optim ms", "gemm ms",
+                               "attn ms", "kern ms");
   for (const bench::BenchModel &c : cases) {
     mlir::MLIRContext context;
     context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
@@ -241,8 +285,7 @@ int main(int argc, char **argv) {
         c.name, c.batch * c.seq / stepSeconds, gflops, 100 * gflops / peak,
         1e3 * stepSeconds, 1e3 * forwardSeconds,
         1e3 * (gradSeconds - forwardSeconds), 1e3 * updateSeconds,
-        1e3 * profile.gemmSeconds / runs,
-        1e3 * profile.attentionSeconds / runs,
+        1e3 * profile.gemmSeconds / runs, 1e3 * profile.attentionSeconds / runs,
         1e3 * profile.kernelSeconds / runs);
     llvm::outs() << llvm::format(
         "%-20s compile %.2f s; gradient step: %zu kernels, %zu steps, %.1f "
@@ -267,9 +310,8 @@ int main(int argc, char **argv) {
                       peerTokens > 0;
       llvm::outs() << llvm::format("%-20s ", "") << line;
       if (measured)
-        llvm::outs() << llvm::format(" (llmc %.2fx)",
-                                     c.batch * c.seq / stepSeconds /
-                                         peerTokens);
+        llvm::outs() << llvm::format(
+            " (llmc %.2fx)", c.batch * c.seq / stepSeconds / peerTokens);
       llvm::outs() << "\n";
     }
   }
