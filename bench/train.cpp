@@ -16,7 +16,8 @@
 // under the table says which 16-bit GEMM path ran (cpu::bf16GemmPath).
 //
 //   build/bin/bench-train [--iterations N] [--num-threads N] [--short]
-//                         [--batch B] [--seq T]
+//                         [--batch B] [--seq T] [--gemm-shapes]
+//                         [--top-steps N]
 //                         [--precision fp32|bf16|fp16] [--peers=false]
 //                         [--torch-python P] [--jax-python P]
 #include "bench/CpuBench.h"
@@ -27,6 +28,7 @@
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
 #include "runtime/Cpu/Bf16Gemm.h"
+#include "runtime/Cpu/Sgemm.h"
 #include "runtime/Executor.h"
 #include "runtime/Generate.h"
 
@@ -35,12 +37,15 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
@@ -63,6 +68,19 @@ static cl::opt<int> seqLen("seq", cl::cat(llmc::bench::benchOptions()),
                                     "most the model's context, 1024 for "
                                     "GPT-2, 256 for the small model)"),
                            cl::init(64));
+static cl::opt<bool> gemmShapes(
+    "gemm-shapes", cl::cat(llmc::bench::benchOptions()),
+    cl::desc("Also time the gradient step's GEMMs by shape under each f32 "
+             "GEMM library (OpenBLAS, and oneDNN when it loads; "
+             "runtime/Cpu/Sgemm.h): which wins where, and which one "
+             "LLMC_CPU_SGEMM=auto picks"),
+    cl::init(false));
+static cl::opt<int> topSteps(
+    "top-steps", cl::cat(llmc::bench::benchOptions()),
+    cl::desc("Also list the N slowest steps of the gradient step that are "
+             "not GEMMs (fused kernels, attention, embedding gradient): "
+             "kind, kernel, the ops it runs, ms (default 0: none)"),
+    cl::init(0));
 static cl::opt<bool>
     shortRun("short", cl::cat(llmc::bench::benchOptions()),
              cl::desc("The small model only, one timed step (for the tests)"),
@@ -162,6 +180,144 @@ static std::string runPeer(llvm::StringRef framework, llvm::StringRef python,
     return "failed (exit " + std::to_string(status) +
            "): " + (printed.empty() ? error : printed);
   return printed;
+}
+
+/// The gradient step's GEMMs grouped by shape ("NT 256x2304x768": op(A),
+/// op(B), m x n x k, batches and 16-bit operands noted), each group's mean
+/// time per step under each f32 GEMM library, side by side, longest first.
+static void
+printGemmShapes(const kir::Program &gradStep,
+                const std::function<std::unique_ptr<runtime::CpuExecutor>()>
+                    &makeExecutor) {
+  const cpu::SgemmSetup &process = check(cpu::sgemmSetup());
+  std::vector<cpu::SgemmSetup> libraries;
+  for (auto mode :
+       {cpu::SgemmSetup::Mode::OpenBlas, cpu::SgemmSetup::Mode::OneDnn}) {
+    if (mode == cpu::SgemmSetup::Mode::OneDnn && !process.oneDnnLoaded)
+      continue;
+    libraries.push_back(process);
+    libraries.back().mode = mode;
+  }
+  cpu::SgemmSetup automatic = process;
+  automatic.mode = cpu::SgemmSetup::Mode::Auto;
+  struct Group {
+    int64_t calls = 0;
+    double flops = 0;
+    std::vector<double> seconds;
+    std::string picked;
+  };
+  std::map<std::string, Group> groups;
+  // The libraries take turns, run by run, so that a change in the
+  // machine's load falls on all of them alike.
+  std::vector<std::unique_ptr<runtime::CpuExecutor>> executors;
+  for (const cpu::SgemmSetup &library : libraries) {
+    executors.push_back(makeExecutor());
+    executors.back()->setSgemmLibraries(library);
+    check(executors.back()->run()); // warm-up
+    executors.back()->setProfiling(true);
+  }
+  for (int i = 0; i < iterations; ++i)
+    for (auto &executor : executors)
+      check(executor->run());
+  for (auto [index, executor] : llvm::enumerate(executors)) {
+    const runtime::StepProfile &profile = executor->profile();
+    for (auto [stepIndex, step] : llvm::enumerate(gradStep.steps)) {
+      if (step.kind != kir::StepKind::Gemm)
+        continue;
+      const kir::GemmStep &g = step.gemm;
+      kir::DType a = gradStep.buffers[g.a.buffer].dtype;
+      std::string key =
+          llvm::formatv("{0}{1} {2}{3}x{4}x{5}{6}", g.transA ? "T" : "N",
+                        g.transB ? "T" : "N",
+                        g.batch > 1 ? std::to_string(g.batch) + " x "
+                                    : std::string(),
+                        g.m, g.n, g.k, a == kir::DType::F32 ? "" : " (16-bit)")
+              .str();
+      Group &group = groups[key];
+      group.seconds.resize(libraries.size());
+      group.seconds[index] += profile.stepSeconds[stepIndex] / profile.runs;
+      if (index == 0) {
+        ++group.calls;
+        group.flops += 2.0 * g.batch * g.m * g.n * g.k;
+        group.picked = cpu::sgemmLibraryName(
+            cpu::chooseSgemm(automatic, g.transA, g.transB, g.m, g.n, g.k));
+      }
+    }
+  }
+  std::vector<std::pair<std::string, Group>> rows(groups.begin(), groups.end());
+  llvm::sort(rows, [](const auto &x, const auto &y) {
+    return x.second.seconds[0] > y.second.seconds[0];
+  });
+  llvm::outs() << llvm::format("%-20s  GEMMs by shape (op(A) op(B) m x n x k), "
+                               "ms a step and GFLOP/s per library\n",
+                               "");
+  llvm::outs() << llvm::format("%-20s  %-26s %5s %7s", "", "shape", "calls",
+                               "GFLOP");
+  for (const cpu::SgemmSetup &library : libraries)
+    llvm::outs() << llvm::format(
+        " | %8s ms %7s",
+        library.mode == cpu::SgemmSetup::Mode::OneDnn ? "oneDNN" : "OpenBLAS",
+        "GFLOP/s");
+  llvm::outs() << " | faster  auto\n";
+  std::vector<double> totals(libraries.size());
+  double totalFlops = 0;
+  for (const auto &[key, group] : rows) {
+    llvm::outs() << llvm::format("%-20s  %-26s %5lld %7.2f", "", key.c_str(),
+                                 (long long)group.calls, group.flops / 1e9);
+    size_t best = 0;
+    for (auto [index, seconds] : llvm::enumerate(group.seconds)) {
+      llvm::outs() << llvm::format(" | %11.2f %7.1f", 1e3 * seconds,
+                                   group.flops / seconds / 1e9);
+      totals[index] += seconds;
+      if (seconds < group.seconds[best])
+        best = index;
+    }
+    totalFlops += group.flops;
+    llvm::outs() << " | "
+                 << llvm::format("%-7s %s",
+                                 libraries.size() > 1
+                                     ? (best ? "oneDNN" : "OpenBLAS")
+                                     : "-",
+                                 group.picked.c_str())
+                 << "\n";
+  }
+  llvm::outs() << llvm::format("%-20s  %-26s %5s %7.2f", "", "all", "",
+                               totalFlops / 1e9);
+  for (double seconds : totals)
+    llvm::outs() << llvm::format(" | %11.2f %7.1f", 1e3 * seconds,
+                                 totalFlops / seconds / 1e9);
+  llvm::outs() << "\n";
+}
+
+/// The `count` slowest steps of `program` that are not GEMMs, from a
+/// profile of its runs.
+static void printTopSteps(const kir::Program &program,
+                          const runtime::StepProfile &profile, int count) {
+  std::vector<size_t> order;
+  for (auto [index, step] : llvm::enumerate(program.steps))
+    if (step.kind != kir::StepKind::Gemm && index < profile.stepSeconds.size())
+      order.push_back(index);
+  llvm::sort(order, [&](size_t x, size_t y) {
+    return profile.stepSeconds[x] > profile.stepSeconds[y];
+  });
+  order.resize(std::min(order.size(), size_t(count)));
+  llvm::outs() << llvm::format("%-20s  the %zu slowest steps besides GEMMs "
+                               "(ms a step):\n",
+                               "", order.size());
+  for (size_t index : order) {
+    const kir::Step &step = program.steps[index];
+    std::string what =
+        step.kind == kir::StepKind::Kernel
+            ? "kernel " + program.kernels[step.kernel].name
+        : step.kind == kir::StepKind::Attention     ? "attention"
+        : step.kind == kir::StepKind::AttentionGrad ? "attention gradient"
+        : step.kind == kir::StepKind::EmbeddingGrad ? "embedding gradient"
+                                                    : "collective";
+    llvm::outs() << llvm::format("%-20s  %8.2f  %-28s %s\n", "",
+                                 1e3 * profile.stepSeconds[index] /
+                                     profile.runs,
+                                 what.c_str(), step.origin.c_str());
+  }
 }
 
 static runtime::HostTensor scalar(float value) {
@@ -296,6 +452,16 @@ int main(int argc, char **argv) {
         programs.gradStep.arenaBytes / 1048576.0,
         programs.updateStep.kernels.size(),
         kir::countFlops(programs.updateStep) / 1e9);
+    if (topSteps > 0)
+      printTopSteps(programs.gradStep, grad->profile(), topSteps);
+    if (gemmShapes)
+      printGemmShapes(programs.gradStep, [&] {
+        auto executor = executorFor(programs.gradStep, store);
+        check(executor->setTensor("tokens", tokens));
+        check(executor->setTensor("targets", targets));
+        check(executor->setTensor("dloss", scalar(1.0f)));
+        return executor;
+      });
     if (!peers)
       continue;
     llvm::StringRef model = c.config.name == "small" ? "small" : "gpt2";

@@ -13,6 +13,7 @@
 #include "runtime/Cpu/Bf16Gemm.h"
 #include "runtime/Cpu/FewRowGemm.h"
 #include "runtime/Cpu/LowPrecision.h"
+#include "runtime/Cpu/Sgemm.h"
 #include "runtime/MemoryReport.h"
 #include "runtime/Sparsity.h"
 
@@ -46,17 +47,13 @@ struct Matrix {
   int64_t rowStride, colStride;
 };
 
-/// cblas_sgemm on row-major storage: C[m x n] = alpha A[m x k] * B[k x n]
-/// + beta C for matrices given by strides, one of which is 1 for each.
-void sgemm(int64_t m, int64_t n, int64_t k, Matrix a, Matrix b, float *c,
-           int64_t ldc, float alpha = 1.0f, float beta = 0.0f) {
-  auto layout = [](const Matrix &x, int64_t cols) {
-    // Row-major with unit column stride: no transpose; otherwise the
-    // transpose of a row-major matrix.
-    if (x.colStride == 1)
-      return std::make_pair(CblasNoTrans, std::max(x.rowStride, cols));
-    return std::make_pair(CblasTrans, x.colStride);
-  };
+/// C[m x n] = alpha A[m x k] * B[k x n] + beta C on row-major storage for
+/// matrices given by strides, one of which is 1 for each, on the calling
+/// thread: one row on BLAS's GEMV, else the f32 GEMM library `libs` picks
+/// for the shape (runtime/Cpu/Sgemm.h).
+void sgemm(const cpu::SgemmSetup &libs, int64_t m, int64_t n, int64_t k,
+           Matrix a, Matrix b, float *c, int64_t ldc, float alpha = 1.0f,
+           float beta = 0.0f) {
   if (m == 1) {
     // One row: a matrix-vector product. OpenBLAS's GEMM repacks the whole
     // of B for it and runs several times slower than its GEMV
@@ -69,10 +66,17 @@ void sgemm(int64_t m, int64_t n, int64_t k, Matrix a, Matrix b, float *c,
                   b.colStride, a.data, a.colStride, beta, c, 1);
     return;
   }
+  // Row-major with unit column stride: no transpose; otherwise the
+  // transpose of a row-major matrix.
+  auto layout = [](const Matrix &x, int64_t cols) {
+    if (x.colStride == 1)
+      return std::make_pair(false, std::max(x.rowStride, cols));
+    return std::make_pair(true, x.colStride);
+  };
   auto [transA, lda] = layout(a, k);
   auto [transB, ldb] = layout(b, n);
-  cblas_sgemm(CblasRowMajor, transA, transB, m, n, k, alpha, a.data, lda,
-              b.data, ldb, beta, c, ldc);
+  cpu::sgemm(cpu::chooseSgemm(libs, transA, transB, m, n, k), transA,
+             transB, m, n, k, alpha, a.data, lda, b.data, ldb, beta, c, ldc);
 }
 
 /// Block [r0, r0 + rows) x [c0, c0 + cols) of the matrix whose element
@@ -234,8 +238,12 @@ CpuExecutor::create(kir::Program program, std::vector<CpuKernelFn> kernels,
     if (!fn)
       return llvm::createStringError("no code for kernel '" +
                                      program.kernels[index].name + "'");
+  llvm::Expected<const cpu::SgemmSetup &> libs = cpu::sgemmSetup();
+  if (!libs)
+    return libs.takeError();
   std::unique_ptr<CpuExecutor> executor(new CpuExecutor(
       std::move(program), std::move(kernels), numThreads, std::move(store)));
+  executor->sgemmLibs = *libs;
   if (llvm::Error error = executor->bindBuffers())
     return error;
   return executor;
@@ -464,7 +472,7 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
     for (int64_t batch = begin / g.m; batch * g.m < end; ++batch) {
       int64_t first = std::max(begin, batch * g.m) - batch * g.m;
       int64_t last = std::min(end, (batch + 1) * g.m) - batch * g.m;
-      sgemm(last - first, g.n, g.k,
+      sgemm(sgemmLibs, last - first, g.n, g.k,
             {a + batch * g.a.strides[0] + first * aM, aM, aK},
             {b + batch * g.b.strides[0], bK, bN},
             c + batch * g.c.strides[0] + first * g.c.strides[1],
@@ -480,7 +488,7 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
   }
   pool.parallelFor(g.n, [&](int64_t begin, int64_t end, int) {
     for (int64_t batch = 0; batch < g.batch; ++batch)
-      sgemm(g.m, end - begin, g.k, {a + batch * g.a.strides[0], aM, aK},
+      sgemm(sgemmLibs, g.m, end - begin, g.k, {a + batch * g.a.strides[0], aM, aK},
             {b + batch * g.b.strides[0] + begin * bN, bK, bN},
             c + batch * g.c.strides[0] + begin, g.c.strides[1], 1.0f, beta);
   });
@@ -602,14 +610,14 @@ void CpuExecutor::stagedNarrowGemm(const kir::GemmStep &g, int64_t aM,
             std::fill(cTile + r * cLd, cTile + r * cLd + nc, 0.0f);
         else if (mc >= 64 * pool.size() || nc < 64 * pool.size())
           pool.parallelFor(mc, [&](int64_t begin, int64_t end, int) {
-            sgemm(end - begin, nc, g.k,
+            sgemm(sgemmLibs, end - begin, nc, g.k,
                   {aBlock.data + begin * aBlock.rowStride, aBlock.rowStride,
                    aBlock.colStride},
                   bBlock, cTile + begin * cLd, cLd, 1.0f, beta);
           });
         else
           pool.parallelFor(nc, [&](int64_t begin, int64_t end, int) {
-            sgemm(mc, end - begin, g.k, aBlock,
+            sgemm(sgemmLibs, mc, end - begin, g.k, aBlock,
                   {bBlock.data + begin * bBlock.colStride, bBlock.rowStride,
                    bBlock.colStride},
                   cTile + begin, cLd, 1.0f, beta);
@@ -739,7 +747,7 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
                    att.lse.offset + b * att.lse.strides[0] +
                    h * att.lse.strides[1];
       if (keys > 0) // S = scale * Q K^T; K^T: (row d, column s) at s*ks + d.
-        sgemm(T, keys, D, {q, qs, 1}, {k, 1, ks}, scores.data(), keys,
+        sgemm(sgemmLibs, T, keys, D, {q, qs, 1}, {k, 1, ks}, scores.data(), keys,
               att.scale);
       for (int64_t t = 0; t < T; ++t) {
         float *row = scores.data() + t * keys;
@@ -763,7 +771,7 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
       }
       // Out = P V.
       if (keys > 0)
-        sgemm(T, D, keys, {scores.data(), keys, 1}, {v, vs, 1}, out, os);
+        sgemm(sgemmLibs, T, D, keys, {scores.data(), keys, 1}, {v, vs, 1}, out, os);
       else
         for (int64_t t = 0; t < T; ++t)
           std::fill_n(out + t * os, D, 0.0f);
@@ -804,7 +812,7 @@ void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
                          h * att.lse.strides[1];
       // P = exp(scale Q K^T - lse), zero where masked: the forward's
       // probabilities, recomputed.
-      sgemm(T, T, D, {q, qs, 1}, {k, 1, ks}, p, T, att.scale);
+      sgemm(sgemmLibs, T, T, D, {q, qs, 1}, {k, 1, ks}, p, T, att.scale);
       for (int64_t t = 0; t < T; ++t) {
         float *row = p + t * T;
         float l = lse[t * att.lse.strides[2]];
@@ -819,9 +827,9 @@ void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
         delta[t] = sum;
       }
       // dV = P^T dO.
-      sgemm(T, D, T, {p, 1, T}, {dout, dos, 1}, dv, dvs);
+      sgemm(sgemmLibs, T, D, T, {p, 1, T}, {dout, dos, 1}, dv, dvs);
       // dP = dO V^T, then dS = P (dP - delta) in place of P.
-      sgemm(T, T, D, {dout, dos, 1}, {v, 1, vs}, dp, T);
+      sgemm(sgemmLibs, T, T, D, {dout, dos, 1}, {v, 1, vs}, dp, T);
       for (int64_t t = 0; t < T; ++t) {
         float *row = p + t * T;
         const float *dpRow = dp + t * T;
@@ -829,8 +837,8 @@ void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
           row[s] *= dpRow[s] - delta[t];
       }
       // dQ = scale dS K, dK = scale dS^T Q.
-      sgemm(T, D, T, {p, T, 1}, {k, ks, 1}, dq, dqs, att.scale);
-      sgemm(T, D, T, {p, 1, T}, {q, qs, 1}, dk, dks, att.scale);
+      sgemm(sgemmLibs, T, D, T, {p, T, 1}, {k, ks, 1}, dq, dqs, att.scale);
+      sgemm(sgemmLibs, T, D, T, {p, 1, T}, {q, qs, 1}, dk, dks, att.scale);
       storeHead(base(att.dq.buffer), type, att.dq, b, h, T, D, dq);
       storeHead(base(att.dk.buffer), type, att.dk, b, h, T, D, dk);
       storeHead(base(att.dv.buffer), type, att.dv, b, h, T, D, dv);
@@ -951,8 +959,13 @@ llvm::Error CpuExecutor::run() {
       break;
     }
     }
-    if (profiling && bucket)
-      *bucket += std::chrono::duration<double>(Clock::now() - start).count();
+    if (profiling && bucket) {
+      double seconds =
+          std::chrono::duration<double>(Clock::now() - start).count();
+      *bucket += seconds;
+      stepProfile.stepSeconds.resize(prog.steps.size());
+      stepProfile.stepSeconds[index] += seconds;
+    }
   }
   if (profiling)
     ++stepProfile.runs;

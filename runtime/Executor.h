@@ -13,6 +13,7 @@
 #include "ir/kernel/Program.h"
 #include "runtime/Backend.h"
 #include "runtime/Cpu/KernelCache.h"
+#include "runtime/Cpu/Sgemm.h"
 #include "runtime/Cpu/SparseGemm.h"
 #include "runtime/PersistentStore.h"
 #include "runtime/ThreadPool.h"
@@ -35,6 +36,7 @@ using cpu::CpuKernelFn;
 struct StepProfile {
   double kernelSeconds = 0, gemmSeconds = 0, attentionSeconds = 0;
   double attentionGradSeconds = 0, embeddingGradSeconds = 0;
+  std::vector<double> stepSeconds; // per program step, summed over runs
   int64_t runs = 0;
 };
 
@@ -89,6 +91,12 @@ public:
   bool writesParameters() const { return writesParams; }
 
   void setProfiling(bool enabled) { profiling = enabled; }
+  /// The f32 GEMM libraries this executor multiplies with: the process's
+  /// (cpu::sgemmSetup(), LLMC_CPU_SGEMM) unless a benchmark sets others to
+  /// compare them.
+  void setSgemmLibraries(const cpu::SgemmSetup &libraries) {
+    sgemmLibs = libraries;
+  }
   const StepProfile &profile() const { return stepProfile; }
 
   /// GEMM steps marked kir::GemmStep::sparseWeight whose weight is 2:4 run
@@ -180,6 +188,7 @@ private:
   int64_t sparseMaxRows = kDefaultSparseMaxRows;
   SparseValuesMode sparseValuesMode = SparseValuesMode::Auto;
   cpu::SparseIsa isa;
+  cpu::SgemmSetup sgemmLibs; // f32 GEMM libraries (cpu::sgemmSetup())
   bool writesParams = false; // some step writes a Param
   SparseStats sparse;
   int64_t fewRowSteps = 0; // GEMM steps run by runFewRowGemm

@@ -2,6 +2,7 @@
 #include "runtime/SgemmPeak.h"
 
 #include "ir/kernel/AtomicFile.h"
+#include "runtime/Cpu/Sgemm.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
@@ -18,30 +19,39 @@
 #include <cstdlib>
 #include <vector>
 
+namespace {
+/// The process's f32 GEMM libraries; OpenBLAS alone when LLMC_CPU_SGEMM is
+/// not valid (executors refuse to start then, with the reason).
+const llmc::cpu::SgemmSetup &sgemmLibraries() {
+  static const llmc::cpu::SgemmSetup fallback;
+  llvm::Expected<const llmc::cpu::SgemmSetup &> setup =
+      llmc::cpu::sgemmSetup();
+  if (!setup) {
+    llvm::consumeError(setup.takeError());
+    return fallback;
+  }
+  return *setup;
+}
+
+/// The library of the peak's n^3 product C = A B^T.
+llmc::cpu::SgemmLibrary peakLibrary(int n) {
+  return llmc::cpu::chooseSgemm(sgemmLibraries(), false, true, n, n, n);
+}
+} // namespace
+
 std::string llmc::runtime::describeBlas() {
   const char *coretype = std::getenv("OPENBLAS_CORETYPE");
   const char *l2 = std::getenv("OPENBLAS_L2_SIZE");
-  return std::string(openblas_get_config()) + ", core " +
-         openblas_get_corename() +
+  llvm::Expected<const cpu::SgemmSetup &> setup = cpu::sgemmSetup();
+  std::string sgemm = setup ? "f32 GEMMs on " + cpu::describeSgemm(*setup)
+                            : "f32 GEMMs: " + llvm::toString(setup.takeError());
+  return sgemm + "; " + openblas_get_config() + ", core " + openblas_get_corename() +
          " (OPENBLAS_CORETYPE=" + (coretype ? coretype : "unset") +
          ", OPENBLAS_L2_SIZE=" + (l2 ? l2 : "unset") + ")";
 }
 
 double llmc::runtime::measureSgemmPeak(int n, int threads, int reps) {
-  using Clock = std::chrono::steady_clock;
-  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f),
-      c(size_t(n) * n);
-  openblas_set_num_threads(threads);
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    auto start = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f,
-                a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    best = std::min(
-        best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  openblas_set_num_threads(1);
-  return 2.0 * n * n * n / best / 1e9;
+  return cpu::measureLibraryPeak(peakLibrary(n), n, threads, reps);
 }
 
 namespace {
@@ -50,9 +60,12 @@ std::pair<std::string, std::string> recordPath(int n, int threads) {
   std::string directory = llmc::kir::defaultCacheDirectory();
   if (directory.empty())
     return {};
+  llmc::cpu::SgemmLibrary library = peakLibrary(n);
   std::string key = llvm::sys::getHostCPUName().str() + "/" +
-                    openblas_get_corename() + "/" + std::to_string(n) + "/" +
-                    std::to_string(threads);
+                    (library == llmc::cpu::SgemmLibrary::OneDnn
+                         ? sgemmLibraries().oneDnn
+                         : std::string("OpenBLAS ") + openblas_get_corename()) +
+                    "/" + std::to_string(n) + "/" + std::to_string(threads);
   llvm::SmallString<256> path(directory);
   llvm::sys::path::append(
       path, "sgemm-peak-" + llvm::utohexstr(llvm::xxh3_64bits(key)) + ".txt");

@@ -8,13 +8,15 @@
 
 namespace llmc::runtime {
 
-/// Which BLAS runs and what steers its kernel choice: "OpenBLAS 0.3.21
-/// <build options>, core <name> (OPENBLAS_CORETYPE=...,
-/// OPENBLAS_L2_SIZE=...)".
+/// Which BLAS runs and what steers its kernel choice: "f32 GEMMs on
+/// <library and why, runtime/Cpu/Sgemm.h>; OpenBLAS 0.3.21 <build options>,
+/// core <name> (OPENBLAS_CORETYPE=..., OPENBLAS_L2_SIZE=...)" (OpenBLAS
+/// runs the one-row products, and the f32 GEMMs where it was chosen).
 std::string describeBlas();
 
 /// The best GFLOP/s of `reps` n^3 sgemms (C = A B^T, llmc's weight layout)
-/// on `threads` BLAS threads; BLAS goes back to one thread after (the
+/// with the library the executor uses for that product (cpu::chooseSgemm),
+/// on `threads` of its threads; it goes back to one thread after (the
 /// runtime's pool calls it from its own threads).
 double measureSgemmPeak(int n, int threads, int reps);
 

@@ -1,0 +1,219 @@
+// The CPU executor's f32 GEMM (Sgemm.h): OpenBLAS linked, oneDNN loaded.
+#include "runtime/Cpu/Sgemm.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+using namespace llmc;
+
+namespace {
+
+// The part of oneDNN's C API used here (oneapi/dnnl/dnnl.h, stable since
+// 1.0): not included, so building llmc needs no oneDNN headers.
+using DnnlSgemmFn = int (*)(char transa, char transb, int64_t m, int64_t n,
+                            int64_t k, float alpha, const float *a, int64_t lda,
+                            const float *b, int64_t ldb, float beta, float *c,
+                            int64_t ldc);
+struct DnnlVersion {
+  int major, minor, patch;
+  const char *hash;
+  unsigned cpuRuntime, gpuRuntime;
+};
+using DnnlVersionFn = const DnnlVersion *(*)();
+constexpr unsigned kDnnlRuntimeSeq = 1, kDnnlRuntimeOmp = 2;
+using OmpSetNumThreadsFn = void (*)(int);
+
+struct OneDnn {
+  DnnlSgemmFn sgemm = nullptr;
+  OmpSetNumThreadsFn ompSetNumThreads = nullptr; // null: sequential build
+  std::string description;                       // or why it is not loaded
+};
+
+/// Loads oneDNN once: its dnnl_sgemm, and the OpenMP runtime it uses.
+const OneDnn &oneDnn() {
+  static const OneDnn loaded = [] {
+    OneDnn d;
+    void *handle = nullptr;
+    const char *file = nullptr;
+    for (const char *name : {"libdnnl.so.3", "libdnnl.so.2"})
+      if ((handle = dlopen(name, RTLD_NOW | RTLD_LOCAL))) {
+        file = name;
+        break;
+      }
+    if (!handle) {
+      d.description = "no oneDNN (libdnnl.so.3 or .so.2 not found)";
+      return d;
+    }
+    auto sgemm = reinterpret_cast<DnnlSgemmFn>(dlsym(handle, "dnnl_sgemm"));
+    auto version =
+        reinterpret_cast<DnnlVersionFn>(dlsym(handle, "dnnl_version"));
+    if (!sgemm || !version) {
+      d.description = std::string("no oneDNN (") + file +
+                      " lacks dnnl_sgemm or dnnl_version)";
+      return d;
+    }
+    const DnnlVersion *v = version();
+    std::string name = "oneDNN " + std::to_string(v->major) + "." +
+                       std::to_string(v->minor) + "." +
+                       std::to_string(v->patch) + " (" + file;
+    if (v->cpuRuntime == kDnnlRuntimeOmp) {
+      // The OpenMP library libdnnl links, found through its handle.
+      d.ompSetNumThreads = reinterpret_cast<OmpSetNumThreadsFn>(
+          dlsym(handle, "omp_set_num_threads"));
+      if (!d.ompSetNumThreads) {
+        d.description = name + ") not used: omp_set_num_threads not found";
+        return d;
+      }
+      name += ", OpenMP)";
+    } else if (v->cpuRuntime == kDnnlRuntimeSeq) {
+      name += ", sequential)";
+    } else {
+      // TBB or a threadpool: its threads cannot be limited per caller.
+      d.description = name + ") not used: CPU runtime " +
+                      std::to_string(v->cpuRuntime) +
+                      " is neither OpenMP nor sequential";
+      return d;
+    }
+    d.sgemm = sgemm;
+    d.description = name;
+    return d;
+  }();
+  return loaded;
+}
+
+/// Sets this thread's oneDNN (OpenMP) team size once, to one.
+void oneDnnOnOneThread(const OneDnn &d) {
+  thread_local bool set = false;
+  if (!set && d.ompSetNumThreads) {
+    d.ompSetNumThreads(1);
+    set = true;
+  }
+}
+
+bool cpuHasAvx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
+} // namespace
+
+const char *cpu::sgemmLibraryName(SgemmLibrary library) {
+  return library == SgemmLibrary::OneDnn ? "oneDNN" : "OpenBLAS";
+}
+
+llvm::Expected<const cpu::SgemmSetup &> cpu::sgemmSetup() {
+  // The setup, or the error that LLMC_CPU_SGEMM makes.
+  static const std::pair<SgemmSetup, std::string> setup = [] {
+    SgemmSetup s;
+    const char *env = std::getenv("LLMC_CPU_SGEMM");
+    std::string mode = env ? env : "auto";
+    if (mode == "openblas")
+      s.mode = SgemmSetup::Mode::OpenBlas;
+    else if (mode == "onednn")
+      s.mode = SgemmSetup::Mode::OneDnn;
+    else if (mode != "auto" && !mode.empty())
+      return std::pair(s, "LLMC_CPU_SGEMM=" + mode +
+                              ": expected openblas, onednn or auto (the "
+                              "default)");
+    const OneDnn &d = oneDnn();
+    s.oneDnnLoaded = d.sgemm != nullptr;
+    s.oneDnn = d.description;
+    s.avx512 = cpuHasAvx512();
+    if (s.mode == SgemmSetup::Mode::OneDnn && !s.oneDnnLoaded)
+      return std::pair(s, "LLMC_CPU_SGEMM=onednn: " + s.oneDnn);
+    return std::pair(s, std::string());
+  }();
+  if (!setup.second.empty())
+    return llvm::createStringError(setup.second);
+  return setup.first;
+}
+
+cpu::SgemmLibrary cpu::chooseSgemm(const SgemmSetup &setup, bool transA,
+                                   bool transB, int64_t m, int64_t n,
+                                   int64_t k) {
+  (void)transA, (void)transB, (void)m, (void)n, (void)k;
+  switch (setup.mode) {
+  case SgemmSetup::Mode::OpenBlas:
+    return SgemmLibrary::OpenBlas;
+  case SgemmSetup::Mode::OneDnn:
+    return SgemmLibrary::OneDnn;
+  case SgemmSetup::Mode::Auto:
+    break;
+  }
+  return setup.oneDnnLoaded && setup.avx512 ? SgemmLibrary::OneDnn
+                                            : SgemmLibrary::OpenBlas;
+}
+
+std::string cpu::describeSgemm(const SgemmSetup &setup) {
+  switch (setup.mode) {
+  case SgemmSetup::Mode::OpenBlas:
+    return "OpenBLAS (LLMC_CPU_SGEMM=openblas)";
+  case SgemmSetup::Mode::OneDnn:
+    return setup.oneDnn + " (LLMC_CPU_SGEMM=onednn)";
+  case SgemmSetup::Mode::Auto:
+    break;
+  }
+  if (!setup.oneDnnLoaded)
+    return "OpenBLAS (" + setup.oneDnn + ")";
+  if (!setup.avx512)
+    return "OpenBLAS (ahead of " + setup.oneDnn + " on AVX2)";
+  return setup.oneDnn + " (ahead of OpenBLAS on AVX-512)";
+}
+
+void cpu::sgemm(SgemmLibrary library, bool transA, bool transB, int64_t m,
+                int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                const float *b, int64_t ldb, float beta, float *c,
+                int64_t ldc) {
+  if (library == SgemmLibrary::OneDnn) {
+    const OneDnn &d = oneDnn();
+    oneDnnOnOneThread(d);
+    // dnnl_sgemm fails only on bad arguments, which the executor's
+    // verified views rule out.
+    d.sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, alpha, a, lda, b,
+            ldb, beta, c, ldc);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+              transB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+              ldb, beta, c, ldc);
+}
+
+double cpu::measureLibraryPeak(SgemmLibrary library, int n, int threads,
+                               int reps) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f),
+      c(size_t(n) * n);
+  const OneDnn &d = oneDnn();
+  bool dnnl = library == SgemmLibrary::OneDnn && d.sgemm;
+  if (dnnl && d.ompSetNumThreads)
+    d.ompSetNumThreads(threads);
+  else
+    openblas_set_num_threads(threads);
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    auto start = Clock::now();
+    if (dnnl)
+      d.sgemm('N', 'T', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
+              n);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f,
+                  a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best = std::min(
+        best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  if (dnnl && d.ompSetNumThreads)
+    d.ompSetNumThreads(1);
+  else
+    openblas_set_num_threads(1);
+  return 2.0 * n * n * n / best / 1e9;
+}
