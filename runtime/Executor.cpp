@@ -14,6 +14,7 @@
 #include "runtime/Cpu/FewRowGemm.h"
 #include "runtime/Cpu/LowPrecision.h"
 #include "runtime/Cpu/Sgemm.h"
+#include "runtime/Cpu/VectorExp.h"
 #include "runtime/MemoryReport.h"
 #include "runtime/Sparsity.h"
 
@@ -702,8 +703,17 @@ void CpuExecutor::runNarrowGemm(const kir::GemmStep &g) {
   runEpilogueByRows(g);
 }
 
+// Causal attention runs in blocks of query rows: a block multiplies only
+// the keys its rows see (its last row's prefix), so Q K^T and P V cost
+// about half of the full products, as the FLOP count (kir::countFlops)
+// already assumes; a block's scores are its rows only. Without a causal
+// mask one block holds every row. The softmax's exponentials are
+// vectorized (runtime/Cpu/VectorExp.h).
+constexpr int64_t kCausalQueryBlock = 64;
+
 void CpuExecutor::runAttention(const kir::AttentionStep &att) {
   int64_t T = att.seq, S = att.keys(), D = att.headDim;
+  int64_t block = att.causal ? std::min(kCausalQueryBlock, T) : T;
   // One type for q, k, v and out (kir::verifyProgram); f16/bf16 heads are
   // staged in f32 after the scores: q and out [T, D], k and v [S, D].
   kir::DType type = prog.buffers[att.q.buffer].dtype;
@@ -724,15 +734,17 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
   };
   pool.parallelFor(att.batch * att.heads, [&](int64_t begin, int64_t end,
                                               int thread) {
-    std::vector<float> &scores = scratch[thread];
-    scores.resize(std::max<size_t>(scores.size(), T * S + staged));
+    std::vector<float> &scratchFloats = scratch[thread];
+    scratchFloats.resize(
+        std::max<size_t>(scratchFloats.size(), block * S + staged));
+    float *scores = scratchFloats.data();
     for (int64_t pair = begin; pair < end; ++pair) {
       int64_t b = pair / att.heads, h = pair % att.heads;
       // Only the keys some query sees are read (a KV cache's filled prefix).
       int64_t keys = 0;
       for (int64_t t = 0; t < T; ++t)
         keys = std::max(keys, visibleKeys(b, t));
-      float *staging = scores.data() + T * keys;
+      float *staging = scores + block * S;
       auto head = [&](const kir::View &view, int64_t rows, bool load) {
         auto matrix = headMatrix(base(view.buffer), type, view, b, h, rows, D,
                                  staging, load);
@@ -746,35 +758,38 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
       float *lse = reinterpret_cast<float *>(base(att.lse.buffer)) +
                    att.lse.offset + b * att.lse.strides[0] +
                    h * att.lse.strides[1];
-      if (keys > 0) // S = scale * Q K^T; K^T: (row d, column s) at s*ks + d.
-        sgemm(sgemmLibs, T, keys, D, {q, qs, 1}, {k, 1, ks}, scores.data(), keys,
-              att.scale);
-      for (int64_t t = 0; t < T; ++t) {
-        float *row = scores.data() + t * keys;
-        int64_t visible = visibleKeys(b, t);
-        float max = -INFINITY;
-        for (int64_t s = 0; s < visible; ++s)
-          max = std::max(max, row[s]);
-        double sum = 0;
-        for (int64_t s = 0; s < visible; ++s) {
-          row[s] = std::exp(row[s] - max);
-          sum += row[s];
+      for (int64_t t0 = 0; t0 < T; t0 += block) {
+        int64_t rows = std::min(block, T - t0);
+        int64_t blockKeys = 0;
+        for (int64_t t = t0; t < t0 + rows; ++t)
+          blockKeys = std::max(blockKeys, visibleKeys(b, t));
+        if (blockKeys == 0) { // no key visible to these rows: out is 0
+          for (int64_t t = t0; t < t0 + rows; ++t) {
+            std::fill_n(out + t * os, D, 0.0f);
+            lse[t * att.lse.strides[2]] = -INFINITY;
+          }
+          continue;
         }
-        // A query that sees no key (a position before the cache) gets 0.
-        float inv = visible ? float(1.0 / sum) : 0.0f;
-        for (int64_t s = 0; s < visible; ++s)
-          row[s] *= inv;
-        for (int64_t s = visible; s < keys; ++s)
-          row[s] = 0.0f;
-        lse[t * att.lse.strides[2]] =
-            visible ? max + float(std::log(sum)) : -INFINITY;
+        // S = scale * Q K^T; K^T: (row d, column s) at s*ks + d.
+        sgemm(sgemmLibs, rows, blockKeys, D, {q + t0 * qs, qs, 1},
+              {k, 1, ks}, scores, blockKeys, att.scale);
+        for (int64_t t = t0; t < t0 + rows; ++t) {
+          float *row = scores + (t - t0) * blockKeys;
+          int64_t visible = visibleKeys(b, t);
+          float max = cpu::rowMax(row, visible);
+          float sum = cpu::expShiftSum(row, visible, max);
+          // A query that sees no key (a position before the cache) gets 0.
+          float inv = visible ? 1.0f / sum : 0.0f;
+          for (int64_t s = 0; s < visible; ++s)
+            row[s] *= inv;
+          std::fill(row + visible, row + blockKeys, 0.0f);
+          lse[t * att.lse.strides[2]] =
+              visible ? max + std::log(sum) : -INFINITY;
+        }
+        // Out = P V.
+        sgemm(sgemmLibs, rows, D, blockKeys, {scores, blockKeys, 1},
+              {v, vs, 1}, out + t0 * os, os);
       }
-      // Out = P V.
-      if (keys > 0)
-        sgemm(sgemmLibs, T, D, keys, {scores.data(), keys, 1}, {v, vs, 1}, out, os);
-      else
-        for (int64_t t = 0; t < T; ++t)
-          std::fill_n(out + t * os, D, 0.0f);
       storeHead(base(att.out.buffer), type, att.out, b, h, T, D, out);
     }
   });
@@ -782,16 +797,17 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
 
 void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
   int64_t T = att.seq, D = att.headDim;
+  int64_t block = att.causal ? std::min(kCausalQueryBlock, T) : T;
   // One type for all eight tensors (kir::verifyProgram); f16/bf16 heads
   // are staged in f32 after P, dP and delta.
   kir::DType type = prog.buffers[att.q.buffer].dtype;
   int64_t staged = type == kir::DType::F32 ? 0 : 8 * T * D;
   pool.parallelFor(att.batch * att.heads, [&](int64_t begin, int64_t end,
                                               int thread) {
-    // P (then dS) and dP, T x T each, and delta, per thread.
+    // A block's P (then dS) and dP, block x T each, and delta, per thread.
     std::vector<float> &buffer = scratch[thread];
-    buffer.resize(std::max<size_t>(buffer.size(), 2 * T * T + T + staged));
-    float *p = buffer.data(), *dp = p + T * T, *delta = dp + T * T;
+    buffer.resize(std::max<size_t>(buffer.size(), 2 * block * T + T + staged));
+    float *p = buffer.data(), *dp = p + block * T, *delta = dp + block * T;
     float *staging = delta + T;
     for (int64_t pair = begin; pair < end; ++pair) {
       int64_t b = pair / att.heads, h = pair % att.heads;
@@ -810,35 +826,47 @@ void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
       const float *lse = reinterpret_cast<float *>(base(att.lse.buffer)) +
                          att.lse.offset + b * att.lse.strides[0] +
                          h * att.lse.strides[1];
-      // P = exp(scale Q K^T - lse), zero where masked: the forward's
-      // probabilities, recomputed.
-      sgemm(sgemmLibs, T, T, D, {q, qs, 1}, {k, 1, ks}, p, T, att.scale);
+      // delta = rowsum(dO * O); dK and dV gather every block's share.
       for (int64_t t = 0; t < T; ++t) {
-        float *row = p + t * T;
-        float l = lse[t * att.lse.strides[2]];
-        int64_t visible = att.causal ? t + 1 : T;
-        for (int64_t s = 0; s < visible; ++s)
-          row[s] = std::exp(row[s] - l);
-        for (int64_t s = visible; s < T; ++s)
-          row[s] = 0.0f;
         float sum = 0.0f;
         for (int64_t d = 0; d < D; ++d)
           sum += dout[t * dos + d] * out[t * os + d];
         delta[t] = sum;
+        std::fill_n(dk + t * dks, D, 0.0f);
+        std::fill_n(dv + t * dvs, D, 0.0f);
       }
-      // dV = P^T dO.
-      sgemm(sgemmLibs, T, D, T, {p, 1, T}, {dout, dos, 1}, dv, dvs);
-      // dP = dO V^T, then dS = P (dP - delta) in place of P.
-      sgemm(sgemmLibs, T, T, D, {dout, dos, 1}, {v, 1, vs}, dp, T);
-      for (int64_t t = 0; t < T; ++t) {
-        float *row = p + t * T;
-        const float *dpRow = dp + t * T;
-        for (int64_t s = 0; s < T; ++s)
-          row[s] *= dpRow[s] - delta[t];
+      for (int64_t t0 = 0; t0 < T; t0 += block) {
+        int64_t rows = std::min(block, T - t0);
+        int64_t kv = att.causal ? t0 + rows : T; // keys the block sees
+        float *qBlock = q + t0 * qs, *doBlock = dout + t0 * dos;
+        // P = exp(scale Q K^T - lse), zero where masked: the forward's
+        // probabilities, recomputed.
+        sgemm(sgemmLibs, rows, kv, D, {qBlock, qs, 1},
+              {k, 1, ks}, p, kv, att.scale);
+        for (int64_t t = t0; t < t0 + rows; ++t) {
+          float *row = p + (t - t0) * kv;
+          int64_t visible = att.causal ? t + 1 : T;
+          cpu::expShiftSum(row, visible, lse[t * att.lse.strides[2]]);
+          std::fill(row + visible, row + kv, 0.0f);
+        }
+        // dV += P^T dO.
+        sgemm(sgemmLibs, kv, D, rows, {p, 1, kv},
+              {doBlock, dos, 1}, dv, dvs, 1.0f, 1.0f);
+        // dP = dO V^T, then dS = P (dP - delta) in place of P.
+        sgemm(sgemmLibs, rows, kv, D, {doBlock, dos, 1},
+              {v, 1, vs}, dp, kv);
+        for (int64_t t = t0; t < t0 + rows; ++t) {
+          float *row = p + (t - t0) * kv;
+          const float *dpRow = dp + (t - t0) * kv;
+          for (int64_t s = 0; s < kv; ++s)
+            row[s] *= dpRow[s] - delta[t];
+        }
+        // dQ = scale dS K (this block's rows), dK += scale dS^T Q.
+        sgemm(sgemmLibs, rows, D, kv, {p, kv, 1}, {k, ks, 1}, dq + t0 * dqs,
+              dqs, att.scale);
+        sgemm(sgemmLibs, kv, D, rows, {p, 1, kv},
+              {qBlock, qs, 1}, dk, dks, att.scale, 1.0f);
       }
-      // dQ = scale dS K, dK = scale dS^T Q.
-      sgemm(sgemmLibs, T, D, T, {p, T, 1}, {k, ks, 1}, dq, dqs, att.scale);
-      sgemm(sgemmLibs, T, D, T, {p, 1, T}, {q, qs, 1}, dk, dks, att.scale);
       storeHead(base(att.dq.buffer), type, att.dq, b, h, T, D, dq);
       storeHead(base(att.dk.buffer), type, att.dk, b, h, T, D, dk);
       storeHead(base(att.dv.buffer), type, att.dv, b, h, T, D, dv);

@@ -83,8 +83,8 @@ void expectNear(llvm::ArrayRef<float> actual, llvm::ArrayRef<double> expected,
 }
 
 int countSteps(const kir::Program &program, kir::StepKind kind) {
-  return llvm::count_if(program.steps,
-                        [&](const kir::Step &step) { return step.kind == kind; });
+  return llvm::count_if(
+      program.steps, [&](const kir::Step &step) { return step.kind == kind; });
 }
 
 //===----------------------------------------------------------------------===//
@@ -103,7 +103,8 @@ TEST(Training, EmbeddingGradSumsRepeatedIdsInOrder) {
   auto executor = compile(source, "f");
   ASSERT_TRUE(executor);
   EXPECT_EQ(countSteps(executor->program(), kir::StepKind::EmbeddingGrad), 1);
-  std::vector<int32_t> tokens = {3, 3, 0, 10, 3, 5, 0, 3, 3, 7, 10, 10, 1, 3, 2};
+  std::vector<int32_t> tokens = {3, 3, 0,  10, 3, 5, 0, 3,
+                                 3, 7, 10, 10, 1, 3, 2};
   std::vector<float> g = randomValues(3 * 5 * 7, 1);
   set(*executor, "g", HostTensor::fromF32(g, {3, 5, 7}));
   set(*executor, "ids", ids(tokens, {3, 5}));
@@ -135,8 +136,8 @@ struct NormReference {
 /// LayerNorm (rms = false) or RMSNorm backward over rows of length C.
 NormReference normBackward(const std::vector<float> &x,
                            const std::vector<float> &dy,
-                           const std::vector<float> &w, int64_t rows,
-                           int64_t C, double eps, bool rms) {
+                           const std::vector<float> &w, int64_t rows, int64_t C,
+                           double eps, bool rms) {
   NormReference ref;
   ref.dx.assign(rows * C, 0.0);
   ref.dw.assign(C, 0.0);
@@ -290,7 +291,8 @@ TEST(Training, CrossEntropyGradFromForwardLse) {
   auto executor = compile(source, "f");
   ASSERT_TRUE(executor);
   std::vector<float> logits = randomValues(255, 12, 4.0f);
-  std::vector<int32_t> targets = {0, 16, 3, 3, 9, 1, 12, 5, 0, 7, 8, 16, 2, 11, 4};
+  std::vector<int32_t> targets = {0, 16, 3, 3,  9, 1,  12, 5,
+                                  0, 7,  8, 16, 2, 11, 4};
   set(*executor, "logits", HostTensor::fromF32(logits, {3, 5, 17}));
   set(*executor, "targets", ids(targets, {3, 5}));
   set(*executor, "dloss", HostTensor::fromF32({0.75f}, {}));
@@ -306,10 +308,10 @@ TEST(Training, CrossEntropyGradFromForwardLse) {
     double lse = max + std::log(sum);
     loss += (lse - logits[r * 17 + targets[r]]) / 15;
     for (int v = 0; v < 17; ++v)
-      expected[r * 17 + v] = 0.75 *
-                             (std::exp(logits[r * 17 + v] - lse) -
-                              (v == targets[r] ? 1.0 : 0.0)) /
-                             15;
+      expected[r * 17 + v] =
+          0.75 *
+          (std::exp(logits[r * 17 + v] - lse) - (v == targets[r] ? 1.0 : 0.0)) /
+          15;
   }
   expectNear(get(*executor, "loss"), {loss}, 1e-5, "loss");
   expectNear(get(*executor, "dlogits"), expected, 1e-5, "dlogits");
@@ -370,7 +372,7 @@ TEST(Training, ActivationGradsMatchDerivatives) {
 //===----------------------------------------------------------------------===//
 
 struct AttentionReference {
-  std::vector<double> dq, dk, dv;
+  std::vector<double> out, dq, dk, dv;
 };
 
 /// The gradients of softmax(scale q k^T + mask) v for one [T, D] head
@@ -383,6 +385,7 @@ AttentionReference attentionBackward(const float *q, const float *k,
   ref.dq.assign(T * D, 0);
   ref.dk.assign(T * D, 0);
   ref.dv.assign(T * D, 0);
+  ref.out.assign(T * D, 0);
   std::vector<double> p(T * T, 0), dp(T * T, 0);
   for (int64_t t = 0; t < T; ++t) {
     int64_t visible = causal ? t + 1 : T;
@@ -402,6 +405,7 @@ AttentionReference attentionBackward(const float *q, const float *k,
   for (int64_t t = 0; t < T; ++t)
     for (int64_t s = 0; s < T; ++s) {
       for (int64_t d = 0; d < D; ++d) {
+        ref.out[t * D + d] += p[t * T + s] * v[s * D + d];
         ref.dv[s * D + d] += p[t * T + s] * dout[t * D + d];
         dp[t * T + s] += double(dout[t * D + d]) * v[s * D + d];
       }
@@ -421,54 +425,65 @@ AttentionReference attentionBackward(const float *q, const float *k,
   return ref;
 }
 
-class AttentionGrad : public ::testing::TestWithParam<bool> {}; // causal?
+// (causal?, T): T = 7 is one block of query rows; T = 150 is three under
+// a causal mask (64, 64 and 22 rows, runtime/Executor.cpp's blocks), each
+// multiplying only the keys its rows see.
+class AttentionGrad
+    : public ::testing::TestWithParam<std::tuple<bool, int64_t>> {};
 
 TEST_P(AttentionGrad, MatchesDefinition) {
-  bool causal = GetParam();
+  auto [causal, T] = GetParam();
   std::string source = R"mlir(
-    func.func @f(%q: tensor<2x3x7x5xf32> {llmc.input = "q"},
-                 %k: tensor<2x3x7x5xf32> {llmc.input = "k"},
-                 %v: tensor<2x3x7x5xf32> {llmc.input = "v"},
-                 %do: tensor<2x3x7x5xf32> {llmc.input = "do"})
-        -> (tensor<2x3x7x5xf32> {llmc.output = "dq"},
-            tensor<2x3x7x5xf32> {llmc.output = "dk"},
-            tensor<2x3x7x5xf32> {llmc.output = "dv"}) {
+    func.func @f(%q: tensor<2x3xTx5xf32> {llmc.input = "q"},
+                 %k: tensor<2x3xTx5xf32> {llmc.input = "k"},
+                 %v: tensor<2x3xTx5xf32> {llmc.input = "v"},
+                 %do: tensor<2x3xTx5xf32> {llmc.input = "do"})
+        -> (tensor<2x3xTx5xf32> {llmc.output = "o"},
+            tensor<2x3xTx5xf32> {llmc.output = "dq"},
+            tensor<2x3xTx5xf32> {llmc.output = "dk"},
+            tensor<2x3xTx5xf32> {llmc.output = "dv"}) {
       %o, %lse = llmc.attention %q, %k, %v {CAUSAL scale = 0.4 : f32}
-          : tensor<2x3x7x5xf32>, tensor<2x3x7x5xf32>, tensor<2x3x7x5xf32>
+          : tensor<2x3xTx5xf32>, tensor<2x3xTx5xf32>, tensor<2x3xTx5xf32>
       %dq, %dk, %dv = llmc.attention_grad %do, %q, %k, %v, %o, %lse
           {CAUSAL scale = 0.4 : f32}
-          : tensor<2x3x7x5xf32>, tensor<2x3x7x5xf32>, tensor<2x3x7x5xf32>,
-            tensor<2x3x7x5xf32>, tensor<2x3x7x5xf32>, tensor<2x3x7xf32>
-      return %dq, %dk, %dv
-          : tensor<2x3x7x5xf32>, tensor<2x3x7x5xf32>, tensor<2x3x7x5xf32>
+          : tensor<2x3xTx5xf32>, tensor<2x3xTx5xf32>, tensor<2x3xTx5xf32>,
+            tensor<2x3xTx5xf32>, tensor<2x3xTx5xf32>, tensor<2x3xTxf32>
+      return %o, %dq, %dk, %dv : tensor<2x3xTx5xf32>, tensor<2x3xTx5xf32>,
+          tensor<2x3xTx5xf32>, tensor<2x3xTx5xf32>
     })mlir";
   for (size_t at; (at = source.find("CAUSAL")) != std::string::npos;)
     source.replace(at, 6, causal ? "causal," : "");
+  for (size_t at; (at = source.find("xTx")) != std::string::npos;)
+    source.replace(at, 3, "x" + std::to_string(T) + "x");
   auto executor = compile(source, "f");
   ASSERT_TRUE(executor);
   EXPECT_EQ(countSteps(executor->program(), kir::StepKind::AttentionGrad), 1);
-  const int64_t n = 2 * 3 * 7 * 5;
+  const int64_t n = 2 * 3 * T * 5;
   std::vector<float> q = randomValues(n, 15), k = randomValues(n, 16),
                      v = randomValues(n, 17), dout = randomValues(n, 18);
   for (auto [name, values] : {std::pair{"q", &q}, std::pair{"k", &k},
                               std::pair{"v", &v}, std::pair{"do", &dout}})
-    set(*executor, name, HostTensor::fromF32(*values, {2, 3, 7, 5}));
+    set(*executor, name, HostTensor::fromF32(*values, {2, 3, T, 5}));
   run(*executor);
-  std::vector<double> dq, dk, dv;
+  std::vector<double> out, dq, dk, dv;
   for (int64_t head = 0; head < 6; ++head) {
-    int64_t at = head * 35;
+    int64_t at = head * T * 5;
     AttentionReference ref = attentionBackward(
-        &q[at], &k[at], &v[at], &dout[at], 7, 5, double(0.4f), causal);
+        &q[at], &k[at], &v[at], &dout[at], T, 5, double(0.4f), causal);
+    out.insert(out.end(), ref.out.begin(), ref.out.end());
     dq.insert(dq.end(), ref.dq.begin(), ref.dq.end());
     dk.insert(dk.end(), ref.dk.begin(), ref.dk.end());
     dv.insert(dv.end(), ref.dv.begin(), ref.dv.end());
   }
+  expectNear(get(*executor, "o"), out, 1e-5, "o");
   expectNear(get(*executor, "dq"), dq, 1e-5, "dq");
   expectNear(get(*executor, "dk"), dk, 1e-5, "dk");
   expectNear(get(*executor, "dv"), dv, 1e-5, "dv");
 }
 
-INSTANTIATE_TEST_SUITE_P(CausalAndNot, AttentionGrad, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(CausalAndNot, AttentionGrad,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(7, 150)));
 
 //===----------------------------------------------------------------------===//
 // Dropout
@@ -476,10 +491,10 @@ INSTANTIATE_TEST_SUITE_P(CausalAndNot, AttentionGrad, ::testing::Bool());
 
 /// kir::Op::Random's definition, from the Philox of runtime/Weights.
 float referenceRandom(uint64_t key, uint64_t high, uint64_t low) {
-  std::array<uint32_t, 4> block = runtime::philox4x32(
-      {uint32_t(low), uint32_t(low >> 32), uint32_t(high),
-       uint32_t(high >> 32)},
-      {uint32_t(key), uint32_t(key >> 32)});
+  std::array<uint32_t, 4> block =
+      runtime::philox4x32({uint32_t(low), uint32_t(low >> 32), uint32_t(high),
+                           uint32_t(high >> 32)},
+                          {uint32_t(key), uint32_t(key >> 32)});
   return float(block[0] >> 8) * 0x1p-24f;
 }
 
@@ -566,14 +581,14 @@ TEST(Training, ReductionsOverLeadingDims) {
     ASSERT_TRUE(executor);
     // Unfused, the long sum is split into blocks, so that its first stage
     // has rows for every thread (fused, a rank-1 tensor is one row).
-    bool split = llvm::any_of(executor->program().kernels,
-                              [](const kir::Kernel &kernel) {
-                                return kernel.numRows() >= 64 &&
-                                       kernel.numRows() * kernel.rowLength() ==
-                                           131072;
-                              });
+    bool split = llvm::any_of(
+        executor->program().kernels, [](const kir::Kernel &kernel) {
+          return kernel.numRows() >= 64 &&
+                 kernel.numRows() * kernel.rowLength() == 131072;
+        });
     EXPECT_EQ(split, !fuse);
-    std::vector<float> x = randomValues(105, 20), big = randomValues(131072, 21);
+    std::vector<float> x = randomValues(105, 20),
+                       big = randomValues(131072, 21);
     set(*executor, "x", HostTensor::fromF32(x, {3, 5, 7}));
     set(*executor, "big", HostTensor::fromF32(big, {131072}));
     run(*executor);
