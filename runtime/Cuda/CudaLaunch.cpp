@@ -131,6 +131,9 @@ private:
   /// The multi-tensor launches: functions, device tables, stepBatch.
   llvm::Error planBatches();
   llvm::Error libraryFunction(const std::string &fn, CUfunction *out);
+  /// Function `name` of `module`; an error names the kernel.
+  llvm::Error moduleFunction(CUmodule module, const std::string &name,
+                             CUfunction *out);
   // The library kernels of step `index` (as many as its kind launches).
   llvm::Expected<const std::vector<cuda::LibraryKernel> *>
   stepKernels(size_t index, size_t count);
@@ -176,13 +179,9 @@ llvm::Error LaunchPlanner::loadModules() {
       return error;
     for (auto [index, kernel] : llvm::enumerate(prog.kernels)) {
       KernelPlan &plan = impl.kernels.emplace_back();
-      if (llvm::Error error = checkDriver(
-              cu,
-              cu.moduleGetFunction(&plan.function, impl.kernelModule,
-                                   kernel.name.c_str()),
-              "cuModuleGetFunction"))
-        return llvm::createStringError("kernel '" + kernel.name + "': " +
-                                       llvm::toString(std::move(error)));
+      if (llvm::Error error =
+              moduleFunction(impl.kernelModule, kernel.name, &plan.function))
+        return error;
       plan.launch = modules.kernelLaunches[index];
       for (const kir::Access &access : kernel.operands)
         plan.operands.push_back(bases[access.buffer]);
@@ -223,20 +222,13 @@ llvm::Error LaunchPlanner::planBatches() {
     auto plan = std::make_unique<Impl::BatchPlan>();
     plan->name = batch.name;
     plan->launch = batch.launch;
-    auto function = [&](const std::string &name,
-                        CUfunction *out) -> llvm::Error {
-      if (llvm::Error error = checkDriver(
-              cu, cu.moduleGetFunction(out, impl.kernelModule, name.c_str()),
-              "cuModuleGetFunction"))
-        return llvm::createStringError("kernel '" + name + "': " +
-                                       llvm::toString(std::move(error)));
-      return llvm::Error::success();
-    };
-    if (llvm::Error error = function(batch.name, &plan->function))
+    if (llvm::Error error =
+            moduleFunction(impl.kernelModule, batch.name, &plan->function))
       return error;
     if (sum) {
       plan->totalLaunch = batch.totalLaunch;
-      if (llvm::Error error = function(batch.totalName, &plan->total))
+      if (llvm::Error error = moduleFunction(impl.kernelModule,
+                                             batch.totalName, &plan->total))
         return error;
     }
     int64_t chunks = 0;
@@ -285,10 +277,16 @@ llvm::Error LaunchPlanner::libraryFunction(const std::string &fn,
     return llvm::createStringError("kernel '" + fn +
                                    "': the CUDA compiler made no library "
                                    "module");
+  return moduleFunction(impl.libraryModule, fn, out);
+}
+
+llvm::Error LaunchPlanner::moduleFunction(CUmodule module,
+                                          const std::string &name,
+                                          CUfunction *out) {
   if (llvm::Error error = checkDriver(
-          cu, cu.moduleGetFunction(out, impl.libraryModule, fn.c_str()),
+          cu, cu.moduleGetFunction(out, module, name.c_str()),
           "cuModuleGetFunction"))
-    return llvm::createStringError("kernel '" + fn + "': " +
+    return llvm::createStringError("kernel '" + name + "': " +
                                    llvm::toString(std::move(error)));
   return llvm::Error::success();
 }
