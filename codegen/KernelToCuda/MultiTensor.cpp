@@ -165,6 +165,9 @@ std::optional<Member> asSumMember(const kir::Program &program,
     return std::nullopt;
   int32_t total = kernel.body[store].operand;
   const kir::Access &out = kernel.operands[total];
+  for (const kir::Instr &instr : kernel.body)
+    if (instr.op == kir::Op::Load && instr.operand == total)
+      return std::nullopt; // the batch kernel has no pointer to it
   int64_t elements = domainElements(kernel), rows = kernel.numRows();
   for (auto [operand, access] : llvm::enumerate(kernel.operands)) {
     if (int32_t(operand) == total) {
