@@ -30,8 +30,9 @@ struct CudaCompilerOptions {
   /// Their launches, one per program kernel (empty: chooseLaunch).
   std::vector<CudaLaunch> kernelLaunches;
   /// Run batches of same-body elementwise kernel steps as one multi-tensor
-  /// launch each (MultiTensor.h); only where the kernels are compiled now
-  /// (precompiled binaries hold no batch kernels).
+  /// launch each, and of same-body per-tensor sums (the gradient norm's
+  /// sums of squares) as two (MultiTensor.h); only where the kernels are
+  /// compiled now (precompiled binaries hold no batch kernels).
   bool multiTensor = true;
 };
 

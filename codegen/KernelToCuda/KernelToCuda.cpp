@@ -55,6 +55,8 @@ constexpr int64_t kWarpRowMaxLength = 2048;
 constexpr int kWarpRowBlock = 256;    // 8 warps, one row each
 constexpr int kBlockRowThreads = 512; // threads of a BlockRow block
 constexpr int kPointwiseBlock = 256;
+/// Threads of a multi-tensor sum's second pass (a block per member).
+constexpr int kMultiTensorSumBlock = 256;
 /// The emitted kernels loop with a grid stride, so the grid can be capped:
 /// more blocks than this add only scheduling work.
 constexpr int64_t kMaxGridBlocks = 65535;
@@ -448,6 +450,10 @@ public:
   /// The multi-tensor kernel `name` (flat domain, see
   /// emitMultiTensorKernel).
   std::string writeMultiTensor(const std::string &name);
+  /// The two kernels of a multi-tensor sum (emitMultiTensorSumKernels).
+  std::string writeMultiTensorSum(const std::string &name,
+                                  const std::string &totalName,
+                                  int totalBlock);
 
 private:
   llvm::BitVector columnClosure(llvm::ArrayRef<int32_t> roots) const {
@@ -469,6 +475,13 @@ private:
                   llvm::ArrayRef<int32_t> reductions, int width,
                   llvm::StringRef first);
   void writeRowStores();
+  /// A multi-tensor kernel's chunk: its member (a binary search of the
+  /// table), operand pointers (but `skip`'s), [begin, end), row values.
+  void writeChunkHead(std::vector<bool> skip);
+  /// The chunk's elements: 128-bit accesses on aligned members, else (and
+  /// for the tail) one element at a time; accumulates `reductions`.
+  void writeChunkLoops(const llvm::BitVector &needed,
+                       llvm::ArrayRef<int32_t> reductions);
 
   std::string instrExpr(int32_t index, bool vectorLanes);
   std::string address(int32_t operand, llvm::ArrayRef<int32_t> overrides,
@@ -921,27 +934,11 @@ std::string KernelWriter::write() {
   return w.take();
 }
 
-std::string KernelWriter::writeMultiTensor(const std::string &name) {
+void KernelWriter::writeChunkHead(std::vector<bool> skip) {
   // The table: per member, its operands' addresses, element count, first
   // chunk and whether 128-bit accesses are aligned (CudaKernelBatch).
   size_t operands = kernel.operands.size();
   std::string stride = std::to_string(operands + 3);
-  std::string count = "e[" + std::to_string(operands) + "]";
-  std::string firstChunk = "e[" + std::to_string(operands + 1) + "]";
-  std::string aligned = "e[" + std::to_string(operands + 2) + "]";
-  int width = plan.vectorWidth;
-  w.line("// " + name + ": " + kernel.origin);
-  w.line("// multi-tensor: chunks of " + llvm::Twine(kMultiTensorChunk) +
-         " elements of the members in llmc_table, a block per chunk" +
-         (width > 1 ? ", " + std::to_string(width) +
-                          "-wide accesses on aligned members"
-                    : std::string()));
-  w.line("extern \"C\" __global__ void __launch_bounds__(" +
-         llvm::Twine(plan.launch.threadsPerBlock()) + ")");
-  w.line(name + "(const long long *__restrict__ llmc_table,");
-  w.open("    long long llmc_members, long long llmc_chunks)");
-  w.open("for (long long chunk = blockIdx.x; chunk < llmc_chunks; chunk += "
-         "gridDim.x)");
   w.line("// The member holding the chunk: the last whose first chunk is <= "
          "it.");
   w.line("long long lo = 0, hi = llmc_members - 1;");
@@ -957,25 +954,30 @@ std::string KernelWriter::writeMultiTensor(const std::string &name) {
     if (instr.op == Op::Store)
       stored[instr.operand] = true;
   for (auto [index, access] : llvm::enumerate(kernel.operands)) {
+    if (!skip.empty() && skip[index])
+      continue;
     std::string type = std::string(stored[index] ? "" : "const ") +
                        storageTypeName(access.dtype) + " *";
     w.line(type + param(index) + " = (" + type + ")e[" +
            std::to_string(index) + "];");
   }
-  w.line("const long long begin = (chunk - " + firstChunk + ") * " +
+  w.line("const long long begin = (chunk - e[" +
+         std::to_string(operands + 1) + "]) * " +
          intLiteral(kMultiTensorChunk) + ";");
   w.line("const long long end = llmc_min(begin + " +
-         intLiteral(kMultiTensorChunk) + ", " + count + ");");
+         intLiteral(kMultiTensorChunk) + ", e[" + std::to_string(operands) +
+         "]);");
   writeRowValues(0);
-  llvm::SmallVector<int32_t> stores;
-  for (size_t i = 0; i < kernel.body.size(); ++i)
-    if (kernel.body[i].op == Op::Store)
-      stores.push_back(i);
-  llvm::BitVector needed = columnClosure(stores);
+}
+
+void KernelWriter::writeChunkLoops(const llvm::BitVector &needed,
+                                   llvm::ArrayRef<int32_t> reductions) {
+  int width = plan.vectorWidth;
+  std::string aligned = "e[" + std::to_string(kernel.operands.size() + 2) + "]";
   auto scalarLoop = [&](llvm::StringRef from) {
     w.open("for (long long c = " + from +
            " + threadIdx.x; c < end; c += blockDim.x)");
-    writeChunk(needed, {}, 1, "c");
+    writeChunk(needed, reductions, 1, "c");
     w.close();
   };
   if (width > 1) {
@@ -985,7 +987,7 @@ std::string KernelWriter::writeMultiTensor(const std::string &name) {
     w.open("for (long long c0 = begin + (long long)threadIdx.x * " +
            llvm::Twine(width) + "; c0 < vend; c0 += (long long)blockDim.x * " +
            llvm::Twine(width) + ")");
-    writeChunk(needed, {}, width, "c0");
+    writeChunk(needed, reductions, width, "c0");
     w.close();
     scalarLoop("vend");
     w.close();
@@ -995,6 +997,101 @@ std::string KernelWriter::writeMultiTensor(const std::string &name) {
   } else {
     scalarLoop("begin");
   }
+}
+
+std::string KernelWriter::writeMultiTensor(const std::string &name) {
+  int width = plan.vectorWidth;
+  w.line("// " + name + ": " + kernel.origin);
+  w.line("// multi-tensor: chunks of " + llvm::Twine(kMultiTensorChunk) +
+         " elements of the members in llmc_table, a block per chunk" +
+         (width > 1 ? ", " + std::to_string(width) +
+                          "-wide accesses on aligned members"
+                    : std::string()));
+  w.line("extern \"C\" __global__ void __launch_bounds__(" +
+         llvm::Twine(plan.launch.threadsPerBlock()) + ")");
+  w.line(name + "(const long long *__restrict__ llmc_table,");
+  w.open("    long long llmc_members, long long llmc_chunks)");
+  w.open("for (long long chunk = blockIdx.x; chunk < llmc_chunks; chunk += "
+         "gridDim.x)");
+  writeChunkHead({});
+  llvm::SmallVector<int32_t> stores;
+  for (size_t i = 0; i < kernel.body.size(); ++i)
+    if (kernel.body[i].op == Op::Store)
+      stores.push_back(i);
+  writeChunkLoops(columnClosure(stores), {});
+  w.close();
+  w.close();
+  return w.take();
+}
+
+std::string KernelWriter::writeMultiTensorSum(const std::string &name,
+                                              const std::string &totalName,
+                                              int totalBlock) {
+  // The flat kernel's one reduction and the store of its value
+  // (emitMultiTensorSumKernels checked the shape).
+  int32_t reduction = -1, store = -1;
+  for (auto [i, instr] : llvm::enumerate(kernel.body)) {
+    if (instr.op == Op::ReduceSum)
+      reduction = int32_t(i);
+    if (instr.op == Op::Store)
+      store = int32_t(i);
+  }
+  int32_t total = kernel.body[store].operand;
+  size_t operands = kernel.operands.size();
+  std::string stride = std::to_string(operands + 3);
+  int width = plan.vectorWidth;
+  w.line("// " + name + ": " + kernel.origin);
+  w.line("// multi-tensor sum, pass 1: the sum of each chunk of " +
+         llvm::Twine(kMultiTensorChunk) +
+         " elements of the members in llmc_table, a block per chunk" +
+         (width > 1 ? ", " + std::to_string(width) +
+                          "-wide accesses on aligned members"
+                    : std::string()) +
+         "; per thread in order, then the block's fixed tree");
+  w.line("extern \"C\" __global__ void __launch_bounds__(" +
+         llvm::Twine(plan.launch.threadsPerBlock()) + ")");
+  w.line(name + "(const long long *__restrict__ llmc_table,");
+  w.line("    long long llmc_members, long long llmc_chunks,");
+  w.open("    float *__restrict__ llmc_partials)");
+  w.line("__shared__ float llmc_scratch[32];");
+  w.open("for (long long chunk = blockIdx.x; chunk < llmc_chunks; chunk += "
+         "gridDim.x)");
+  std::vector<bool> skip(operands, false);
+  skip[total] = true;
+  writeChunkHead(skip);
+  w.line("float acc" + std::to_string(reduction) + " = 0.0f;");
+  writeChunkLoops(columnClosure({kernel.body[reduction].args[0]}),
+                  {reduction});
+  w.line("const float chunkSum = llmc_block_sum(acc" +
+         std::to_string(reduction) + ", llmc_scratch);");
+  w.line("if (threadIdx.x == 0) llmc_partials[chunk] = chunkSum;");
+  w.close();
+  w.close();
+  w.line("");
+  w.line("// " + totalName + ": " + kernel.origin);
+  w.line("// multi-tensor sum, pass 2: a block per member adds its chunks' "
+         "sums (per thread in order, then the block's fixed tree) and "
+         "stores the total");
+  w.line("extern \"C\" __global__ void __launch_bounds__(" +
+         llvm::Twine(totalBlock) + ")");
+  w.line(totalName + "(const long long *__restrict__ llmc_table,");
+  w.line("    long long llmc_members, long long llmc_chunks,");
+  w.open("    const float *__restrict__ llmc_partials)");
+  w.line("__shared__ float llmc_scratch[32];");
+  w.open("for (long long m = blockIdx.x; m < llmc_members; m += gridDim.x)");
+  w.line("const long long *e = llmc_table + m * " + stride + ";");
+  w.line("const long long first = e[" + std::to_string(operands + 1) + "];");
+  w.line("const long long n = (e[" + std::to_string(operands) + "] + " +
+         intLiteral(kMultiTensorChunk - 1) + ") / " +
+         intLiteral(kMultiTensorChunk) + ";");
+  w.line("float acc = 0.0f;");
+  w.line("for (long long i = threadIdx.x; i < n; i += blockDim.x) acc += "
+         "llmc_partials[first + i];");
+  w.line("const float sum = llmc_block_sum(acc, llmc_scratch);");
+  std::string type =
+      std::string(storageTypeName(kernel.operands[total].dtype)) + " *";
+  w.line("if (threadIdx.x == 0) llmc_store((" + type + ")e[" +
+         std::to_string(total) + "], sum);");
   w.close();
   w.close();
   return w.take();
@@ -1043,4 +1140,19 @@ std::string llmc::cuda::emitMultiTensorKernel(const kir::Kernel &flat,
   launch.block[0] = plan.launch.block[0];
   plan.launch = launch;
   return KernelWriter(flat, plan).writeMultiTensor(name);
+}
+
+std::string llmc::cuda::emitMultiTensorSumKernels(
+    const kir::Kernel &flat, const std::string &name,
+    const std::string &totalName, CudaLaunch &launch, int &vectorWidth,
+    CudaLaunch &totalLaunch) {
+  KernelPlan plan = planKernel(flat);
+  vectorWidth = plan.vectorWidth;
+  launch.block[0] = plan.launch.block[0];
+  launch.staticSharedBytes = 32 * sizeof(float);
+  plan.launch = launch;
+  totalLaunch.block[0] = kMultiTensorSumBlock;
+  totalLaunch.staticSharedBytes = 32 * sizeof(float);
+  return KernelWriter(flat, plan)
+      .writeMultiTensorSum(name, totalName, kMultiTensorSumBlock);
 }

@@ -100,6 +100,18 @@ std::string emitMultiTensorKernel(const kir::Kernel &flat,
                                   const std::string &name, CudaLaunch &launch,
                                   int &vectorWidth);
 
+/// The two kernels of a Sum batch (ABI: cuda::CudaKernelBatch), `name`
+/// then `totalName`, whose members' reading kernels share `flat`'s body:
+/// `flat` is such a kernel over [kMultiTensorChunk] as for
+/// emitMultiTensorKernel, with one ReduceSum (f32) whose value its one
+/// store writes (a broadcast operand: the member's total). Sets both
+/// launches' blocks and `vectorWidth`; the caller sets the grids.
+std::string emitMultiTensorSumKernels(const kir::Kernel &flat,
+                                      const std::string &name,
+                                      const std::string &totalName,
+                                      CudaLaunch &launch, int &vectorWidth,
+                                      CudaLaunch &totalLaunch);
+
 /// One translation unit: the prelude, then every kernel's function.
 std::string emitCudaModule(llvm::ArrayRef<kir::Kernel> kernels);
 std::string emitCudaModule(const kir::Program &program);

@@ -184,22 +184,46 @@ llmc::cuda::deserializeCudaModules(llvm::ArrayRef<char> bytes,
   return modules;
 }
 
+namespace {
+
+/// The operand a kernel's (first) store writes; -1 if none.
+int32_t storedOperand(const llmc::kir::Kernel &kernel) {
+  for (const llmc::kir::Instr &instr : kernel.body)
+    if (instr.op == llmc::kir::Op::Store)
+      return instr.operand;
+  return -1;
+}
+
+} // namespace
+
 std::vector<int64_t>
 llmc::cuda::multiTensorTable(const kir::Program &program,
                              const CudaKernelBatch &batch,
                              llvm::ArrayRef<uint64_t> bases, int64_t &chunks) {
   std::vector<int64_t> table;
   chunks = 0;
-  for (int32_t index : batch.steps) {
+  bool sum = batch.kind == CudaKernelBatch::Kind::Sum;
+  for (size_t member = 0; member < batch.members(); ++member) {
+    int32_t index = sum ? batch.memberSteps[member].first : batch.steps[member];
     const kir::Kernel &kernel = program.kernels[program.steps[index].kernel];
+    // A Sum member's stored operand: the element its last kernel stores.
+    int32_t total = -1;
+    const kir::Access *totalAccess = nullptr;
+    if (sum) {
+      total = storedOperand(kernel);
+      const kir::Kernel &last = program.kernels
+          [program.steps[batch.memberSteps[member].second].kernel];
+      totalAccess = &last.operands[storedOperand(last)];
+    }
     int64_t elements = 1;
     for (int64_t extent : kernel.domain)
       elements *= extent;
     bool aligned = true;
     for (auto [operand, access] : llvm::enumerate(kernel.operands)) {
-      uint64_t address =
-          bases[access.buffer] +
-          uint64_t(access.offset * kir::dtypeBytes(access.dtype));
+      const kir::Access &at =
+          int32_t(operand) == total ? *totalAccess : access;
+      uint64_t address = bases[at.buffer] +
+                         uint64_t(at.offset * kir::dtypeBytes(at.dtype));
       table.push_back(int64_t(address));
       if (batch.contiguous[operand])
         aligned &= address % 16 == 0;

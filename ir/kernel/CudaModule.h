@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace llmc::kir {
@@ -137,15 +138,50 @@ inline constexpr int64_t kMultiTensorChunk = 8192;
 /// contiguous operand's address is a multiple of 16 bytes (128-bit
 /// accesses), else 0. multiTensorTable builds it. Any grid covers all
 /// chunks (a grid-stride loop); the block must be launch.block.
+///
+/// A Sum batch (kind Sum) instead replaces, per member, the kernel steps
+/// that reduce one tensor to one number: a kernel summing an elementwise
+/// function of its contiguous (and broadcast) operands over its whole
+/// domain into one element, or such a kernel summing each row into a
+/// temporary followed by a kernel summing that temporary into one element
+/// (the gradient norm's sums of squares). Two launches, both where
+/// steps[0] was, with one more argument, f32 scratch of `chunks` floats
+/// the executor owns:
+///
+///   NAME(table, members, chunks, float *partials)        every chunk's sum
+///   totalName(table, members, chunks, const float *partials)
+///                               each member's chunks' sums, stored to its
+///                               total
+///
+/// Both add in an order fixed by the table and the block shape (a chunk by
+/// one block, the chunks of a member in order by one block), never by the
+/// grid: no atomics, the same bits on every run and any grid. The table is
+/// the reading kernel's (its `members` entries in memberSteps order), with
+/// the stored operand's word holding the address of the member's total
+/// (the last kernel's stored element); the row temporary is not written.
 struct CudaKernelBatch {
+  enum class Kind : uint8_t { Elementwise, Sum };
+  Kind kind = Kind::Elementwise;
   std::string name;
   CudaLaunch launch;
   /// Kernel steps (indices into Program::steps), ascending: the batch is
   /// launched where steps[0] was and the others launch nothing.
   std::vector<int32_t> steps;
-  /// Per operand of the members' kernels: 1 contiguous, 0 broadcast.
+  /// Per operand of the members' kernels (a Sum batch: of the reading
+  /// kernels): 1 contiguous, 0 broadcast (a Sum batch's stored operand: 0).
   std::vector<uint8_t> contiguous;
   int vectorWidth = 1; // elements per 128-bit access on aligned members
+  /// Sum: per member, the step of the kernel reading the tensor and the
+  /// step of the kernel storing its total (the same step for one kernel).
+  std::vector<std::pair<int32_t, int32_t>> memberSteps;
+  /// Sum: the second kernel and its launch.
+  std::string totalName;
+  CudaLaunch totalLaunch;
+
+  /// The members, in table order (Sum: one per memberSteps entry).
+  size_t members() const {
+    return kind == Kind::Sum ? memberSteps.size() : steps.size();
+  }
 };
 
 /// The table of `batch` over buffers at `bases` (one address per program

@@ -131,6 +131,9 @@ private:
   /// The multi-tensor launches: functions, device tables, stepBatch.
   llvm::Error planBatches();
   llvm::Error libraryFunction(const std::string &fn, CUfunction *out);
+  /// Function `name` of `module`; an error names the kernel.
+  llvm::Error moduleFunction(CUmodule module, const std::string &name,
+                             CUfunction *out);
   // The library kernels of step `index` (as many as its kind launches).
   llvm::Expected<const std::vector<cuda::LibraryKernel> *>
   stepKernels(size_t index, size_t count);
@@ -176,13 +179,9 @@ llvm::Error LaunchPlanner::loadModules() {
       return error;
     for (auto [index, kernel] : llvm::enumerate(prog.kernels)) {
       KernelPlan &plan = impl.kernels.emplace_back();
-      if (llvm::Error error = checkDriver(
-              cu,
-              cu.moduleGetFunction(&plan.function, impl.kernelModule,
-                                   kernel.name.c_str()),
-              "cuModuleGetFunction"))
-        return llvm::createStringError("kernel '" + kernel.name + "': " +
-                                       llvm::toString(std::move(error)));
+      if (llvm::Error error =
+              moduleFunction(impl.kernelModule, kernel.name, &plan.function))
+        return error;
       plan.launch = modules.kernelLaunches[index];
       for (const kir::Access &access : kernel.operands)
         plan.operands.push_back(bases[access.buffer]);
@@ -211,20 +210,41 @@ llvm::Error LaunchPlanner::planBatches() {
           "multi-tensor launch '" + batch.name +
           "': the CUDA compiler gave steps that are not kernel steps of "
           "this program, or that another batch holds");
+    bool sum = batch.kind == cuda::CudaKernelBatch::Kind::Sum;
+    if (sum && (batch.memberSteps.size() < 2 ||
+                llvm::any_of(batch.memberSteps, [&](auto member) {
+                  return !llvm::is_contained(batch.steps, member.first) ||
+                         !llvm::is_contained(batch.steps, member.second);
+                })))
+      return llvm::createStringError(
+          "multi-tensor sum '" + batch.name +
+          "': its members' steps are not the batch's steps");
     auto plan = std::make_unique<Impl::BatchPlan>();
     plan->name = batch.name;
     plan->launch = batch.launch;
-    if (llvm::Error error = checkDriver(
-            cu,
-            cu.moduleGetFunction(&plan->function, impl.kernelModule,
-                                 batch.name.c_str()),
-            "cuModuleGetFunction"))
-      return llvm::createStringError("kernel '" + batch.name + "': " +
-                                     llvm::toString(std::move(error)));
+    if (llvm::Error error =
+            moduleFunction(impl.kernelModule, batch.name, &plan->function))
+      return error;
+    if (sum) {
+      plan->totalLaunch = batch.totalLaunch;
+      if (llvm::Error error = moduleFunction(impl.kernelModule,
+                                             batch.totalName, &plan->total))
+        return error;
+    }
     int64_t chunks = 0;
     plan->hostTable = cuda::multiTensorTable(prog, batch, bases, chunks);
-    plan->members = batch.steps.size();
+    plan->members = batch.members();
     plan->chunks = chunks;
+    if (sum) {
+      // Each chunk's sum, between the two kernels (rewritten every run).
+      if (llvm::Error error = checkDriver(
+              cu,
+              cu.memAlloc(&plan->partials,
+                          std::max<size_t>(chunks, 1) * sizeof(float)),
+              "cuMemAlloc (multi-tensor partial sums)"))
+        return error;
+      impl.owned.push_back(plan->partials);
+    }
     size_t bytes = plan->hostTable.size() * sizeof(int64_t);
     if (llvm::Error error =
             checkDriver(cu, cu.memAlloc(&plan->table, bytes),
@@ -244,7 +264,8 @@ llvm::Error LaunchPlanner::planBatches() {
       impl.stepBatch[step] = Impl::kInBatch;
     impl.batches.push_back(std::move(plan));
   }
-  info.multiTensorLaunches = int(impl.batches.size());
+  for (const auto &plan : impl.batches)
+    info.multiTensorLaunches += plan->total ? 2 : 1;
   for (const cuda::CudaKernelBatch &batch : modules.batches)
     info.multiTensorSteps += int(batch.steps.size());
   return llvm::Error::success();
@@ -256,10 +277,16 @@ llvm::Error LaunchPlanner::libraryFunction(const std::string &fn,
     return llvm::createStringError("kernel '" + fn +
                                    "': the CUDA compiler made no library "
                                    "module");
+  return moduleFunction(impl.libraryModule, fn, out);
+}
+
+llvm::Error LaunchPlanner::moduleFunction(CUmodule module,
+                                          const std::string &name,
+                                          CUfunction *out) {
   if (llvm::Error error = checkDriver(
-          cu, cu.moduleGetFunction(out, impl.libraryModule, fn.c_str()),
+          cu, cu.moduleGetFunction(out, module, name.c_str()),
           "cuModuleGetFunction"))
-    return llvm::createStringError("kernel '" + fn + "': " +
+    return llvm::createStringError("kernel '" + name + "': " +
                                    llvm::toString(std::move(error)));
   return llvm::Error::success();
 }
@@ -588,6 +615,10 @@ llvm::Error CudaExecutor::enqueueSchedule(bool timed) {
         Impl::BatchPlan &b = *im.batches[batch];
         if (llvm::Error error = im.launch(b.function, b.launch, b.params))
           return error;
+        if (b.total)
+          if (llvm::Error error =
+                  im.launch(b.total, b.totalLaunch, b.params))
+            return error;
         break;
       }
       KernelPlan &kernel = im.kernels[plan];

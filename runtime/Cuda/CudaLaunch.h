@@ -43,13 +43,15 @@ struct CudaExecutor::Impl {
   };
 
   /// A multi-tensor launch (cuda::CudaKernelBatch): its table is device
-  /// memory written once, at planning (the addresses never change).
+  /// memory written once, at planning (the addresses never change). A Sum
+  /// batch launches `total` after `function`, both with the partial sums
+  /// (an elementwise kernel takes three arguments and ignores the fourth).
   struct BatchPlan {
-    CUfunction function = nullptr;
-    cuda::CudaLaunch launch;
-    CUdeviceptr table = 0;
+    CUfunction function = nullptr, total = nullptr;
+    cuda::CudaLaunch launch, totalLaunch;
+    CUdeviceptr table = 0, partials = 0;
     long long members = 0, chunks = 0;
-    void *params[3] = {&table, &members, &chunks};
+    void *params[4] = {&table, &members, &chunks, &partials};
     std::string name;
     std::vector<int64_t> hostTable; // the bytes copied in, until they land
 

@@ -82,7 +82,8 @@ static cl::opt<bool> noEpilogueFusion(
 static cl::opt<bool> noMultiTensor(
     "no-multi-tensor",
     cl::cat(toolOptions), cl::desc("Launch every kernel step alone (no multi-tensor batches of "
-             "same-body elementwise steps, e.g. the AdamW update)"));
+             "same-body elementwise steps, e.g. the AdamW update, nor of "
+             "per-tensor sums, e.g. the gradient norm's)"));
 static cl::opt<bool> noProfile(
     "no-profile",
     cl::cat(toolOptions), cl::desc("Skip the profiled run (a training step accumulates into its "

@@ -689,6 +689,47 @@ double expectResultsClose(
   return worst;
 }
 
+/// The CPU executor's run of `program` from `initial`'s parameters, states
+/// and inputs: the results named as in `like` (empty after a failure).
+std::vector<std::pair<std::string, std::vector<float>>> cpuExecutorResults(
+    const kir::Program &program, Memory &initial,
+    const std::vector<std::pair<std::string, std::vector<float>>> &like) {
+  auto executor = runtime::createCpuExecutor(
+      program, [&] { return cpu::compileKernelsToObject(program.kernels); }, 1);
+  if (!executor) {
+    ADD_FAILURE() << llvm::toString(executor.takeError());
+    return {};
+  }
+  for (auto [index, buffer] : llvm::enumerate(program.buffers)) {
+    if (buffer.kind == kir::BufferKind::Arena)
+      continue;
+    runtime::HostTensor tensor =
+        runtime::HostTensor::zeros(buffer.dtype, buffer.shape);
+    std::memcpy(tensor.bytes.data(), initial.bases[index], buffer.bytes());
+    if (llvm::Error error = (*executor)->setTensor(buffer.name, tensor)) {
+      ADD_FAILURE() << buffer.name << ": " << llvm::toString(std::move(error));
+      return {};
+    }
+  }
+  if (llvm::Error error = (*executor)->run()) {
+    ADD_FAILURE() << llvm::toString(std::move(error));
+    return {};
+  }
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (const auto &[name, values] : like) {
+    auto tensor = (*executor)->output(name);
+    if (!tensor) {
+      ADD_FAILURE() << name << ": " << llvm::toString(tensor.takeError());
+      return {};
+    }
+    std::vector<float> widened(values.size());
+    for (size_t i = 0; i < widened.size(); ++i)
+      widened[i] = float(elementAt(tensor->bytes.data(), tensor->dtype, i));
+    out.push_back({name, widened});
+  }
+  return out;
+}
+
 class CudaProgramTest : public ::testing::TestWithParam<ProgramCase> {};
 
 TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
@@ -752,29 +793,8 @@ TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
 
     // The harness against the CPU executor (its GEMMs and attention).
     {
-      auto executor = runtime::createCpuExecutor(
-          program, [&] { return cpu::compileKernelsToObject(program.kernels); },
-          1);
-      ASSERT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
-      for (auto [index, buffer] : llvm::enumerate(program.buffers)) {
-        if (buffer.kind == kir::BufferKind::Arena)
-          continue;
-        runtime::HostTensor tensor =
-            runtime::HostTensor::zeros(buffer.dtype, buffer.shape);
-        std::memcpy(tensor.bytes.data(), initial.bases[index], buffer.bytes());
-        ASSERT_FALSE(bool((*executor)->setTensor(buffer.name, tensor)))
-            << buffer.name;
-      }
-      ASSERT_FALSE(bool((*executor)->run()));
-      std::vector<std::pair<std::string, std::vector<float>>> executorResults;
-      for (const auto &[name, values] : cpuResults) {
-        auto tensor = (*executor)->output(name);
-        ASSERT_TRUE(bool(tensor)) << name;
-        std::vector<float> widened(values.size());
-        for (size_t i = 0; i < widened.size(); ++i)
-          widened[i] = float(elementAt(tensor->bytes.data(), tensor->dtype, i));
-        executorResults.push_back({name, widened});
-      }
+      auto executorResults = cpuExecutorResults(program, initial, cpuResults);
+      ASSERT_FALSE(executorResults.empty());
       double worst = expectResultsClose(executorResults, cpuResults,
                                         GetParam().rtol,
                                         "harness vs CPU executor");
@@ -804,10 +824,13 @@ TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
 //===----------------------------------------------------------------------===//
 
 /// The batches' kernels compiled for emulation, each behind a wrapper
-/// llmc_emu_batch_<name>(table, members, chunks, grid, block).
+/// llmc_emu_batch_<name>(table, members, chunks, grid, block, partials,
+/// total grid): a Sum batch launches both its kernels (the second with its
+/// emitted block), others ignore the last two arguments.
 struct EmulatedBatches {
   using RunFn = void (*)(const long long *, long long, long long,
-                         const long long *, const int *);
+                         const long long *, const int *, float *,
+                         const long long *);
   std::unique_ptr<EmulatedLibrary> library;
   std::vector<RunFn> functions;
 
@@ -815,12 +838,23 @@ struct EmulatedBatches {
   build(const cuda::KernelBatches &batches, std::string &error) {
     auto result = std::make_unique<EmulatedBatches>();
     std::string source = cuda::cudaPrelude() + batches.source;
-    for (const cuda::CudaKernelBatch &batch : batches.batches)
+    for (const cuda::CudaKernelBatch &batch : batches.batches) {
+      bool sum = batch.kind == cuda::CudaKernelBatch::Kind::Sum;
       source += "extern \"C\" void llmc_emu_batch_" + batch.name +
                 "(const long long *table, long long members, long long "
-                "chunks, const long long *grid, const int *block) {\n"
+                "chunks, const long long *grid, const int *block, float "
+                "*partials, const long long *totalGrid) {\n"
                 "  llmc_emu::launch(grid, block, [&] { " + batch.name +
-                "(table, members, chunks); });\n}\n";
+                "(table, members, chunks" + (sum ? ", partials" : "") +
+                "); });\n";
+      if (sum)
+        source += "  const int totalBlock[3] = {" +
+                  std::to_string(batch.totalLaunch.block[0]) +
+                  ", 1, 1};\n  llmc_emu::launch(totalGrid, totalBlock, [&] "
+                  "{ " + batch.totalName +
+                  "(table, members, chunks, partials); });\n";
+      source += "}\n";
+    }
     result->library = EmulatedLibrary::build(source, error);
     if (!result->library)
       return nullptr;
@@ -833,6 +867,21 @@ struct EmulatedBatches {
       result->functions.push_back(reinterpret_cast<RunFn>(fn));
     }
     return result;
+  }
+
+  /// Runs batch `index` over `table` (chunks of it in `chunks`) with
+  /// `grid` blocks for the first kernel and `totalGrid` for a Sum's second
+  /// (0: the emitted grids).
+  void run(const cuda::CudaKernelBatch &batch, size_t index,
+           std::vector<int64_t> &table, int64_t chunks, long long grid = 0,
+           long long totalGrid = 0) const {
+    std::vector<float> partials(std::max<int64_t>(chunks, 1), NAN);
+    long long grids[3] = {grid > 0 ? grid : batch.launch.grid[0], 1, 1};
+    long long totalGrids[3] = {
+        totalGrid > 0 ? totalGrid : batch.totalLaunch.grid[0], 1, 1};
+    functions[index](reinterpret_cast<const long long *>(table.data()),
+                     (long long)batch.members(), chunks, grids,
+                     batch.launch.block, partials.data(), totalGrids);
   }
 };
 
@@ -848,20 +897,26 @@ std::vector<int64_t> hostTable(const kir::Program &program,
 
 // The update step of a GPT-2 whose embedding (2111 x 64 = 16.5 chunks) spans
 // several chunks with a ragged last one, f32 and bf16 (AMP: f32 master
-// weights and moments): the AdamW updates and the gradient zeroing run as a
-// few multi-tensor launches instead of one launch per parameter. Every
-// batch kernel compiles with NVRTC for sm_80 and sm_90; under emulation
-// each launch matches the CPU kernels of its members (every other byte
-// unchanged), and a run with every batch emulated matches the CPU end to
-// end, through the 128-bit path (aligned members) and the scalar one (the
-// table's aligned word cleared), with the emitted grid and with 3 blocks.
+// weights, moments and gradients): the AdamW updates and the gradient
+// zeroing run as a few multi-tensor launches instead of one launch per
+// parameter, and the gradient norm's per-tensor sums of squares (a kernel
+// per bias, row sums then their total per matrix) as one Sum batch of two
+// launches. Every batch kernel compiles with NVRTC for sm_80 and sm_90;
+// under emulation each launch matches the CPU kernels of its members
+// (every other byte unchanged), and a run with every batch emulated matches
+// the CPU end to end, through the 128-bit path (aligned members) and the
+// scalar one (the table's aligned word cleared), with the emitted grid and
+// with 3 blocks; its norm matches a double-precision reference and its
+// parameters the CPU executor's.
 TEST(CudaProgramTest, UpdateStepRunsAsFewMultiTensorLaunches) {
   const char *yaml = "name: mt\nn_layer: 1\nn_head: 2\nn_embd: 64\n"
                      "seq_len: 16\nvocab_size: 2111\n";
   for (PrecisionConfig::Kind kind :
-       {PrecisionConfig::Kind::FP32, PrecisionConfig::Kind::BF16}) {
-    bool bf16 = kind == PrecisionConfig::Kind::BF16;
-    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+       {PrecisionConfig::Kind::FP32, PrecisionConfig::Kind::BF16, PrecisionConfig::Kind::FP16}) {
+    bool bf16 = kind == PrecisionConfig::Kind::BF16,
+         fp16 = kind == PrecisionConfig::Kind::FP16;
+    const char *label = bf16 ? "bf16" : fp16 ? "fp16" : "f32";
+    SCOPED_TRACE(label);
     auto programs = trainingPrograms(yaml, 2, 8, amp(kind));
     ASSERT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
     const kir::Program &program = programs->back().second;
@@ -872,27 +927,51 @@ TEST(CudaProgramTest, UpdateStepRunsAsFewMultiTensorLaunches) {
     int64_t after = cuda::countKernelLaunches(program, batches.batches);
     int64_t params = int64_t(program.params.size());
     std::printf("[ batches  ] %s @update_step: %lld parameters, %lld kernel "
-                "launches -> %lld (%zu multi-tensor launches of",
-                bf16 ? "bf16" : "f32", (long long)params, (long long)before,
+                "launches -> %lld (%zu multi-tensor batches of",
+                label, (long long)params, (long long)before,
                 (long long)after, batches.batches.size());
     for (auto [index, batch] : llvm::enumerate(batches.batches))
       std::printf("%s %zu", index ? "," : "", batch.steps.size());
     std::printf(" steps)\n");
-    // AdamW with and without weight decay, and the gradient zeroing: one
-    // launch each instead of one per parameter.
-    EXPECT_LE(after, before - 2 * params + 3);
     std::set<int32_t> batched;
-    for (const cuda::CudaKernelBatch &batch : batches.batches) {
-      EXPECT_GE(batch.steps.size(), 2u);
+    const cuda::CudaKernelBatch *sum = nullptr;
+    size_t sumIndex = 0;
+    for (auto [index, batch] : llvm::enumerate(batches.batches)) {
+      EXPECT_GE(batch.members(), 2u);
       for (int32_t step : batch.steps)
         EXPECT_TRUE(batched.insert(step).second) << "step " << step;
+      if (batch.kind == cuda::CudaKernelBatch::Kind::Sum) {
+        EXPECT_EQ(sum, nullptr) << "one Sum batch";
+        sum = &batch;
+        sumIndex = index;
+      }
     }
-    int64_t zeroings = 0;
-    for (int32_t step : batched)
-      zeroings += llvm::StringRef(program.kernels[program.steps[step].kernel]
-                                      .origin)
-                      .starts_with("update grad.");
+    ASSERT_NE(sum, nullptr) << "the gradient norm's sums as a Sum batch";
+    // Every gradient's sum of squares is a member; every kernel with a
+    // reduction is in the batch; what runs alone is scalar arithmetic (the
+    // norm from the totals, the clip factor, the step's scalars).
+    EXPECT_EQ(int64_t(sum->members()), params);
+    int64_t zeroings = 0, alone = 0;
+    for (auto [index, step] : llvm::enumerate(program.steps)) {
+      const kir::Kernel &kernel = program.kernels[step.kernel];
+      zeroings += batched.count(index) &&
+                  llvm::StringRef(kernel.origin).starts_with("update grad.");
+      if (!batched.count(index)) {
+        ++alone;
+        EXPECT_FALSE(kernel.hasReduction()) << kernel.name;
+        EXPECT_EQ(kernel.numRows() * kernel.rowLength(), 1) << kernel.name;
+      }
+    }
     EXPECT_EQ(zeroings, params) << "every gradient zeroed in a batch";
+    // AdamW with and without weight decay and the zeroing (a launch each),
+    // the sums (two launches), and the scalar kernels: 4 (fp16: more, the
+    // loss scale's bookkeeping).
+    int64_t batchLaunches = 0;
+    for (const cuda::CudaKernelBatch &batch : batches.batches)
+      batchLaunches += batch.kind == cuda::CudaKernelBatch::Kind::Sum ? 2 : 1;
+    EXPECT_EQ(after, batchLaunches + alone);
+    if (!fp16)
+      EXPECT_EQ(after, 3 + 2 + 4);
 
     // NVRTC: the module as the CUDA compiler builds it.
     std::string why;
@@ -904,12 +983,15 @@ TEST(CudaProgramTest, UpdateStepRunsAsFewMultiTensorLaunches) {
                             "update_step.cu", options);
       ASSERT_TRUE(bool(binaries)) << llvm::toString(binaries.takeError());
       ASSERT_EQ(binaries->cubins.size(), 2u);
-      for (const cuda::CudaKernelBatch &batch : batches.batches)
+      for (const cuda::CudaKernelBatch &batch : batches.batches) {
         EXPECT_NE(binaries->ptx.find(".entry " + batch.name),
                   std::string::npos) << batch.name;
+        if (!batch.totalName.empty())
+          EXPECT_NE(binaries->ptx.find(".entry " + batch.totalName),
+                    std::string::npos) << batch.totalName;
+      }
       std::printf("[ nvrtc    ] %s @update_step with its multi-tensor "
-                  "kernels: sm_80 + sm_90 cubins + PTX\n",
-                  bf16 ? "bf16" : "f32");
+                  "kernels: sm_80 + sm_90 cubins + PTX\n", label);
     } else {
       std::printf("[ nvrtc    ] skipped: %s\n", why.c_str());
     }
@@ -933,23 +1015,21 @@ TEST(CudaProgramTest, UpdateStepRunsAsFewMultiTensorLaunches) {
       int64_t chunks = 0;
       std::vector<int64_t> table = hostTable(program, batch, m, chunks);
       size_t stride = batch.contiguous.size() + 3;
-      for (size_t member = 0; member < batch.steps.size(); ++member) {
+      for (size_t member = 0; member < batch.members(); ++member) {
         EXPECT_EQ(table[member * stride + stride - 1], 1)
             << batch.name << ": host buffers are 16-byte aligned";
         if (!aligned)
           table[member * stride + stride - 1] = 0;
       }
-      long long grids[3] = {grid > 0 ? grid : batch.launch.grid[0], 1, 1};
-      emulated->functions[index](reinterpret_cast<const long long *>(
-                                     table.data()),
-                                 (long long)batch.steps.size(), chunks, grids,
-                                 batch.launch.block);
+      emulated->run(batch, index, table, chunks, grid, grid);
     };
     for (const kir::Step &step : program.steps)
       ASSERT_EQ(step.kind, kir::StepKind::Kernel) << "an update step of "
                                                      "kernel steps";
 
-    // Launch by launch against the members' CPU kernels.
+    // Launch by launch against the members' CPU kernels. A Sum batch
+    // stores the members' totals only: the row sums of a two-kernel member
+    // are a temporary nothing else reads, copied over from the CPU's run.
     Memory memory(program);
     fillInputs(program, memory, 11);
     Memory initial = memory;
@@ -964,20 +1044,74 @@ TEST(CudaProgramTest, UpdateStepRunsAsFewMultiTensorLaunches) {
       const cuda::CudaKernelBatch &batch = batches.batches[stepBatch[index]];
       Memory copy = memory;
       std::vector<const kir::Kernel *> members;
-      for (int32_t member : batch.steps) {
+      for (int32_t member : batch.steps)
         runCpu(program.steps[member], memory);
-        members.push_back(&program.kernels[program.steps[member].kernel]);
-      }
       runBatch(stepBatch[index], copy, true, 0);
+      if (batch.kind == cuda::CudaKernelBatch::Kind::Sum) {
+        for (auto [reader, totaller] : batch.memberSteps) {
+          members.push_back(&program.kernels[program.steps[totaller].kernel]);
+          if (reader == totaller)
+            continue;
+          const kir::Kernel &rows = program.kernels[program.steps[reader].kernel];
+          for (const kir::Instr &instr : rows.body)
+            if (instr.op == kir::Op::Store) {
+              int32_t buffer = rows.operands[instr.operand].buffer;
+              std::memcpy(copy.bases[buffer], memory.bases[buffer],
+                          program.buffers[buffer].bytes());
+            }
+        }
+      } else {
+        for (int32_t member : batch.steps)
+          members.push_back(&program.kernels[program.steps[member].kernel]);
+      }
       total.merge(compareAfterKernels(program, members, batch.name, memory,
                                       copy));
     }
     std::printf("[ batches  ] %s: %lld elements compared, max abs error "
                 "%.3g, max error relative to max(1, |x|) %.3g\n",
-                bf16 ? "bf16" : "f32", (long long)total.elements, total.maxAbs,
-                total.maxRel);
+                label, (long long)total.elements, total.maxAbs, total.maxRel);
     EXPECT_GT(total.elements, 3 * 2111 * 64) << "wte, its moments and grad";
     auto cpuResults = results(program, memory);
+    auto executorResults = cpuExecutorResults(program, initial, cpuResults);
+    ASSERT_FALSE(executorResults.empty());
+
+    // The global norm in double from the initial gradients.
+    double squares = 0;
+    for (auto [index, buffer] : llvm::enumerate(program.buffers))
+      if (buffer.kind == kir::BufferKind::State &&
+          llvm::StringRef(buffer.name).starts_with("grad."))
+        for (int64_t i = 0; i < buffer.numElements(); ++i) {
+          double g = elementAt(initial.bases[index], buffer.dtype, i);
+          squares += g * g;
+        }
+    // fp16's gradients are scaled by the loss scale, its norm is not.
+    double lossScale = 1;
+    for (auto [index, buffer] : llvm::enumerate(program.buffers))
+      if (buffer.name == "loss_scale" &&
+          buffer.kind != kir::BufferKind::Arena)
+        lossScale = elementAt(initial.bases[index], buffer.dtype, 0);
+    EXPECT_EQ(lossScale, fp16 ? 1024.0 : 1.0);
+    double reference = std::sqrt(squares) / lossScale;
+    // The bound: a sum of positive f32 terms added along a path of at most
+    // k additions is within k·u of the exact sum (u = 2^-24); the square
+    // root halves that and adds u. Here: per thread over a chunk
+    // (8192 / block), a block's two 32-way trees (10), then per member its
+    // chunks per thread (<= 1 here: 17 chunks, 256 threads) and the trees
+    // (10), then the totals one after another (one per parameter).
+    const double u = 0x1p-24;
+    double k = double(cuda::kMultiTensorChunk / sum->launch.block[0]) + 10 +
+               1 + 10 + double(params);
+    double bound = 0.5 * k * u + u;
+    auto normOf = [](const std::vector<std::pair<std::string,
+                                                 std::vector<float>>> &r) {
+      for (const auto &[name, values] : r)
+        if (name == "grad_norm")
+          return double(values.at(0));
+      ADD_FAILURE() << "no grad_norm result";
+      return double(NAN);
+    };
+    if (!fp16)
+      EXPECT_GT(reference, 1.0) << "the clip factor takes part";
 
     // End to end: 128-bit path and emitted grid, scalar path and 3 blocks.
     for (bool aligned : {true, false}) {
@@ -988,15 +1122,177 @@ TEST(CudaProgramTest, UpdateStepRunsAsFewMultiTensorLaunches) {
         else if (stepBatch[index] >= 0)
           runBatch(stepBatch[index], run, aligned, aligned ? 0 : 3);
       }
-      double worst = expectResultsClose(
-          cpuResults, results(program, run), 1e-6,
-          std::string("multi-tensor run, ") +
-              (aligned ? "128-bit accesses" : "scalar accesses, 3 blocks"));
+      std::string what = std::string("multi-tensor run, ") +
+                         (aligned ? "128-bit accesses"
+                                  : "scalar accesses, 3 blocks");
+      auto runResults = results(program, run);
+      double worst =
+          expectResultsClose(cpuResults, runResults, 1e-6, what + " vs CPU kernels");
+      double worstExecutor = expectResultsClose(
+          executorResults, runResults, 1e-6, what + " vs CPU executor");
+      double norm = normOf(runResults);
+      double normError = std::fabs(norm - reference) / reference;
+      double cpuNormError =
+          std::fabs(normOf(executorResults) - reference) / reference;
+      EXPECT_LE(normError, bound) << what << ": norm " << norm
+                                  << " vs double " << reference;
       std::printf("[ results  ] %s: multi-tensor run (%s) vs CPU kernels "
-                  "within %.3g of the largest |value|\n",
-                  bf16 ? "bf16" : "f32",
-                  aligned ? "128-bit" : "scalar, 3 blocks", worst);
+                  "within %.3g, vs CPU executor within %.3g of the largest "
+                  "|value|; grad norm %.9g: %.3g from the double reference "
+                  "(relative; bound %.3g), the CPU executor's %.3g\n",
+                  label, aligned ? "128-bit" : "scalar, 3 blocks", worst,
+                  worstExecutor, norm, normError, bound, cpuNormError);
     }
+
+    // The Sum batch alone, on the initial gradients, member by member
+    // against double: through the emitted table (128-bit path), the
+    // largest member 3 elements short (its last chunk ends inside a
+    // 128-bit access: the tail loop), and that member's gradient copied
+    // 4 bytes past a 16-byte boundary (not aligned: the scalar path). The
+    // same table gives the same bits with any grid, run after run.
+    const kir::Kernel &reader =
+        program.kernels[program.steps[sum->memberSteps[0].first].kernel];
+    ASSERT_EQ(std::count(sum->contiguous.begin(), sum->contiguous.end(), 1), 1);
+    size_t input = std::find(sum->contiguous.begin(), sum->contiguous.end(),
+                             1) - sum->contiguous.begin();
+    size_t output = 0;
+    for (const kir::Instr &instr : reader.body)
+      if (instr.op == kir::Op::Store)
+        output = size_t(instr.operand);
+    // A member's total in double: the reading kernel's body evaluated per
+    // element over the table's operands (f32: the square, fp16: the square
+    // of the gradient times the inverse loss scale).
+    auto memberInDouble = [&](const int64_t *entry, int64_t count) {
+      double acc = 0;
+      std::vector<double> v(reader.body.size());
+      for (int64_t i = 0; i < count; ++i)
+        for (auto [j, instr] : llvm::enumerate(reader.body)) {
+          auto arg = [&](size_t n) { return v[instr.args[n]]; };
+          switch (instr.op) {
+          case kir::Op::Load:
+            v[j] = elementAt(reinterpret_cast<const char *>(
+                                 entry[instr.operand]),
+                             reader.operands[instr.operand].dtype,
+                             sum->contiguous[instr.operand] ? i : 0);
+            break;
+          case kir::Op::Const:
+            v[j] = instr.imm;
+            break;
+          case kir::Op::Mul:
+            v[j] = arg(0) * arg(1);
+            break;
+          case kir::Op::Div:
+            v[j] = arg(0) / arg(1);
+            break;
+          case kir::Op::ReduceSum:
+            acc += arg(0);
+            break;
+          case kir::Op::Store:
+            break;
+          default:
+            ADD_FAILURE() << "op " << int(instr.op) << " not evaluated here";
+            return double(NAN);
+          }
+        }
+      return acc;
+    };
+    size_t stride = sum->contiguous.size() + 3;
+    std::vector<uint64_t> bases;
+    for (char *base : initial.bases)
+      bases.push_back(reinterpret_cast<uint64_t>(base));
+    size_t largest = 0;
+    int64_t largestCount = 0, smallestCount = INT64_MAX, chunks = 0;
+    std::vector<int64_t> table =
+        cuda::multiTensorTable(program, *sum, bases, chunks);
+    for (size_t m = 0; m < sum->members(); ++m) {
+      int64_t count = table[m * stride + stride - 3];
+      smallestCount = std::min(smallestCount, count);
+      if (count > largestCount) {
+        largest = m;
+        largestCount = count;
+      }
+    }
+    EXPECT_GT(largestCount, 16 * cuda::kMultiTensorChunk) << "a long member";
+    EXPECT_LT(smallestCount, cuda::kMultiTensorChunk) << "a short one";
+    // The largest member's gradient, 4 bytes off alignment.
+    const kir::Kernel &largestReader = program.kernels
+        [program.steps[sum->memberSteps[largest].first].kernel];
+    int32_t largestBuffer = largestReader.operands[input].buffer;
+    std::vector<char> shifted(program.buffers[largestBuffer].bytes() + 32);
+    char *moved = shifted.data() +
+                  (16 - reinterpret_cast<uintptr_t>(shifted.data()) % 16) + 4;
+    std::memcpy(moved, initial.bases[largestBuffer],
+                program.buffers[largestBuffer].bytes());
+
+    auto totals = [&](const std::vector<int64_t> &t) {
+      std::vector<uint32_t> bits;
+      for (size_t m = 0; m < sum->members(); ++m) {
+        float value;
+        std::memcpy(&value, reinterpret_cast<const void *>(t[m * stride + output]),
+                    4);
+        uint32_t word;
+        std::memcpy(&word, &value, 4);
+        bits.push_back(word);
+      }
+      return bits;
+    };
+    struct Variant {
+      const char *name;
+      int64_t shortBy;
+      bool unaligned;
+    };
+    double worstRelative = 0, worstBound = 0;
+    for (Variant variant : {Variant{"emitted table", 0, false},
+                            Variant{"largest member 3 short", 3, false},
+                            Variant{"largest member unaligned", 0, true}}) {
+      SCOPED_TRACE(variant.name);
+      std::vector<uint64_t> variantBases = bases;
+      if (variant.unaligned)
+        variantBases[largestBuffer] = reinterpret_cast<uint64_t>(moved);
+      int64_t variantChunks = 0;
+      std::vector<int64_t> t =
+          cuda::multiTensorTable(program, *sum, variantBases, variantChunks);
+      ASSERT_EQ(variantChunks, chunks);
+      for (size_t m = 0; m < sum->members(); ++m)
+        EXPECT_EQ(t[m * stride + stride - 1],
+                  variant.unaligned && m == largest ? 0 : 1) << "member " << m;
+      t[largest * stride + stride - 3] -= variant.shortBy;
+      emulated->run(*sum, sumIndex, t, chunks);
+      std::vector<uint32_t> first = totals(t);
+      for (size_t m = 0; m < sum->members(); ++m) {
+        int64_t count = t[m * stride + stride - 3];
+        double want = memberInDouble(t.data() + m * stride, count);
+        float got;
+        std::memcpy(&got, &first[m], 4);
+        // As above, per member: per thread, two trees, its chunks, two trees.
+        int64_t memberChunks =
+            (count + cuda::kMultiTensorChunk - 1) / cuda::kMultiTensorChunk;
+        double memberBound =
+            (double(cuda::kMultiTensorChunk / sum->launch.block[0]) + 10 +
+             double((memberChunks + sum->totalLaunch.block[0] - 1) /
+                    sum->totalLaunch.block[0]) +
+             10) *
+            u;
+        double relative = std::fabs(got - want) / want;
+        EXPECT_LE(relative, memberBound)
+            << "member " << m << ": " << got << " vs double " << want;
+        worstRelative = std::max(worstRelative, relative);
+        worstBound = std::max(worstBound, memberBound);
+      }
+      // Any grid: one block, 3 and 2, 7 and 1; and the emitted one again.
+      for (auto [grid, totalGrid] :
+           {std::pair<long long, long long>{1, 1}, {3, 2}, {7, 1}, {0, 0}}) {
+        emulated->run(*sum, sumIndex, t, chunks, grid, totalGrid);
+        EXPECT_EQ(totals(t), first) << "grids " << grid << ", " << totalGrid;
+      }
+    }
+    std::printf("[ sums     ] %s: %zu members in %lld chunks (%lld elements "
+                "the longest): every total within %.3g of double (relative; "
+                "bound %.3g), emitted table, a ragged tail, an unaligned "
+                "member; the same bits with grids 1/1, 3/2, 7/1 and the "
+                "emitted one\n",
+                label, sum->members(), (long long)chunks,
+                (long long)largestCount, worstRelative, worstBound);
   }
 }
 
