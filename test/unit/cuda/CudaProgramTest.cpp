@@ -970,8 +970,9 @@ TEST(CudaProgramTest, UpdateStepRunsAsFewMultiTensorLaunches) {
     for (const cuda::CudaKernelBatch &batch : batches.batches)
       batchLaunches += batch.kind == cuda::CudaKernelBatch::Kind::Sum ? 2 : 1;
     EXPECT_EQ(after, batchLaunches + alone);
-    if (!fp16)
+    if (!fp16) {
       EXPECT_EQ(after, 3 + 2 + 4);
+    }
 
     // NVRTC: the module as the CUDA compiler builds it.
     std::string why;
@@ -986,9 +987,10 @@ TEST(CudaProgramTest, UpdateStepRunsAsFewMultiTensorLaunches) {
       for (const cuda::CudaKernelBatch &batch : batches.batches) {
         EXPECT_NE(binaries->ptx.find(".entry " + batch.name),
                   std::string::npos) << batch.name;
-        if (!batch.totalName.empty())
+        if (!batch.totalName.empty()) {
           EXPECT_NE(binaries->ptx.find(".entry " + batch.totalName),
                     std::string::npos) << batch.totalName;
+        }
       }
       std::printf("[ nvrtc    ] %s @update_step with its multi-tensor "
                   "kernels: sm_80 + sm_90 cubins + PTX\n", label);
@@ -1110,8 +1112,9 @@ TEST(CudaProgramTest, UpdateStepRunsAsFewMultiTensorLaunches) {
       ADD_FAILURE() << "no grad_norm result";
       return double(NAN);
     };
-    if (!fp16)
+    if (!fp16) {
       EXPECT_GT(reference, 1.0) << "the clip factor takes part";
+    }
 
     // End to end: 128-bit path and emitted grid, scalar path and 3 blocks.
     for (bool aligned : {true, false}) {
@@ -1366,8 +1369,9 @@ TEST(CudaProgramTest, TensorParallelProgramsCompileWithNvrtc) {
     int collectives = 0;
     for (const kir::Step &step : program.steps)
       collectives += step.kind == kir::StepKind::CollectiveStart;
-    if (function != "update_step")
+    if (function != "update_step") {
       EXPECT_GT(collectives, 0) << "no tp all-reduce: not a tp program";
+    }
     std::string source = cuda::emitCudaModule(program);
     cuda::NvrtcOptions nvrtc;
     nvrtc.cacheEnabled = false;

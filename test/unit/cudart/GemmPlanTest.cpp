@@ -186,8 +186,9 @@ Counts planProgram(const kir::Program &program, bool allowTf32,
     counts.narrowIntoF32 += narrow && c.dtype == kir::DType::F32;
     counts.accumulating += step.gemm.accumulate;
     counts.fused += d->fused != kir::EpilogueKind::None;
-    if (step.gemm.accumulate) // gradients accumulate in f32
+    if (step.gemm.accumulate) { // gradients accumulate in f32
       EXPECT_EQ(c.dtype, kir::DType::F32) << step.origin;
+    }
     if (checkLayouts)
       expectLayoutsMatchViews(program, bases, step, *d);
   }
@@ -219,10 +220,11 @@ TEST(GemmPlanTest, Gpt2TrainingProgramsPlanInEveryPrecision) {
         // llmc-amp puts every matmul on the narrow type.
         EXPECT_EQ(counts.narrow, counts.gemms);
       }
-      if (function == "grad_step")
+      if (function == "grad_step") {
         // Per layer 4 weight gradients, and the tied wte's: all summed
         // into their f32 gradient buffers by the GEMM (beta = 1).
         EXPECT_GE(counts.accumulating, 2 * 4 + 1);
+      }
     }
   }
 }
