@@ -195,6 +195,42 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Bool()),
     typeAndFusionName);
 
+/// Runs `program` (grad.w [m, n] f32 += dY^T X, dY [..., m] and X [..., n]
+/// of `type` with the given shapes) twice from random values and checks
+/// grad.w against its start plus twice the double product.
+void checkGradientSummedTwice(const kir::Program &program, DType type,
+                              std::vector<int64_t> dyShape,
+                              std::vector<int64_t> xShape, std::mt19937 &rng) {
+  int64_t m = dyShape.back(), n = xShape.back();
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < dyShape.size(); ++d)
+    rows *= dyShape[d];
+  HostTensor gw = randomTensor(DType::F32, {m, n}, rng);
+  HostTensor dy = randomTensor(type, dyShape, rng);
+  HostTensor x = randomTensor(type, xShape, rng);
+  auto exec = executorFor(program);
+  ASSERT_TRUE(exec);
+  set(*exec, "grad.w", gw);
+  set(*exec, "dy", dy);
+  set(*exec, "x", x);
+  // Two runs add the gradient twice.
+  ASSERT_FALSE(bool(exec->run()));
+  ASSERT_FALSE(bool(exec->run()));
+  HostTensor got = outputOf(*exec, "grad.w");
+  std::vector<double> dyv = valuesOf(dy), xv = valuesOf(x);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double dw = 0, magnitude = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        dw += dyv[r * m + i] * xv[r * n + j];
+        magnitude += std::fabs(dyv[r * m + i] * xv[r * n + j]);
+      }
+      double want = gw.f32()[i * n + j] + 2 * dw;
+      ASSERT_NEAR(got.f32()[i * n + j], want, 1e-5 * (2 * magnitude + 1))
+          << i << ", " << j;
+    }
+}
+
 // Shapes past the CPU executor's staging blocks (stagedNarrowGemm: K
 // blocks of 1024, narrow-C panels of at most 1024 rows of the shorter
 // side; f16 always, bf16 where the CPU lacks vdpbf16ps or with
@@ -273,29 +309,7 @@ TEST_P(StagedNarrowGemm, BlocksMatchRoundedDoubleProducts) {
   ASSERT_TRUE(mlir::succeeded(grad));
   ASSERT_EQ(grad->steps.size(), 1u);
   ASSERT_TRUE(grad->steps[0].gemm.accumulate);
-  HostTensor gw = randomTensor(DType::F32, {70, 90}, rng);
-  HostTensor dy = randomTensor(type, {1100, 70}, rng);
-  HostTensor dx = randomTensor(type, {1100, 90}, rng);
-  auto gradExec = executorFor(*grad);
-  ASSERT_TRUE(gradExec);
-  set(*gradExec, "grad.w", gw);
-  set(*gradExec, "dy", dy);
-  set(*gradExec, "x", dx);
-  ASSERT_FALSE(bool(gradExec->run()));
-  ASSERT_FALSE(bool(gradExec->run()));
-  HostTensor got = outputOf(*gradExec, "grad.w");
-  std::vector<double> dyv = valuesOf(dy), xv = valuesOf(dx);
-  for (int64_t i = 0; i < 70; ++i)
-    for (int64_t j = 0; j < 90; ++j) {
-      double dw = 0, magnitude = 0;
-      for (int64_t r = 0; r < 1100; ++r) {
-        dw += dyv[r * 70 + i] * xv[r * 90 + j];
-        magnitude += std::fabs(dyv[r * 70 + i] * xv[r * 90 + j]);
-      }
-      double want = gw.f32()[i * 90 + j] + 2 * dw;
-      ASSERT_NEAR(got.f32()[i * 90 + j], want, 1e-5 * (2 * magnitude + 1))
-          << i << ", " << j;
-    }
+  checkGradientSummedTwice(*grad, type, {1100, 70}, {1100, 90}, rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, StagedNarrowGemm,
@@ -799,30 +813,7 @@ TEST_P(NarrowGradientAccumulation, GemmSumsIntoTheF32State) {
   EXPECT_EQ(program->arenaBytes, 0);
 
   std::mt19937 rng(51);
-  HostTensor gw = randomTensor(DType::F32, {64, 48}, rng);
-  HostTensor dy = randomTensor(type, {2, 30, 64}, rng);
-  HostTensor x = randomTensor(type, {2, 30, 48}, rng);
-  auto exec = executorFor(*program);
-  ASSERT_TRUE(exec);
-  set(*exec, "grad.w", gw);
-  set(*exec, "dy", dy);
-  set(*exec, "x", x);
-  // Two runs add the gradient twice.
-  ASSERT_FALSE(bool(exec->run()));
-  ASSERT_FALSE(bool(exec->run()));
-  HostTensor got = outputOf(*exec, "grad.w");
-  std::vector<double> dyv = valuesOf(dy), xv = valuesOf(x);
-  for (int64_t i = 0; i < 64; ++i)
-    for (int64_t j = 0; j < 48; ++j) {
-      double dw = 0, magnitude = 0;
-      for (int64_t r = 0; r < 60; ++r) {
-        dw += dyv[r * 64 + i] * xv[r * 48 + j];
-        magnitude += std::fabs(dyv[r * 64 + i] * xv[r * 48 + j]);
-      }
-      double want = gw.f32()[i * 48 + j] + 2 * dw;
-      ASSERT_NEAR(got.f32()[i * 48 + j], want, 1e-5 * (2 * magnitude + 1))
-          << i << ", " << j;
-    }
+  checkGradientSummedTwice(*program, type, {2, 30, 64}, {2, 30, 48}, rng);
 }
 
 std::string accumulateName(
