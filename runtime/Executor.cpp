@@ -5,10 +5,11 @@
 // tensor cores: narrow GEMM operands and attention heads are widened into
 // per-thread staging buffers, multiplied by sgemm, and narrow results
 // rounded back to nearest even (runtime/Cpu/LowPrecision.h). The staging
-// buffers are the executor's scratch (`scratch`, like attention's scores),
-// not tensors of the program: they live outside the arena, so the arena's
-// measured high-water mark still equals the planned peak, and they are
-// small (tiles of a GEMM, one head of attention per thread).
+// buffers are the executor's scratch (`scratch`, like attention's scores,
+// and `narrowStage`), not tensors of the program: they live outside the
+// arena, so the arena's measured high-water mark still equals the planned
+// peak, and they are cache-sized (a GEMM's blocks of at most 8 MiB shared
+// and 2 MiB a thread, one head of attention per thread).
 #include "runtime/Executor.h"
 #include "runtime/Cpu/Bf16Gemm.h"
 #include "runtime/Cpu/FewRowGemm.h"
@@ -212,6 +213,9 @@ void CpuExecutor::describeMemory(MemoryLedger &ledger,
     ledger.add("executor scratch (attention scores, f16/bf16 staging)",
                Source::Malloc, buffer.data(),
                int64_t(buffer.capacity() * sizeof(float)));
+  ledger.add("executor scratch (attention scores, f16/bf16 staging)",
+             Source::Malloc, narrowStage.data(),
+             int64_t(narrowStage.capacity() * sizeof(float)));
   if (code)
     for (auto [data, bytes] : code->memory())
       ledger.add("JIT code and data", Source::Mapped, data, bytes);
@@ -541,93 +545,166 @@ bool CpuExecutor::runFewRowGemm(const kir::GemmStep &g) {
 
 void CpuExecutor::stagedNarrowGemm(const kir::GemmStep &g, int64_t aM,
                                    int64_t aK, int64_t bK, int64_t bN) {
-  // Chunks of at most kStageFloats widened elements each of A, B and C
-  // (one chunk each for llmc's GEMMs but the vocabulary's), each widened
-  // once by all threads, then one f32 GEMM per chunk split over the
-  // threads like runGemm's: OpenBLAS sees whole products, not tiles, and
-  // every narrow element is converted once (twice for an accumulated
-  // 16-bit C).
-  constexpr int64_t kStageFloats = int64_t(4) << 20;
+  // Cache-blocked widening around sgemm. The longer of M and N is split
+  // into panels, the other operand's block (`shared`, sRows of the shorter
+  // dimension x kc) is widened once by all threads into `narrowStage`, and
+  // each thread widens one panel at a time (kc x its columns of B, or its
+  // rows of A x kc) into its own scratch, small enough to stay in its L2,
+  // and multiplies it at once: one sgemm per panel. Every narrow element is
+  // read once from memory and converted once (an accumulated narrow C
+  // twice), no widened copy of a whole weight ever goes out to DRAM, and
+  // narrow C is rounded per panel while it is still in the cache. K is
+  // blocked only when the shared block would not fit otherwise (the
+  // vocabulary's dX, k = V): then narrow C is summed in an f32 block over
+  // all of K before its one rounding.
+  // Sizes measured on a 2-core Zen 4 (1 MiB L2 a core, 32 MiB L3) at
+  // GPT-2 124M's shapes, 256 and 2048 rows: with OpenBLAS, panels of 2^17
+  // floats lost 3-5% to repacking the shared block for each narrow panel,
+  // 2^20 lost to cache misses at 256 rows; with oneDNN, 2^19 to 2^21
+  // moved the GEMM time by under 1%.
+  constexpr int64_t kPanelFloats = int64_t(1) << 19;  // 2 MiB a thread
+  constexpr int64_t kSharedFloats = int64_t(1) << 21; // 8 MiB, in L3
+  constexpr int64_t kMaxK = 1024; // longer K is blocked
+  constexpr int64_t kMaxCRows = 1024; // rows of a staged narrow C panel
   kir::DType aType = prog.buffers[g.a.buffer].dtype;
   kir::DType bType = prog.buffers[g.b.buffer].dtype;
   kir::DType cType = prog.buffers[g.c.buffer].dtype;
   int64_t aBytes = kir::dtypeBytes(aType), bBytes = kir::dtypeBytes(bType),
           cBytes = kir::dtypeBytes(cType);
-  int64_t ldc = g.c.strides[1], k = std::max<int64_t>(g.k, 1);
-  int64_t mChunk = std::clamp<int64_t>(kStageFloats / k, 1, g.m);
-  int64_t nChunk = std::clamp<int64_t>(kStageFloats / std::max(k, mChunk),
-                                       std::min<int64_t>(64, g.n), g.n);
-  thread_local std::vector<float> stage;
-  stage.resize(size_t(mChunk * k + k * nChunk + mChunk * nChunk));
-  float *aStage = stage.data(), *bStage = aStage + mChunk * k,
-        *cStage = bStage + k * nChunk;
-  // Block (r0, c0) of rows x cols as f32, widened by rows (unit column
-  // stride) or by columns, split over the threads.
-  auto widen = [&](kir::DType type, char *data, int64_t rowStride,
-                   int64_t colStride, int64_t r0, int64_t c0, int64_t rows,
-                   int64_t cols, float *out) -> Matrix {
-    if (type == kir::DType::F32)
-      return {reinterpret_cast<float *>(data) + r0 * rowStride +
-                  c0 * colStride,
-              rowStride, colStride};
-    bool byRows = colStride == 1;
-    pool.parallelFor(byRows ? rows : cols, [&](int64_t begin, int64_t end,
-                                               int) {
-      if (byRows)
-        stageBlock(type, data, rowStride, colStride, r0 + begin, c0,
-                   end - begin, cols, out + begin * cols);
-      else
-        stageBlock(type, data, rowStride, colStride, r0, c0 + begin, rows,
-                   end - begin, out + begin * rows);
-    });
-    return byRows ? Matrix{out, cols, 1} : Matrix{out, 1, rows};
-  };
-  float beta = g.accumulate ? 1.0f : 0.0f;
+  int64_t ldc = g.c.strides[1];
+  bool cF32 = cType == kir::DType::F32;
+  if (g.m == 0 || g.n == 0)
+    return;
+  if (g.k == 0) { // C = 0, or unchanged when accumulating
+    if (!g.accumulate)
+      for (int64_t batch = 0; batch < g.batch; ++batch)
+        for (int64_t r = 0; r < g.m; ++r) {
+          char *row = base(g.c.buffer) +
+                      (g.c.offset + batch * g.c.strides[0] + r * ldc) * cBytes;
+          std::memset(row, 0, size_t(g.n * cBytes)); // +0.0 in every type
+        }
+    return;
+  }
+  // Split N (panels of B's columns, A shared) or M (panels of A's rows, B
+  // shared), whichever is longer.
+  bool splitN = g.n >= g.m;
+  int64_t split = splitN ? g.n : g.m, other = splitN ? g.m : g.n;
+  int64_t kc = g.k <= kMaxK ? g.k : kMaxK;
+  bool kBlocked = kc < g.k;
+  // Rows of the shorter side per shared block; with K blocked, narrow C's
+  // f32 sums (sRows x split) are bounded by the same budget.
+  int64_t sRows = std::clamp<int64_t>(kSharedFloats / kc, 1, other);
+  if (kBlocked && !cF32)
+    sRows = std::clamp<int64_t>(kSharedFloats / split, 1, sRows);
+  if (!kBlocked && !cF32)
+    sRows = std::min(sRows, kMaxCRows);
+  // Panels: a multiple of the threads, each at most kPanelFloats widened
+  // elements (and sRows x width of C staging), widths rounded to 16.
+  int64_t threads = pool.size();
+  int64_t perColumn = kc + (cF32 || kBlocked ? 0 : sRows);
+  int64_t maxWidth = std::max<int64_t>(16, kPanelFloats / perColumn / 16 * 16);
+  int64_t panels = (split + maxWidth - 1) / maxWidth;
+  panels = (panels + threads - 1) / threads * threads;
+  int64_t width = std::min(split, ((split + panels - 1) / panels + 15) / 16 *
+                                      16);
+  panels = (split + width - 1) / width;
+  narrowStage.resize(std::max<size_t>(
+      narrowStage.size(),
+      size_t(sRows * kc + (kBlocked && !cF32 ? sRows * split : 0))));
+  float *sharedStage = narrowStage.data();
+  float *cSums = sharedStage + sRows * kc; // kBlocked, narrow C only
   for (int64_t batch = 0; batch < g.batch; ++batch) {
     auto at = [&](const kir::View &view, int64_t bytes) {
       return base(view.buffer) +
              (view.offset + batch * view.strides[0]) * bytes;
     };
     char *a = at(g.a, aBytes), *b = at(g.b, bBytes), *c = at(g.c, cBytes);
-    for (int64_t i0 = 0; i0 < g.m; i0 += mChunk) {
-      int64_t mc = std::min(mChunk, g.m - i0);
-      Matrix aBlock = widen(aType, a, aM, aK, i0, 0, mc, g.k, aStage);
-      for (int64_t j0 = 0; j0 < g.n; j0 += nChunk) {
-        int64_t nc = std::min(nChunk, g.n - j0);
-        Matrix bBlock = widen(bType, b, bK, bN, 0, j0, g.k, nc, bStage);
-        auto cRow = [&](int64_t r) {
-          return c + ((i0 + r) * ldc + j0) * cBytes;
-        };
-        bool cF32 = cType == kir::DType::F32;
-        float *cTile = cF32 ? reinterpret_cast<float *>(cRow(0)) : cStage;
-        int64_t cLd = cF32 ? ldc : nc;
-        if (!cF32 && g.accumulate)
-          pool.parallelFor(mc, [&](int64_t begin, int64_t end, int) {
-            for (int64_t r = begin; r < end; ++r)
-              cpu::widenToFloat(cType, cRow(r), nc, cStage + r * nc);
-          });
-        if (g.k == 0 && !g.accumulate)
-          for (int64_t r = 0; r < mc; ++r)
-            std::fill(cTile + r * cLd, cTile + r * cLd + nc, 0.0f);
-        else if (mc >= 64 * pool.size() || nc < 64 * pool.size())
-          pool.parallelFor(mc, [&](int64_t begin, int64_t end, int) {
-            sgemm(sgemmLibs, end - begin, nc, g.k,
-                  {aBlock.data + begin * aBlock.rowStride, aBlock.rowStride,
-                   aBlock.colStride},
-                  bBlock, cTile + begin * cLd, cLd, 1.0f, beta);
-          });
-        else
-          pool.parallelFor(nc, [&](int64_t begin, int64_t end, int) {
-            sgemm(sgemmLibs, mc, end - begin, g.k, aBlock,
-                  {bBlock.data + begin * bBlock.colStride, bBlock.rowStride,
-                   bBlock.colStride},
-                  cTile + begin, cLd, 1.0f, beta);
-          });
-        if (!cF32)
-          pool.parallelFor(mc, [&](int64_t begin, int64_t end, int) {
-            for (int64_t r = begin; r < end; ++r)
-              cpu::narrowFromFloat(cType, cStage + r * nc, nc, cRow(r));
-          });
+    // Element (i, j) of C's row-major block as bytes.
+    auto cAt = [&](int64_t i, int64_t j) {
+      return c + (i * ldc + j) * cBytes;
+    };
+    for (int64_t s0 = 0; s0 < other; s0 += sRows) {
+      int64_t sc = std::min(sRows, other - s0);
+      for (int64_t k0 = 0; k0 < g.k; k0 += kc) {
+        int64_t kk = std::min(kc, g.k - k0);
+        bool first = k0 == 0, last = k0 + kk == g.k;
+        // The shared block: A rows [s0, s0 + sc) x K [k0, k0 + kk), or B
+        // K [k0, k0 + kk) x columns [s0, s0 + sc), widened by all threads.
+        Matrix shared;
+        {
+          kir::DType type = splitN ? aType : bType;
+          char *data = splitN ? a : b;
+          int64_t rowStride = splitN ? aM : bK, colStride = splitN ? aK : bN;
+          int64_t r0 = splitN ? s0 : k0, c0 = splitN ? k0 : s0;
+          int64_t rows = splitN ? sc : kk, cols = splitN ? kk : sc;
+          if (type == kir::DType::F32) {
+            shared = stageBlock(type, data, rowStride, colStride, r0, c0,
+                                rows, cols, nullptr); // in place
+          } else {
+            bool byRows = colStride == 1;
+            pool.parallelFor(byRows ? rows : cols, [&](int64_t begin,
+                                                       int64_t end, int) {
+              if (byRows)
+                stageBlock(type, data, rowStride, colStride, r0 + begin, c0,
+                           end - begin, cols, sharedStage + begin * cols);
+              else
+                stageBlock(type, data, rowStride, colStride, r0, c0 + begin,
+                           rows, end - begin, sharedStage + begin * rows);
+            });
+            shared = byRows ? Matrix{sharedStage, cols, 1}
+                            : Matrix{sharedStage, 1, rows};
+          }
+        }
+        pool.parallelFor(panels, [&](int64_t begin, int64_t end,
+                                     int thread) {
+          std::vector<float> &staging = scratch[thread];
+          size_t need = size_t(kk * width + (cF32 || kBlocked ? 0 : sc * width));
+          staging.resize(std::max(staging.size(), need));
+          float *panelStage = staging.data(),
+                *cStage = panelStage + kk * width;
+          for (int64_t panel = begin; panel < end; ++panel) {
+            int64_t p0 = panel * width, pw = std::min(width, split - p0);
+            int64_t i0 = splitN ? s0 : p0, j0 = splitN ? p0 : s0;
+            int64_t mc = splitN ? sc : pw, nc = splitN ? pw : sc;
+            Matrix aBlock, bBlock;
+            if (splitN) {
+              aBlock = shared;
+              bBlock = stageBlock(bType, b, bK, bN, k0, j0, kk, nc,
+                                  panelStage);
+            } else {
+              aBlock = stageBlock(aType, a, aM, aK, i0, k0, mc, kk,
+                                  panelStage);
+              bBlock = shared;
+            }
+            // Where this panel's f32 sums go: C itself (f32), the block's
+            // sums over K (narrow, K blocked) or a tile rounded right
+            // after its product.
+            float *cTile;
+            int64_t cLd;
+            if (cF32) {
+              cTile = reinterpret_cast<float *>(cAt(i0, j0));
+              cLd = ldc;
+            } else if (kBlocked) {
+              // cSums is [sc x split] (split N) or [split x sc] (split M).
+              cTile = splitN ? cSums + p0 : cSums + p0 * sc;
+              cLd = splitN ? split : sc;
+            } else {
+              cTile = cStage;
+              cLd = nc;
+            }
+            bool accumulate = g.accumulate || !first;
+            if (!cF32 && g.accumulate && first)
+              for (int64_t r = 0; r < mc; ++r)
+                cpu::widenToFloat(cType, cAt(i0 + r, j0), nc,
+                                  cTile + r * cLd);
+            sgemm(sgemmLibs, mc, nc, kk, aBlock, bBlock, cTile, cLd, 1.0f,
+                  accumulate ? 1.0f : 0.0f);
+            if (!cF32 && last)
+              for (int64_t r = 0; r < mc; ++r)
+                cpu::narrowFromFloat(cType, cTile + r * cLd, nc,
+                                     cAt(i0 + r, j0));
+          }
+        });
       }
     }
   }

@@ -172,6 +172,9 @@ private:
   std::vector<std::vector<void *>> kernelOperands; // per kernel: its bases
   // Per thread: attention scores, f32 staging of f16/bf16 operands.
   std::vector<std::vector<float>> scratch;
+  // stagedNarrowGemm's operand block shared by the threads (and its f32
+  // sums of a narrow C when K is blocked).
+  std::vector<float> narrowStage;
   bool profiling = false;
   StepProfile stepProfile;
   Mesh mesh;

@@ -106,6 +106,37 @@ func.func @f(%x: tensor<3x100x48xFT> {llmc.input = "x"},
 
 class LowPrecisionGemm : public ::testing::TestWithParam<TypeAndFusion> {};
 
+/// Checks `c` (batch x m x n of `type`) against C[i, j] = sum_k A(i, k)
+/// B(k, j) in double, from element accessors: within an ulp of `type` of
+/// the sum plus 1e-5 of the sum of |terms| (f32 summation order).
+template <typename AAt, typename BAt>
+void checkProduct(const HostTensor &c, DType type, bool fuse,
+                  const char *name, int64_t batch, int64_t m, int64_t n,
+                  int64_t k, AAt aAt, BAt bAt) {
+  ASSERT_EQ(c.dtype, type);
+  std::vector<double> got = valuesOf(c);
+  double worst = 0;
+  for (int64_t bt = 0; bt < batch; ++bt)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0, magnitude = 0;
+        for (int64_t l = 0; l < k; ++l) {
+          double term = aAt(bt, i, l) * bAt(bt, l, j);
+          sum += term;
+          magnitude += std::fabs(term);
+        }
+        double value = got[(bt * m + i) * n + j];
+        double error = std::fabs(value - sum);
+        double tolerance = ulpOf(type, sum) + 1e-5 * magnitude;
+        ASSERT_LE(error, tolerance)
+            << name << "[" << bt << ", " << i << ", " << j << "]: " << value
+            << " vs " << sum;
+        worst = std::max(worst, error / ulpOf(type, sum));
+      }
+  std::printf("[ %s %s ] %s: worst error %.2f ulp\n", typeName(type),
+              fuse ? "fused" : "unfused", name, worst);
+}
+
 TEST_P(LowPrecisionGemm, MatchesRoundedDoubleProducts) {
   auto [type, fuse] = GetParam();
   mlir::MLIRContext context;
@@ -132,32 +163,10 @@ TEST_P(LowPrecisionGemm, MatchesRoundedDoubleProducts) {
     set(*exec, name, tensor);
   ASSERT_FALSE(bool(exec->run()));
 
-  // C[i, j] = sum_k A(i, k) B(k, j), from element accessors.
   auto check = [&](const char *name, int64_t batch, int64_t m, int64_t n,
                    int64_t k, auto aAt, auto bAt) {
-    HostTensor c = outputOf(*exec, name);
-    ASSERT_EQ(c.dtype, type);
-    std::vector<double> got = valuesOf(c);
-    double worst = 0;
-    for (int64_t bt = 0; bt < batch; ++bt)
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          double sum = 0, magnitude = 0;
-          for (int64_t l = 0; l < k; ++l) {
-            double term = aAt(bt, i, l) * bAt(bt, l, j);
-            sum += term;
-            magnitude += std::fabs(term);
-          }
-          double value = got[(bt * m + i) * n + j];
-          double error = std::fabs(value - sum);
-          double tolerance = ulpOf(type, sum) + 1e-5 * magnitude;
-          ASSERT_LE(error, tolerance)
-              << name << "[" << bt << ", " << i << ", " << j << "]: " << value
-              << " vs " << sum;
-          worst = std::max(worst, error / ulpOf(type, sum));
-        }
-    std::printf("[ %s %s ] %s: worst error %.2f ulp\n", typeName(type),
-                fuse ? "fused" : "unfused", name, worst);
+    checkProduct(outputOf(*exec, name), type, fuse, name, batch, m, n, k,
+                 aAt, bAt);
   };
   std::vector<double> x = valuesOf(in["x"]), w = valuesOf(in["w"]),
                       a = valuesOf(in["a"]), b = valuesOf(in["b"]),
@@ -185,6 +194,127 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(DType::F16, DType::BF16),
                        ::testing::Bool()),
     typeAndFusionName);
+
+/// Runs `program` (grad.w [m, n] f32 += dY^T X, dY [..., m] and X [..., n]
+/// of `type` with the given shapes) twice from random values and checks
+/// grad.w against its start plus twice the double product.
+void checkGradientSummedTwice(const kir::Program &program, DType type,
+                              std::vector<int64_t> dyShape,
+                              std::vector<int64_t> xShape, std::mt19937 &rng) {
+  int64_t m = dyShape.back(), n = xShape.back();
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < dyShape.size(); ++d)
+    rows *= dyShape[d];
+  HostTensor gw = randomTensor(DType::F32, {m, n}, rng);
+  HostTensor dy = randomTensor(type, dyShape, rng);
+  HostTensor x = randomTensor(type, xShape, rng);
+  auto exec = executorFor(program);
+  ASSERT_TRUE(exec);
+  set(*exec, "grad.w", gw);
+  set(*exec, "dy", dy);
+  set(*exec, "x", x);
+  // Two runs add the gradient twice.
+  ASSERT_FALSE(bool(exec->run()));
+  ASSERT_FALSE(bool(exec->run()));
+  HostTensor got = outputOf(*exec, "grad.w");
+  std::vector<double> dyv = valuesOf(dy), xv = valuesOf(x);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double dw = 0, magnitude = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        dw += dyv[r * m + i] * xv[r * n + j];
+        magnitude += std::fabs(dyv[r * m + i] * xv[r * n + j]);
+      }
+      double want = gw.f32()[i * n + j] + 2 * dw;
+      ASSERT_NEAR(got.f32()[i * n + j], want, 1e-5 * (2 * magnitude + 1))
+          << i << ", " << j;
+    }
+}
+
+// Shapes past the CPU executor's staging blocks (stagedNarrowGemm: K
+// blocks of 1024, narrow-C panels of at most 1024 rows of the shorter
+// side; f16 always, bf16 where the CPU lacks vdpbf16ps or with
+// LLMC_CPU_BF16_DOT=off): p = u v, k = 1100, two K blocks summed in f32
+// before one rounding, B's column panels; q = x w^T, M the longer side,
+// row panels of A against a shared transposed B; r = a^T b, 1100 rows of a
+// transposed A shared in two blocks; g += dy^T x into f32 state, k = 1100
+// in two blocks, accumulated twice.
+constexpr const char *kStagedGemms = R"mlir(
+func.func @f(%u: tensor<40x1100xFT> {llmc.input = "u"},
+             %v: tensor<1100x300xFT> {llmc.input = "v"},
+             %x: tensor<1300x72xFT> {llmc.input = "x"},
+             %w: tensor<200x72xFT> {llmc.input = "w"},
+             %a: tensor<24x1100xFT> {llmc.input = "a"},
+             %b: tensor<24x1150xFT> {llmc.input = "b"})
+    -> (tensor<40x300xFT> {llmc.output = "p"},
+        tensor<1300x200xFT> {llmc.output = "q"},
+        tensor<1100x1150xFT> {llmc.output = "r"}) {
+  %p = llmc.matmul %u, %v : tensor<40x1100xFT>, tensor<1100x300xFT>
+  %q = llmc.matmul %x, %w {transpose_b} : tensor<1300x72xFT>, tensor<200x72xFT>
+  %r = llmc.matmul %a, %b {transpose_a} : tensor<24x1100xFT>, tensor<24x1150xFT>
+  return %p, %q, %r
+      : tensor<40x300xFT>, tensor<1300x200xFT>, tensor<1100x1150xFT>
+}
+func.func @grad(%gw: tensor<70x90xf32> {llmc.state = "grad.w"},
+                %dy: tensor<1100x70xFT> {llmc.input = "dy"},
+                %x: tensor<1100x90xFT> {llmc.input = "x"})
+    -> (tensor<70x90xf32> {llmc.updates = "grad.w"}) {
+  %dw = llmc.matmul %dy, %x {transpose_a} : tensor<1100x70xFT>, tensor<1100x90xFT>
+  %dwf = llmc.cast %dw : tensor<70x90xFT> -> tensor<70x90xf32>
+  %w1 = llmc.add %gw, %dwf : tensor<70x90xf32>, tensor<70x90xf32>
+  return %w1 : tensor<70x90xf32>
+}
+)mlir";
+
+class StagedNarrowGemm : public ::testing::TestWithParam<DType> {};
+
+TEST_P(StagedNarrowGemm, BlocksMatchRoundedDoubleProducts) {
+  DType type = GetParam();
+  mlir::MLIRContext context;
+  std::string source = instantiate(kStagedGemms, type);
+  auto program = compileFunction(context, source, "f", false);
+  ASSERT_TRUE(mlir::succeeded(program));
+  ASSERT_EQ(stepsOf(*program, kir::StepKind::Gemm).size(), 3u);
+  std::mt19937 rng(23);
+  std::map<std::string, HostTensor> in = {
+      {"u", randomTensor(type, {40, 1100}, rng)},
+      {"v", randomTensor(type, {1100, 300}, rng)},
+      {"x", randomTensor(type, {1300, 72}, rng)},
+      {"w", randomTensor(type, {200, 72}, rng)},
+      {"a", randomTensor(type, {24, 1100}, rng)},
+      {"b", randomTensor(type, {24, 1150}, rng)}};
+  auto exec = executorFor(*program);
+  ASSERT_TRUE(exec);
+  for (auto &[name, tensor] : in)
+    set(*exec, name, tensor);
+  ASSERT_FALSE(bool(exec->run()));
+  std::vector<double> u = valuesOf(in["u"]), v = valuesOf(in["v"]),
+                      x = valuesOf(in["x"]), w = valuesOf(in["w"]),
+                      a = valuesOf(in["a"]), b = valuesOf(in["b"]);
+  checkProduct(
+      outputOf(*exec, "p"), type, false, "p", 1, 40, 300, 1100,
+      [&](int64_t, int64_t i, int64_t l) { return u[i * 1100 + l]; },
+      [&](int64_t, int64_t l, int64_t j) { return v[l * 300 + j]; });
+  checkProduct(
+      outputOf(*exec, "q"), type, false, "q", 1, 1300, 200, 72,
+      [&](int64_t, int64_t i, int64_t l) { return x[i * 72 + l]; },
+      [&](int64_t, int64_t l, int64_t j) { return w[j * 72 + l]; });
+  checkProduct(
+      outputOf(*exec, "r"), type, false, "r", 1, 1100, 1150, 24,
+      [&](int64_t, int64_t i, int64_t l) { return a[l * 1100 + i]; },
+      [&](int64_t, int64_t l, int64_t j) { return b[l * 1150 + j]; });
+
+  // The weight gradient: one accumulating GEMM into the f32 state.
+  auto grad = compileFunction(context, source, "grad", true);
+  ASSERT_TRUE(mlir::succeeded(grad));
+  ASSERT_EQ(grad->steps.size(), 1u);
+  ASSERT_TRUE(grad->steps[0].gemm.accumulate);
+  checkGradientSummedTwice(*grad, type, {1100, 70}, {1100, 90}, rng);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, StagedNarrowGemm,
+                         ::testing::Values(DType::F16, DType::BF16),
+                         typeOnlyName);
 
 //===----------------------------------------------------------------------===//
 // Casts and element-wise ops inside kernels
@@ -683,30 +813,7 @@ TEST_P(NarrowGradientAccumulation, GemmSumsIntoTheF32State) {
   EXPECT_EQ(program->arenaBytes, 0);
 
   std::mt19937 rng(51);
-  HostTensor gw = randomTensor(DType::F32, {64, 48}, rng);
-  HostTensor dy = randomTensor(type, {2, 30, 64}, rng);
-  HostTensor x = randomTensor(type, {2, 30, 48}, rng);
-  auto exec = executorFor(*program);
-  ASSERT_TRUE(exec);
-  set(*exec, "grad.w", gw);
-  set(*exec, "dy", dy);
-  set(*exec, "x", x);
-  // Two runs add the gradient twice.
-  ASSERT_FALSE(bool(exec->run()));
-  ASSERT_FALSE(bool(exec->run()));
-  HostTensor got = outputOf(*exec, "grad.w");
-  std::vector<double> dyv = valuesOf(dy), xv = valuesOf(x);
-  for (int64_t i = 0; i < 64; ++i)
-    for (int64_t j = 0; j < 48; ++j) {
-      double dw = 0, magnitude = 0;
-      for (int64_t r = 0; r < 60; ++r) {
-        dw += dyv[r * 64 + i] * xv[r * 48 + j];
-        magnitude += std::fabs(dyv[r * 64 + i] * xv[r * 48 + j]);
-      }
-      double want = gw.f32()[i * 48 + j] + 2 * dw;
-      ASSERT_NEAR(got.f32()[i * 48 + j], want, 1e-5 * (2 * magnitude + 1))
-          << i << ", " << j;
-    }
+  checkGradientSummedTwice(*program, type, {2, 30, 64}, {2, 30, 48}, rng);
 }
 
 std::string accumulateName(
