@@ -284,8 +284,8 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
           llvm::sys::fs::createUniqueDirectory("llmc-export", dir))
     return llvm::createStringError("cannot create a temporary directory: " +
                                    error.message());
-  auto cleanup =
-      llvm::make_scope_exit([&] { llvm::sys::fs::remove_directories(dir); });
+  llvm::scope_exit cleanup(
+      [&] { llvm::sys::fs::remove_directories(dir); });
   auto inDir = [&](llvm::StringRef name) {
     llvm::SmallString<128> path(dir);
     llvm::sys::path::append(path, name);

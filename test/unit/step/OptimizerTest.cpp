@@ -111,7 +111,7 @@ void expectClose(const std::vector<double> &actual,
 }
 
 struct Hyper {
-  double lr, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1, maxNorm;
+  double lr, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1, maxNorm = 0;
 };
 
 // PyTorch: clip_grad_norm_ then AdamW, in double.
