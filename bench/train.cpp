@@ -72,8 +72,7 @@ static cl::opt<bool> gemmShapes(
     "gemm-shapes", cl::cat(llmc::bench::benchOptions()),
     cl::desc("Also time the gradient step's GEMMs by shape under each f32 "
              "GEMM library (OpenBLAS, and oneDNN when it loads; "
-             "runtime/Cpu/Sgemm.h): which wins where, and which one "
-             "LLMC_CPU_SGEMM=auto picks"),
+             "runtime/Cpu/Sgemm.h): which wins where"),
     cl::init(false));
 static cl::opt<int> topSteps(
     "top-steps", cl::cat(llmc::bench::benchOptions()),
@@ -191,20 +190,17 @@ printGemmShapes(const kir::Program &gradStep,
                     &makeExecutor) {
   const cpu::SgemmSetup &process = check(cpu::sgemmSetup());
   std::vector<cpu::SgemmSetup> libraries;
-  for (auto mode :
-       {cpu::SgemmSetup::Mode::OpenBlas, cpu::SgemmSetup::Mode::OneDnn}) {
-    if (mode == cpu::SgemmSetup::Mode::OneDnn && !process.oneDnnLoaded)
+  for (cpu::SgemmLibrary library :
+       {cpu::SgemmLibrary::OpenBlas, cpu::SgemmLibrary::OneDnn}) {
+    if (library == cpu::SgemmLibrary::OneDnn && !process.oneDnnLoaded)
       continue;
     libraries.push_back(process);
-    libraries.back().mode = mode;
+    libraries.back().library = library;
   }
-  cpu::SgemmSetup automatic = process;
-  automatic.mode = cpu::SgemmSetup::Mode::Auto;
   struct Group {
     int64_t calls = 0;
     double flops = 0;
     std::vector<double> seconds;
-    std::string picked;
   };
   std::map<std::string, Group> groups;
   // The libraries take turns, run by run, so that a change in the
@@ -239,8 +235,6 @@ printGemmShapes(const kir::Program &gradStep,
       if (index == 0) {
         ++group.calls;
         group.flops += 2.0 * g.batch * g.m * g.n * g.k;
-        group.picked = cpu::sgemmLibraryName(
-            cpu::chooseSgemm(automatic, g.transA, g.transB, g.m, g.n, g.k));
       }
     }
   }
@@ -249,16 +243,15 @@ printGemmShapes(const kir::Program &gradStep,
     return x.second.seconds[0] > y.second.seconds[0];
   });
   llvm::outs() << llvm::format("%-20s  GEMMs by shape (op(A) op(B) m x n x k), "
-                               "ms a step and GFLOP/s per library\n",
-                               "");
+                               "ms a step and GFLOP/s per library (runs use "
+                               "%s)\n",
+                               "", cpu::sgemmLibraryName(process.library));
   llvm::outs() << llvm::format("%-20s  %-26s %5s %7s", "", "shape", "calls",
                                "GFLOP");
   for (const cpu::SgemmSetup &library : libraries)
     llvm::outs() << llvm::format(
-        " | %8s ms %7s",
-        library.mode == cpu::SgemmSetup::Mode::OneDnn ? "oneDNN" : "OpenBLAS",
-        "GFLOP/s");
-  llvm::outs() << " | faster  auto\n";
+        " | %8s ms %7s", cpu::sgemmLibraryName(library.library), "GFLOP/s");
+  llvm::outs() << " | faster\n";
   std::vector<double> totals(libraries.size());
   double totalFlops = 0;
   for (const auto &[key, group] : rows) {
@@ -274,11 +267,9 @@ printGemmShapes(const kir::Program &gradStep,
     }
     totalFlops += group.flops;
     llvm::outs() << " | "
-                 << llvm::format("%-7s %s",
-                                 libraries.size() > 1
-                                     ? (best ? "oneDNN" : "OpenBLAS")
-                                     : "-",
-                                 group.picked.c_str())
+                 << (libraries.size() > 1
+                         ? cpu::sgemmLibraryName(libraries[best].library)
+                         : "-")
                  << "\n";
   }
   llvm::outs() << llvm::format("%-20s  %-26s %5s %7.2f", "", "all", "",

@@ -51,8 +51,8 @@ struct Matrix {
 
 /// C[m x n] = alpha A[m x k] * B[k x n] + beta C on row-major storage for
 /// matrices given by strides, one of which is 1 for each, on the calling
-/// thread: one row on BLAS's GEMV, else the f32 GEMM library `libs` picks
-/// for the shape (runtime/Cpu/Sgemm.h).
+/// thread: one row on BLAS's GEMV, else on the f32 GEMM library of `libs`
+/// (runtime/Cpu/Sgemm.h).
 void sgemm(const cpu::SgemmSetup &libs, int64_t m, int64_t n, int64_t k,
            Matrix a, Matrix b, float *c, int64_t ldc, float alpha = 1.0f,
            float beta = 0.0f) {
@@ -77,8 +77,8 @@ void sgemm(const cpu::SgemmSetup &libs, int64_t m, int64_t n, int64_t k,
   };
   auto [transA, lda] = layout(a, k);
   auto [transB, ldb] = layout(b, n);
-  cpu::sgemm(cpu::chooseSgemm(libs, transA, transB, m, n, k), transA,
-             transB, m, n, k, alpha, a.data, lda, b.data, ldb, beta, c, ldc);
+  cpu::sgemm(libs.library, transA, transB, m, n, k, alpha, a.data, lda,
+             b.data, ldb, beta, c, ldc);
 }
 
 /// Block [r0, r0 + rows) x [c0, c0 + cols) of the matrix whose element

@@ -24,8 +24,7 @@ namespace {
 /// not valid (executors refuse to start then, with the reason).
 const llmc::cpu::SgemmSetup &sgemmLibraries() {
   static const llmc::cpu::SgemmSetup fallback;
-  llvm::Expected<const llmc::cpu::SgemmSetup &> setup =
-      llmc::cpu::sgemmSetup();
+  llvm::Expected<const llmc::cpu::SgemmSetup &> setup = llmc::cpu::sgemmSetup();
   if (!setup) {
     llvm::consumeError(setup.takeError());
     return fallback;
@@ -33,10 +32,8 @@ const llmc::cpu::SgemmSetup &sgemmLibraries() {
   return *setup;
 }
 
-/// The library of the peak's n^3 product C = A B^T.
-llmc::cpu::SgemmLibrary peakLibrary(int n) {
-  return llmc::cpu::chooseSgemm(sgemmLibraries(), false, true, n, n, n);
-}
+/// The library of the peak's product: the one the executors use.
+llmc::cpu::SgemmLibrary peakLibrary() { return sgemmLibraries().library; }
 } // namespace
 
 std::string llmc::runtime::describeBlas() {
@@ -45,13 +42,14 @@ std::string llmc::runtime::describeBlas() {
   llvm::Expected<const cpu::SgemmSetup &> setup = cpu::sgemmSetup();
   std::string sgemm = setup ? "f32 GEMMs on " + cpu::describeSgemm(*setup)
                             : "f32 GEMMs: " + llvm::toString(setup.takeError());
-  return sgemm + "; " + openblas_get_config() + ", core " + openblas_get_corename() +
+  return sgemm + "; " + openblas_get_config() + ", core " +
+         openblas_get_corename() +
          " (OPENBLAS_CORETYPE=" + (coretype ? coretype : "unset") +
          ", OPENBLAS_L2_SIZE=" + (l2 ? l2 : "unset") + ")";
 }
 
 double llmc::runtime::measureSgemmPeak(int n, int threads, int reps) {
-  return cpu::measureLibraryPeak(peakLibrary(n), n, threads, reps);
+  return cpu::measureLibraryPeak(peakLibrary(), n, threads, reps);
 }
 
 namespace {
@@ -60,7 +58,7 @@ std::pair<std::string, std::string> recordPath(int n, int threads) {
   std::string directory = llmc::kir::defaultCacheDirectory();
   if (directory.empty())
     return {};
-  llmc::cpu::SgemmLibrary library = peakLibrary(n);
+  llmc::cpu::SgemmLibrary library = peakLibrary();
   std::string key = llvm::sys::getHostCPUName().str() + "/" +
                     (library == llmc::cpu::SgemmLibrary::OneDnn
                          ? sgemmLibraries().oneDnn
@@ -118,8 +116,8 @@ llmc::runtime::MachinePeak llmc::runtime::machineSgemmPeak(int n, int threads,
   llvm::sys::path::remove_filename(directory);
   if (!llvm::sys::fs::create_directories(directory))
     llvm::consumeError(kir::writeFileAtomically(
-        path, llvm::ArrayRef<uint8_t>(
-                  reinterpret_cast<const uint8_t *>(text.data()),
-                  text.size())));
+        path,
+        llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(text.data()),
+                                text.size())));
   return peak;
 }

@@ -96,15 +96,6 @@ void oneDnnOnOneThread(const OneDnn &d) {
   }
 }
 
-bool cpuHasAvx512() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f");
-#else
-  return false;
-#endif
-}
-
 } // namespace
 
 const char *cpu::sgemmLibraryName(SgemmLibrary library) {
@@ -116,20 +107,18 @@ llvm::Expected<const cpu::SgemmSetup &> cpu::sgemmSetup() {
   static const std::pair<SgemmSetup, std::string> setup = [] {
     SgemmSetup s;
     const char *env = std::getenv("LLMC_CPU_SGEMM");
-    std::string mode = env ? env : "auto";
+    std::string mode = env ? env : "openblas";
     if (mode == "openblas")
-      s.mode = SgemmSetup::Mode::OpenBlas;
+      s.library = SgemmLibrary::OpenBlas;
     else if (mode == "onednn")
-      s.mode = SgemmSetup::Mode::OneDnn;
-    else if (mode != "auto" && !mode.empty())
+      s.library = SgemmLibrary::OneDnn;
+    else if (!mode.empty())
       return std::pair(s, "LLMC_CPU_SGEMM=" + mode +
-                              ": expected openblas, onednn or auto (the "
-                              "default)");
+                              ": expected openblas (the default) or onednn");
     const OneDnn &d = oneDnn();
     s.oneDnnLoaded = d.sgemm != nullptr;
     s.oneDnn = d.description;
-    s.avx512 = cpuHasAvx512();
-    if (s.mode == SgemmSetup::Mode::OneDnn && !s.oneDnnLoaded)
+    if (s.library == SgemmLibrary::OneDnn && !s.oneDnnLoaded)
       return std::pair(s, "LLMC_CPU_SGEMM=onednn: " + s.oneDnn);
     return std::pair(s, std::string());
   }();
@@ -138,36 +127,13 @@ llvm::Expected<const cpu::SgemmSetup &> cpu::sgemmSetup() {
   return setup.first;
 }
 
-cpu::SgemmLibrary cpu::chooseSgemm(const SgemmSetup &setup, bool transA,
-                                   bool transB, int64_t m, int64_t n,
-                                   int64_t k) {
-  (void)transA, (void)transB, (void)m, (void)n, (void)k;
-  switch (setup.mode) {
-  case SgemmSetup::Mode::OpenBlas:
-    return SgemmLibrary::OpenBlas;
-  case SgemmSetup::Mode::OneDnn:
-    return SgemmLibrary::OneDnn;
-  case SgemmSetup::Mode::Auto:
-    break;
-  }
-  return setup.oneDnnLoaded && setup.avx512 ? SgemmLibrary::OneDnn
-                                            : SgemmLibrary::OpenBlas;
-}
-
 std::string cpu::describeSgemm(const SgemmSetup &setup) {
-  switch (setup.mode) {
-  case SgemmSetup::Mode::OpenBlas:
-    return "OpenBLAS (LLMC_CPU_SGEMM=openblas)";
-  case SgemmSetup::Mode::OneDnn:
+  if (setup.library == SgemmLibrary::OneDnn)
     return setup.oneDnn + " (LLMC_CPU_SGEMM=onednn)";
-  case SgemmSetup::Mode::Auto:
-    break;
-  }
-  if (!setup.oneDnnLoaded)
-    return "OpenBLAS (" + setup.oneDnn + ")";
-  if (!setup.avx512)
-    return "OpenBLAS (ahead of " + setup.oneDnn + " on AVX2)";
-  return setup.oneDnn + " (ahead of OpenBLAS on AVX-512)";
+  return "OpenBLAS (" +
+         (setup.oneDnnLoaded ? "LLMC_CPU_SGEMM=onednn: " + setup.oneDnn
+                             : setup.oneDnn) +
+         ")";
 }
 
 void cpu::sgemm(SgemmLibrary library, bool transA, bool transB, int64_t m,

@@ -1,7 +1,7 @@
 // The f32 GEMM libraries behind the CPU executor (runtime/Cpu/Sgemm.h):
 // OpenBLAS, and oneDNN where it loads, every transpose, padded leading
-// dimensions, alpha and beta, against the product in double; and the rule
-// that picks one.
+// dimensions, alpha and beta, against the product in double; and which one
+// runs by default.
 #include "runtime/Cpu/Sgemm.h"
 
 #include "gtest/gtest.h"
@@ -109,27 +109,23 @@ TEST(Sgemm, OneDnnRunsOnTheCallingThreadOnly) {
   }
 }
 
-TEST(Sgemm, AutoPicksOneDnnOnAvx512Only) {
-  SgemmSetup setup;
-  setup.oneDnnLoaded = true;
-  setup.avx512 = true;
-  EXPECT_EQ(chooseSgemm(setup, false, true, 256, 2304, 768),
-            SgemmLibrary::OneDnn);
-  setup.avx512 = false; // AVX2: OpenBLAS measured ahead
-  EXPECT_EQ(chooseSgemm(setup, false, true, 256, 2304, 768),
-            SgemmLibrary::OpenBlas);
-  setup.avx512 = true;
-  setup.oneDnnLoaded = false;
-  EXPECT_EQ(chooseSgemm(setup, true, false, 768, 2304, 256),
-            SgemmLibrary::OpenBlas);
-  setup.oneDnnLoaded = true;
-  setup.mode = SgemmSetup::Mode::OpenBlas; // LLMC_CPU_SGEMM=openblas
-  EXPECT_EQ(chooseSgemm(setup, false, false, 256, 768, 768),
-            SgemmLibrary::OpenBlas);
-  setup.avx512 = false;
-  setup.mode = SgemmSetup::Mode::OneDnn; // LLMC_CPU_SGEMM=onednn
-  EXPECT_EQ(chooseSgemm(setup, false, false, 256, 768, 768),
-            SgemmLibrary::OneDnn);
+TEST(Sgemm, OpenBlasUnlessOneDnnIsAskedFor) {
+  // This process has no LLMC_CPU_SGEMM (the lit config passes none): the
+  // default library is OpenBLAS, whatever the CPU, and the line says how
+  // to ask for oneDNN when it loads.
+  llvm::Expected<const SgemmSetup &> setup = sgemmSetup();
+  ASSERT_TRUE(bool(setup)) << llvm::toString(setup.takeError());
+  EXPECT_EQ(setup->library, SgemmLibrary::OpenBlas);
+  std::string line = describeSgemm(*setup);
+  EXPECT_EQ(line.rfind("OpenBLAS (", 0), 0u) << line;
+  if (setup->oneDnnLoaded) {
+    EXPECT_NE(line.find("LLMC_CPU_SGEMM=onednn: oneDNN "), std::string::npos)
+        << line;
+  }
+  SgemmSetup asked = *setup;
+  asked.library = SgemmLibrary::OneDnn;
+  EXPECT_NE(describeSgemm(asked).find("(LLMC_CPU_SGEMM=onednn)"),
+            std::string::npos);
 }
 
 TEST(Sgemm, LibraryPeakIsPositive) {
