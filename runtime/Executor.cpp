@@ -1014,6 +1014,8 @@ llvm::Error CpuExecutor::run() {
     return error;
   using Clock = std::chrono::steady_clock;
   tickets.assign(prog.steps.size(), 0);
+  if (profiling)
+    stepProfile.stepSeconds.resize(prog.steps.size());
   for (auto [index, step] : llvm::enumerate(prog.steps)) {
     Clock::time_point start = profiling ? Clock::now() : Clock::time_point();
     double *bucket = nullptr;
@@ -1068,7 +1070,6 @@ llvm::Error CpuExecutor::run() {
       double seconds =
           std::chrono::duration<double>(Clock::now() - start).count();
       *bucket += seconds;
-      stepProfile.stepSeconds.resize(prog.steps.size());
       stepProfile.stepSeconds[index] += seconds;
     }
   }

@@ -14,10 +14,7 @@
 
 #include <cblas.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdlib>
-#include <vector>
 
 namespace {
 /// The process's f32 GEMM libraries; OpenBLAS alone when LLMC_CPU_SGEMM is

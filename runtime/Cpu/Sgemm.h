@@ -1,5 +1,5 @@
-// The CPU executor's f32 GEMM: OpenBLAS or oneDNN, whichever runs llmc's
-// shapes faster on this CPU, behind one call.
+// The CPU executor's f32 GEMM: OpenBLAS, or oneDNN when asked for, behind
+// one call.
 //
 // oneDNN is loaded at run time (dlopen of libdnnl.so.3 or .so.2, its
 // dnnl_sgemm, row-major), never linked: a binary runs the same without it.
