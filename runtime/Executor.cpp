@@ -15,6 +15,7 @@
 #include "runtime/Cpu/FewRowGemm.h"
 #include "runtime/Cpu/LowPrecision.h"
 #include "runtime/Cpu/Sgemm.h"
+#include "runtime/Cpu/SignalMask.h"
 #include "runtime/Cpu/VectorExp.h"
 #include "runtime/MemoryReport.h"
 #include "runtime/Sparsity.h"
@@ -1012,6 +1013,9 @@ llvm::Error CpuExecutor::run() {
     return error;
   if (llvm::Error error = checkMesh(prog, mesh))
     return error;
+  // This thread runs kernels and library GEMMs as the pool's chunk 0: no
+  // asynchronous signal may interrupt them (runtime/Cpu/SignalMask.h).
+  cpu::AsyncSignalsBlocked shield;
   using Clock = std::chrono::steady_clock;
   tickets.assign(prog.steps.size(), 0);
   if (profiling)

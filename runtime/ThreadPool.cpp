@@ -1,5 +1,6 @@
 // The thread pool: workers sleep on a condition variable between loops.
 #include "runtime/ThreadPool.h"
+#include "runtime/Cpu/SignalMask.h"
 
 #include <algorithm>
 
@@ -77,6 +78,9 @@ void ThreadPool::parallelFor(
 }
 
 void ThreadPool::workerLoop(int index) {
+  // Workers run kernels and library GEMMs, which an asynchronous signal
+  // must never interrupt (runtime/Cpu/SignalMask.h).
+  llmc::cpu::AsyncSignalsBlocked shield;
   int64_t seen = 0;
   while (true) {
     const std::function<void(int64_t, int64_t, int)> *fn;

@@ -1,5 +1,7 @@
 // A fixed pool of worker threads for data-parallel loops: the calling thread
-// takes part, so a pool of N threads runs N chunks at once.
+// takes part, so a pool of N threads runs N chunks at once. Workers block
+// asynchronous signals (runtime/Cpu/SignalMask.h); a caller that runs
+// kernels in its chunk blocks them itself (CpuExecutor::run).
 #ifndef LLMC_RUNTIME_THREADPOOL_H
 #define LLMC_RUNTIME_THREADPOOL_H
 

@@ -1,5 +1,6 @@
 // The CPU executor's f32 GEMM (Sgemm.h): OpenBLAS linked, oneDNN loaded.
 #include "runtime/Cpu/Sgemm.h"
+#include "runtime/Cpu/SignalMask.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -95,28 +96,47 @@ void oneDnnOnOneThread(const OneDnn &d) {
   }
 }
 
+bool cpuHasAvx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
 } // namespace
 
 const char *cpu::sgemmLibraryName(SgemmLibrary library) {
   return library == SgemmLibrary::OneDnn ? "oneDNN" : "OpenBLAS";
 }
 
+cpu::SgemmLibrary cpu::defaultSgemmLibrary(bool oneDnnLoaded, bool avx512) {
+  return oneDnnLoaded && avx512 ? SgemmLibrary::OneDnn : SgemmLibrary::OpenBlas;
+}
+
 llvm::Expected<const cpu::SgemmSetup &> cpu::sgemmSetup() {
   // The setup, or the error that LLMC_CPU_SGEMM makes.
   static const std::pair<SgemmSetup, std::string> setup = [] {
     SgemmSetup s;
+    const OneDnn &d = oneDnn();
+    s.oneDnnLoaded = d.sgemm != nullptr;
+    s.oneDnn = d.description;
+    s.avx512 = cpuHasAvx512();
+    s.library = defaultSgemmLibrary(s.oneDnnLoaded, s.avx512);
     const char *env = std::getenv("LLMC_CPU_SGEMM");
-    std::string mode = env ? env : "openblas";
+    std::string mode = env ? env : "";
+    if (mode.empty())
+      return std::pair(s, std::string());
+    s.fromEnvironment = true;
     if (mode == "openblas")
       s.library = SgemmLibrary::OpenBlas;
     else if (mode == "onednn")
       s.library = SgemmLibrary::OneDnn;
-    else if (!mode.empty())
+    else
       return std::pair(s, "LLMC_CPU_SGEMM=" + mode +
-                              ": expected openblas (the default) or onednn");
-    const OneDnn &d = oneDnn();
-    s.oneDnnLoaded = d.sgemm != nullptr;
-    s.oneDnn = d.description;
+                              ": expected openblas or onednn (unset: oneDNN "
+                              "on CPUs with AVX-512, else OpenBLAS)");
     if (s.library == SgemmLibrary::OneDnn && !s.oneDnnLoaded)
       return std::pair(s, "LLMC_CPU_SGEMM=onednn: " + s.oneDnn);
     return std::pair(s, std::string());
@@ -127,11 +147,17 @@ llvm::Expected<const cpu::SgemmSetup &> cpu::sgemmSetup() {
 }
 
 std::string cpu::describeSgemm(const SgemmSetup &setup) {
+  if (setup.fromEnvironment)
+    return (setup.library == SgemmLibrary::OneDnn ? setup.oneDnn
+                                                  : std::string("OpenBLAS")) +
+           " (LLMC_CPU_SGEMM=" +
+           (setup.library == SgemmLibrary::OneDnn ? "onednn" : "openblas") +
+           ")";
   if (setup.library == SgemmLibrary::OneDnn)
-    return setup.oneDnn + " (LLMC_CPU_SGEMM=onednn)";
-  return "OpenBLAS (" +
-         (setup.oneDnnLoaded ? "LLMC_CPU_SGEMM=onednn: " + setup.oneDnn
-                             : setup.oneDnn) +
+    return setup.oneDnn + " (on AVX-512; LLMC_CPU_SGEMM=openblas for OpenBLAS)";
+  if (!setup.oneDnnLoaded)
+    return "OpenBLAS (" + setup.oneDnn + ")";
+  return "OpenBLAS (no AVX-512; LLMC_CPU_SGEMM=onednn for " + setup.oneDnn +
          ")";
 }
 
@@ -156,6 +182,7 @@ void cpu::sgemm(SgemmLibrary library, bool transA, bool transB, int64_t m,
 double cpu::measureLibraryPeak(SgemmLibrary library, int n, int threads,
                                int reps) {
   using Clock = std::chrono::steady_clock;
+  AsyncSignalsBlocked shield; // the library's threads inherit the mask
   std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f),
       c(size_t(n) * n);
   const OneDnn &d = oneDnn();

@@ -1,5 +1,5 @@
-// The CPU executor's f32 GEMM: OpenBLAS, or oneDNN when asked for, behind
-// one call.
+// The CPU executor's f32 GEMM: oneDNN on CPUs with AVX-512, OpenBLAS
+// elsewhere, behind one call.
 //
 // oneDNN is loaded at run time (dlopen of libdnnl.so.3 or .so.2, its
 // dnnl_sgemm, row-major), never linked: a binary runs the same without it.
@@ -7,16 +7,16 @@
 // splits the work, as it does for OpenBLAS with openblas_set_num_threads(1)):
 // oneDNN's OpenMP team is set to one thread on each calling thread.
 //
-// Which library: OpenBLAS unless LLMC_CPU_SGEMM=onednn asks for oneDNN.
-// oneDNN ran GPT-2's products 5-14% faster on an AVX-512 Zen 4
-// (bench-train --gemm-shapes) and behind OpenBLAS by 3% on an AVX2 Zen 3,
-// but with it as the default two of four full test runs ended in a heap
-// corruption that glibc detected inside dnnl_sgemm's free (both in
-// run-stop.test's SIGTERM run; not reproduced in 60 runs alone, cause not
-// found), so it stays an opt-in until that is understood. The choice is
-// the environment's, never a timing taken at start-up: a run's numbers do
-// not depend on how busy the machine was (a resumed run multiplies with
-// the library of the run it resumes).
+// Which library: a rule on the CPU, not a timing taken at start-up, so a
+// run's numbers do not depend on how busy the machine was (a resumed run
+// multiplies with the library of the run it resumes). oneDNN where it loads
+// and the CPU has AVX-512F: on an AVX-512 Zen 4 it ran every shape of
+// GPT-2's training step 5-14% faster than OpenBLAS (bench-train
+// --gemm-shapes); OpenBLAS on AVX2 CPUs, where it was 3% ahead of oneDNN
+// (bench/sgemm-peers on a Zen 3), and wherever libdnnl is missing.
+// LLMC_CPU_SGEMM=openblas|onednn overrides the rule. A thread inside
+// dnnl_sgemm must not take an asynchronous signal (runtime/Cpu/SignalMask.h:
+// the heap corruption that once kept oneDNN an opt-in).
 #ifndef LLMC_RUNTIME_CPU_SGEMM_H
 #define LLMC_RUNTIME_CPU_SGEMM_H
 
@@ -36,9 +36,15 @@ const char *sgemmLibraryName(SgemmLibrary library);
 /// process.
 struct SgemmSetup {
   SgemmLibrary library = SgemmLibrary::OpenBlas; // every f32 GEMM's
+  bool fromEnvironment = false; // LLMC_CPU_SGEMM chose it, not the rule
   bool oneDnnLoaded = false;
-  std::string oneDnn; // "oneDNN 2.6.3 (libdnnl.so.2, OpenMP)", or why not
+  bool avx512 = false; // the CPU has AVX-512F
+  std::string oneDnn;  // "oneDNN 2.6.3 (libdnnl.so.2, OpenMP)", or why not
 };
+
+/// The rule when LLMC_CPU_SGEMM does not choose: oneDNN where it loaded
+/// and the CPU has AVX-512F, else OpenBLAS.
+SgemmLibrary defaultSgemmLibrary(bool oneDnnLoaded, bool avx512);
 
 /// The process's setup; an error names LLMC_CPU_SGEMM when its value is not
 /// openblas or onednn, or when it asks for oneDNN and none loads.

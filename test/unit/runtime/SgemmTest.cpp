@@ -1,7 +1,7 @@
 // The f32 GEMM libraries behind the CPU executor (runtime/Cpu/Sgemm.h):
 // OpenBLAS, and oneDNN where it loads, every transpose, padded leading
-// dimensions, alpha and beta, against the product in double; and which one
-// runs by default.
+// dimensions, alpha and beta, against the product in double; and the rule
+// that picks one.
 #include "runtime/Cpu/Sgemm.h"
 
 #include "gtest/gtest.h"
@@ -109,23 +109,35 @@ TEST(Sgemm, OneDnnRunsOnTheCallingThreadOnly) {
   }
 }
 
-TEST(Sgemm, OpenBlasUnlessOneDnnIsAskedFor) {
+TEST(Sgemm, OneDnnOnAvx512ElseOpenBlas) {
+  EXPECT_EQ(defaultSgemmLibrary(/*oneDnnLoaded=*/true, /*avx512=*/true),
+            SgemmLibrary::OneDnn);
+  EXPECT_EQ(defaultSgemmLibrary(true, false), SgemmLibrary::OpenBlas);
+  EXPECT_EQ(defaultSgemmLibrary(false, true), SgemmLibrary::OpenBlas);
+  EXPECT_EQ(defaultSgemmLibrary(false, false), SgemmLibrary::OpenBlas);
   // This process has no LLMC_CPU_SGEMM (the lit config passes none): the
-  // default library is OpenBLAS, whatever the CPU, and the line says how
-  // to ask for oneDNN when it loads.
+  // rule chose, and the line says which and how to ask for the other.
   llvm::Expected<const SgemmSetup &> setup = sgemmSetup();
   ASSERT_TRUE(bool(setup)) << llvm::toString(setup.takeError());
-  EXPECT_EQ(setup->library, SgemmLibrary::OpenBlas);
+  EXPECT_FALSE(setup->fromEnvironment);
+  EXPECT_EQ(setup->library,
+            defaultSgemmLibrary(setup->oneDnnLoaded, setup->avx512));
   std::string line = describeSgemm(*setup);
-  EXPECT_EQ(line.rfind("OpenBLAS (", 0), 0u) << line;
-  if (setup->oneDnnLoaded) {
-    EXPECT_NE(line.find("LLMC_CPU_SGEMM=onednn: oneDNN "), std::string::npos)
+  if (setup->library == SgemmLibrary::OneDnn) {
+    EXPECT_EQ(line.rfind("oneDNN ", 0), 0u) << line;
+    EXPECT_NE(line.find("(on AVX-512; LLMC_CPU_SGEMM=openblas for OpenBLAS)"),
+              std::string::npos)
         << line;
+  } else {
+    EXPECT_EQ(line.rfind("OpenBLAS (", 0), 0u) << line;
   }
   SgemmSetup asked = *setup;
+  asked.fromEnvironment = true;
   asked.library = SgemmLibrary::OneDnn;
   EXPECT_NE(describeSgemm(asked).find("(LLMC_CPU_SGEMM=onednn)"),
             std::string::npos);
+  asked.library = SgemmLibrary::OpenBlas;
+  EXPECT_EQ(describeSgemm(asked), "OpenBLAS (LLMC_CPU_SGEMM=openblas)");
 }
 
 TEST(Sgemm, LibraryPeakIsPositive) {
