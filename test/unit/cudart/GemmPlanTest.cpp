@@ -10,6 +10,7 @@
 // algorithm for each (it needs a GPU).
 #include "runtime/Cuda/GemmDescription.h"
 
+#include "test/unit/cuda/CudaTestUtil.h"
 #include "codegen/KernelToCuda/MultiTensor.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
@@ -27,6 +28,7 @@
 
 using namespace llmc;
 using namespace llmc::runtime;
+using llmc::test::deviceBases;
 
 namespace {
 
@@ -57,23 +59,6 @@ trainingPrograms(PrecisionConfig::Kind precision) {
   auto parsed = mlir::llmc::parseModelConfig(kGpt2, "test.yaml");
   EXPECT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
   return trainingPrograms(*parsed, precision, 2, 8);
-}
-
-/// Device addresses as the executor gives them: the arena at a 256-byte
-/// aligned base, every other buffer in its own 256-byte aligned block.
-std::vector<uint64_t> fakeBases(const kir::Program &program) {
-  std::vector<uint64_t> bases(program.buffers.size());
-  uint64_t arena = 0x7f0000000000, next = arena + program.arenaBytes;
-  for (auto [index, buffer] : llvm::enumerate(program.buffers)) {
-    if (buffer.kind == kir::BufferKind::Arena) {
-      bases[index] = arena + buffer.offset;
-    } else {
-      next = (next + 255) / 256 * 256;
-      bases[index] = next;
-      next += std::max<int64_t>(buffer.bytes(), 1);
-    }
-  }
-  return bases;
 }
 
 size_t typeBytes(cudaDataType_t type) {
@@ -159,7 +144,7 @@ struct Counts {
 Counts planProgram(const kir::Program &program, bool allowTf32,
                    bool checkLayouts = true) {
   Counts counts;
-  std::vector<uint64_t> bases = fakeBases(program);
+  std::vector<uint64_t> bases = deviceBases(program);
   for (const kir::Step &step : program.steps) {
     if (step.kind != kir::StepKind::Gemm)
       continue;
@@ -380,7 +365,7 @@ TEST(GemmPlanTest, AmpEpiloguesRunInCublasLt) {
     for (int p = 0; p < 2; ++p) {
       const auto &[function, program] = programs[p];
       SCOPED_TRACE(std::string(name) + " @" + function);
-      std::vector<uint64_t> bases = fakeBases(program);
+      std::vector<uint64_t> bases = deviceBases(program);
       std::vector<std::pair<std::string, K>> got;
       std::map<K, int> kinds;
       int epilogues = 0;
@@ -453,7 +438,7 @@ TEST(GemmPlanTest, MisalignedBiasOrAuxLdKeepsTheKernel) {
        {PrecisionConfig::Kind::BF16, PrecisionConfig::Kind::FP16}) {
     auto programs = trainingPrograms(precision);
     const kir::Program &grad = programs[1].second;
-    std::vector<uint64_t> bases = fakeBases(grad);
+    std::vector<uint64_t> bases = deviceBases(grad);
     int checked = 0;
     for (const kir::Step &step : grad.steps) {
       if (step.kind != kir::StepKind::Gemm ||
@@ -481,7 +466,7 @@ TEST(GemmPlanTest, MisalignedBiasOrAuxLdKeepsTheKernel) {
     ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
     auto odd = trainingPrograms(*parsed, precision, 2, 8);
     const kir::Program &oddGrad = odd[1].second;
-    std::vector<uint64_t> oddBases = fakeBases(oddGrad);
+    std::vector<uint64_t> oddBases = deviceBases(oddGrad);
     std::map<kir::EpilogueKind, int> classified, fused;
     for (const kir::Step &step : oddGrad.steps) {
       if (step.kind != kir::StepKind::Gemm || step.gemm.epilogue < 0)
@@ -505,7 +490,7 @@ TEST(GemmPlanTest, MisalignedBiasOrAuxLdKeepsTheKernel) {
 TEST(GemmPlanTest, MixedOperandTypesAreRefusedByName) {
   auto programs = trainingPrograms(PrecisionConfig::Kind::BF16);
   kir::Program &program = programs[1].second; // grad_step
-  std::vector<uint64_t> bases = fakeBases(program);
+  std::vector<uint64_t> bases = deviceBases(program);
   for (const kir::Step &step : program.steps) {
     if (step.kind != kir::StepKind::Gemm)
       continue;
