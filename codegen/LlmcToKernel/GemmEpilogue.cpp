@@ -32,7 +32,7 @@ namespace {
 // stores it under llmc-amp), but that kernel step comes after the dW GEMM
 // that follows the DGELU GEMM, and the memory plan gives its output buffer
 // a lifetime that starts there: written by the DGELU GEMM instead, it
-// could overwrite an operand of that dW GEMM. Absorbing it needs the
+// could overwrite a buffer that dW GEMM still reads. Absorbing it needs the
 // kernel IR to record the GEMM as the writer (kir::GemmStep, the artifact
 // schema and the planner's liveness), not just an epilogue kind; the other
 // bias gradients sum dY over rows, which BGRADA/BGRADB would do inside the
@@ -53,7 +53,9 @@ namespace {
 // C is refused (an f32 C whose kernel rounds the product to bf16 as it
 // loads it, the logits' matmul_cast): fused, an f32 result would move by a
 // bf16 unit, 2^16 of its own. The tests emulate the fused GEMM as cuBLASLt
-// computes it (test/unit/cuda/CudaProgramTest.cpp, runGemm).
+// computes it (test/unit/cuda/CudaProgramTest.cpp, runGemm). cuBLASLt's
+// GELU is the tanh approximation (PyTorch's _addmm_activation relies on
+// it: pytorch/pytorch#104061), so the erf GELU is never matched.
 
 /// The element of `access` that row `row` of `kernel` starts at (column 0).
 int64_t rowStart(const kir::Access &access, const kir::Kernel &kernel,
@@ -71,8 +73,7 @@ int64_t rowStart(const kir::Access &access, const kir::Kernel &kernel,
 /// (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) and the GELU input (aux) too
 /// (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE's default), so bias and aux
 /// must be stored in C's type: f32, or the bf16/f16 of llmc-amp.
-kir::DType storageType(const kir::GemmStep &gemm,
-                       const kir::Program &program) {
+kir::DType storageType(const kir::GemmStep &gemm, const kir::Program &program) {
   return program.buffers[gemm.c.buffer].dtype;
 }
 

@@ -362,12 +362,11 @@ void runGemm(const kir::GemmStep &g, Memory &memory,
              std::vector<double> *magnitude = nullptr) {
   Elements a = memory.elements(g.a), b = memory.elements(g.b),
            c = memory.elements(g.c);
-  bool hasBias = fused == kir::EpilogueKind::Bias ||
-                 fused == kir::EpilogueKind::GeluBias;
+  bool hasBias =
+      fused == kir::EpilogueKind::Bias || fused == kir::EpilogueKind::GeluBias;
   Elements bias = hasBias ? memory.elements(g.epilogueBias) : c;
-  Elements aux = fused == kir::EpilogueKind::DGelu
-                     ? memory.elements(g.epilogueAux)
-                     : c;
+  Elements aux =
+      fused == kir::EpilogueKind::DGelu ? memory.elements(g.epilogueAux) : c;
   if (magnitude)
     magnitude->clear();
   for (int64_t batch = 0; batch < g.batch; ++batch)
@@ -402,8 +401,8 @@ void runGemm(const kir::GemmStep &g, Memory &memory,
           value = geluTanh(acc);
           break;
         case kir::EpilogueKind::DGelu:
-          value = acc * geluTanhGrad(float(
-                            aux.get(i * g.epilogueAux.strides[0] + j)));
+          value = acc * geluTanhGrad(
+                            float(aux.get(i * g.epilogueAux.strides[0] + j)));
           break;
         case kir::EpilogueKind::None:
           break;
@@ -979,10 +978,10 @@ TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
                 worstError = std::max(worstError, error);
                 ++fusedElements;
                 if (!(error <= bound)) {
-                  ADD_FAILURE() << step.origin << " ("
-                                << kir::epilogueKindName(kind)
-                                << "): element " << ci << ": unfused " << u
-                                << ", fused " << f << ", bound " << bound;
+                  ADD_FAILURE()
+                      << step.origin << " (" << kir::epilogueKindName(kind)
+                      << "): element " << ci << ": unfused " << u << ", fused "
+                      << f << ", bound " << bound;
                   return true;
                 }
               }
@@ -1014,8 +1013,7 @@ TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
     std::printf("[ results  ] %s @%s: with cuBLASLt epilogues vs CPU "
                 "executor within %.3g (CPU kernels), %.3g (emulated "
                 "kernels) of the largest |value|\n",
-                GetParam().name, function.c_str(), fusedWorst,
-                fusedCudaWorst);
+                GetParam().name, function.c_str(), fusedWorst, fusedCudaWorst);
   }
 }
 

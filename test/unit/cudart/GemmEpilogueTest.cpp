@@ -267,8 +267,10 @@ TEST(GemmEpilogueTest, ChangedKernelsAreNotFused) {
 TEST(GemmEpilogueTest, AmpProgramsFuseBiasGeluBiasAndGeluGradient) {
   using K = FusedEpilogueKind;
   const std::vector<std::pair<std::string, K>> forward = {
-      {"h.0.attn.c_attn.matmul_add", K::Bias}, {"matmul_add_gelu", K::GeluBias},
-      {"h.1.attn.c_attn.matmul_add", K::Bias}, {"matmul_add_gelu", K::GeluBias},
+      {"h.0.attn.c_attn.matmul_add", K::Bias},
+      {"matmul_add_gelu", K::GeluBias},
+      {"h.1.attn.c_attn.matmul_add", K::Bias},
+      {"matmul_add_gelu", K::GeluBias},
       {"matmul_cast", K::None}};
   const std::vector<std::pair<std::string, K>> grad = {
       {"h.0.attn.c_attn.matmul_add", K::Bias},
@@ -288,8 +290,8 @@ TEST(GemmEpilogueTest, AmpProgramsFuseBiasGeluBiasAndGeluGradient) {
         std::pair{PrecisionConfig::Kind::FP16, kir::DType::F16}}) {
     SCOPED_TRACE(kir::dtypeName(narrow));
     auto [forwardProgram, gradProgram] = ampPrograms(config(), precision);
-    for (auto [program, expected] :
-         {std::pair{&forwardProgram, &forward}, std::pair{&gradProgram, &grad}}) {
+    for (auto [program, expected] : {std::pair{&forwardProgram, &forward},
+                                     std::pair{&gradProgram, &grad}}) {
       auto got = matches(*program);
       EXPECT_EQ(got, *expected);
       for (const kir::Step &step : program->steps) {

@@ -10,12 +10,12 @@
 // algorithm for each (it needs a GPU).
 #include "runtime/Cuda/GemmDescription.h"
 
-#include "test/unit/cuda/CudaTestUtil.h"
 #include "codegen/KernelToCuda/MultiTensor.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
+#include "test/unit/cuda/CudaTestUtil.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -411,9 +411,8 @@ TEST(GemmPlanTest, AmpEpiloguesRunInCublasLt) {
       // f32 programs have no casts back up: the same list without them.
       std::vector<std::pair<std::string, K>> want = expected[p];
       if (type == CUDA_R_32F)
-        llvm::erase_if(want, [](const auto &entry) {
-          return entry.second == K::None;
-        });
+        llvm::erase_if(
+            want, [](const auto &entry) { return entry.second == K::None; });
       EXPECT_EQ(got, want);
       int64_t unfused = kernelLaunches(program, bases, false);
       int64_t fused = kernelLaunches(program, bases, true);

@@ -224,8 +224,8 @@ TEST_P(CudaAmpPrograms, NarrowEpiloguesAreCublasLtKindsOnNarrowC) {
       ++narrow;
       llmc::FusedEpilogue match = llmc::matchGemmEpilogue(
           program.kernels[step->gemm.epilogue], step->gemm, program);
-      EXPECT_EQ(match.kind, step->gemm.epilogueKind) << name << ": "
-                                                      << step->origin;
+      EXPECT_EQ(match.kind, step->gemm.epilogueKind)
+          << name << ": " << step->origin;
       if (dtypeOf(program, step->gemm.c) == DType::F32) {
         ++roundedOnLoad;
         EXPECT_EQ(match.kind, kir::EpilogueKind::None)
