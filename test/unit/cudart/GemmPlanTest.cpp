@@ -6,8 +6,12 @@
 // gradients accumulated in f32), and each description's column-major
 // layouts address exactly the elements the kernel IR's views do (checked
 // element by element against the views, an independent reading of the
-// strides). What is not checked here: that cuBLASLt's heuristic finds an
-// algorithm for each (it needs a GPU).
+// strides). Which epilogue each GEMM hands to cuBLASLt (bias, bias + GELU,
+// the GELU gradient; f32 and narrow C alike), with its bias or aux vector,
+// which epilogue kernels are then no longer launched, and what keeps one
+// (a misaligned bias, an aux leading dimension not a multiple of 8). What
+// is not checked here: that cuBLASLt's heuristic finds an algorithm for
+// each, with its epilogue (it needs a GPU).
 #include "runtime/Cuda/GemmDescription.h"
 
 #include "codegen/KernelToCuda/MultiTensor.h"
