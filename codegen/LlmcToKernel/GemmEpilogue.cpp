@@ -16,18 +16,46 @@ using namespace llmc;
 namespace {
 
 // GEMM epilogues in cuBLASLt (matchGemmEpilogue below). What the GPT-2
-// programs give: forward, bias on c_attn and bias + tanh GELU on c_fc (in
-// place); the training step's forward, bias only (GELU there is a kernel
-// step of its own writing another buffer: the pre-activation is kept for
-// the backward); its backward, the GELU gradient on dY W_proj (DGELU, the
-// saved pre-activation as aux). Not fused, because the lowering does not
-// make them epilogues of one GEMM: the bias gradients are reduce_sum kernel
-// steps (the c_fc one right after the DGELU GEMM, which
-// EPILOGUE_DGELU_BGRAD could absorb; the others sum dY over rows, which
-// BGRADA/BGRADB would do inside the dW GEMM, many steps later and now
-// accumulating into its gradient buffer), and the training forward's GELU
-// (EPILOGUE_GELU_AUX_BIAS could write both buffers) is the next step. Each
-// needs the executor to absorb or move a kernel step, not just an epilogue.
+// programs give, in f32 and in the bf16/f16 programs of llmc-amp alike:
+// forward, bias on c_attn and bias + tanh GELU on c_fc (in place); the
+// training step's forward, bias only (GELU there is a kernel step of its
+// own writing another buffer: the pre-activation is kept for the
+// backward); its backward, the GELU gradient on dY W_proj (DGELU, the
+// saved pre-activation as aux). In llmc-amp programs C, the bias (the
+// per-step cast of the f32 parameter) and aux are all bf16 or all f16,
+// which is what cuBLASLt reads for a bf16/f16 D. Not fused, because the
+// lowering does not make them epilogues of one GEMM: the bias gradients
+// are reduce_sum kernel steps, and the training forward's GELU
+// (EPILOGUE_GELU_AUX_BIAS could write both buffers) is the next step.
+// EPILOGUE_DGELU_BGRAD could absorb the c_fc bias gradient (a row sum of
+// the DGELU output into a buffer of C's type, as the reduce_sum kernel
+// stores it under llmc-amp), but that kernel step comes after the dW GEMM
+// that follows the DGELU GEMM, and the memory plan gives its output buffer
+// a lifetime that starts there: written by the DGELU GEMM instead, it
+// could overwrite a buffer that dW GEMM still reads. Absorbing it needs the
+// kernel IR to record the GEMM as the writer (kir::GemmStep, the artifact
+// schema and the planner's liveness), not just an epilogue kind; the other
+// bias gradients sum dY over rows, which BGRADA/BGRADB would do inside the
+// dW GEMM, many steps later and accumulating into its gradient buffer.
+//
+// Rounding in narrow programs. cuBLASLt computes the epilogue on the f32
+// accumulator and rounds once, to D's type; the kernel it replaces rounds
+// the product to C's type first (C is a bf16/f16 buffer), and for bias +
+// GELU also rounds the bias sum before the GELU (a bf16 value that another
+// op reads is rounded where it is computed). Fusing drops those roundings.
+// We accept that: (1) the product's bits are not fixed by the program
+// anyway, since cuBLASLt's f32 sum runs in an order of its own on the
+// tensor cores, unlike the CPU's; (2) each rounding dropped is to C's own
+// type, so the fused value is within about one unit of that type, relative
+// to |product| + |bias|, of the unfused one, and nearer the exact value
+// (one rounding instead of two or three); (3) it is what llm.c and
+// PyTorch's cuBLASLt epilogues compute. A rounding to a type narrower than
+// C is refused (an f32 C whose kernel rounds the product to bf16 as it
+// loads it, the logits' matmul_cast): fused, an f32 result would move by a
+// bf16 unit, 2^16 of its own. The tests emulate the fused GEMM as cuBLASLt
+// computes it (test/unit/cuda/CudaProgramTest.cpp, runGemm). cuBLASLt's
+// GELU is the tanh approximation (PyTorch's _addmm_activation relies on
+// it: pytorch/pytorch#104061), so the erf GELU is never matched.
 
 /// The element of `access` that row `row` of `kernel` starts at (column 0).
 int64_t rowStart(const kir::Access &access, const kir::Kernel &kernel,
@@ -40,16 +68,28 @@ int64_t rowStart(const kir::Access &access, const kir::Kernel &kernel,
   return address;
 }
 
-bool isF32(const kir::Access &access, const kir::Program &program) {
-  return access.dtype == kir::DType::F32 &&
-         program.buffers[access.buffer].dtype == kir::DType::F32 &&
+/// The type cuBLASLt reads and writes every operand of an epilogue in: C's
+/// (its D). The bias vector has D's type for all but int8 and fp8 GEMMs
+/// (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) and the GELU input (aux) too
+/// (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE's default), so bias and aux
+/// must be stored in C's type: f32, or the bf16/f16 of llmc-amp.
+kir::DType storageType(const kir::GemmStep &gemm, const kir::Program &program) {
+  return program.buffers[gemm.c.buffer].dtype;
+}
+
+/// Is `access` a unit-stride view of a buffer stored in `dtype`?
+bool isStoredAs(const kir::Access &access, kir::DType dtype,
+                const kir::Program &program) {
+  return kir::isFloat(dtype) && access.dtype == dtype &&
+         program.buffers[access.buffer].dtype == dtype &&
          access.strides.back() == 1;
 }
 
 /// Does `access` address C's element (row, column) for every row?
 bool addressesC(const kir::Access &access, const kir::Kernel &kernel,
                 const kir::GemmStep &gemm, const kir::Program &program) {
-  if (access.buffer != gemm.c.buffer || !isF32(access, program))
+  if (access.buffer != gemm.c.buffer ||
+      !isStoredAs(access, storageType(gemm, program), program))
     return false;
   for (int64_t row = 0; row < kernel.numRows(); ++row)
     if (rowStart(access, kernel, row) !=
@@ -59,10 +99,12 @@ bool addressesC(const kir::Access &access, const kir::Kernel &kernel,
   return true;
 }
 
-/// Is `access` one f32 row of n elements read by every row (a bias)?
+/// Is `access` one row of n elements of C's type read by every row (a
+/// bias)?
 bool isBiasRow(const kir::Access &access, const kir::GemmStep &gemm,
                const kir::Program &program) {
-  if (access.buffer == gemm.c.buffer || !isF32(access, program))
+  if (access.buffer == gemm.c.buffer ||
+      !isStoredAs(access, storageType(gemm, program), program))
     return false;
   for (size_t d = 0; d + 1 < access.strides.size(); ++d)
     if (access.strides[d] != 0)
@@ -70,14 +112,14 @@ bool isBiasRow(const kir::Access &access, const kir::GemmStep &gemm,
   return true;
 }
 
-/// If `access` is another f32 matrix whose rows follow each other `ld`
-/// elements apart (ld >= n), row r of the kernel at row r: that ld.
+/// If `access` is another matrix of C's type whose rows follow each other
+/// `ld` elements apart (ld >= n), row r of the kernel at row r: that ld.
 std::optional<int64_t> auxRowStride(const kir::Access &access,
                                     const kir::Kernel &kernel,
                                     const kir::GemmStep &gemm,
                                     const kir::Program &program) {
   if (access.buffer == gemm.c.buffer || gemm.batch != 1 ||
-      !isF32(access, program))
+      !isStoredAs(access, storageType(gemm, program), program))
     return std::nullopt;
   int64_t first = rowStart(access, kernel, 0);
   int64_t ld = kernel.numRows() > 1 ? rowStart(access, kernel, 1) - first
@@ -210,6 +252,18 @@ FusedEpilogue llmc::matchGemmEpilogue(const kir::Kernel &kernel,
       break;
     case kir::Op::Tanh:
       value[i] = exprTanh(arg(0));
+      break;
+    case kir::Op::RoundF16:
+    case kir::Op::RoundBF16:
+      // The bias sum rounded to C's type before the GELU reads it, which
+      // cuBLASLt keeps in f32 (the rounding note at the top of this file);
+      // any other rounding is no epilogue of ours.
+      if (storageType(gemm, program) != (instr.op == kir::Op::RoundF16
+                                             ? kir::DType::F16
+                                             : kir::DType::BF16) ||
+          arg(0) != exprAdd("C", "bias"))
+        return none;
+      value[i] = arg(0);
       break;
     case kir::Op::Store:
       if (stored || leaf[instr.operand] != "C")

@@ -55,7 +55,8 @@ struct View {
 };
 
 /// What a GEMM's epilogue kernel computes, when it is one a GEMM library
-/// (cuBLASLt) can run itself in f32, C the product, in place:
+/// (cuBLASLt) can run itself, in f32 on the f32 accumulator, C the
+/// product, in place (bias and aux stored in C's type: f32, bf16 or f16):
 ///   Bias      C[r, j] = C[r, j] + bias[j]                 (EPILOGUE_BIAS)
 ///   GeluBias  C[r, j] = gelu(C[r, j] + bias[j])           (EPILOGUE_GELU_BIAS)
 ///   Gelu      C[r, j] = gelu(C[r, j])                     (EPILOGUE_GELU)
@@ -101,8 +102,8 @@ struct GemmStep {
   int32_t epilogue = -1;
   bool accumulate = false;
   EpilogueKind epilogueKind = EpilogueKind::None;
-  View epilogueBias; // Bias, GeluBias: f32 [n], strides {1}
-  View epilogueAux;  // DGelu: f32 [m, n], strides {ld, 1} (batch 1)
+  View epilogueBias; // Bias, GeluBias: [n] of C's type, strides {1}
+  View epilogueAux;  // DGelu: [m, n] of C's type, strides {ld, 1} (batch 1)
   bool sparseWeight = false;
 };
 

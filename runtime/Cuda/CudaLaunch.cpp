@@ -32,11 +32,12 @@ cuda::AttentionViewArgs viewArgs(const kir::View &view) {
   return args;
 }
 
-/// The vectors of an epilogue cuBLASLt runs: the bias, or the GELU input
-/// (aux) with its leading dimension.
+/// The vectors of an epilogue cuBLASLt runs: the bias (of type biasType),
+/// or the GELU input (aux, of D's type) with its leading dimension.
 struct EpilogueOperands {
   CUdeviceptr bias = 0, aux = 0;
   int64_t auxLd = 0;
+  cudaDataType_t biasType = CUDA_R_32F;
 };
 
 /// Makes `plan`'s descriptor run epilogue `kind` (None: cuBLASLt's default,
@@ -62,11 +63,19 @@ void setEpilogue(const cuda::CublasLtApi &api, GemmPlan &plan,
   }
   api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                              &epilogue, sizeof(epilogue));
-  if (kind == kir::EpilogueKind::Bias || kind == kir::EpilogueKind::GeluBias)
+  if (kind == kir::EpilogueKind::Bias || kind == kir::EpilogueKind::GeluBias) {
+    // Set, as llm.c does, though D's type is the default: a bf16 or f16 bias
+    // for a narrow D, f32 for f32 (describeGemm requires D's type).
+    int32_t biasType = operands.biasType;
+    api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                               &biasType, sizeof(biasType));
     api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                &operands.bias, sizeof(operands.bias));
+  }
   if (kind == kir::EpilogueKind::DGelu) {
-    // The GELU input, in C's column-major layout (n x m, ld auxLd).
+    // The GELU input, in C's column-major layout (n x m, ld auxLd) and of
+    // its type (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE left at its
+    // default, D's).
     api.matmulDescSetAttribute(plan.desc,
                                CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                &operands.aux, sizeof(operands.aux));
@@ -349,7 +358,7 @@ llvm::Error LaunchPlanner::planGemm(const kir::Step &step) {
   api.matmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &d.b.op,
                              sizeof(d.b.op));
   if (d.fused != kir::EpilogueKind::None)
-    setEpilogue(api, plan, d.fused, {d.bias, d.aux, d.auxLd});
+    setEpilogue(api, plan, d.fused, {d.bias, d.aux, d.auxLd, d.biasType});
   if (llvm::Error error = createLayout(api, &plan.layoutA, d.typeA, d.a,
                                        d.batch, d.batchStrideA))
     return error;
@@ -645,7 +654,7 @@ llvm::Error CudaExecutor::enqueueSchedule(bool timed) {
                             kGemmWorkspaceBytes, im.stream),
               "cublasLtMatmul"))
         return error;
-      if (step.gemm.epilogue >= 0 && gemm.fused == kir::EpilogueKind::None) {
+      if (launchesEpilogueKernel(step.gemm, gemm.fused)) {
         KernelPlan &kernel = im.kernels[step.gemm.epilogue];
         if (llvm::Error error = im.launch(kernel.function, kernel.launch,
                                           kernel.params.data()))

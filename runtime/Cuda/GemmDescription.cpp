@@ -85,6 +85,7 @@ llmc::runtime::describeGemm(const kir::Program &program, const kir::Step &step,
   d.typeA = cudaType(bufB.dtype);
   d.typeB = cudaType(bufA.dtype);
   d.typeC = cudaType(bufC.dtype);
+  d.biasType = d.typeC;
   bool f32 = bufA.dtype == kir::DType::F32 && bufB.dtype == kir::DType::F32;
   d.compute = f32 && allowTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                : CUBLAS_COMPUTE_32F;
@@ -107,35 +108,38 @@ llmc::runtime::describeGemm(const kir::Program &program, const kir::Step &step,
   d.addressC = bases[g.c.buffer] + g.c.offset * kir::dtypeBytes(bufC.dtype);
 
   // The epilogue kernel runs inside cuBLASLt when codegen classified it as
-  // one cuBLASLt computes (kir::GemmStep::epilogueKind: f32 C, bias and
-  // aux only) and its vectors are placed as cuBLASLt wants: 16-byte
-  // aligned, the aux leading dimension a multiple of 8 elements.
+  // one cuBLASLt computes (kir::GemmStep::epilogueKind, GemmEpilogue.cpp:
+  // f32 C, or the bf16/f16 C of llmc-amp, with bias and aux of C's type)
+  // and its vectors are placed and typed as cuBLASLt wants: 16-byte
+  // aligned, the aux leading dimension a multiple of 8 elements
+  // (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD), bias and aux of D's type (the
+  // bias type is D's but for int8 and fp8 GEMMs; the aux type's default is
+  // D's). Anything else keeps its epilogue kernel, launched after the GEMM.
   kir::EpilogueKind kind = g.epilogue >= 0 && fuseEpilogues
                                ? g.epilogueKind
                                : kir::EpilogueKind::None;
   bool hasBias =
       kind == kir::EpilogueKind::Bias || kind == kir::EpilogueKind::GeluBias;
   bool hasAux = kind == kir::EpilogueKind::DGelu;
-  auto f32Address = [&](const kir::View &view) {
-    return bases[view.buffer] + view.offset * 4;
+  auto address = [&](const kir::View &view) {
+    return bases[view.buffer] +
+           view.offset * kir::dtypeBytes(program.buffers[view.buffer].dtype);
   };
   if (hasBias) {
-    d.bias = f32Address(g.epilogueBias);
-    if (alignmentOf(d.bias) < 16)
+    d.bias = address(g.epilogueBias);
+    d.biasType = cudaType(program.buffers[g.epilogueBias.buffer].dtype);
+    if (alignmentOf(d.bias) < 16 || d.biasType != d.typeC)
       kind = kir::EpilogueKind::None;
   }
   if (hasAux) {
-    d.aux = f32Address(g.epilogueAux);
+    d.aux = address(g.epilogueAux);
     d.auxLd = g.epilogueAux.strides[0];
-    if (alignmentOf(d.aux) < 16 || d.auxLd % 8 != 0)
+    if (alignmentOf(d.aux) < 16 || d.auxLd % 8 != 0 ||
+        cudaType(program.buffers[g.epilogueAux.buffer].dtype) != d.typeC)
       kind = kir::EpilogueKind::None;
   }
-  // Epilogue kinds are matched on f32 tensors (GemmEpilogue.cpp); a
-  // narrow C keeps its epilogue kernel.
-  if (d.typeC != CUDA_R_32F)
-    kind = kir::EpilogueKind::None;
   d.fused = kind;
   if (kind == kir::EpilogueKind::None)
-    d.bias = d.aux = 0, d.auxLd = 0;
+    d.bias = d.aux = 0, d.auxLd = 0, d.biasType = d.typeC;
   return d;
 }

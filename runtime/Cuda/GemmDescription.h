@@ -39,10 +39,13 @@ struct GemmDescription {
   int64_t batchStrideA = 0, batchStrideB = 0, batchStrideC = 0; // elements
   uint64_t addressA = 0, addressB = 0, addressC = 0; // first elements
   /// The epilogue kernel cuBLASLt runs (None: the kernel runs after it),
-  /// with its bias or aux vector (aux in C's layout, leading dim auxLd).
+  /// with its bias or aux vector (aux in C's layout, leading dim auxLd),
+  /// both of C's type: biasType is CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, the
+  /// aux type is left at its default, D's.
   kir::EpilogueKind fused = kir::EpilogueKind::None;
   uint64_t bias = 0, aux = 0;
   int64_t auxLd = 0;
+  cudaDataType_t biasType = CUDA_R_32F;
   std::string name; // "gemm MxNxK[ bB]"
 };
 
@@ -66,14 +69,25 @@ bool cublasLtTakes(cublasComputeType_t compute, cudaDataType_t scale,
 /// The description of GEMM step `step` of `program`, buffers at `bases`
 /// (device addresses by buffer index). f32 x f32 runs in exact f32 unless
 /// `allowTf32`; f16/bf16 operands always run on the tensor cores with f32
-/// accumulation (CUBLAS_COMPUTE_32F), C in its buffer's type. Errors name
-/// the step: an operand without a unit stride, or a type mix cuBLASLt has
-/// no kernel for (an f32 A times a narrow-stored weight, which the CPU
-/// backend widens in registers).
+/// accumulation (CUBLAS_COMPUTE_32F), C in its buffer's type. With
+/// `fuseEpilogues`, the step's classified epilogue (bias, bias + GELU,
+/// GELU, the GELU gradient) is cuBLASLt's where its vectors are aligned and
+/// typed as cuBLASLt needs, for f32 and narrow C alike. Errors name the
+/// step: an operand without a unit stride, or a type mix cuBLASLt has no
+/// kernel for (an f32 A times a narrow-stored weight, which the CPU backend
+/// widens in registers).
 llvm::Expected<GemmDescription>
 describeGemm(const kir::Program &program, const kir::Step &step,
              const std::vector<uint64_t> &bases, bool allowTf32,
              bool fuseEpilogues);
+
+/// Whether the executor launches GEMM step `gemm`'s epilogue kernel after
+/// the GEMM: it has one, and cuBLASLt does not run it (`fused`, the
+/// description's kind, or None where no algorithm runs that epilogue).
+inline bool launchesEpilogueKernel(const kir::GemmStep &gemm,
+                                   kir::EpilogueKind fused) {
+  return gemm.epilogue >= 0 && fused == kir::EpilogueKind::None;
+}
 
 } // namespace llmc::runtime
 

@@ -13,11 +13,19 @@
 // other byte must be unchanged (a stray write fails). The run continues
 // from the CPU's result. The harness itself is checked against the CPU
 // executor (loss and outputs), and a second run with every kernel emulated
-// is compared end to end.
+// is compared end to end. Then the GEMM epilogues the CUDA executor hands
+// to cuBLASLt (runtime::describeGemm) run as cuBLASLt computes them, on
+// the f32 accumulator with one rounding to C's type (runGemm with a kind),
+// instead of their kernels: each such GEMM against the GEMM and its kernel
+// on the CPU from the same memory, and the fused program end to end (other
+// kernels on the CPU, then emulated) against the CPU executor.
 //
 // Tolerances: per kernel |cpu - cuda| <= 2e-5 + 2e-5 |cpu| (reductions
 // add in different orders, math functions differ by a few ulp); end to
-// end (all kernels emulated vs the CPU kernels) 1e-4 relative.
+// end (all kernels emulated vs the CPU kernels) 1e-4 relative. A fused
+// GEMM's C within one unit of its type of the unfused one, relative to
+// |product| + |bias| + |value| (the roundings skipped); the fused program
+// end to end within ProgramCase::fusedRtol.
 //
 // To add a program: one line in kPrograms.
 #include "test/unit/cpu/KernelTestUtil.h"
@@ -35,6 +43,7 @@
 #include "ir/LlmcDialect.h"
 #include "passes/Pipelines.h"
 #include "codegen/KernelToCuda/Nvrtc.h"
+#include "runtime/Cuda/GemmDescription.h"
 #include "runtime/Executor.h"
 #include "runtime/Weights.h"
 
@@ -147,6 +156,12 @@ struct ProgramCase {
   /// tanh against CUDA's) moves later values by up to a unit of the type
   /// (seen: bf16 1.5e-8, fp16 4.5e-4, from one f16 unit in the forward).
   double rtol = 1e-4;
+  /// The same with the GEMM epilogues run as cuBLASLt runs them (0: rtol):
+  /// each fused GEMM skips roundings to its narrow C, which moves an
+  /// output by up to about a unit of that type, 2^-7 for bf16, relative to
+  /// the largest |value| (seen: bf16 4.3e-3, one bf16 unit of a logit
+  /// near 1.1; fp16 9.0e-4, within its rtol).
+  double fusedRtol = 0;
 };
 
 // GPT-2 with a vocabulary past the warp-per-row limit (block-per-row
@@ -173,7 +188,7 @@ const ProgramCase kPrograms[] = {
     {"gpt2_train_bf16", [] { return trainingPrograms(
          "name: t\nn_layer: 1\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
          "vocab_size: 80\ndropout: 0.1\n", 2, 8,
-         amp(PrecisionConfig::Kind::BF16)); }, 1e-3},
+         amp(PrecisionConfig::Kind::BF16)); }, 1e-3, 0x1p-7},
     {"gpt2_train_fp16", [] { return trainingPrograms(
          "name: t\nn_layer: 1\nn_head: 2\nn_embd: 32\nseq_len: 16\n"
          "vocab_size: 80\ndropout: 0.1\n", 2, 8,
@@ -318,11 +333,42 @@ void fillInputs(const kir::Program &program, Memory &memory, unsigned seed) {
 // The library steps, as plain loops
 //===----------------------------------------------------------------------===//
 
+/// The tanh GELU and its derivative in f32, as LlmcToKernel expands
+/// `llmc.gelu approximate = tanh` and its gradient, and as cuBLASLt's GELU
+/// epilogues compute them.
+float geluTanh(float x) {
+  const float k = float(std::sqrt(2.0 / M_PI));
+  return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+}
+float geluTanhGrad(float x) {
+  const float k = float(std::sqrt(2.0 / M_PI));
+  float t = std::tanh(k * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + t) +
+         0.5f * x * (1.0f - t * t) * (k + float(k * 3.0 * 0.044715) * x * x);
+}
+
 /// C = op(A) op(B) summed in double and rounded once to C's type (f32
 /// accumulation of narrow operands, as cuBLASLt and the CPU backend do).
-void runGemm(const kir::GemmStep &g, Memory &memory) {
+/// With `fused`, the GEMM also runs that epilogue the way cuBLASLt does
+/// (what the executor hands it: describeGemm), in place of the epilogue
+/// kernel: on the f32 accumulator (the sum rounded to f32), the bias or
+/// aux widened from C's type, the GELU in f32, one rounding to C's type at
+/// the end; the kernel rounds the product to C's type first and, for bias
+/// + GELU, the bias sum again. `magnitude`, if given, gets |acc| + |bias|
+/// per element of C (batch, row, column order): the scale of the roundings
+/// the fused epilogue skips.
+void runGemm(const kir::GemmStep &g, Memory &memory,
+             kir::EpilogueKind fused = kir::EpilogueKind::None,
+             std::vector<double> *magnitude = nullptr) {
   Elements a = memory.elements(g.a), b = memory.elements(g.b),
            c = memory.elements(g.c);
+  bool hasBias =
+      fused == kir::EpilogueKind::Bias || fused == kir::EpilogueKind::GeluBias;
+  Elements bias = hasBias ? memory.elements(g.epilogueBias) : c;
+  Elements aux =
+      fused == kir::EpilogueKind::DGelu ? memory.elements(g.epilogueAux) : c;
+  if (magnitude)
+    magnitude->clear();
   for (int64_t batch = 0; batch < g.batch; ++batch)
     for (int64_t i = 0; i < g.m; ++i)
       for (int64_t j = 0; j < g.n; ++j) {
@@ -338,7 +384,32 @@ void runGemm(const kir::GemmStep &g, Memory &memory) {
         }
         int64_t ci =
             batch * g.c.strides[0] + i * g.c.strides[1] + j * g.c.strides[2];
-        c.set(ci, g.accumulate ? float(c.get(ci)) + float(sum) : sum);
+        if (fused == kir::EpilogueKind::None) {
+          c.set(ci, g.accumulate ? float(c.get(ci)) + float(sum) : sum);
+          continue;
+        }
+        float acc = float(sum), term = hasBias ? float(bias.get(j)) : 0.0f;
+        float value = acc;
+        switch (fused) {
+        case kir::EpilogueKind::Bias:
+          value = acc + term;
+          break;
+        case kir::EpilogueKind::GeluBias:
+          value = geluTanh(acc + term);
+          break;
+        case kir::EpilogueKind::Gelu:
+          value = geluTanh(acc);
+          break;
+        case kir::EpilogueKind::DGelu:
+          value = acc * geluTanhGrad(
+                            float(aux.get(i * g.epilogueAux.strides[0] + j)));
+          break;
+        case kir::EpilogueKind::None:
+          break;
+        }
+        c.set(ci, value);
+        if (magnitude)
+          magnitude->push_back(std::fabs(acc) + std::fabs(term));
       }
 }
 
@@ -529,15 +600,21 @@ void runEmbeddingGrad(const kir::EmbeddingGradStep &e,
 // The harness
 //===----------------------------------------------------------------------===//
 
-/// Runs the schedule. `kernel` runs kernel step `index` on `memory`.
-void runSchedule(const kir::Program &program, Memory &memory,
-                 const std::function<void(int32_t, Memory &)> &kernel) {
+/// Runs the schedule. `kernel` runs kernel step `index` on `memory`;
+/// `gemm`, if given, may run a GEMM step itself (it returns true), else
+/// the GEMM loop and then its epilogue kernel run.
+void runSchedule(
+    const kir::Program &program, Memory &memory,
+    const std::function<void(int32_t, Memory &)> &kernel,
+    const std::function<bool(const kir::Step &, Memory &)> &gemm = nullptr) {
   for (const kir::Step &step : program.steps) {
     switch (step.kind) {
     case kir::StepKind::Kernel:
       kernel(step.kernel, memory);
       break;
     case kir::StepKind::Gemm:
+      if (gemm && gemm(step, memory))
+        break;
       runGemm(step.gemm, memory);
       if (step.gemm.epilogue >= 0)
         kernel(step.gemm.epilogue, memory);
@@ -730,6 +807,26 @@ std::vector<std::pair<std::string, std::vector<float>>> cpuExecutorResults(
   return out;
 }
 
+/// Per step of `program`: the epilogue the CUDA executor hands to
+/// cuBLASLt (runtime::describeGemm at the executor's device-like
+/// addresses, epilogues fused), None for every other step.
+std::vector<kir::EpilogueKind> cublasLtEpilogues(const kir::Program &program) {
+  std::vector<kir::EpilogueKind> kinds(program.steps.size(),
+                                       kir::EpilogueKind::None);
+  std::vector<uint64_t> bases = deviceBases(program);
+  for (auto [index, step] : llvm::enumerate(program.steps)) {
+    if (step.kind != kir::StepKind::Gemm)
+      continue;
+    auto d = runtime::describeGemm(program, step, bases, false, true);
+    if (!d) {
+      ADD_FAILURE() << llvm::toString(d.takeError());
+      continue;
+    }
+    kinds[index] = d->fused;
+  }
+  return kinds;
+}
+
 class CudaProgramTest : public ::testing::TestWithParam<ProgramCase> {};
 
 TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
@@ -792,9 +889,9 @@ TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
     auto cpuResults = results(program, memory);
 
     // The harness against the CPU executor (its GEMMs and attention).
+    auto executorResults = cpuExecutorResults(program, initial, cpuResults);
+    ASSERT_FALSE(executorResults.empty());
     {
-      auto executorResults = cpuExecutorResults(program, initial, cpuResults);
-      ASSERT_FALSE(executorResults.empty());
       double worst = expectResultsClose(executorResults, cpuResults,
                                         GetParam().rtol,
                                         "harness vs CPU executor");
@@ -816,6 +913,107 @@ TEST_P(CudaProgramTest, EveryKernelCompilesAndMatchesTheCpu) {
     std::printf("[ results  ] %s @%s: all kernels emulated vs CPU kernels "
                 "within %.3g of the largest |value|\n",
                 GetParam().name, function.c_str(), worst);
+
+    // The epilogues the executor hands to cuBLASLt, run as cuBLASLt
+    // computes them (runGemm with the kind; their kernels not run).
+    std::vector<kir::EpilogueKind> fused = cublasLtEpilogues(program);
+    int fusedGemms = 0;
+    for (kir::EpilogueKind kind : fused)
+      fusedGemms += kind != kir::EpilogueKind::None;
+    if (fusedGemms == 0)
+      continue;
+    auto fusedGemm = [&](const kir::Step &step, Memory &m) {
+      kir::EpilogueKind kind = fused[&step - program.steps.data()];
+      if (kind == kir::EpilogueKind::None)
+        return false;
+      runGemm(step.gemm, m, kind);
+      return true;
+    };
+
+    // GEMM by GEMM, from the same memory: the fused GEMM against the GEMM
+    // and its epilogue kernel on the CPU. They differ by the roundings to
+    // C's type the fused epilogue skips (of the product, and of the bias
+    // sum before a GELU; GemmEpilogue.cpp), so per element |fused -
+    // unfused| <= unit (|acc| + |bias| + |unfused|) + 1e-5 (1 + |unfused|),
+    // unit = 2^-7 bf16, 2^-10 f16, 2^-23 f32; the 1e-5 is for libm's tanh
+    // against the CPU kernel's. The run goes on from the fused result, the
+    // other kernels on the CPU.
+    Memory fusedMemory = initial;
+    double worstRatio = 0, worstError = 0;
+    int64_t fusedElements = 0;
+    runSchedule(
+        program, fusedMemory,
+        [&](int32_t index, Memory &m) {
+          const kir::Kernel &kernel = program.kernels[index];
+          cpu.run(kernel.name, operandBases(kernel, m), 0, kernel.numRows());
+        },
+        [&](const kir::Step &step, Memory &m) {
+          kir::EpilogueKind kind = fused[&step - program.steps.data()];
+          if (kind == kir::EpilogueKind::None)
+            return false;
+          const kir::GemmStep &g = step.gemm;
+          Memory unfused = m;
+          runGemm(g, unfused);
+          const kir::Kernel &kernel = program.kernels[g.epilogue];
+          cpu.run(kernel.name, operandBases(kernel, unfused), 0,
+                  kernel.numRows());
+          std::vector<double> magnitude;
+          runGemm(g, m, kind, &magnitude);
+          DType dtype = program.buffers[g.c.buffer].dtype;
+          double unit = dtype == DType::BF16  ? 0x1p-7
+                        : dtype == DType::F16 ? 0x1p-10
+                                              : 0x1p-23;
+          Elements want = unfused.elements(g.c), got = m.elements(g.c);
+          size_t e = 0;
+          for (int64_t batch = 0; batch < g.batch; ++batch)
+            for (int64_t i = 0; i < g.m; ++i)
+              for (int64_t j = 0; j < g.n; ++j, ++e) {
+                int64_t ci = batch * g.c.strides[0] + i * g.c.strides[1] +
+                             j * g.c.strides[2];
+                double u = want.get(ci), f = got.get(ci);
+                double error = std::fabs(u - f);
+                double bound = unit * (magnitude[e] + std::fabs(u)) +
+                               1e-5 * (1 + std::fabs(u));
+                worstRatio = std::max(worstRatio, error / bound);
+                worstError = std::max(worstError, error);
+                ++fusedElements;
+                if (!(error <= bound)) {
+                  ADD_FAILURE()
+                      << step.origin << " (" << kir::epilogueKindName(kind)
+                      << "): element " << ci << ": unfused " << u << ", fused "
+                      << f << ", bound " << bound;
+                  return true;
+                }
+              }
+          return true;
+        });
+    std::printf("[ cuBLASLt ] %s @%s: %d GEMMs with their epilogue as "
+                "cuBLASLt runs it, %lld elements: max |fused - unfused| "
+                "%.3g, at most %.3g of the bound\n",
+                GetParam().name, function.c_str(), fusedGemms,
+                (long long)fusedElements, worstError, worstRatio);
+    double fusedRtol =
+        GetParam().fusedRtol > 0 ? GetParam().fusedRtol : GetParam().rtol;
+    double fusedWorst = expectResultsClose(
+        executorResults, results(program, fusedMemory), fusedRtol,
+        "cuBLASLt epilogues, CPU kernels vs CPU executor");
+
+    // The fused program with every other kernel emulated, end to end.
+    Memory fusedCuda = initial;
+    runSchedule(
+        program, fusedCuda,
+        [&](int32_t index, Memory &m) {
+          const kir::Kernel &kernel = program.kernels[index];
+          emulated->run(kernel.name, operandBases(kernel, m));
+        },
+        fusedGemm);
+    double fusedCudaWorst = expectResultsClose(
+        executorResults, results(program, fusedCuda), fusedRtol,
+        "cuBLASLt epilogues, kernels emulated vs CPU executor");
+    std::printf("[ results  ] %s @%s: with cuBLASLt epilogues vs CPU "
+                "executor within %.3g (CPU kernels), %.3g (emulated "
+                "kernels) of the largest |value|\n",
+                GetParam().name, function.c_str(), fusedWorst, fusedCudaWorst);
   }
 }
 

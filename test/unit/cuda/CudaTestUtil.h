@@ -4,6 +4,7 @@
 #define LLMC_TEST_UNIT_CUDA_CUDATESTUTIL_H
 
 #include "ir/kernel/KernelIR.h"
+#include "ir/kernel/Program.h"
 
 #include <gtest/gtest.h>
 
@@ -150,6 +151,27 @@ inline ErrorStats compareElements(const char *want, const char *got,
     }
   }
   return stats;
+}
+
+/// Device addresses as the CUDA executor gives them, for what depends on
+/// alignment (describeGemm's epilogues, cuBLASLt's alignment preferences):
+/// the arena at a 256-byte aligned base (cuMemAlloc's), buffers at their
+/// planned offsets in it, every other buffer in its own 256-byte aligned
+/// block.
+inline std::vector<uint64_t> deviceBases(const kir::Program &program) {
+  std::vector<uint64_t> bases(program.buffers.size());
+  uint64_t arena = 0x7f0000000000, next = arena + program.arenaBytes;
+  for (size_t index = 0; index < program.buffers.size(); ++index) {
+    const kir::Buffer &buffer = program.buffers[index];
+    if (buffer.kind == kir::BufferKind::Arena) {
+      bases[index] = arena + buffer.offset;
+    } else {
+      next = (next + 255) / 256 * 256;
+      bases[index] = next;
+      next += std::max<int64_t>(buffer.bytes(), 1);
+    }
+  }
+  return bases;
 }
 
 } // namespace llmc::test

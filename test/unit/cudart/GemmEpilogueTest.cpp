@@ -3,9 +3,10 @@
 // kir::GemmStep::epilogueKind), on programs compiled from GPT-2 style
 // configs: the forward pass (bias on c_attn, bias + tanh GELU on c_fc), the
 // training step (bias in its forward, the GELU gradient in its backward),
-// a GELU MLP without biases, and what must not match (the erf GELU, ReLU,
-// a constant or an operation changed). No GPU needed: matching reads the
-// kernel IR only.
+// the same in the bf16 and fp16 programs of llmc-amp (narrow C, bias and
+// aux), a GELU MLP without biases, and what must not match (the erf GELU,
+// ReLU, a constant or an operation changed, a rounding other than the bias
+// sum's to C's type). No GPU needed: matching reads the kernel IR only.
 #include "codegen/LlmcToKernel/GemmEpilogue.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "codegen/Training.h"
@@ -63,6 +64,23 @@ kir::Program gradProgram(const std::string &yaml) {
   auto programs = compileTraining(**module, TrainingOptions());
   EXPECT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
   return std::move(programs->gradStep);
+}
+
+/// The forward and grad_step programs of `yaml` at batch 2, sequence 8
+/// under llmc-amp (`precision` bf16, or fp16 with loss scaling).
+std::pair<kir::Program, kir::Program>
+ampPrograms(const std::string &yaml, PrecisionConfig::Kind precision) {
+  auto parsed = mlir::llmc::parseModelConfig(yaml, "test.yaml");
+  EXPECT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
+  auto module = mlir::llmc::buildForwardModule(context, *parsed, {2, 8});
+  EXPECT_TRUE(bool(module));
+  TrainingOptions options;
+  options.precision.kind = precision;
+  auto programs = compileTraining(**module, options);
+  EXPECT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
+  return {std::move(programs->forward), std::move(programs->gradStep)};
 }
 
 /// Per GEMM step with an epilogue, in schedule order: the step's origin
@@ -238,6 +256,118 @@ TEST(GemmEpilogueTest, ChangedKernelsAreNotFused) {
   kir::Kernel twice = original;
   twice.body.push_back(twice.body.back());
   EXPECT_EQ(kindOf(twice), FusedEpilogueKind::None);
+}
+
+// llmc-amp programs: the same kinds as in f32, on bf16/f16 C with the
+// bias (the per-step cast of the f32 parameter) and aux of C's type. Each
+// GEMM with an epilogue kernel, in schedule order. The products cast back
+// up to f32 (the logits for the loss, the f32 dX of the residual stream)
+// have an f32 C whose kernel rounds it to the narrow type as it loads it:
+// not fused (cuBLASLt would not round it).
+TEST(GemmEpilogueTest, AmpProgramsFuseBiasGeluBiasAndGeluGradient) {
+  using K = FusedEpilogueKind;
+  const std::vector<std::pair<std::string, K>> forward = {
+      {"h.0.attn.c_attn.matmul_add", K::Bias},
+      {"matmul_add_gelu", K::GeluBias},
+      {"h.1.attn.c_attn.matmul_add", K::Bias},
+      {"matmul_add_gelu", K::GeluBias},
+      {"matmul_cast", K::None}};
+  const std::vector<std::pair<std::string, K>> grad = {
+      {"h.0.attn.c_attn.matmul_add", K::Bias},
+      {"h.0.mlp.c_fc.matmul_add", K::Bias},
+      {"h.1.attn.c_attn.matmul_add", K::Bias},
+      {"h.1.mlp.c_fc.matmul_add", K::Bias},
+      {"matmul_cast", K::None},
+      {"lm_head.matmul_cast", K::None},
+      {"matmul_gelu_grad", K::DGelu},
+      {"h.1.mlp.c_fc.matmul_cast", K::None},
+      {"h.1.attn.c_attn.matmul_cast", K::None},
+      {"matmul_gelu_grad", K::DGelu},
+      {"h.0.mlp.c_fc.matmul_cast", K::None},
+      {"h.0.attn.c_attn.matmul_cast", K::None}};
+  for (auto [precision, narrow] :
+       {std::pair{PrecisionConfig::Kind::BF16, kir::DType::BF16},
+        std::pair{PrecisionConfig::Kind::FP16, kir::DType::F16}}) {
+    SCOPED_TRACE(kir::dtypeName(narrow));
+    auto [forwardProgram, gradProgram] = ampPrograms(config(), precision);
+    for (auto [program, expected] : {std::pair{&forwardProgram, &forward},
+                                     std::pair{&gradProgram, &grad}}) {
+      auto got = matches(*program);
+      EXPECT_EQ(got, *expected);
+      for (const kir::Step &step : program->steps) {
+        if (step.kind != kir::StepKind::Gemm || step.gemm.epilogue < 0)
+          continue;
+        const kir::GemmStep &g = step.gemm;
+        FusedEpilogue fused =
+            llmc::matchGemmEpilogue(program->kernels[g.epilogue], g, *program);
+        EXPECT_EQ(g.epilogueKind, fused.kind) << step.origin;
+        if (fused.kind == K::None)
+          continue;
+        // Narrow operands, narrow C, and bias or aux of C's type.
+        EXPECT_EQ(program->buffers[g.a.buffer].dtype, narrow) << step.origin;
+        EXPECT_EQ(program->buffers[g.c.buffer].dtype, narrow) << step.origin;
+        const kir::View &vector =
+            fused.kind == K::DGelu ? g.epilogueAux : g.epilogueBias;
+        const kir::Buffer &buffer = program->buffers[vector.buffer];
+        EXPECT_EQ(buffer.dtype, narrow) << step.origin;
+        if (fused.kind == K::DGelu) {
+          // The c_fc pre-activation the forward kept, [B*T, 4C].
+          EXPECT_EQ(g.epilogueAux.strides, (std::vector<int64_t>{256, 1}));
+          EXPECT_EQ(buffer.numElements(), 2 * 8 * 256);
+        } else {
+          EXPECT_EQ(buffer.numElements(), g.n) << step.origin;
+        }
+      }
+    }
+  }
+}
+
+// The narrow kernels' roundings: only the bias sum's, to C's type, before
+// the GELU reads it, is one cuBLASLt may skip. A rounding to the other
+// narrow type, or of the product as it is loaded, keeps the kernel.
+TEST(GemmEpilogueTest, OtherRoundingsAreNotFused) {
+  auto [program, grad] = ampPrograms(config(), PrecisionConfig::Kind::BF16);
+  const kir::Step *step = findStep(program, FusedEpilogueKind::GeluBias);
+  ASSERT_NE(step, nullptr);
+  const kir::Kernel &original = program.kernels[step->gemm.epilogue];
+  auto kindOf = [&](const kir::Kernel &kernel) {
+    return llmc::matchGemmEpilogue(kernel, step->gemm, program).kind;
+  };
+  int rounds = 0;
+  for (const kir::Instr &instr : original.body)
+    rounds += instr.op == kir::Op::RoundBF16;
+  ASSERT_EQ(rounds, 1); // round_bf16(C + bias)
+
+  kir::Kernel f16 = original;
+  for (kir::Instr &instr : f16.body)
+    if (instr.op == kir::Op::RoundBF16)
+      instr.op = kir::Op::RoundF16;
+  EXPECT_EQ(kindOf(f16), FusedEpilogueKind::None);
+
+  // The round moved onto the loaded product: round(C) + bias, then GELU
+  // (%2 = add %0, %1; %3 = round %2 becomes %2 = round %0; %3 = add %2, %1).
+  kir::Kernel onLoad = original;
+  int32_t round = -1;
+  for (auto [i, instr] : llvm::enumerate(onLoad.body))
+    if (instr.op == kir::Op::RoundBF16)
+      round = int32_t(i);
+  ASSERT_GE(round, 1);
+  int32_t sum = onLoad.body[round].args[0];
+  ASSERT_EQ(sum, round - 1);
+  ASSERT_EQ(onLoad.body[sum].op, kir::Op::Add);
+  kir::Instr add = onLoad.body[sum], rounding = onLoad.body[round];
+  int32_t product = -1, bias = -1;
+  for (int32_t a : add.args)
+    (onLoad.operands[onLoad.body[a].operand].buffer == step->gemm.c.buffer
+         ? product
+         : bias) = a;
+  ASSERT_GE(product, 0);
+  ASSERT_GE(bias, 0);
+  rounding.args = {product};
+  add.args = {sum, bias};
+  onLoad.body[sum] = rounding;
+  onLoad.body[round] = add;
+  EXPECT_EQ(kindOf(onLoad), FusedEpilogueKind::None);
 }
 
 } // namespace

@@ -6,8 +6,12 @@
 // gradients accumulated in f32), and each description's column-major
 // layouts address exactly the elements the kernel IR's views do (checked
 // element by element against the views, an independent reading of the
-// strides). What is not checked here: that cuBLASLt's heuristic finds an
-// algorithm for each (it needs a GPU).
+// strides). Which epilogue each GEMM hands to cuBLASLt (bias, bias + GELU,
+// the GELU gradient; f32 and narrow C alike), with its bias or aux vector,
+// which epilogue kernels are then no longer launched, and what keeps one
+// (a misaligned bias, an aux leading dimension not a multiple of 8). What
+// is not checked here: that cuBLASLt's heuristic finds an algorithm for
+// each, with its epilogue (it needs a GPU).
 #include "runtime/Cuda/GemmDescription.h"
 
 #include "codegen/KernelToCuda/MultiTensor.h"
@@ -15,6 +19,7 @@
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
+#include "test/unit/cuda/CudaTestUtil.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -23,9 +28,11 @@
 
 #include <cstdio>
 #include <map>
+#include <tuple>
 
 using namespace llmc;
 using namespace llmc::runtime;
+using llmc::test::deviceBases;
 
 namespace {
 
@@ -56,23 +63,6 @@ trainingPrograms(PrecisionConfig::Kind precision) {
   auto parsed = mlir::llmc::parseModelConfig(kGpt2, "test.yaml");
   EXPECT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
   return trainingPrograms(*parsed, precision, 2, 8);
-}
-
-/// Device addresses as the executor gives them: the arena at a 256-byte
-/// aligned base, every other buffer in its own 256-byte aligned block.
-std::vector<uint64_t> fakeBases(const kir::Program &program) {
-  std::vector<uint64_t> bases(program.buffers.size());
-  uint64_t arena = 0x7f0000000000, next = arena + program.arenaBytes;
-  for (auto [index, buffer] : llvm::enumerate(program.buffers)) {
-    if (buffer.kind == kir::BufferKind::Arena) {
-      bases[index] = arena + buffer.offset;
-    } else {
-      next = (next + 255) / 256 * 256;
-      bases[index] = next;
-      next += std::max<int64_t>(buffer.bytes(), 1);
-    }
-  }
-  return bases;
 }
 
 size_t typeBytes(cudaDataType_t type) {
@@ -158,7 +148,7 @@ struct Counts {
 Counts planProgram(const kir::Program &program, bool allowTf32,
                    bool checkLayouts = true) {
   Counts counts;
-  std::vector<uint64_t> bases = fakeBases(program);
+  std::vector<uint64_t> bases = deviceBases(program);
   for (const kir::Step &step : program.steps) {
     if (step.kind != kir::StepKind::Gemm)
       continue;
@@ -213,9 +203,11 @@ TEST(GemmPlanTest, Gpt2TrainingProgramsPlanInEveryPrecision) {
         continue;
       }
       EXPECT_GT(counts.gemms, 0);
+      // Bias epilogues (and GELU ones) in cuBLASLt, f32 or narrow C
+      // (per GEMM: AmpEpiloguesRunInCublasLt).
+      EXPECT_GT(counts.fused, 0);
       if (precision == PrecisionConfig::Kind::FP32) {
         EXPECT_EQ(counts.narrow, 0);
-        EXPECT_GT(counts.fused, 0); // bias epilogues
       } else {
         // llmc-amp puts every matmul on the narrow type.
         EXPECT_EQ(counts.narrow, counts.gemms);
@@ -310,10 +302,198 @@ TEST(GemmPlanTest, Gpt2AtTrainingSizesPlansInBf16AndFits80GB) {
   }
 }
 
+/// The kernel launches of `program`'s schedule on the executor (no
+/// multi-tensor batches): kernel steps, and each GEMM's epilogue kernel
+/// unless cuBLASLt runs it (launchesEpilogueKernel, as CudaLaunch.cpp
+/// enqueues), with epilogues fused or not.
+int64_t kernelLaunches(const kir::Program &program,
+                       const std::vector<uint64_t> &bases, bool fuse) {
+  int64_t launches = 0;
+  for (const kir::Step &step : program.steps) {
+    if (step.kind == kir::StepKind::Kernel)
+      ++launches;
+    if (step.kind != kir::StepKind::Gemm)
+      continue;
+    auto d = describeGemm(program, step, bases, false, fuse);
+    if (!d) {
+      ADD_FAILURE() << llvm::toString(d.takeError());
+      continue;
+    }
+    launches += launchesEpilogueKernel(step.gemm, d->fused);
+  }
+  return launches;
+}
+
+/// The device address of element 0 of `view` at `bases`.
+uint64_t addressOf(const kir::Program &program,
+                   const std::vector<uint64_t> &bases, const kir::View &view) {
+  return bases[view.buffer] +
+         view.offset * kir::dtypeBytes(program.buffers[view.buffer].dtype);
+}
+
+// GPT-2's bf16 and fp16 (loss scaling) training programs: which GEMM hands
+// which epilogue to cuBLASLt, GEMM by GEMM in schedule order, with the bias
+// vector (the parameter's per-step bf16/f16 cast, BIAS_DATA_TYPE the narrow
+// type) or the GELU input (aux: the saved c_fc pre-activation, of C's type,
+// ld 4C) at the addresses the views give; those epilogue kernels are no
+// longer launched, the others still are. The products cast back up to f32
+// (logits, and each dX into the f32 residual stream) keep their rounding
+// kernel. f32 fuses the same GEMMs (and has no such casts).
+TEST(GemmPlanTest, AmpEpiloguesRunInCublasLt) {
+  using K = kir::EpilogueKind;
+  const std::vector<std::pair<std::string, K>> expected[2] = {
+      // @forward (the inference forward of compileTraining)
+      {{"h.0.attn.c_attn.matmul_add", K::Bias},
+       {"matmul_add_gelu", K::GeluBias},
+       {"h.1.attn.c_attn.matmul_add", K::Bias},
+       {"matmul_add_gelu", K::GeluBias},
+       {"matmul_cast", K::None}},
+      // @grad_step
+      {{"h.0.attn.c_attn.matmul_add", K::Bias},
+       {"h.0.mlp.c_fc.matmul_add", K::Bias},
+       {"h.1.attn.c_attn.matmul_add", K::Bias},
+       {"h.1.mlp.c_fc.matmul_add", K::Bias},
+       {"matmul_cast", K::None},
+       {"lm_head.matmul_cast", K::None},
+       {"matmul_gelu_grad", K::DGelu},
+       {"h.1.mlp.c_fc.matmul_cast", K::None},
+       {"h.1.attn.c_attn.matmul_cast", K::None},
+       {"matmul_gelu_grad", K::DGelu},
+       {"h.0.mlp.c_fc.matmul_cast", K::None},
+       {"h.0.attn.c_attn.matmul_cast", K::None}}};
+  for (auto [precision, name, type] :
+       {std::tuple{PrecisionConfig::Kind::BF16, "bf16", CUDA_R_16BF},
+        std::tuple{PrecisionConfig::Kind::FP16, "fp16", CUDA_R_16F},
+        std::tuple{PrecisionConfig::Kind::FP32, "fp32", CUDA_R_32F}}) {
+    auto programs = trainingPrograms(precision);
+    for (int p = 0; p < 2; ++p) {
+      const auto &[function, program] = programs[p];
+      SCOPED_TRACE(std::string(name) + " @" + function);
+      std::vector<uint64_t> bases = deviceBases(program);
+      std::vector<std::pair<std::string, K>> got;
+      std::map<K, int> kinds;
+      int epilogues = 0;
+      for (const kir::Step &step : program.steps) {
+        if (step.kind != kir::StepKind::Gemm)
+          continue;
+        const kir::GemmStep &g = step.gemm;
+        auto d = describeGemm(program, step, bases, false, true);
+        ASSERT_TRUE(bool(d)) << llvm::toString(d.takeError());
+        if (g.epilogue < 0) {
+          EXPECT_EQ(d->fused, K::None) << step.origin;
+          EXPECT_FALSE(launchesEpilogueKernel(g, d->fused));
+          continue;
+        }
+        ++epilogues;
+        ++kinds[d->fused];
+        got.push_back({step.origin, d->fused});
+        EXPECT_EQ(d->fused, g.epilogueKind) << step.origin;
+        EXPECT_EQ(launchesEpilogueKernel(g, d->fused), d->fused == K::None)
+            << step.origin;
+        if (d->fused == K::None) {
+          EXPECT_EQ(d->bias, 0u);
+          EXPECT_EQ(d->aux, 0u);
+          continue;
+        }
+        // cuBLASLt's D is our C, in the program's type; bias and aux too.
+        EXPECT_EQ(d->typeC, type) << step.origin;
+        if (d->fused == K::DGelu) {
+          EXPECT_EQ(d->aux, addressOf(program, bases, g.epilogueAux));
+          EXPECT_EQ(d->auxLd, 256) << step.origin; // 4C, the pre-activation
+          EXPECT_EQ(d->auxLd % 8, 0);
+          EXPECT_EQ(d->bias, 0u);
+          EXPECT_EQ(expectedType(program.buffers[g.epilogueAux.buffer].dtype),
+                    type);
+        } else {
+          EXPECT_EQ(d->bias, addressOf(program, bases, g.epilogueBias));
+          EXPECT_EQ(d->biasType, type) << step.origin;
+          EXPECT_EQ(d->aux, 0u);
+          EXPECT_EQ(program.buffers[g.epilogueBias.buffer].numElements(), g.n);
+        }
+        EXPECT_GE(alignmentOf(d->fused == K::DGelu ? d->aux : d->bias), 16u);
+      }
+      // f32 programs have no casts back up: the same list without them.
+      std::vector<std::pair<std::string, K>> want = expected[p];
+      if (type == CUDA_R_32F)
+        llvm::erase_if(
+            want, [](const auto &entry) { return entry.second == K::None; });
+      EXPECT_EQ(got, want);
+      int64_t unfused = kernelLaunches(program, bases, false);
+      int64_t fused = kernelLaunches(program, bases, true);
+      int inCublas = epilogues - kinds[K::None];
+      EXPECT_EQ(unfused - fused, inCublas);
+      std::printf("[ epilogue ] %s @%s: %d of %d epilogue kernels in "
+                  "cuBLASLt (%d bias, %d bias + GELU, %d GELU gradient); "
+                  "kernel launches %lld -> %lld\n",
+                  name, function.c_str(), inCublas, epilogues, kinds[K::Bias],
+                  kinds[K::GeluBias], kinds[K::DGelu], (long long)unfused,
+                  (long long)fused);
+    }
+  }
+}
+
+// What keeps an epilogue kernel in a narrow program: a bias vector that is
+// not 16-byte aligned, and a GELU input whose leading dimension is not a
+// multiple of 8 elements (GPT-2 at width 39: 4C = 156), both of which
+// cuBLASLt requires. The other epilogues of the same program still fuse.
+TEST(GemmPlanTest, MisalignedBiasOrAuxLdKeepsTheKernel) {
+  for (auto precision :
+       {PrecisionConfig::Kind::BF16, PrecisionConfig::Kind::FP16}) {
+    auto programs = trainingPrograms(precision);
+    const kir::Program &grad = programs[1].second;
+    std::vector<uint64_t> bases = deviceBases(grad);
+    int checked = 0;
+    for (const kir::Step &step : grad.steps) {
+      if (step.kind != kir::StepKind::Gemm ||
+          step.gemm.epilogueKind != kir::EpilogueKind::Bias)
+        continue;
+      auto aligned = describeGemm(grad, step, bases, false, true);
+      ASSERT_TRUE(bool(aligned));
+      EXPECT_EQ(aligned->fused, kir::EpilogueKind::Bias);
+      // The bias one bf16/f16 element (2 bytes) off a 16-byte boundary.
+      std::vector<uint64_t> moved = bases;
+      moved[step.gemm.epilogueBias.buffer] += 2;
+      auto d = describeGemm(grad, step, moved, false, true);
+      ASSERT_TRUE(bool(d));
+      EXPECT_EQ(d->fused, kir::EpilogueKind::None) << step.origin;
+      EXPECT_EQ(d->bias, 0u);
+      EXPECT_TRUE(launchesEpilogueKernel(step.gemm, d->fused));
+      ++checked;
+    }
+    EXPECT_EQ(checked, 4);
+
+    auto parsed = mlir::llmc::parseModelConfig(
+        "name: g\nn_layer: 2\nn_head: 3\nn_embd: 39\nseq_len: 16\n"
+        "vocab_size: 128\n",
+        "test.yaml");
+    ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+    auto odd = trainingPrograms(*parsed, precision, 2, 8);
+    const kir::Program &oddGrad = odd[1].second;
+    std::vector<uint64_t> oddBases = deviceBases(oddGrad);
+    std::map<kir::EpilogueKind, int> classified, fused;
+    for (const kir::Step &step : oddGrad.steps) {
+      if (step.kind != kir::StepKind::Gemm || step.gemm.epilogue < 0)
+        continue;
+      auto d = describeGemm(oddGrad, step, oddBases, false, true);
+      ASSERT_TRUE(bool(d)) << llvm::toString(d.takeError());
+      ++classified[step.gemm.epilogueKind];
+      ++fused[d->fused];
+      if (step.gemm.epilogueKind == kir::EpilogueKind::DGelu) {
+        EXPECT_EQ(step.gemm.epilogueAux.strides[0], 156);
+        EXPECT_EQ(d->fused, kir::EpilogueKind::None) << step.origin;
+        EXPECT_TRUE(launchesEpilogueKernel(step.gemm, d->fused));
+      }
+    }
+    EXPECT_EQ(classified[kir::EpilogueKind::DGelu], 2); // matched, kept
+    EXPECT_EQ(fused[kir::EpilogueKind::DGelu], 0);
+    EXPECT_EQ(fused[kir::EpilogueKind::Bias], 4); // bias rows still fuse
+  }
+}
+
 TEST(GemmPlanTest, MixedOperandTypesAreRefusedByName) {
   auto programs = trainingPrograms(PrecisionConfig::Kind::BF16);
   kir::Program &program = programs[1].second; // grad_step
-  std::vector<uint64_t> bases = fakeBases(program);
+  std::vector<uint64_t> bases = deviceBases(program);
   for (const kir::Step &step : program.steps) {
     if (step.kind != kir::StepKind::Gemm)
       continue;

@@ -6,8 +6,9 @@
 //    (fp16 and bf16: forward, grad_step, update_step) and of the f16/bf16
 //    casts, compiled by NVRTC for sm_80 and sm_90 together with the flash
 //    attention variants they use;
-//  - GEMM epilogues on narrow products stay kernels (cuBLASLt's fused
-//    epilogues are matched for f32 C only);
+//  - GEMM epilogues on narrow products are classified as the cuBLASLt
+//    kinds (bias, bias + GELU, GELU gradient on a 16BF/16F C), those on an
+//    f32 C that rounds the product as it loads it are not;
 //  - every kernel of the fp16 and bf16 grad_step run under emulation
 //    against the CPU kernel on the same random inputs (ids within their
 //    tables): f32 results within 1e-4 (absolute and relative: the math
@@ -204,26 +205,44 @@ TEST_P(CudaAmpPrograms, NvrtcCompilesEveryKernelForSm80AndSm90) {
         << kernel;
 }
 
-TEST_P(CudaAmpPrograms, NarrowEpiloguesRunAsKernels) {
-  // cuBLASLt's fused epilogues are matched on f32 C only: an epilogue on a
-  // narrow C, or one that rounds an f32 C to the product's type, is a
-  // kernel launched after the GEMM, never a wrong cuBLASLt epilogue.
+TEST_P(CudaAmpPrograms, NarrowEpiloguesAreCublasLtKindsOnNarrowC) {
+  // An epilogue on a narrow C whose bias or aux is of C's type is one
+  // cuBLASLt runs for a 16BF/16F D (bias, bias + GELU, the GELU gradient,
+  // per GEMM in test/unit/cudart/GemmPlanTest.cpp). One that rounds an f32
+  // C to the product's type as it loads it (a product cast back up to f32)
+  // is not: cuBLASLt would not round it, so its kernel runs after the GEMM.
   const char *precision = GetParam();
+  DType type = llvm::StringRef(precision) == "fp16" ? DType::F16 : DType::BF16;
   auto programs = tinyPrograms(precision, {"forward", "grad_step"});
   ASSERT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
-  int narrow = 0;
+  int narrow = 0, fused = 0, roundedOnLoad = 0;
   for (auto &[name, program] : programs->programs)
     for (const kir::Step *step : stepsOf(program, kir::StepKind::Gemm)) {
       if (step->gemm.epilogue < 0 ||
           dtypeOf(program, step->gemm.a) == DType::F32)
         continue;
       ++narrow;
-      llmc::FusedEpilogue fused = llmc::matchGemmEpilogue(
+      llmc::FusedEpilogue match = llmc::matchGemmEpilogue(
           program.kernels[step->gemm.epilogue], step->gemm, program);
-      EXPECT_EQ(fused.kind, kir::EpilogueKind::None)
+      EXPECT_EQ(match.kind, step->gemm.epilogueKind)
           << name << ": " << step->origin;
+      if (dtypeOf(program, step->gemm.c) == DType::F32) {
+        ++roundedOnLoad;
+        EXPECT_EQ(match.kind, kir::EpilogueKind::None)
+            << name << ": " << step->origin;
+        continue;
+      }
+      EXPECT_NE(match.kind, kir::EpilogueKind::None)
+          << name << ": " << step->origin;
+      fused += match.kind != kir::EpilogueKind::None;
+      if (match.kind == kir::EpilogueKind::DGelu)
+        EXPECT_EQ(dtypeOf(program, match.aux), type) << step->origin;
+      else if (match.kind != kir::EpilogueKind::Gelu)
+        EXPECT_EQ(dtypeOf(program, match.bias), type) << step->origin;
     }
   EXPECT_GT(narrow, 4);
+  EXPECT_GE(fused, 4 + 6); // forward 4, grad_step 4 bias and 2 DGELU
+  EXPECT_GT(roundedOnLoad, 0);
 }
 
 /// Random contents for `buffer`: floats in [-2, 2] (rounded to the type),
