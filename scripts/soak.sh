@@ -96,12 +96,19 @@ while true; do
   if ((n < kills)); then
     kind=$((RANDOM % 3))
     if ((kind == 2)); then
-      # As soon as a checkpoint's temporary file exists: a busy wait of
-      # shell builtins only (compgen, kill), so the kill lands mid-write.
+      # As soon as a checkpoint's temporary file exists: a busy wait that
+      # forks nothing (a glob and kill, both builtins; a command
+      # substitution would fork a subshell per poll), so the kill lands
+      # mid-write.
       how="as a checkpoint's temporary file appeared"
+      shopt -s nullglob
       while kill -0 "$pid" 2> /dev/null; do
-        [[ -n $(newTemporaries) ]] && break
+        written=("$out"/checkpoints/*.tmp-*)
+        for file in "${written[@]}"; do
+          [[ $before == *" ${file##*/} "* ]] || break 2
+        done
       done
+      shopt -u nullglob
     elif ((kind == 1)); then
       ms=$((RANDOM % maxDelayMs))
       how="after $ms ms"
@@ -110,9 +117,18 @@ while true; do
       # The progress line of an odd step (0-based): a checkpoint follows.
       skip=$((RANDOM % 3)) delay=$((RANDOM % 6))
       how="$delay ms after the progress line of checkpoint step #$((skip + 1))"
-      # (A process substitution: a pipeline would wait for tail too.)
-      grep -m $((skip + 1)) -E '^step +[0-9]*[13579]/' \
-        < <(timeout 60 tail --pid="$pid" -n +1 -f "$log" 2> /dev/null) > /dev/null || true
+      # A busy wait of builtins (mapfile, a regex), like the one above: a
+      # grep on `tail -f` saw the lines late here (tail polls where it
+      # cannot use inotify), and the tiny model trains some 90 steps a
+      # second, so a few late kills outran the whole run.
+      while kill -0 "$pid" 2> /dev/null; do
+        mapfile -t lines < "$log"
+        seen=0
+        for line in "${lines[@]}"; do
+          [[ $line =~ ^step\ +[0-9]*[13579]/ ]] && seen=$((seen + 1))
+        done
+        ((seen > skip)) && break
+      done
       sleep "$(printf '0.%03d' "$delay")"
     fi
     if kill -9 "$pid" 2> /dev/null; then
