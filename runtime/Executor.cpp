@@ -1070,6 +1070,9 @@ llvm::Error CpuExecutor::run() {
       *bucket += seconds;
       stepProfile.stepSeconds.resize(prog.steps.size());
       stepProfile.stepSeconds[index] += seconds;
+      stepProfile.stepBestSeconds.resize(prog.steps.size(), 1e30);
+      stepProfile.stepBestSeconds[index] =
+          std::min(stepProfile.stepBestSeconds[index], seconds);
     }
   }
   if (profiling)
