@@ -6,6 +6,13 @@
 //   forward    the forward program alone (the same ops the step starts with),
 //   backward   the gradient step minus the forward program,
 //   optimizer  the update step (global norm, clipping, AdamW, zeroing).
+// Under each model's row, a bound: the step's GEMMs at the sgemm peak
+// plus every other step's bytes at the memory bandwidth measured in the
+// same run (bench/Bandwidth.h; attention at the peak if its FLOPs take
+// longer), and the fraction of the peak that leaves, next to what the
+// steps took (each step's best run). --top-steps N lists the N slowest
+// other steps of the gradient and the update step, each with its bytes
+// and floor.
 // Under each model's row, the same step in PyTorch and JAX on the same
 // threads (bench/peers_train.py, run with the interpreters named by
 // --torch-python and --jax-python; a framework that is not installed is
@@ -20,8 +27,10 @@
 //                         [--top-steps N]
 //                         [--precision fp32|bf16|fp16] [--peers=false]
 //                         [--torch-python P] [--jax-python P]
+#include "bench/Bandwidth.h"
 #include "bench/CpuBench.h"
 #include "bench/Options.h"
+#include "bench/Roofline.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
@@ -280,21 +289,98 @@ printGemmShapes(const kir::Program &gradStep,
   llvm::outs() << "\n";
 }
 
+/// The floor of one step on this machine: a GEMM's FLOPs (its epilogue's
+/// too) at the sgemm peak, attention's FLOPs at the peak or its bytes at
+/// the bandwidth (whichever is longer), any other step's bytes (each
+/// operand read or written once, bench/Roofline.h's kernelBytes) at the
+/// bandwidth. Seconds.
+struct StepFloor {
+  double flops = 0, bytes = 0, seconds = 0;
+};
+
+static std::vector<StepFloor> stepFloors(const kir::Program &program,
+                                         double peakFlops, double bandwidth) {
+  std::vector<size_t> stepOf;
+  std::vector<bench::Cost> costs = bench::programCosts(program, &stepOf);
+  std::vector<StepFloor> floors(program.steps.size());
+  for (auto [i, cost] : llvm::enumerate(costs)) {
+    StepFloor &floor = floors[stepOf[i]];
+    floor.flops = cost.flops;
+    floor.bytes = cost.bytes;
+    switch (program.steps[stepOf[i]].kind) {
+    case kir::StepKind::Gemm:
+      floor.seconds = cost.flops / peakFlops;
+      break;
+    case kir::StepKind::Attention:
+    case kir::StepKind::AttentionGrad:
+      floor.seconds = std::max(cost.flops / peakFlops, cost.bytes / bandwidth);
+      break;
+    case kir::StepKind::EmbeddingGrad: {
+      // Accumulating, it reads and writes only the rows its ids select (at
+      // most one per position), not the whole table Roofline.h counts.
+      const kir::EmbeddingGradStep &e = program.steps[stepOf[i]].embeddingGrad;
+      if (e.accumulate)
+        floor.bytes = 4.0 * e.positions *
+                      (1.0 + 3.0 * double(e.channels));
+      floor.seconds = floor.bytes / bandwidth;
+      break;
+    }
+    default:
+      floor.seconds = cost.bytes / bandwidth;
+      break;
+    }
+  }
+  return floors;
+}
+
+/// The highest bytes a second of a kernel that moves more than 256 MB (far
+/// past the caches: from and to memory), by its best run, and which
+/// kernel it was; 0 and "none" if no kernel does.
+static std::pair<double, std::string>
+fastestStreamingStep(llvm::ArrayRef<const kir::Program *> programs,
+                     llvm::ArrayRef<const runtime::StepProfile *> profiles) {
+  double fastest = 0;
+  std::string which = "none";
+  for (size_t p = 0; p < programs.size(); ++p) {
+    std::vector<size_t> stepOf;
+    std::vector<bench::Cost> costs =
+        bench::programCosts(*programs[p], &stepOf);
+    for (auto [i, cost] : llvm::enumerate(costs)) {
+      const kir::Step &step = programs[p]->steps[stepOf[i]];
+      if (step.kind != kir::StepKind::Kernel || cost.bytes < 256e6 ||
+          stepOf[i] >= profiles[p]->stepBestSeconds.size())
+        continue;
+      double rate = cost.bytes / profiles[p]->stepBestSeconds[stepOf[i]];
+      if (rate > fastest) {
+        fastest = rate;
+        which = programs[p]->kernels[step.kernel].name;
+      }
+    }
+  }
+  return {fastest, which};
+}
+
 /// The `count` slowest steps of `program` that are not GEMMs, from a
-/// profile of its runs.
+/// profile of its runs: the best run's ms (the step's own cost; the mean
+/// also holds waits for threads another process delayed), the mean, the
+/// bytes it moves and its floor at the measured bandwidth.
 static void printTopSteps(const kir::Program &program,
-                          const runtime::StepProfile &profile, int count) {
+                          const runtime::StepProfile &profile, int count,
+                          const std::vector<StepFloor> &floors,
+                          const char *which) {
   std::vector<size_t> order;
   for (auto [index, step] : llvm::enumerate(program.steps))
-    if (step.kind != kir::StepKind::Gemm && index < profile.stepSeconds.size())
+    if (step.kind != kir::StepKind::Gemm &&
+        index < profile.stepBestSeconds.size())
       order.push_back(index);
   llvm::sort(order, [&](size_t x, size_t y) {
-    return profile.stepSeconds[x] > profile.stepSeconds[y];
+    return profile.stepBestSeconds[x] > profile.stepBestSeconds[y];
   });
   order.resize(std::min(order.size(), size_t(count)));
-  llvm::outs() << llvm::format("%-20s  the %zu slowest steps besides GEMMs "
-                               "(ms a step):\n",
-                               "", order.size());
+  llvm::outs() << llvm::format(
+      "%-20s  the %zu slowest steps of the %s besides GEMMs (ms a step: "
+      "best run, mean; MB moved, floor ms at the bandwidth):\n",
+      "", order.size(), which);
   for (size_t index : order) {
     const kir::Step &step = program.steps[index];
     std::string what =
@@ -304,11 +390,56 @@ static void printTopSteps(const kir::Program &program,
         : step.kind == kir::StepKind::AttentionGrad ? "attention gradient"
         : step.kind == kir::StepKind::EmbeddingGrad ? "embedding gradient"
                                                     : "collective";
-    llvm::outs() << llvm::format("%-20s  %8.2f  %-28s %s\n", "",
-                                 1e3 * profile.stepSeconds[index] /
-                                     profile.runs,
-                                 what.c_str(), step.origin.c_str());
+    llvm::outs() << llvm::format(
+        "%-20s  %8.2f %8.2f %8.1f %7.2f  %-28s %s\n", "",
+        1e3 * profile.stepBestSeconds[index],
+        1e3 * profile.stepSeconds[index] / profile.runs,
+        floors[index].bytes / 1e6, 1e3 * floors[index].seconds, what.c_str(),
+        step.origin.c_str());
   }
+}
+
+/// What the step could reach on this machine: its GEMMs at the sgemm peak
+/// plus every other step at its floor (stepFloors), against the measured
+/// steps (each step's best run). Prints both parts and the fraction of the
+/// peak they allow.
+static void printBound(llvm::ArrayRef<const kir::Program *> programs,
+                       llvm::ArrayRef<const runtime::StepProfile *> profiles,
+                       llvm::ArrayRef<std::vector<StepFloor>> floors,
+                       double flops, double peakFlops, double bandwidth,
+                       double measuredSeconds) {
+  double gemmFlops = 0, gemmFloor = 0, otherBytes = 0, otherFloor = 0;
+  double gemmBest = 0, otherBest = 0;
+  for (size_t p = 0; p < programs.size(); ++p)
+    for (auto [index, step] : llvm::enumerate(programs[p]->steps)) {
+      const StepFloor &floor = floors[p][index];
+      double best = index < profiles[p]->stepBestSeconds.size()
+                        ? profiles[p]->stepBestSeconds[index]
+                        : 0.0;
+      if (step.kind == kir::StepKind::Gemm) {
+        gemmFlops += floor.flops;
+        gemmFloor += floor.seconds;
+        gemmBest += best;
+      } else {
+        otherBytes += floor.bytes;
+        otherFloor += floor.seconds;
+        otherBest += best;
+      }
+    }
+  double bound = gemmFloor + otherFloor;
+  llvm::outs() << llvm::format(
+      "%-20s bound: GEMMs %.1f GFLOP at the sgemm peak %.1f ms + other "
+      "steps %.0f MB at %.1f GB/s (attention: FLOPs at the peak if longer) "
+      "%.1f ms = %.1f ms, at most %.1f%% of the peak\n",
+      "", gemmFlops / 1e9, 1e3 * gemmFloor, otherBytes / 1e6, bandwidth / 1e9,
+      1e3 * otherFloor, 1e3 * bound, 100 * flops / bound / peakFlops);
+  llvm::outs() << llvm::format(
+      "%-20s measured (each step's best run): GEMMs %.1f ms (%.1f%% of the "
+      "peak), other steps %.1f ms (%.1fx their floor); whole steps %.1f ms "
+      "(%.1f%% of the bound's fraction)\n",
+      "", 1e3 * gemmBest, 100 * gemmFloor / gemmBest, 1e3 * otherBest,
+      otherBest / otherFloor, 1e3 * measuredSeconds,
+      100 * bound / measuredSeconds);
 }
 
 static runtime::HostTensor scalar(float value) {
@@ -362,6 +493,19 @@ int main(int argc, char **argv) {
     iterations = 1;
   }
   double peak = bench::printBlasAndPeak(hw);
+  // The floors of memory-bound steps divide their bytes by the larger of
+  // the two (bench/Bandwidth.h): what this machine's memory can move.
+  double readBandwidth = 0, updateBandwidth = 0;
+  {
+    runtime::ThreadPool pool(hw);
+    readBandwidth = bench::readBandwidth(pool, int64_t(512) << 18);
+    updateBandwidth = bench::updateBandwidth(pool, int64_t(256) << 18);
+  }
+  double bandwidth = std::max(readBandwidth, updateBandwidth);
+  llvm::outs() << llvm::format(
+      "memory bandwidth (%d threads, best of 5): read %.1f GB/s, in-place "
+      "update (a += b) %.1f GB/s\n",
+      hw, readBandwidth / 1e9, updateBandwidth / 1e9);
   for (const std::string &name : skipped)
     llvm::outs() << "skipped: " << name << ", under --seq " << seqLen << "\n";
   llvm::outs() << "step = gradient step (forward + backward) + update step "
@@ -419,6 +563,7 @@ int main(int argc, char **argv) {
     double forwardSeconds = bestOf([&] { check(forward->run()); });
     grad->setProfiling(true);
     double gradSeconds = bestOf([&] { check(grad->run()); });
+    update->setProfiling(true);
     double updateSeconds = bestOf([&] { check(update->run()); });
     double stepSeconds = gradSeconds + updateSeconds;
     int64_t flops = kir::countFlops(programs.gradStep) +
@@ -443,8 +588,30 @@ int main(int argc, char **argv) {
         programs.gradStep.arenaBytes / 1048576.0,
         programs.updateStep.kernels.size(),
         kir::countFlops(programs.updateStep) / 1e9);
-    if (topSteps > 0)
-      printTopSteps(programs.gradStep, grad->profile(), topSteps);
+    // A kernel that streams far more than the caches hold shows what the
+    // memory delivers too (AdamW of wte reads four tensors and writes three
+    // back, 1.08 GB, and on the shared Zen 4 it moves more bytes a second
+    // than either yardstick): the floors use the highest of the three.
+    auto [stepBandwidth, fastestStep] = fastestStreamingStep(
+        {&programs.gradStep, &programs.updateStep},
+        {&grad->profile(), &update->profile()});
+    double modelBandwidth = std::max(bandwidth, stepBandwidth);
+    llvm::outs() << llvm::format(
+        "%-20s bandwidth: the fastest kernel of over 256 MB moved %.1f GB/s "
+        "(%s); floors use %.1f GB/s\n",
+        "", stepBandwidth / 1e9, fastestStep.c_str(), modelBandwidth / 1e9);
+    std::vector<StepFloor> floors[] = {
+        stepFloors(programs.gradStep, peak * 1e9, modelBandwidth),
+        stepFloors(programs.updateStep, peak * 1e9, modelBandwidth)};
+    printBound({&programs.gradStep, &programs.updateStep},
+               {&grad->profile(), &update->profile()}, floors, double(flops),
+               peak * 1e9, modelBandwidth, stepSeconds);
+    if (topSteps > 0) {
+      printTopSteps(programs.gradStep, grad->profile(), topSteps, floors[0],
+                    "gradient step");
+      printTopSteps(programs.updateStep, update->profile(), topSteps,
+                    floors[1], "update step");
+    }
     if (gemmShapes)
       printGemmShapes(programs.gradStep, [&] {
         auto executor = executorFor(programs.gradStep, store);

@@ -1075,6 +1075,9 @@ llvm::Error CpuExecutor::run() {
           std::chrono::duration<double>(Clock::now() - start).count();
       *bucket += seconds;
       stepProfile.stepSeconds[index] += seconds;
+      stepProfile.stepBestSeconds.resize(prog.steps.size(), 1e30);
+      stepProfile.stepBestSeconds[index] =
+          std::min(stepProfile.stepBestSeconds[index], seconds);
     }
   }
   if (profiling)

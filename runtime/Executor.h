@@ -37,6 +37,10 @@ struct StepProfile {
   double kernelSeconds = 0, gemmSeconds = 0, attentionSeconds = 0;
   double attentionGradSeconds = 0, embeddingGradSeconds = 0;
   std::vector<double> stepSeconds; // per program step, summed over runs
+  /// Per program step, the fastest of the runs: on a machine shared with
+  /// other work a run's time includes waits for a descheduled thread, so
+  /// the best run is the step's own cost.
+  std::vector<double> stepBestSeconds;
   int64_t runs = 0;
 };
 

@@ -7,6 +7,13 @@
 // vector<W x T> in the main loop and a scalar in the tail loop (the row
 // length is a compile-time constant, so the loop bounds are too).
 //
+// Column sums (bias and norm-weight gradients: a kernel whose rows are the
+// channels, each walking down its column of a row-major [N, C] matrix)
+// would gather one element per cache line that way. Such a kernel runs
+// "lanes over rows" instead (see isLanesOverRows): the lanes of a vector
+// are W consecutive rows (channels, contiguous in memory) and the loop over
+// the row dim walks down the matrix, so every load is a whole vector.
+//
 // Changing the code this file emits changes cached objects: bump
 // kCpuCodegenVersion in runtime/Cpu/KernelCache.h with it.
 #include "codegen/KernelToCpu/KernelToCpu.h"
@@ -108,9 +115,19 @@ public:
         rank(kernel.domain.size()), width(options.vectorWidth),
         unroll(options.reductionUnroll),
         levels(kir::computeLevels(kernel)),
-        phases(kir::computePhases(kernel, numReductionLoops)) {}
+        phases(kir::computePhases(kernel, numReductionLoops)),
+        lanesOverRows(isLanesOverRows(kernel, width)) {}
 
   void emitFunction();
+
+  /// Whether `kernel` runs lanes over rows at vector width `width`: rank
+  /// 2, one reduction phase, stores of row-level values only, loads and
+  /// stores without index overrides whose stride along the rows (dim 0) is
+  /// 0 or 1 (stores: 1), no Random; and some column-level load that the
+  /// row schedule would gather (its stride along the row dim is not 0 or
+  /// 1). Each row's result is then the same at every vector width and in
+  /// every split of the rows (no gathers, and the same order of adds).
+  static bool isLanesOverRows(const kir::Kernel &kernel, int width);
 
 private:
   // The column-level values the loop needs for `roots`, as a mask.
@@ -119,6 +136,8 @@ private:
   }
 
   void emitRow(Value row);
+  void emitLanesOverRows(Value begin, Value end);
+  void emitLaneBlock(Value firstRow, int w, int copies);
   llvm::SmallVector<Value> emitColumnLoop(llvm::ArrayRef<int32_t> reductions,
                                           const llvm::BitVector &needed);
   void emitChunk(const llvm::BitVector &needed, int w, Value col);
@@ -183,6 +202,7 @@ private:
   std::vector<kir::Level> levels;
   int numReductionLoops = 0; // set by computePhases, so declared first
   std::vector<int> phases;
+  bool lanesOverRows = false; // isLanesOverRows: lanes are rows (dim 0)
 
   llvm::SmallVector<Value> bases;   // operand base pointers
   llvm::SmallVector<Value> outer;   // i64 indices of the row's outer dims
@@ -222,11 +242,16 @@ Type KernelEmitter::storageType(kir::DType type) const {
 }
 
 Value KernelEmitter::get(int32_t value, int w) {
-  if (levels[value] == kir::Level::Column)
-    return columnValues[value];
-  Value scalar = rowValues[value];
-  if (w == 1)
+  bool column = levels[value] == kir::Level::Column;
+  Value scalar = column ? columnValues[value] : rowValues[value];
+  // Lanes over rows, a value can be a scalar at either level (the same in
+  // every lane: a constant, the column index, a load of stride 0 along the
+  // rows) or already a vector.
+  if (w == 1 || isa<VectorType>(scalar.getType()))
     return scalar;
+  if (column) // changes from chunk to chunk: not cached
+    return vector::BroadcastOp::create(b, loc, typeAt(scalar.getType(), w),
+                                       scalar);
   Value &vector = broadcasts[value];
   if (!vector)
     vector = vector::BroadcastOp::create(b, loc, typeAt(scalar.getType(), w),
@@ -290,6 +315,11 @@ void KernelEmitter::emitFunction() {
                                      llvm::ArrayRef<LLVM::GEPArg>{int32_t(i)});
     bases.push_back(LLVM::LoadOp::create(b, loc, ptrType, slot, 8));
   }
+  if (lanesOverRows) {
+    emitLanesOverRows(entry->getArgument(1), entry->getArgument(2));
+    func::ReturnOp::create(b, loc);
+    return;
+  }
   auto rowLoop =
       scf::ForOp::create(b, loc, entry->getArgument(1), entry->getArgument(2),
                          i64Constant(1));
@@ -297,6 +327,176 @@ void KernelEmitter::emitFunction() {
   emitRow(rowLoop.getInductionVar());
   b.setInsertionPointAfter(rowLoop);
   func::ReturnOp::create(b, loc);
+}
+
+bool KernelEmitter::isLanesOverRows(const kir::Kernel &kernel, int width) {
+  if (width <= 1 || kernel.domain.size() != 2 || kernel.domain[0] < width ||
+      !kernel.hasReduction())
+    return false;
+  int passes = 0;
+  kir::computePhases(kernel, passes);
+  if (passes != 1)
+    return false;
+  std::vector<kir::Level> levels = kir::computeLevels(kernel);
+  bool gathers = false;
+  for (auto [i, instr] : llvm::enumerate(kernel.body)) {
+    if (instr.op == kir::Op::Random)
+      return false;
+    if (instr.op != kir::Op::Load && instr.op != kir::Op::Store)
+      continue;
+    const kir::Access &access = kernel.operands[instr.operand];
+    if (llvm::any_of(kir::indexOverrides(instr),
+                     [](int32_t arg) { return arg >= 0; }))
+      return false;
+    if (instr.op == kir::Op::Store) {
+      if (levels[i] == kir::Level::Column || access.strides[0] != 1)
+        return false;
+      continue;
+    }
+    if (access.strides[0] != 0 && access.strides[0] != 1)
+      return false;
+    int64_t along = access.strides[1];
+    gathers |= levels[i] == kir::Level::Column && along != 0 && along != 1;
+  }
+  return gathers;
+}
+
+/// Rows [begin, end) in blocks of `copies` x W rows (a vector of W rows per
+/// copy: independent accumulators, more bytes of each matrix row per
+/// visit), then single vectors of W rows, then rows one at a time. Every
+/// path adds a row's columns in the same order, so a row's result does not
+/// depend on which path, or thread, ran it.
+void KernelEmitter::emitLanesOverRows(Value begin, Value end) {
+  int numReductions = 0;
+  for (const kir::Instr &instr : kernel.body)
+    numReductions += isReduction(instr.op);
+  // Up to 16 accumulators (partial and total per reduction and copy) of
+  // the 32 vector registers of AVX-512; fewer with more reductions.
+  int copies = std::max(1, std::min(4, 8 / std::max(1, numReductions)));
+  auto loopOver = [&](Value from, Value to, int w, int n) {
+    auto forOp = scf::ForOp::create(b, loc, from, to,
+                                    i64Constant(int64_t(w) * n));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(forOp.getBody());
+    emitLaneBlock(forOp.getInductionVar(), w, n);
+  };
+  auto roundDown = [&](Value from, Value to, int64_t multiple) -> Value {
+    Value count = arith::SubIOp::create(b, loc, to, from);
+    Value whole = arith::MulIOp::create(
+        b, loc,
+        arith::DivUIOp::create(b, loc, count, i64Constant(multiple)),
+        i64Constant(multiple));
+    return arith::AddIOp::create(b, loc, from, whole);
+  };
+  Value blocksEnd = roundDown(begin, end, int64_t(width) * copies);
+  loopOver(begin, blocksEnd, width, copies);
+  Value vectorsEnd = roundDown(blocksEnd, end, width);
+  loopOver(blocksEnd, vectorsEnd, width, 1);
+  loopOver(vectorsEnd, end, 1, 1);
+}
+
+/// Rows firstRow + [0, copies * w): copy c holds rows firstRow + c*w + lane.
+/// The columns are added in chunks of kChunk, each chunk from the identity
+/// into a partial sum that is then added to the total: the running sums
+/// stay short (about as accurate as the row schedule's tree of lanes).
+void KernelEmitter::emitLaneBlock(Value firstRow, int w, int copies) {
+  constexpr int64_t kChunk = 64;
+  int64_t length = kernel.rowLength();
+  llvm::SmallVector<int32_t> reductions, args;
+  for (auto [i, instr] : llvm::enumerate(kernel.body))
+    if (isReduction(instr.op)) {
+      reductions.push_back(i);
+      args.push_back(instr.args[0]);
+    }
+  llvm::BitVector needed = columnClosure(args);
+  size_t numReductions = reductions.size();
+  auto opOf = [&](size_t r) { return kernel.body[reductions[r]].op; };
+
+  // The row-level values each copy computes before the reduction.
+  std::vector<std::vector<Value>> copyRows(copies);
+  std::vector<Value> copyFirst(copies);
+  auto enterCopy = [&](int copy) {
+    broadcasts.clear();
+    outer.assign(1, copyFirst[copy]);
+    rowValues = copyRows[copy];
+  };
+  for (int copy = 0; copy < copies; ++copy) {
+    copyFirst[copy] =
+        copy == 0 ? firstRow
+                  : Value(arith::AddIOp::create(
+                        b, loc, firstRow, i64Constant(int64_t(copy) * w)));
+    copyRows[copy].assign(kernel.body.size(), Value());
+    enterCopy(copy);
+    for (auto [i, instr] : llvm::enumerate(kernel.body))
+      if (levels[i] == kir::Level::Row && phases[i] == 0 &&
+          instr.op != kir::Op::Store && !isReduction(instr.op))
+        rowValues[i] = emitInstr(i, w, Value());
+    copyRows[copy] = rowValues;
+  }
+  broadcasts.clear();
+
+  // accs[r * copies + copy]; one loop over columns [from, to) adds into
+  // fresh partial sums, which are then combined into `totals`.
+  auto identities = [&] {
+    llvm::SmallVector<Value> accs;
+    for (size_t r = 0; r < numReductions; ++r)
+      for (int copy = 0; copy < copies; ++copy)
+        accs.push_back(reductionIdentity(opOf(r), w));
+    return accs;
+  };
+  auto chunk = [&](Value from, Value to, llvm::SmallVector<Value> totals) {
+    auto forOp = scf::ForOp::create(
+        b, loc, from, to, i64Constant(1), identities(),
+        [&](OpBuilder &, Location, Value col, ValueRange iterArgs) {
+          llvm::SmallVector<Value> next(iterArgs.begin(), iterArgs.end());
+          for (int copy = 0; copy < copies; ++copy) {
+            enterCopy(copy);
+            emitChunk(needed, w, col);
+            for (size_t r = 0; r < numReductions; ++r) {
+              Value &acc = next[r * copies + copy];
+              acc = combine(opOf(r), acc,
+                            get(kernel.body[reductions[r]].args[0], w));
+            }
+          }
+          broadcasts.clear();
+          scf::YieldOp::create(b, loc, next);
+        });
+    for (size_t a = 0; a < totals.size(); ++a)
+      totals[a] = combine(opOf(a / copies), totals[a], forOp.getResult(a));
+    return totals;
+  };
+  llvm::SmallVector<Value> totals = identities();
+  int64_t chunksEnd = length / kChunk * kChunk;
+  if (chunksEnd > 0) {
+    auto forOp = scf::ForOp::create(
+        b, loc, i64Constant(0), i64Constant(chunksEnd), i64Constant(kChunk),
+        totals, [&](OpBuilder &, Location, Value from, ValueRange iterArgs) {
+          Value to = arith::AddIOp::create(b, loc, from, i64Constant(kChunk));
+          llvm::SmallVector<Value> next = chunk(
+              from, to, llvm::SmallVector<Value>(iterArgs.begin(),
+                                                 iterArgs.end()));
+          scf::YieldOp::create(b, loc, next);
+        });
+    totals.assign(forOp.getResults().begin(), forOp.getResults().end());
+  }
+  if (chunksEnd < length)
+    totals = chunk(i64Constant(chunksEnd), i64Constant(length), totals);
+
+  // After the reduction: the row-level values that use it, then the
+  // stores, one vector (or scalar) per copy.
+  for (int copy = 0; copy < copies; ++copy) {
+    enterCopy(copy);
+    for (size_t r = 0; r < numReductions; ++r)
+      rowValues[reductions[r]] = totals[r * copies + copy];
+    for (auto [i, instr] : llvm::enumerate(kernel.body))
+      if (levels[i] == kir::Level::Row && phases[i] == 1 &&
+          instr.op != kir::Op::Store && !isReduction(instr.op))
+        rowValues[i] = emitInstr(i, w, Value());
+    for (const kir::Instr &instr : kernel.body)
+      if (instr.op == kir::Op::Store)
+        emitStore(instr, w, Value());
+  }
+  broadcasts.clear();
 }
 
 void KernelEmitter::emitRow(Value row) {
@@ -454,12 +654,18 @@ Value KernelEmitter::emitInstr(int32_t index, int w, Value col) {
   auto arg = [&](size_t n) { return get(instr.args[n], w); };
   switch (instr.op) {
   case kir::Op::Load:
+    // Lanes over rows, a load that does not vary along the rows is one
+    // scalar for all lanes.
+    if (lanesOverRows && kernel.operands[instr.operand].strides[0] == 0)
+      return emitLoad(instr, 1, col);
     return emitLoad(instr, w, col);
   case kir::Op::Const:
     if (instr.type == kir::DType::I64)
       return i64Constant(int64_t(instr.imm));
     return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(instr.imm));
   case kir::Op::Index:
+    if (lanesOverRows) // the column is one for all lanes; the lanes are rows
+      return size_t(instr.dim) + 1 == rank ? col : columnIndex(w, outer[0]);
     if (size_t(instr.dim) + 1 == rank)
       return columnIndex(w, col);
     return outer[instr.dim];
@@ -746,6 +952,10 @@ KernelEmitter::emitAddress(int32_t operand, llvm::ArrayRef<int32_t> overrides,
       continue;
     if (!overrides.empty() && overrides[d] >= 0)
       addTerm(getScalarOrVector(overrides[d]), stride);
+    else if (lanesOverRows && d + 1 == rank)
+      addTerm(col, stride); // one column for all lanes
+    else if (lanesOverRows && w > 1)
+      contiguous = true, addTerm(outer[d], 1); // lanes: consecutive rows
     else if (d + 1 < rank)
       addTerm(outer[d], stride);
     else if (w > 1 && stride == 1)

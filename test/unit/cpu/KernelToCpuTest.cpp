@@ -468,6 +468,111 @@ TEST(KernelToCpu, TransposedStrides) {
   }
 }
 
+// Column sums as the norm and bias gradients lower them: rows are the
+// channels c of a row-major [n, C] matrix, each walking down its column
+// (stride C along the row dim), so the emitter runs them lanes over rows.
+// sum_n dy[n, c], max_n dy[n, c] and sum_n dy[n, c] * (x[n, c] - mean[n])
+// * rstd[n] (mean and rstd: one value per n for every lane), the first
+// scaled by 1/n after the reduction; against double sums. The channel
+// counts reach every path (blocks of vectors, single vectors, single
+// rows) and the sums every chunk split (a partial last chunk or none).
+// Any split of the rows (threads) and any vector width give the same bits.
+kir::Kernel columnSumKernel(int64_t n, int64_t channels) {
+  KernelBuilder k("column_sums", {channels, n});
+  int dy = k.operand(0, DType::F32, {1, channels});
+  int x = k.operand(1, DType::F32, {1, channels});
+  int mean = k.operand(2, DType::F32, {0, 1});
+  int rstd = k.operand(3, DType::F32, {0, 1});
+  int sums = k.operand(4, DType::F32, {1, 0});
+  int maxes = k.operand(5, DType::F32, {1, 0});
+  int weighted = k.operand(6, DType::F32, {1, 0});
+  int32_t g = k.load(dy);
+  int32_t xhat = k.binary(Op::Mul, k.binary(Op::Sub, k.load(x), k.load(mean)),
+                          k.load(rstd));
+  int32_t sum = k.unary(Op::ReduceSum, g);
+  k.store(sums, k.binary(Op::Mul, sum, k.constant(1.0f / float(n))));
+  k.store(maxes, k.unary(Op::ReduceMax, g));
+  k.store(weighted, k.unary(Op::ReduceSum, k.binary(Op::Mul, g, xhat)));
+  return k.kernel;
+}
+
+struct ColumnSumData {
+  std::vector<float> dy, x, mean, rstd, sums, maxes, weighted;
+  ColumnSumData(int64_t n, int64_t channels, unsigned seed)
+      : dy(randomFloats(n * channels, -1, 1, seed)),
+        x(randomFloats(n * channels, -2, 2, seed + 1)),
+        mean(randomFloats(n, -0.5, 0.5, seed + 2)),
+        rstd(randomFloats(n, 0.5, 2, seed + 3)), sums(channels, NAN),
+        maxes(channels, NAN), weighted(channels, NAN) {}
+  std::vector<void *> operands() {
+    return {dy.data(),   x.data(),     mean.data(),    rstd.data(),
+            sums.data(), maxes.data(), weighted.data()};
+  }
+};
+
+TEST(KernelToCpu, ColumnSumsRunLanesOverRows) {
+  for (auto [n, channels] : {std::pair<int64_t, int64_t>{300, 85},
+                             {64, 133}, {37, 16}, {1000, 29}}) {
+    SCOPED_TRACE("n " + std::to_string(n) + ", channels " +
+                 std::to_string(channels));
+    kir::Kernel kernel = columnSumKernel(n, channels);
+    Compiled compiled = compileKernels({kernel});
+    ASSERT_TRUE(compiled);
+    ColumnSumData whole(n, channels, 21);
+    compiled.run("column_sums", whole.operands(), 0, channels);
+    std::vector<double> wantSums(channels), wantMaxes(channels, -INFINITY),
+        wantWeighted(channels);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < channels; ++c) {
+        double g = whole.dy[r * channels + c];
+        wantSums[c] += g / double(n);
+        wantMaxes[c] = std::max(wantMaxes[c], g);
+        wantWeighted[c] += g * ((double(whole.x[r * channels + c]) -
+                                 whole.mean[r]) *
+                                whole.rstd[r]);
+      }
+    expectClose(whole.sums, wantSums, 1e-5, 1e-6);
+    expectClose(whole.maxes, wantMaxes, 0);
+    expectClose(whole.weighted, wantWeighted, 1e-5, 1e-4);
+
+    // Two threads over rows split off the vector blocks.
+    ColumnSumData split(n, channels, 21);
+    std::vector<void *> operands = split.operands();
+    int64_t cut = std::min<int64_t>(channels, 19);
+    std::thread first([&] { compiled.run("column_sums", operands, 0, cut); });
+    std::thread second(
+        [&] { compiled.run("column_sums", operands, cut, channels); });
+    first.join();
+    second.join();
+    for (auto [got, want] : {std::pair{&split.sums, &whole.sums},
+                             {&split.maxes, &whole.maxes},
+                             {&split.weighted, &whole.weighted}})
+      EXPECT_EQ(0, std::memcmp(got->data(), want->data(),
+                               channels * sizeof(float)));
+
+    // A narrower vector gives the same bits.
+    cpu::CpuTargetOptions options;
+    options.vectorWidth = 4;
+    Compiled narrow = compileKernels({kernel}, options);
+    ASSERT_TRUE(narrow);
+    ColumnSumData four(n, channels, 21);
+    narrow.run("column_sums", four.operands(), 0, channels);
+    EXPECT_EQ(0, std::memcmp(four.sums.data(), whole.sums.data(),
+                             channels * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(four.weighted.data(), whole.weighted.data(),
+                             channels * sizeof(float)));
+  }
+  // Whole vectors, not gathers: the schedule that reads each matrix row
+  // contiguously.
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  llvm::Error error =
+      cpu::printCpuPhase(os, {columnSumKernel(300, 85)}, "cpu-llvm-ir");
+  ASSERT_FALSE(error) << llvm::toString(std::move(error));
+  EXPECT_EQ(text.find("masked.gather"), std::string::npos);
+  EXPECT_NE(text.find("define void @column_sums"), std::string::npos);
+}
+
 //===----------------------------------------------------------------------===//
 // Half-precision storage
 //===----------------------------------------------------------------------===//
