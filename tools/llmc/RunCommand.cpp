@@ -48,6 +48,7 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
+#include "llvm/Support/Signals.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/xxhash.h"
@@ -1096,23 +1097,40 @@ int runTrainCommand(int argc, char **argv) {
   // stops (SIGSTOP) that rank before that step: how the tests prove that
   // the other ranks stop with a message naming it instead of hanging.
   // int:RANK:STEP and term:RANK:STEP send it SIGINT or SIGTERM there: the
-  // clean stop, at a known step.
+  // clean stop, at a known step. crash-hang:RANK:STEP aborts there with a
+  // crash handler that never returns (as a stack trace deadlocked by a
+  // corrupted heap would): the crash watchdog must end the process
+  // (tools/llmc/CrashWatchdog.h).
   if (const char *fault = std::getenv("LLMC_FAULT_INJECT")) {
     llvm::SmallVector<llvm::StringRef> parts;
     llvm::StringRef(fault).split(parts, ':');
     int64_t faultRank = -1, faultStep = -1;
     if (parts.size() != 3 ||
-        !llvm::is_contained({"kill", "hang", "int", "term"}, parts[0]) ||
+        !llvm::is_contained({"kill", "hang", "int", "term", "crash-hang"},
+                            parts[0]) ||
         parts[1].getAsInteger(10, faultRank) ||
         parts[2].getAsInteger(10, faultStep))
       return fail(llvm::Twine("LLMC_FAULT_INJECT='") + fault +
                   "': expected kill:RANK:STEP, hang:RANK:STEP, "
-                  "int:RANK:STEP or term:RANK:STEP");
-    int signal = parts[0] == "kill"   ? SIGKILL
-                 : parts[0] == "hang" ? SIGSTOP
-                 : parts[0] == "int"  ? SIGINT
-                                      : SIGTERM;
-    if (faultRank == rank)
+                  "int:RANK:STEP, term:RANK:STEP or crash-hang:RANK:STEP");
+    int signal = parts[0] == "kill"         ? SIGKILL
+                 : parts[0] == "hang"       ? SIGSTOP
+                 : parts[0] == "int"        ? SIGINT
+                 : parts[0] == "crash-hang" ? SIGABRT
+                                            : SIGTERM;
+    if (faultRank == rank && signal == SIGABRT)
+      options.beforeStep = [faultStep](int64_t step) {
+        if (step != faultStep)
+          return;
+        llvm::sys::AddSignalHandler(
+            [](void *) {
+              while (true)
+                ::pause();
+            },
+            nullptr);
+        std::abort();
+      };
+    else if (faultRank == rank)
       options.beforeStep = [signal, faultStep](int64_t step) {
         if (step == faultStep)
           raise(signal);

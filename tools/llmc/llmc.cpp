@@ -19,6 +19,7 @@
 #include "ir/kernel/AtomicFile.h"
 #include "runtime/Generate.h"
 #include "runtime/CachedGenerate.h"
+#include "tools/llmc/CrashWatchdog.h"
 #include "tools/llmc/Inference.h"
 #include "tools/common/GenerateOutput.h"
 #include "runtime/MemoryBudget.h"
@@ -1079,6 +1080,7 @@ int runTokenizerCommand(int argc, char **argv);
 int runTrainCommand(int argc, char **argv);
 
 int main(int argc, char **argv) {
+  ::llmc::installCrashWatchdog(); // before InitLLVM's stack trace
   llvm::InitLLVM init(argc, argv);
   if (argc > 1 && llvm::StringRef(argv[1]) == "tokenizer")
     return runTokenizerCommand(argc - 1, argv + 1);
