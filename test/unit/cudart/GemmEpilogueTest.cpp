@@ -53,23 +53,11 @@ kir::Program forwardProgram(const std::string &yaml) {
   return std::move(*program);
 }
 
-/// The grad_step program of `yaml` at batch 2, sequence 8 (AdamW).
-kir::Program gradProgram(const std::string &yaml) {
-  auto parsed = mlir::llmc::parseModelConfig(yaml, "test.yaml");
-  EXPECT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
-  mlir::MLIRContext context;
-  context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
-  auto module = mlir::llmc::buildForwardModule(context, *parsed, {2, 8});
-  EXPECT_TRUE(bool(module));
-  auto programs = compileTraining(**module, TrainingOptions());
-  EXPECT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
-  return std::move(programs->gradStep);
-}
-
 /// The forward and grad_step programs of `yaml` at batch 2, sequence 8
-/// under llmc-amp (`precision` bf16, or fp16 with loss scaling).
+/// (AdamW) in `precision`: f32, or llmc-amp's bf16, or fp16 with loss
+/// scaling.
 std::pair<kir::Program, kir::Program>
-ampPrograms(const std::string &yaml, PrecisionConfig::Kind precision) {
+trainingPrograms(const std::string &yaml, PrecisionConfig::Kind precision) {
   auto parsed = mlir::llmc::parseModelConfig(yaml, "test.yaml");
   EXPECT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
   mlir::MLIRContext context;
@@ -81,6 +69,11 @@ ampPrograms(const std::string &yaml, PrecisionConfig::Kind precision) {
   auto programs = compileTraining(**module, options);
   EXPECT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
   return {std::move(programs->forward), std::move(programs->gradStep)};
+}
+
+/// The f32 grad_step program of `yaml`.
+kir::Program gradProgram(const std::string &yaml) {
+  return trainingPrograms(yaml, PrecisionConfig::Kind::FP32).second;
 }
 
 /// Per GEMM step with an epilogue, in schedule order: the step's origin
@@ -289,7 +282,7 @@ TEST(GemmEpilogueTest, AmpProgramsFuseBiasGeluBiasAndGeluGradient) {
        {std::pair{PrecisionConfig::Kind::BF16, kir::DType::BF16},
         std::pair{PrecisionConfig::Kind::FP16, kir::DType::F16}}) {
     SCOPED_TRACE(kir::dtypeName(narrow));
-    auto [forwardProgram, gradProgram] = ampPrograms(config(), precision);
+    auto [forwardProgram, gradProgram] = trainingPrograms(config(), precision);
     for (auto [program, expected] : {std::pair{&forwardProgram, &forward},
                                      std::pair{&gradProgram, &grad}}) {
       auto got = matches(*program);
@@ -326,7 +319,7 @@ TEST(GemmEpilogueTest, AmpProgramsFuseBiasGeluBiasAndGeluGradient) {
 // the GELU reads it, is one cuBLASLt may skip. A rounding to the other
 // narrow type, or of the product as it is loaded, keeps the kernel.
 TEST(GemmEpilogueTest, OtherRoundingsAreNotFused) {
-  auto [program, grad] = ampPrograms(config(), PrecisionConfig::Kind::BF16);
+  auto [program, grad] = trainingPrograms(config(), PrecisionConfig::Kind::BF16);
   const kir::Step *step = findStep(program, FusedEpilogueKind::GeluBias);
   ASSERT_NE(step, nullptr);
   const kir::Kernel &original = program.kernels[step->gemm.epilogue];
