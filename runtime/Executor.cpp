@@ -1018,8 +1018,10 @@ llvm::Error CpuExecutor::run() {
   cpu::AsyncSignalsBlocked shield;
   using Clock = std::chrono::steady_clock;
   tickets.assign(prog.steps.size(), 0);
-  if (profiling)
+  if (profiling) {
     stepProfile.stepSeconds.resize(prog.steps.size());
+    stepProfile.stepBestSeconds.resize(prog.steps.size(), 1e30);
+  }
   for (auto [index, step] : llvm::enumerate(prog.steps)) {
     Clock::time_point start = profiling ? Clock::now() : Clock::time_point();
     double *bucket = nullptr;
@@ -1075,7 +1077,6 @@ llvm::Error CpuExecutor::run() {
           std::chrono::duration<double>(Clock::now() - start).count();
       *bucket += seconds;
       stepProfile.stepSeconds[index] += seconds;
-      stepProfile.stepBestSeconds.resize(prog.steps.size(), 1e30);
       stepProfile.stepBestSeconds[index] =
           std::min(stepProfile.stepBestSeconds[index], seconds);
     }
