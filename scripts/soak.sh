@@ -60,18 +60,19 @@ fail() {
   exit 1
 }
 
-# The names of the checkpoint temporaries in the run's directory, and
-# those not in $before (builtins only: the busy wait below calls it).
-temporaries() {
-  local files=() f
-  shopt -s nullglob
-  files=("$out"/checkpoints/*.tmp-*)
-  shopt -u nullglob
-  for f in "${files[@]}"; do printf '%s ' "${f##*/}"; done
-}
-newTemporaries() {
+# Lists the checkpoint temporaries in the run's directory: `found`, all
+# of their names; `fresh`, those not in $before. Builtins only, setting
+# arrays rather than printing: the busy wait below calls it without a
+# subshell's fork per poll.
+listTemporaries() {
   local f
-  for f in $(temporaries); do [[ $before == *" $f "* ]] || printf '%s ' "$f"; done
+  found=() fresh=()
+  shopt -s nullglob
+  for f in "$out"/checkpoints/*.tmp-*; do
+    found+=("${f##*/}")
+    [[ $before == *" ${f##*/} "* ]] || fresh+=("${f##*/}")
+  done
+  shopt -u nullglob
 }
 
 start=$(date +%s.%N)
@@ -90,25 +91,21 @@ while true; do
   log=$dir/run-$n.log
   : > "$log"
   # The temporary files an earlier kill left (this run removes them).
-  before=" $(temporaries) "
+  listTemporaries
+  before=" ${found[*]} "
   "$llmc" run "${args[@]}" --out "$out" "${flags[@]}" > "$log" 2>&1 &
   pid=$!
   if ((n < kills)); then
     kind=$((RANDOM % 3))
     if ((kind == 2)); then
       # As soon as a checkpoint's temporary file exists: a busy wait that
-      # forks nothing (a glob and kill, both builtins; a command
-      # substitution would fork a subshell per poll), so the kill lands
+      # forks nothing (listTemporaries and kill), so the kill lands
       # mid-write.
       how="as a checkpoint's temporary file appeared"
-      shopt -s nullglob
       while kill -0 "$pid" 2> /dev/null; do
-        written=("$out"/checkpoints/*.tmp-*)
-        for file in "${written[@]}"; do
-          [[ $before == *" ${file##*/} "* ]] || break 2
-        done
+        listTemporaries
+        ((${#fresh[@]})) && break
       done
-      shopt -u nullglob
     elif ((kind == 1)); then
       ms=$((RANDOM % maxDelayMs))
       how="after $ms ms"
@@ -135,7 +132,8 @@ while true; do
       wait "$pid" 2> /dev/null || true
       n=$((n + 1))
       last=$(grep -oE '^step +[0-9]+/' "$log" | tail -1 | tr -dc 0-9 || true)
-      tmp=$(newTemporaries | wc -w)
+      listTemporaries
+      tmp=${#fresh[@]}
       ((tmp > 0)) && caught=$((caught + 1))
       mark=""
       ((tmp > 0)) && mark=", mid-write: $tmp temporary file left"
