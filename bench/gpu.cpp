@@ -224,6 +224,20 @@ int main(int argc, char **argv) {
       CudaExecutor::create(programs.gradStep, fixed(gradModules), gradOptions),
       "grad executor");
   bench::orDie(loadWeights(*grad, "", 1337), "weights");
+  // Mixed precision: the 16-bit weight copies the steps read.
+  if (programs.castWeights) {
+    CudaExecutorOptions castOptions;
+    castOptions.store = store;
+    castOptions.shareStreamOf = grad.get();
+    auto casts = bench::orDie(
+        CudaExecutor::create(*programs.castWeights,
+                             fixed(bench::orDie(cuda::compileCudaModules(
+                                                    *programs.castWeights),
+                                                "NVRTC (weight casts)")),
+                             castOptions),
+        "weight casts executor");
+    bench::orDie(casts->run(), "weight casts");
+  }
   CudaExecutorOptions updateOptions;
   updateOptions.store = store;
   updateOptions.shareStreamOf = grad.get();

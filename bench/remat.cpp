@@ -143,6 +143,14 @@ prepare(const mlir::llmc::ModelConfig &config, const TrainingOptions &options,
   if (!store->contains("wte"))
     if (llvm::Error error = runtime::loadWeights(*variant.grad, "", 1337))
       return error;
+  // Mixed precision: the 16-bit weight copies the steps read.
+  if (programs->castWeights) {
+    auto casts = executorFor(*programs->castWeights);
+    if (!casts)
+      return casts.takeError();
+    if (llvm::Error error = (*casts)->run())
+      return error;
+  }
 
   std::mt19937 rng(1);
   std::uniform_int_distribution<int32_t> token(0,

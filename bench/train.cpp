@@ -540,6 +540,9 @@ int main(int argc, char **argv) {
     auto grad = executorFor(programs.gradStep, store);
     auto update = executorFor(programs.updateStep, store);
     check(runtime::loadWeights(*forward, "", 1337));
+    // Mixed precision: the 16-bit weight copies the steps read.
+    if (programs.castWeights)
+      check(executorFor(*programs.castWeights, store)->run());
 
     std::mt19937 rng(1);
     std::uniform_int_distribution<int32_t> token(

@@ -170,11 +170,13 @@ llmc::compileTraining(mlir::ModuleOp module,
           llvm::Twine("the training pipeline produced no @") + name);
     *program = std::move(**lowered);
   }
-  // The functions llmc-shard adds when it shards the step.
+  // The functions llmc-shard adds when it shards the step, and
+  // llmc-persistent-casts in mixed precision.
   for (auto [name, program] :
        {std::pair<const char *, std::optional<kir::Program> *>{
             "grad_step_no_sync", &programs.gradStepNoSync},
-        {"shard_init", &programs.shardInit}}) {
+        {"shard_init", &programs.shardInit},
+        {"cast_weights", &programs.castWeights}}) {
     auto lowered = mlir::llmc::lowerFunction(module, name);
     if (!lowered)
       return lowered.takeError();

@@ -50,6 +50,11 @@ struct TrainingPrograms {
   /// parameters and of full optimizer states given as inputs. Unset
   /// otherwise.
   std::optional<kir::Program> shardInit;
+  /// With mixed precision: @cast_weights, which writes the persistent
+  /// 16-bit copy of every master weight the other programs read
+  /// (llmc-persistent-casts). Run it before the first program and whenever
+  /// the weights are set from outside the programs. Unset in f32.
+  std::optional<kir::Program> castWeights;
 };
 
 /// Runs llmc-autodiff, llmc-optimizer and the compile pipeline on `module`

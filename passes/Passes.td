@@ -398,6 +398,25 @@ def SparsifyPass : Pass<"llmc-sparsify", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::llmc::LlmcDialect"];
 }
 
+def PersistentCastsPass : Pass<"llmc-persistent-casts", "mlir::ModuleOp"> {
+  let summary = "Mixed precision: each master weight's 16-bit copy is state the update step writes";
+  let description = [{
+    Runs after `llmc-amp`, `llmc-optimizer`, `llmc-loss-scaling` and
+    `llmc-sparsify`. Every f32 parameter that `@grad_step` (or another
+    function but `@update_step`) casts to f16 or bf16 gets a persistent
+    copy, the `llmc.state` argument `cast.<p>`, which those functions read
+    in place of the cast; `@update_step` writes the cast of the value it
+    writes into the parameter into it (`llmc.updates`), and a new function
+    `@cast_weights(params..., cast.<p>...)` writes every copy from its
+    master, for the runtime to run whenever it sets the masters from
+    outside the programs. The copies hold the casts' values bit for bit,
+    so training computes the same numbers, without reading every master
+    weight and writing its copy in each micro-batch (Megatron-LM's and
+    llm.c's bf16 weights beside f32 masters).
+  }];
+  let dependentDialects = ["mlir::llmc::LlmcDialect"];
+}
+
 def RematPass : Pass<"llmc-remat", "mlir::ModuleOp"> {
   let summary = "Activation checkpointing: recomputes saved activations in @grad_step";
   let description = [{

@@ -91,6 +91,12 @@ void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
   // and fusion, which fuses each mask product into its reader's kernel.
   if (options.sparsify)
     pm.addPass(createSparsifyPass(*options.sparsify));
+  // Mixed precision's 16-bit weight copies become state the update step
+  // writes: after the passes that make @update_step's final values (the
+  // optimizer, loss scaling's skipped update, sparsity's masked weights),
+  // before remat and fusion, which then see reads of state, not casts.
+  if (options.amp)
+    pm.addPass(createPersistentCastsPass());
   // Remat rewrites the finished step (after the passes that add forward
   // or backward ops), and before fusion, so that recomputed ops fuse like
   // the others and its budget sees the kernels fusion will make.

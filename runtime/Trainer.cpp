@@ -396,11 +396,13 @@ Checkpoint Trainer::checkpointState() const {
 std::vector<std::string> Trainer::checkpointTensorNames() const {
   // Gradients are zero between steps (the update step zeroes them). ZeRO's
   // blocks are stored as the full tensors one process has, so that any
-  // world size and stage can resume them.
+  // world size and stage can resume them. Mixed precision's 16-bit weight
+  // copies are the casts of the masters, made again by @cast_weights.
   std::vector<std::string> names;
   for (const std::string &name : store->names())
     if (!llvm::StringRef(name).starts_with("grad.") &&
-        !llvm::StringRef(name).starts_with("shard."))
+        !llvm::StringRef(name).starts_with("shard.") &&
+        !llvm::StringRef(name).starts_with("cast."))
       names.push_back(name);
   return names;
 }
@@ -457,6 +459,11 @@ llvm::Error Trainer::initializeShards() {
   return init.run();
 }
 
+llvm::Error Trainer::castWeights() {
+  return programs.castWeights ? programs.castWeights->run()
+                              : llvm::Error::success();
+}
+
 llvm::Error Trainer::resume(const Checkpoint &main, llvm::StringRef source) {
   // A ZeRO checkpoint's blocks, joined into the full tensors.
   Checkpoint c = main;
@@ -472,10 +479,12 @@ llvm::Error Trainer::resume(const Checkpoint &main, llvm::StringRef source) {
         "\n(model, optimizer and data must match; steps, intervals and the "
         "output directory may change)");
   // The checkpoint must hold exactly the persistent tensors the programs
-  // use (gradients aside; ZeRO's blocks come from full tensors).
+  // use (gradients aside; ZeRO's blocks come from full tensors; the 16-bit
+  // weight copies from the masters).
   for (const std::string &name : store->names()) {
     if (llvm::StringRef(name).starts_with("grad.") ||
-        llvm::StringRef(name).starts_with("shard."))
+        llvm::StringRef(name).starts_with("shard.") ||
+        llvm::StringRef(name).starts_with("cast."))
       continue;
     auto it = c.tensors.find(name);
     if (it == c.tensors.end())
@@ -612,6 +621,8 @@ llvm::Error Trainer::pruneNow() {
   llvm::Expected<std::vector<PrunedTensor>> pruned = pruneTwoOfFour(*store);
   if (!pruned)
     return pruned.takeError();
+  if (llvm::Error err = castWeights())
+    return err;
   if (options.pp)
     if (llvm::Error err = gatherPrunedOverStages(*pruned))
       return err;
@@ -1123,6 +1134,10 @@ llvm::Error Trainer::run() {
   if (!shardsInitialized)
     if (llvm::Error err = initializeShards())
       return err;
+  // The weights were set from outside the programs (initialization, a
+  // resume): their 16-bit copies follow, before the first evaluation.
+  if (llvm::Error err = castWeights())
+    return err;
   const int64_t maxMicroBatches = options.maxGlobalBatch / options.microBatch;
   // Dynamic loss scaling (fp16): the update step reports an overflow and
   // then skips the update, which Adam's step count t must not count.
@@ -1757,6 +1772,8 @@ llvm::Error Trainer::reportMemory() {
     programs.sampler->describeMemory(ledger, "forward (samples)");
   if (programs.shardInit)
     programs.shardInit->describeMemory(ledger, "shard init");
+  if (programs.castWeights)
+    programs.castWeights->describeMemory(ledger, "weight casts");
   if (data.describeMemory)
     data.describeMemory(ledger);
   MemoryBreakdown breakdown = measureMemory(ledger, &phases());

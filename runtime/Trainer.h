@@ -202,6 +202,12 @@ struct TrainerPrograms {
   /// joins the blocks into full tensors, so any world size and stage can
   /// continue it.
   std::unique_ptr<Executor> shardInit;
+  /// Mixed precision: @cast_weights, which writes the persistent 16-bit
+  /// copy of every master weight the other programs read
+  /// (llmc-persistent-casts; the update step keeps them current). Run at
+  /// the start of run() and after pruning; the copies are not in
+  /// checkpoints. Null in f32.
+  std::unique_ptr<Executor> castWeights;
   /// Pipeline parallelism: the stage's training @forward (with dropout as
   /// the grad step has it), 1F1B's forward half. Null without pp.
   std::unique_ptr<Executor> pipelineForward;
@@ -309,6 +315,9 @@ private:
   /// ZeRO: fills the rank's blocks from the store's parameters and the
   /// full optimizer states of a resumed checkpoint (zeros when fresh).
   llvm::Error initializeShards();
+  /// Mixed precision: the 16-bit weight copies from the masters (runs
+  /// @cast_weights; nothing in f32).
+  llvm::Error castWeights();
   /// Pipeline parallelism: every stage's pruned weights, in stage order,
   /// on every stage (each prunes its own).
   llvm::Error gatherPrunedOverStages(std::vector<PrunedTensor> &pruned);

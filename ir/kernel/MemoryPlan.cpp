@@ -146,6 +146,8 @@ llmc::kir::persistentKinds(const std::vector<PersistentTensor> &tensors) {
       kind = PersistentKind::Optimizer;
     else if (startsWith(t.name, "shard."))
       kind = PersistentKind::Parameters; // ZeRO-3: the blocks are the weights
+    else if (startsWith(t.name, "cast."))
+      kind = PersistentKind::Parameters; // the 16-bit copies the steps read
     kinds.push_back(kind);
   }
   return kinds;

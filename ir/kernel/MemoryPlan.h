@@ -34,11 +34,13 @@ MemoryPlanStats memoryPlanStats(const Program &program);
 std::vector<int32_t> buffersOfStep(const Program &program, const Step &step);
 
 /// The persistent memory of one rank of a training run, by what it holds:
-/// parameters (ZeRO-3: their blocks `shard.<p>`), the fp32 partition of
+/// parameters (ZeRO-3: their blocks `shard.<p>`; mixed precision: also
+/// the 16-bit copies `cast.<p>` the steps read), the fp32 partition of
 /// them the optimizer steps beside full parameters (ZeRO-1/2's
 /// `shard.<p>`), gradients (`grad.*`: full buffers and ZeRO's blocks),
 /// optimizer state (moments, and ZeRO's `shard.<state>.<p>` blocks) and the
-/// rest (the loss scale). The names are llmc-optimizer's and llmc-shard's.
+/// rest (the loss scale). The names are llmc-optimizer's, llmc-shard's
+/// and llmc-persistent-casts'.
 struct PersistentBytes {
   int64_t parameters = 0, master = 0, gradients = 0, optimizer = 0,
           other = 0;

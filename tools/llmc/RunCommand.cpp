@@ -892,7 +892,8 @@ int runTrainCommand(int argc, char **argv) {
   // Before any kernel is compiled: a run that cannot fit fails now.
   std::vector<const ::llmc::kir::Program *> planned = {
       &programs->gradStep, &programs->updateStep, &programs->forward};
-  for (const auto *optional : {&programs->gradStepNoSync, &programs->shardInit})
+  for (const auto *optional : {&programs->gradStepNoSync, &programs->shardInit,
+                               &programs->castWeights})
     if (optional->has_value())
       planned.push_back(&**optional);
   if (std::optional<rt::AvailableMemory> available = availableMemory(*device))
@@ -1214,6 +1215,13 @@ int runTrainCommand(int argc, char **argv) {
     if (!created)
       return fail(created.takeError());
     trainerPrograms.shardInit = std::move(*created);
+  }
+  if (programs->castWeights) {
+    auto created = makeExecutor(std::move(*programs->castWeights), *device,
+                                "weight casts");
+    if (!created)
+      return fail(created.takeError());
+    trainerPrograms.castWeights = std::move(*created);
   }
   timings.end("trainer options");
   auto firstGrad = std::make_shared<std::unique_ptr<rt::Executor>>(

@@ -93,8 +93,9 @@ llvm::Expected<NamedPrograms> forwardProgram(const char *yaml, int64_t batch,
   return NamedPrograms{{"forward", std::move(*program)}};
 }
 
-/// The three programs of a training step (compileTraining, AdamW; with
-/// `options`' tensor parallelism, one tp rank's programs).
+/// The programs of a training step (compileTraining, AdamW; with
+/// `options`' tensor parallelism, one tp rank's programs): forward, grad
+/// step, update step, and in mixed precision first @cast_weights.
 llvm::Expected<NamedPrograms>
 trainingPrograms(const char *yaml, int64_t batch, int64_t seq,
                  const TrainingOptions &options = TrainingOptions()) {
@@ -109,9 +110,14 @@ trainingPrograms(const char *yaml, int64_t batch, int64_t seq,
   auto programs = compileTraining(**module, options);
   if (!programs)
     return programs.takeError();
-  return NamedPrograms{{"forward", std::move(programs->forward)},
-                       {"grad_step", std::move(programs->gradStep)},
-                       {"update_step", std::move(programs->updateStep)}};
+  NamedPrograms named;
+  // Mixed precision: the program that makes the 16-bit weight copies.
+  if (programs->castWeights)
+    named.push_back({"cast_weights", std::move(*programs->castWeights)});
+  named.push_back({"forward", std::move(programs->forward)});
+  named.push_back({"grad_step", std::move(programs->gradStep)});
+  named.push_back({"update_step", std::move(programs->updateStep)});
+  return named;
 }
 
 /// @prefill (of `prefill` tokens) and @decode of a YAML config at `batch`
@@ -1147,9 +1153,12 @@ TEST(CudaProgramTest, UpdateStepRunsAsFewMultiTensorLaunches) {
     ASSERT_NE(sum, nullptr) << "the gradient norm's sums as a Sum batch";
     // Every gradient's sum of squares is a member; every kernel with a
     // reduction is in the batch; what runs alone is scalar arithmetic (the
-    // norm from the totals, the clip factor, the step's scalars).
+    // norm from the totals, the clip factor, the step's scalars), and in
+    // mixed precision one parameter's update: wpe's, the only decayed
+    // parameter the step reads in f32 (no 16-bit copy to write), whose
+    // kernel no other parameter's matches.
     EXPECT_EQ(int64_t(sum->members()), params);
-    int64_t zeroings = 0, alone = 0;
+    int64_t zeroings = 0, alone = 0, aloneUpdates = 0;
     for (auto [index, step] : llvm::enumerate(program.steps)) {
       const kir::Kernel &kernel = program.kernels[step.kernel];
       zeroings += batched.count(index) &&
@@ -1157,19 +1166,28 @@ TEST(CudaProgramTest, UpdateStepRunsAsFewMultiTensorLaunches) {
       if (!batched.count(index)) {
         ++alone;
         EXPECT_FALSE(kernel.hasReduction()) << kernel.name;
-        EXPECT_EQ(kernel.numRows() * kernel.rowLength(), 1) << kernel.name;
+        if (kernel.numRows() * kernel.rowLength() == 1)
+          continue;
+        ++aloneUpdates;
+        bool writesWpe = false;
+        for (const kir::Access &access : kernel.operands)
+          writesWpe = writesWpe || program.buffers[access.buffer].name == "wpe";
+        EXPECT_TRUE(writesWpe) << kernel.name;
       }
     }
+    EXPECT_EQ(aloneUpdates, bf16 || fp16 ? 1 : 0);
     EXPECT_EQ(zeroings, params) << "every gradient zeroed in a batch";
-    // AdamW with and without weight decay and the zeroing (a launch each),
-    // the sums (two launches), and the scalar kernels: 4 (fp16: more, the
-    // loss scale's bookkeeping).
+    // AdamW with and without weight decay and the zeroing (a launch each;
+    // in bf16 the AdamW kernels that also write a weight's bf16 copy are
+    // one more batch, and wpe's update runs alone), the sums (two
+    // launches), and the scalar kernels: 4 (fp16: more, the loss scale's
+    // bookkeeping).
     int64_t batchLaunches = 0;
     for (const cuda::CudaKernelBatch &batch : batches.batches)
       batchLaunches += batch.kind == cuda::CudaKernelBatch::Kind::Sum ? 2 : 1;
     EXPECT_EQ(after, batchLaunches + alone);
     if (!fp16) {
-      EXPECT_EQ(after, 3 + 2 + 4);
+      EXPECT_EQ(after, (bf16 ? 5 : 3) + 2 + 4);
     }
 
     // NVRTC: the module as the CUDA compiler builds it.

@@ -255,10 +255,11 @@ TEST(GemmPlanTest, Gpt2AtTrainingSizesPlansInBf16AndFits80GB) {
       arenas += program.arenaBytes;
       inputs += programInputs;
       if (function == "update_step") {
-        // The AdamW update (with and without weight decay) and the
-        // gradient zeroing as multi-tensor launches, the gradient norm's
-        // sums of squares as one multi-tensor sum (two launches); 4 scalar
-        // kernels remain.
+        // The AdamW update (with and without weight decay, each with and
+        // without a bf16 copy to write: wpe and the norms are read in
+        // f32) and the gradient zeroing as multi-tensor launches, the
+        // gradient norm's sums of squares as one multi-tensor sum (two
+        // launches); 4 scalar kernels remain.
         cuda::KernelBatches batches = cuda::planKernelBatches(program);
         int64_t before = cuda::countKernelLaunches(program, {});
         int64_t after = cuda::countKernelLaunches(program, batches.batches);
@@ -273,7 +274,7 @@ TEST(GemmPlanTest, Gpt2AtTrainingSizesPlansInBf16AndFits80GB) {
                     (long long)after, batches.batches.size(),
                     (long long)sums);
         EXPECT_EQ(sums, params);
-        EXPECT_EQ(after, 3 + 2 + 4);
+        EXPECT_EQ(after, 5 + 2 + 4);
       }
       std::printf("[ memory   ] %s B=%lld T=%lld bf16 @%s: arena %.3f GB, "
                   "inputs and outputs %.3f MB, %d GEMMs (bf16 tensor "
@@ -286,19 +287,23 @@ TEST(GemmPlanTest, Gpt2AtTrainingSizesPlansInBf16AndFits80GB) {
     for (const auto &[name, bytes] : persistent) {
       stored += bytes;
       if (!llvm::StringRef(name).starts_with("grad.") &&
-          !llvm::StringRef(name).starts_with("adam_"))
+          !llvm::StringRef(name).starts_with("adam_") &&
+          !llvm::StringRef(name).starts_with("cast."))
         parameters += bytes / 4;
     }
     int64_t workspaces = 3 * (int64_t(32) << 20);
     int64_t total = arenas + inputs + stored + workspaces;
     std::printf("[ memory   ] %s B=%lld T=%lld bf16: persistent %.3f GB "
-                "(params, f32 grads, Adam m and v; %.1fM parameters), "
+                "(f32 params, bf16 copies, f32 grads, Adam m and v; %.1fM "
+                "parameters), "
                 "arenas %.3f GB, total %.3f GB of 80\n",
                 size.preset, (long long)size.batch, (long long)size.seq,
                 stored / 1e9, parameters / 1e6, arenas / 1e9, total / 1e9);
     EXPECT_LT(total, int64_t(80e9));
-    // f32 master weights, gradients and two moments: 16 bytes a parameter.
+    // f32 master weights, gradients and two moments, 16 bytes a
+    // parameter, and the bf16 copies of those the GEMMs read.
     EXPECT_GE(stored, 16 * parameters);
+    EXPECT_LE(stored, 18 * parameters);
   }
 }
 

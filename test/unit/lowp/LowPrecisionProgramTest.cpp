@@ -870,6 +870,18 @@ llvm::Expected<StepResult> runTinyStep(const char *precision) {
     if (llvm::Error error = exec.setTensor(param.name, tensor))
       return error;
   }
+  // Mixed precision: the 16-bit weight copies the step reads
+  // (llmc-persistent-casts), made from the parameters just set.
+  if (*precision) {
+    auto casts = compileTinyGpt(precision, "cast_weights", batch, seq);
+    if (!casts)
+      return casts.takeError();
+    auto castExecutor = makeExecutor(*casts, 2, exec.store());
+    if (!castExecutor)
+      return castExecutor.takeError();
+    if (llvm::Error error = (*castExecutor)->run())
+      return error;
+  }
   for (const char *name : {"tokens", "targets"}) {
     HostTensor ids = HostTensor::zeros(DType::I32, {batch, seq});
     for (int32_t &id : ids.i32())
@@ -890,6 +902,8 @@ llvm::Expected<StepResult> runTinyStep(const char *precision) {
     return loss.takeError();
   result.loss = loss->f32()[0];
   for (const kir::Binding &state : exec.program().states) {
+    if (!llvm::StringRef(state.name).starts_with("grad."))
+      continue; // the weight copies
     llvm::Expected<HostTensor> grad = exec.store()->get(state.name);
     if (!grad)
       return grad.takeError();

@@ -79,6 +79,18 @@ runGradStep(const mlir::llmc::ModelConfig &config, int64_t batch, int64_t seq,
     if (llvm::Error error = exec.setTensor(param.name, tensor))
       return error;
   }
+  // Mixed precision: the 16-bit weight copies the step reads.
+  if (programs->castWeights) {
+    std::vector<kir::Kernel> castKernels = programs->castWeights->kernels;
+    auto casts = runtime::createCpuExecutor(
+        *programs->castWeights,
+        [&]() { return cpu::compileKernelsToObject(castKernels); }, 2,
+        nullptr, {}, exec.store());
+    if (!casts)
+      return casts.takeError();
+    if (llvm::Error error = (*casts)->run())
+      return error;
+  }
   for (const char *name : {"tokens", "targets"}) {
     HostTensor ids = HostTensor::zeros(kir::DType::I32, {batch, seq});
     for (int32_t &id : ids.i32())
@@ -100,6 +112,8 @@ runGradStep(const mlir::llmc::ModelConfig &config, int64_t batch, int64_t seq,
     return loss.takeError();
   run.loss = std::move(*loss);
   for (const kir::Binding &state : exec.program().states) {
+    if (!llvm::StringRef(state.name).starts_with("grad."))
+      continue; // the weight copies
     llvm::Expected<HostTensor> grad = exec.store()->get(state.name);
     if (!grad)
       return grad.takeError();
