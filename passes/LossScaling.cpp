@@ -35,6 +35,7 @@
 // 2^k commutes with rounding) as long as nothing overflows or becomes
 // subnormal, so f32 training with loss scaling equals training without it.
 #include "ir/LlmcOps.h"
+#include "passes/NamedArguments.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -95,13 +96,10 @@ unsigned firstInputArgument(func::FuncOp func) {
 
 /// The argument named `name` by `llmc.param` or `llmc.state`, if any.
 std::optional<BlockArgument> namedArgument(func::FuncOp func, StringRef name) {
-  for (BlockArgument arg : func.getArguments())
-    for (const char *attr : {"llmc.param", "llmc.state"})
-      if (auto value =
-              func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr))
-        if (value.getValue() == name)
-          return arg;
-  return std::nullopt;
+  if (std::optional<BlockArgument> param =
+          argumentNamed(func, "llmc.param", name))
+    return param;
+  return argumentNamed(func, "llmc.state", name);
 }
 
 class LossScalingPass

@@ -24,6 +24,7 @@
 // A cast whose operand is not a parameter (a masked weight before 2:4
 // training ran its mask, a ZeRO-3 block) stays as it is.
 #include "ir/LlmcOps.h"
+#include "passes/NamedArguments.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -45,30 +46,6 @@ struct CastWeight {
   RankedTensorType type; // the copy's type
   std::string state() const { return "cast." + param; }
 };
-
-/// The index of `func`'s argument named `name` by `attr`, if any.
-std::optional<unsigned> argumentNamed(func::FuncOp func, StringRef attr,
-                                      StringRef name) {
-  for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    if (auto value = func.getArgAttrOfType<StringAttr>(i, attr))
-      if (value.getValue() == name)
-        return i;
-  return std::nullopt;
-}
-
-/// Appends an `llmc.state` argument `name` of `type` to `func`.
-BlockArgument appendStateArgument(func::FuncOp func, Type type,
-                                  StringRef name) {
-  OpBuilder b(func.getContext());
-  unsigned index = func.getNumArguments();
-  if (failed(func.insertArgument(
-          index, type,
-          b.getDictionaryAttr(
-              b.getNamedAttr("llmc.state", b.getStringAttr(name))),
-          func.getLoc())))
-    llvm_unreachable("inserting an argument of a function with a body");
-  return func.getArgument(index);
-}
 
 /// Appends `value` to `func`'s results as the new value of state `name`.
 void appendStateUpdate(func::FuncOp func, Value value, StringRef name) {
@@ -140,13 +117,12 @@ private:
   /// The f32 -> 16-bit casts of parameter `name` in `func`.
   static SmallVector<CastOp> castsOf(func::FuncOp func, StringRef name) {
     SmallVector<CastOp> casts;
-    std::optional<unsigned> index = argumentNamed(func, "llmc.param", name);
-    if (!index)
+    std::optional<BlockArgument> param =
+        argumentNamed(func, "llmc.param", name);
+    if (!param ||
+        !cast<RankedTensorType>(param->getType()).getElementType().isF32())
       return casts;
-    BlockArgument param = func.getArgument(*index);
-    if (!cast<RankedTensorType>(param.getType()).getElementType().isF32())
-      return casts;
-    for (Operation *user : param.getUsers())
+    for (Operation *user : param->getUsers())
       if (auto castOp = dyn_cast<CastOp>(user)) {
         Type element = castOp.getType().getElementType();
         if (element.isF16() || element.isBF16())
@@ -176,7 +152,7 @@ private:
       SmallVector<CastOp> casts = castsOf(func, w.param);
       if (casts.empty())
         continue;
-      BlockArgument copy = appendStateArgument(func, w.type, w.state());
+      BlockArgument copy = insertStateArgument(func, w.type, w.state());
       for (CastOp castOp : casts) {
         castOp.getResult().replaceAllUsesWith(copy);
         castOp.erase();
@@ -189,7 +165,7 @@ private:
     OpBuilder b(update.getContext());
     for (const CastWeight &w : weights) {
       Value newValue = newValueOf(update, w.param);
-      appendStateArgument(update, w.type, w.state());
+      insertStateArgument(update, w.type, w.state());
       b.setInsertionPointAfterValue(newValue);
       Value copy = CastOp::create(b, newValue.getLoc(), w.type, newValue);
       appendStateUpdate(update, copy, w.state());
@@ -203,9 +179,8 @@ private:
     Location loc = NameLoc::get(b.getStringAttr("cast_weights"));
     SmallVector<Type> argTypes;
     for (const CastWeight &w : weights)
-      argTypes.push_back(update.getArgument(*argumentNamed(
-                                                update, "llmc.param", w.param))
-                             .getType());
+      argTypes.push_back(
+          argumentNamed(update, "llmc.param", w.param)->getType());
     auto func = func::FuncOp::create(b, loc, "cast_weights",
                                      b.getFunctionType(argTypes, {}));
     for (auto [i, w] : llvm::enumerate(weights))
@@ -217,7 +192,7 @@ private:
       copies.push_back(CastOp::create(b, loc, w.type, body->getArgument(i)));
     func::ReturnOp::create(b, loc, ValueRange{});
     for (auto [w, copy] : llvm::zip(weights, copies)) {
-      appendStateArgument(func, w.type, w.state());
+      insertStateArgument(func, w.type, w.state());
       appendStateUpdate(func, copy, w.state());
     }
   }

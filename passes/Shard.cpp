@@ -23,6 +23,7 @@
 // step stays as @grad_step_no_sync (local accumulation, DDP's no_sync) for
 // the micro-batches before the last of a step.
 #include "ir/LlmcOps.h"
+#include "passes/NamedArguments.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -427,24 +428,6 @@ private:
     return buckets;
   }
 
-  /// Inserts argument `name` (an `llmc.state`) after the last state or
-  /// parameter argument of `func`; returns it.
-  BlockArgument addStateArgument(func::FuncOp func, Type type,
-                                 StringRef name) {
-    unsigned index = 0;
-    for (unsigned i = 0; i < func.getNumArguments(); ++i)
-      if (func.getArgAttr(i, "llmc.param") || func.getArgAttr(i, "llmc.state"))
-        index = i + 1;
-    OpBuilder b(func.getContext());
-    if (failed(func.insertArgument(
-            index, type,
-            b.getDictionaryAttr(
-                b.getNamedAttr("llmc.state", b.getStringAttr(name))),
-            func.getLoc())))
-      llvm_unreachable("inserting an argument of a function with a body");
-    return func.getArgument(index);
-  }
-
   /// Replaces `func`'s results with `values`, each updating and naming the
   /// buffer in `updates` (empty: `outputs` names a plain output).
   void setResults(func::FuncOp func, ArrayRef<Value> values,
@@ -513,7 +496,7 @@ private:
       SmallVector<Value> parts = splitShards(b, loc, scattered, layout);
       for (auto [g, part, s] : llvm::zip(bucket, parts, layout)) {
         std::string name = "grad.shard." + g->name;
-        BlockArgument acc = addStateArgument(gradStep, s->shardType, name);
+        BlockArgument acc = insertStateArgument(gradStep, s->shardType, name);
         results.push_back(AddOp::create(b, loc, acc, part));
         names.push_back({name, true});
         if (zero == 1) {
@@ -609,7 +592,8 @@ private:
     auto blockOf = [&](const Shard *shard) {
       Value &block = blocks[shard->name];
       if (!block)
-        block = addStateArgument(func, shard->shardType, "shard." + shard->name);
+        block = insertStateArgument(func, shard->shardType,
+                                    "shard." + shard->name);
       return block;
     };
     // Per phase, the units in the order they are first read; each unit's
@@ -900,7 +884,7 @@ private:
     }
     // The updated blocks are state: bind each as an argument of its own.
     for (auto [i, target] : llvm::enumerate(targets))
-      addStateArgument(func, target.second->shardType, target.first);
+      insertStateArgument(func, target.second->shardType, target.first);
     func::ReturnOp::create(b, loc, results);
     setResults(func, results, names);
   }

@@ -19,6 +19,7 @@
 //       every update, whatever the optimizer, precision or loss scale (an
 //       overflow's select keeps the old, already masked W).
 #include "ir/LlmcOps.h"
+#include "passes/NamedArguments.h"
 #include "passes/Passes.h"
 #include "passes/Remat.h"
 
@@ -41,25 +42,6 @@ namespace {
 /// reads masks by this prefix, groups along their last dimension.
 std::string maskName(StringRef param) {
   return ("sparsity_mask." + param).str();
-}
-
-/// The argument of `func` named `name` by `attr`, if any.
-std::optional<BlockArgument> argumentNamed(func::FuncOp func, StringRef attr,
-                                           StringRef name) {
-  for (BlockArgument arg : func.getArguments())
-    if (auto value = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr))
-      if (value.getValue() == name)
-        return arg;
-  return std::nullopt;
-}
-
-/// Where persistent arguments end: after the last llmc.param/llmc.state.
-unsigned endOfPersistentArguments(func::FuncOp func) {
-  unsigned end = 0;
-  for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    if (func.getArgAttr(i, "llmc.param") || func.getArgAttr(i, "llmc.state"))
-      end = i + 1;
-  return end;
 }
 
 /// How a parameter is read by matmuls (through casts): as a weight in the
@@ -185,18 +167,6 @@ private:
     return selected;
   }
 
-  BlockArgument addMask(func::FuncOp func, StringRef param,
-                        RankedTensorType type) {
-    OpBuilder b(func.getContext());
-    unsigned index = endOfPersistentArguments(func);
-    auto attrs = b.getDictionaryAttr(
-        {b.getNamedAttr("llmc.state", b.getStringAttr(maskName(param))),
-         b.getNamedAttr("llmc.state_init", b.getF64FloatAttr(1.0))});
-    if (failed(func.insertArgument(index, type, attrs, func.getLoc())))
-      llvm_unreachable("inserting an argument of a function with a body");
-    return func.getArgument(index);
-  }
-
   void maskReads(func::FuncOp func,
                  ArrayRef<std::pair<std::string, RankedTensorType>> selected) {
     // The products lead the body, in the order of the weights.
@@ -206,7 +176,7 @@ private:
           argumentNamed(func, "llmc.param", name);
       if (!weight)
         continue;
-      BlockArgument mask = addMask(func, name, type);
+      BlockArgument mask = insertStateArgument(func, type, maskName(name), 1.0);
       Value masked = MulOp::create(b, func.getLoc(), *weight, mask);
       weight->replaceAllUsesExcept(masked, masked.getDefiningOp());
       b.setInsertionPointAfter(masked.getDefiningOp());
@@ -225,7 +195,8 @@ private:
                                 "gradient state 'grad.")
                << name << "' of the weight's shape (ZeRO-sharded state is "
                           "not supported)";
-      BlockArgument mask = addMask(update, name, type);
+      BlockArgument mask =
+          insertStateArgument(update, type, maskName(name), 1.0);
       OpBuilder b(update.getContext());
       // The gradient and optimizer state: `<kind>.<name>`, kind one word.
       for (BlockArgument arg : update.getArguments()) {

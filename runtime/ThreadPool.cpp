@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-
 #ifdef __linux__
 #include <pthread.h>
 #endif

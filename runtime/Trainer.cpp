@@ -393,16 +393,21 @@ Checkpoint Trainer::checkpointState() const {
   return c;
 }
 
+/// Whether a checkpoint holds the persistent tensor `name` as it is (what
+/// checkpoints write, and what a resume requires). Gradients are zero
+/// between steps (the update step zeroes them). ZeRO's blocks are stored
+/// as the full tensors one process has, so that any world size and stage
+/// can resume them. Mixed precision's 16-bit weight copies are the casts of
+/// the masters, made again by @cast_weights.
+static bool checkpointedAsItIs(llvm::StringRef name) {
+  return !name.starts_with("grad.") && !name.starts_with("shard.") &&
+         !name.starts_with("cast.");
+}
+
 std::vector<std::string> Trainer::checkpointTensorNames() const {
-  // Gradients are zero between steps (the update step zeroes them). ZeRO's
-  // blocks are stored as the full tensors one process has, so that any
-  // world size and stage can resume them. Mixed precision's 16-bit weight
-  // copies are the casts of the masters, made again by @cast_weights.
   std::vector<std::string> names;
   for (const std::string &name : store->names())
-    if (!llvm::StringRef(name).starts_with("grad.") &&
-        !llvm::StringRef(name).starts_with("shard.") &&
-        !llvm::StringRef(name).starts_with("cast."))
+    if (checkpointedAsItIs(name))
       names.push_back(name);
   return names;
 }
@@ -479,12 +484,9 @@ llvm::Error Trainer::resume(const Checkpoint &main, llvm::StringRef source) {
         "\n(model, optimizer and data must match; steps, intervals and the "
         "output directory may change)");
   // The checkpoint must hold exactly the persistent tensors the programs
-  // use (gradients aside; ZeRO's blocks come from full tensors; the 16-bit
-  // weight copies from the masters).
+  // use that checkpoints hold as they are.
   for (const std::string &name : store->names()) {
-    if (llvm::StringRef(name).starts_with("grad.") ||
-        llvm::StringRef(name).starts_with("shard.") ||
-        llvm::StringRef(name).starts_with("cast."))
+    if (!checkpointedAsItIs(name))
       continue;
     auto it = c.tensors.find(name);
     if (it == c.tensors.end())

@@ -22,8 +22,8 @@ namespace {
 // own writing another buffer: the pre-activation is kept for the
 // backward); its backward, the GELU gradient on dY W_proj (DGELU, the
 // saved pre-activation as aux). In llmc-amp programs C, the bias (the
-// per-step cast of the f32 parameter) and aux are all bf16 or all f16,
-// which is what cuBLASLt reads for a bf16/f16 D. Not fused, because the
+// persistent 16-bit copy of the f32 parameter) and aux are all bf16 or all
+// f16, which is what cuBLASLt reads for a bf16/f16 D. Not fused, because the
 // lowering does not make them epilogues of one GEMM: the bias gradients
 // are reduce_sum kernel steps, and the training forward's GELU
 // (EPILOGUE_GELU_AUX_BIAS could write both buffers) is the next step.

@@ -14,6 +14,7 @@
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
 #include "passes/Pipelines.h"
+#include "test/unit/cudart/AmpEpilogues.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -31,9 +32,7 @@ namespace {
 
 /// A GPT-2 style config (2 layers, width 64) with `extra` YAML lines.
 std::string config(const std::string &extra = "") {
-  return "name: g\nn_layer: 2\nn_head: 4\nn_embd: 64\nseq_len: 16\n"
-         "vocab_size: 128\n" +
-         extra;
+  return test::kGpt2TwoLayers + extra;
 }
 
 /// The forward program of `yaml` at batch 2, sequence 8.
@@ -252,32 +251,13 @@ TEST(GemmEpilogueTest, ChangedKernelsAreNotFused) {
 }
 
 // llmc-amp programs: the same kinds as in f32, on bf16/f16 C with the
-// bias (the per-step cast of the f32 parameter) and aux of C's type. Each
-// GEMM with an epilogue kernel, in schedule order. The products cast back
-// up to f32 (the logits for the loss, the f32 dX of the residual stream)
-// have an f32 C whose kernel rounds it to the narrow type as it loads it:
-// not fused (cuBLASLt would not round it).
+// bias (the parameter's persistent 16-bit copy) and aux of C's type, GEMM
+// by GEMM as test/unit/cudart/AmpEpilogues.h lists them (the products cast
+// back up to f32 are not fused: cuBLASLt would not round them).
 TEST(GemmEpilogueTest, AmpProgramsFuseBiasGeluBiasAndGeluGradient) {
   using K = FusedEpilogueKind;
-  const std::vector<std::pair<std::string, K>> forward = {
-      {"h.0.attn.c_attn.matmul_add", K::Bias},
-      {"matmul_add_gelu", K::GeluBias},
-      {"h.1.attn.c_attn.matmul_add", K::Bias},
-      {"matmul_add_gelu", K::GeluBias},
-      {"matmul_cast", K::None}};
-  const std::vector<std::pair<std::string, K>> grad = {
-      {"h.0.attn.c_attn.matmul_add", K::Bias},
-      {"h.0.mlp.c_fc.matmul_add", K::Bias},
-      {"h.1.attn.c_attn.matmul_add", K::Bias},
-      {"h.1.mlp.c_fc.matmul_add", K::Bias},
-      {"matmul_cast", K::None},
-      {"lm_head.matmul_cast", K::None},
-      {"matmul_gelu_grad", K::DGelu},
-      {"h.1.mlp.c_fc.matmul_cast", K::None},
-      {"h.1.attn.c_attn.matmul_cast", K::None},
-      {"matmul_gelu_grad", K::DGelu},
-      {"h.0.mlp.c_fc.matmul_cast", K::None},
-      {"h.0.attn.c_attn.matmul_cast", K::None}};
+  const test::EpilogueTable &forward = test::ampForwardEpilogues();
+  const test::EpilogueTable &grad = test::ampGradStepEpilogues();
   for (auto [precision, narrow] :
        {std::pair{PrecisionConfig::Kind::BF16, kir::DType::BF16},
         std::pair{PrecisionConfig::Kind::FP16, kir::DType::F16}}) {

@@ -20,6 +20,7 @@
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
 #include "test/unit/cuda/CudaTestUtil.h"
+#include "test/unit/cudart/AmpEpilogues.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -35,9 +36,6 @@ using namespace llmc::runtime;
 using llmc::test::deviceBases;
 
 namespace {
-
-const char *kGpt2 = "name: g\nn_layer: 2\nn_head: 4\nn_embd: 64\nseq_len: 16\n"
-                    "vocab_size: 128\n";
 
 /// The training programs of `config` at batch x seq in `precision`.
 std::vector<std::pair<std::string, kir::Program>>
@@ -60,7 +58,7 @@ trainingPrograms(const mlir::llmc::ModelConfig &config,
 
 std::vector<std::pair<std::string, kir::Program>>
 trainingPrograms(PrecisionConfig::Kind precision) {
-  auto parsed = mlir::llmc::parseModelConfig(kGpt2, "test.yaml");
+  auto parsed = mlir::llmc::parseModelConfig(test::kGpt2TwoLayers, "test.yaml");
   EXPECT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
   return trainingPrograms(*parsed, precision, 2, 8);
 }
@@ -340,7 +338,7 @@ uint64_t addressOf(const kir::Program &program,
 
 // GPT-2's bf16 and fp16 (loss scaling) training programs: which GEMM hands
 // which epilogue to cuBLASLt, GEMM by GEMM in schedule order, with the bias
-// vector (the parameter's per-step bf16/f16 cast, BIAS_DATA_TYPE the narrow
+// vector (the parameter's persistent bf16/f16 copy, BIAS_DATA_TYPE the narrow
 // type) or the GELU input (aux: the saved c_fc pre-activation, of C's type,
 // ld 4C) at the addresses the views give; those epilogue kernels are no
 // longer launched, the others still are. The products cast back up to f32
@@ -348,26 +346,8 @@ uint64_t addressOf(const kir::Program &program,
 // kernel. f32 fuses the same GEMMs (and has no such casts).
 TEST(GemmPlanTest, AmpEpiloguesRunInCublasLt) {
   using K = kir::EpilogueKind;
-  const std::vector<std::pair<std::string, K>> expected[2] = {
-      // @forward (the inference forward of compileTraining)
-      {{"h.0.attn.c_attn.matmul_add", K::Bias},
-       {"matmul_add_gelu", K::GeluBias},
-       {"h.1.attn.c_attn.matmul_add", K::Bias},
-       {"matmul_add_gelu", K::GeluBias},
-       {"matmul_cast", K::None}},
-      // @grad_step
-      {{"h.0.attn.c_attn.matmul_add", K::Bias},
-       {"h.0.mlp.c_fc.matmul_add", K::Bias},
-       {"h.1.attn.c_attn.matmul_add", K::Bias},
-       {"h.1.mlp.c_fc.matmul_add", K::Bias},
-       {"matmul_cast", K::None},
-       {"lm_head.matmul_cast", K::None},
-       {"matmul_gelu_grad", K::DGelu},
-       {"h.1.mlp.c_fc.matmul_cast", K::None},
-       {"h.1.attn.c_attn.matmul_cast", K::None},
-       {"matmul_gelu_grad", K::DGelu},
-       {"h.0.mlp.c_fc.matmul_cast", K::None},
-       {"h.0.attn.c_attn.matmul_cast", K::None}}};
+  const test::EpilogueTable *expected[2] = {&test::ampForwardEpilogues(),
+                                            &test::ampGradStepEpilogues()};
   for (auto [precision, name, type] :
        {std::tuple{PrecisionConfig::Kind::BF16, "bf16", CUDA_R_16BF},
         std::tuple{PrecisionConfig::Kind::FP16, "fp16", CUDA_R_16F},
@@ -420,7 +400,7 @@ TEST(GemmPlanTest, AmpEpiloguesRunInCublasLt) {
         EXPECT_GE(alignmentOf(d->fused == K::DGelu ? d->aux : d->bias), 16u);
       }
       // f32 programs have no casts back up: the same list without them.
-      std::vector<std::pair<std::string, K>> want = expected[p];
+      test::EpilogueTable want = *expected[p];
       if (type == CUDA_R_32F)
         llvm::erase_if(
             want, [](const auto &entry) { return entry.second == K::None; });
