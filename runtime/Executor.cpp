@@ -17,6 +17,7 @@
 #include "runtime/Cpu/Sgemm.h"
 #include "runtime/Cpu/SignalMask.h"
 #include "runtime/Cpu/VectorExp.h"
+#include "runtime/HostMemory.h"
 #include "runtime/MemoryReport.h"
 #include "runtime/Sparsity.h"
 
@@ -36,11 +37,6 @@ using kir::BufferKind;
 
 namespace {
 
-char *allocate(int64_t bytes) {
-  int64_t size = (std::max<int64_t>(bytes, 1) + kir::kArenaAlignment - 1) /
-                 kir::kArenaAlignment * kir::kArenaAlignment;
-  return static_cast<char *>(std::aligned_alloc(kir::kArenaAlignment, size));
-}
 
 
 /// One operand of a BLAS call: element (row i, column j) of the logical
@@ -154,7 +150,7 @@ CpuExecutor::CpuExecutor(kir::Program program,
   openblas_set_num_threads(1);
   if (!persistent)
     persistent = std::make_shared<PersistentStore>();
-  arena = allocate(prog.arenaBytes);
+  arena = allocateHostMemory(prog.arenaBytes);
   scratch.resize(pool.size());
 }
 
@@ -171,7 +167,7 @@ llvm::Error CpuExecutor::bindBuffers() {
         return memory.takeError();
       bases[index] = *memory;
     } else {
-      char *memory = allocate(buffer.bytes());
+      char *memory = allocateHostMemory(buffer.bytes());
       std::memset(memory, 0, buffer.bytes());
       owned.push_back(memory);
       bases[index] = memory;

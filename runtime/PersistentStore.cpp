@@ -3,6 +3,7 @@
 #include "runtime/PersistentStore.h"
 
 #include "ir/kernel/Program.h"
+#include "runtime/HostMemory.h"
 #include "runtime/ParallelChunks.h"
 
 #include <cstdlib>
@@ -45,10 +46,8 @@ llvm::Expected<char *> PersistentStore::bind(llvm::StringRef name,
     return entry.data;
   }
   Entry entry = Entry::of(dtype, shape);
-  int64_t size = (std::max<int64_t>(entry.bytes, 1) + kir::kArenaAlignment - 1) /
-                 kir::kArenaAlignment * kir::kArenaAlignment;
-  entry.data =
-      static_cast<char *>(std::aligned_alloc(kir::kArenaAlignment, size));
+  int64_t size = std::max<int64_t>(entry.bytes, 1);
+  entry.data = allocateHostMemory(size);
   if (!entry.data)
     return llvm::createStringError("cannot allocate " + llvm::Twine(size) +
                                    " bytes for persistent tensor '" + name +

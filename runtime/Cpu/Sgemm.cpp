@@ -1,6 +1,7 @@
 // The CPU executor's f32 GEMM (Sgemm.h): OpenBLAS linked, oneDNN loaded.
 #include "runtime/Cpu/Sgemm.h"
 #include "runtime/Cpu/SignalMask.h"
+#include "runtime/HostMemory.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <vector>
 
 using namespace llmc;
@@ -183,8 +185,17 @@ double cpu::measureLibraryPeak(SgemmLibrary library, int n, int threads,
                                int reps) {
   using Clock = std::chrono::steady_clock;
   AsyncSignalsBlocked shield; // the library's threads inherit the mask
-  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f),
-      c(size_t(n) * n);
+  // In huge pages, as the programs' tensors and arenas are
+  // (runtime/HostMemory.h).
+  auto matrix = [&](float value) {
+    std::unique_ptr<float, decltype(&std::free)> m(
+        reinterpret_cast<float *>(
+            runtime::allocateHostMemory(int64_t(n) * n * sizeof(float))),
+        &std::free);
+    std::fill(m.get(), m.get() + size_t(n) * n, value);
+    return m;
+  };
+  auto a = matrix(0.5f), b = matrix(0.25f), c = matrix(0.0f);
   const OneDnn &d = oneDnn();
   bool dnnl = library == SgemmLibrary::OneDnn && d.sgemm;
   if (dnnl && d.ompSetNumThreads)
@@ -195,11 +206,11 @@ double cpu::measureLibraryPeak(SgemmLibrary library, int n, int threads,
   for (int i = 0; i < reps; ++i) {
     auto start = Clock::now();
     if (dnnl)
-      d.sgemm('N', 'T', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
+      d.sgemm('N', 'T', n, n, n, 1.0f, a.get(), n, b.get(), n, 0.0f, c.get(),
               n);
     else
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f,
-                  a.data(), n, b.data(), n, 0.0f, c.data(), n);
+                  a.get(), n, b.get(), n, 0.0f, c.get(), n);
     best = std::min(
         best, std::chrono::duration<double>(Clock::now() - start).count());
   }
