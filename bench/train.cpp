@@ -18,13 +18,18 @@
 // --torch-python and --jax-python; a framework that is not installed is
 // skipped with the reason), so the ratio is read from one sitting.
 //
+// Under the phases, whole steps (the gradient and update step back to
+// back, unprofiled: best and median) and, with --llmc-run (default on),
+// `llmc run` training the same model, B, T, precision and threads, its
+// median step from its metrics.jsonl and the ratio of the two medians.
+//
 // --precision bf16|fp16 times the mixed-precision step instead (GEMM
 // operands in 16 bits: runNarrowGemm, runtime/Executor.cpp); the line
 // under the table says which 16-bit GEMM path ran (cpu::bf16GemmPath).
 //
 //   build/bin/bench-train [--iterations N] [--num-threads N] [--short]
 //                         [--batch B] [--seq T] [--gemm-shapes]
-//                         [--top-steps N]
+//                         [--top-steps N] [--llmc-run=false]
 //                         [--precision fp32|bf16|fp16] [--peers=false]
 //                         [--torch-python P] [--jax-python P]
 #include "bench/Bandwidth.h"
@@ -46,11 +51,15 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -97,6 +106,14 @@ static cl::opt<bool> peers("peers", cl::cat(llmc::bench::benchOptions()),
                            cl::desc("Also time PyTorch and JAX on the same "
                                     "step (--peers=false: llmc only)"),
                            cl::init(true));
+static cl::opt<bool> llmcRun(
+    "llmc-run", cl::cat(llmc::bench::benchOptions()),
+    cl::desc("Also train each model with `llmc run` (the llmc beside this "
+             "binary) on the same B, T, precision and threads for "
+             "--iterations + 2 steps, and print its median step from "
+             "steps 2 on next to the whole steps timed here "
+             "(--llmc-run=false: not)"),
+    cl::init(true));
 static cl::opt<std::string> precision(
     "precision", cl::cat(llmc::bench::benchOptions()),
     cl::desc("Mixed precision of the measured step: fp32 (default), bf16 or "
@@ -188,6 +205,116 @@ static std::string runPeer(llvm::StringRef framework, llvm::StringRef python,
     return "failed (exit " + std::to_string(status) +
            "): " + (printed.empty() ? error : printed);
   return printed;
+}
+
+/// `llmc run`'s step as a user gets it: the llmc beside this binary trains
+/// model `c` (its config written out as a model file) on random bytes with
+/// the byte tokenizer for `steps` steps, each logged, no evaluation, sample
+/// or checkpoint before the end, in a temporary directory removed after.
+/// The step times of steps 2 on (the first two compile nothing but touch
+/// every page and warm the caches) come from metrics.jsonl: each step's
+/// tokens over its tokens/s, the Trainer's own wall time of the step (data,
+/// setting the inputs, the gradient and update step, the guard, logging).
+/// An error says what failed.
+static llvm::Expected<std::vector<double>>
+llmcRunStepSeconds(const char *argv0, const bench::BenchModel &c,
+                   llvm::StringRef precisionName, int numThreads, int steps) {
+  std::string self =
+      llvm::sys::fs::getMainExecutable(argv0, (void *)&llmcRunStepSeconds);
+  llvm::SmallString<256> llmc(llvm::sys::path::parent_path(self));
+  llvm::sys::path::append(llmc, "llmc");
+  if (!llvm::sys::fs::can_execute(llmc))
+    return llvm::createStringError("no " + llmc +
+                                   " (ninja llmc; --llmc-run=false skips)");
+  llvm::SmallString<128> dir;
+  if (std::error_code ec =
+          llvm::sys::fs::createUniqueDirectory("bench-train-run", dir))
+    return llvm::createStringError(ec, "cannot create a temporary directory");
+  llvm::scope_exit removeDir(
+      [&] { (void)llvm::sys::fs::remove_directories(dir); });
+  auto path = [&](llvm::StringRef name) {
+    llvm::SmallString<128> p(dir);
+    llvm::sys::path::append(p, name);
+    return std::string(p);
+  };
+  auto write = [&](const std::string &file,
+                   llvm::function_ref<void(llvm::raw_ostream &)> fill)
+      -> llvm::Error {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(file, ec);
+    if (ec)
+      return llvm::createStringError(ec, "cannot write " + file);
+    fill(os);
+    return llvm::Error::success();
+  };
+  if (llvm::Error err = write(path("model.yaml"), [&](llvm::raw_ostream &os) {
+        mlir::llmc::printModelConfig(c.config, os);
+      }))
+    return err;
+  if (llvm::Error err = write(path("corpus.txt"), [&](llvm::raw_ostream &os) {
+        std::mt19937 rng(7);
+        std::uniform_int_distribution<int> letter('a', 'z');
+        for (int i = 0; i < (1 << 20); ++i)
+          os << (i % 64 == 63 ? '\n' : char(letter(rng)));
+      }))
+    return err;
+  if (llvm::Error err = write(path("run.yaml"), [&](llvm::raw_ostream &os) {
+        os << "model: " << path("model.yaml") << "\n"
+           << "micro_batch_size: " << c.batch << "\n"
+           << "seq_len: " << c.seq << "\n"
+           << "max_steps: " << steps << "\n"
+           << "data: {train: [" << path("corpus.txt")
+           << "], tokenizer: byte}\n"
+           << "log_interval: 1\neval_interval: 0\neval_steps: 0\n"
+           << "sample_tokens: 0\ncheckpoint_interval: 0\n"
+           << "progress: lines\n"
+           << "threads: " << numThreads << "\n"
+           << "precision: " << precisionName << "\n";
+      }))
+    return err;
+  std::vector<std::string> args = {std::string(llmc), "run", path("run.yaml"),
+                                   "--out", path("out")};
+  std::vector<llvm::StringRef> argv(args.begin(), args.end());
+  std::string log = path("log.txt");
+  std::optional<llvm::StringRef> redirects[] = {std::nullopt, log, log};
+  std::string error;
+  int status = llvm::sys::ExecuteAndWait(llmc, argv, std::nullopt, redirects,
+                                         0, 0, &error);
+  if (status != 0) {
+    auto text = llvm::MemoryBuffer::getFile(log);
+    llvm::StringRef all = text ? (*text)->getBuffer().trim() : "";
+    return llvm::createStringError(
+        "llmc run failed (exit " + std::to_string(status) + "): " +
+        (all.empty() ? error : all.substr(all.rfind('\n') + 1).str()));
+  }
+  auto metrics = llvm::MemoryBuffer::getFile(path("out/metrics.jsonl"));
+  if (!metrics)
+    return llvm::createStringError(metrics.getError(),
+                                   "llmc run wrote no metrics.jsonl");
+  std::vector<double> stepSeconds;
+  llvm::SmallVector<llvm::StringRef> lines;
+  (*metrics)->getBuffer().split(lines, '\n', -1, false);
+  for (llvm::StringRef line : lines) {
+    llvm::Expected<llvm::json::Value> value = llvm::json::parse(line);
+    if (!value)
+      return value.takeError();
+    const llvm::json::Object *object = value->getAsObject();
+    std::optional<int64_t> step = object ? object->getInteger("step")
+                                          : std::nullopt;
+    std::optional<double> rate =
+        object ? object->getNumber("tokens_per_s") : std::nullopt;
+    if (step && rate && *step >= 2 && *rate > 0)
+      stepSeconds.push_back(double(c.batch * c.seq) / *rate);
+  }
+  if (stepSeconds.empty())
+    return llvm::createStringError("llmc run logged no step from step 2 on");
+  return stepSeconds;
+}
+
+static double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 /// The gradient step's GEMMs grouped by shape ("NT 256x2304x768": op(A),
@@ -609,6 +736,47 @@ int main(int argc, char **argv) {
     printBound({&programs.gradStep, &programs.updateStep},
                {&grad->profile(), &update->profile()}, floors, double(flops),
                peak * 1e9, modelBandwidth, stepSeconds);
+    // Whole steps as the Trainer runs them: the gradient step and the
+    // update step back to back, unprofiled.
+    grad->setProfiling(false);
+    update->setProfiling(false);
+    std::vector<double> wholeSeconds;
+    for (int i = 0; i < iterations; ++i) {
+      auto start = Clock::now();
+      check(grad->run());
+      check(update->run());
+      wholeSeconds.push_back(seconds(start));
+    }
+    double wholeMedian = median(wholeSeconds);
+    auto ofPeak = [&](double stepSeconds) {
+      return 100 * flops / stepSeconds / 1e9 / peak;
+    };
+    llvm::outs() << llvm::format(
+        "%-20s whole steps (gradient + update step back to back, "
+        "unprofiled, %d runs): best %.1f ms, median %.1f ms = %.0f "
+        "tokens/s, %.1f%% of the peak\n",
+        "", int(iterations),
+        1e3 * *std::min_element(wholeSeconds.begin(), wholeSeconds.end()),
+        1e3 * wholeMedian, c.batch * c.seq / wholeMedian, ofPeak(wholeMedian));
+    if (llmcRun) {
+      llvm::Expected<std::vector<double>> runSeconds = llmcRunStepSeconds(
+          argv[0], c, precision, hw, int(iterations) + 2);
+      if (!runSeconds) {
+        llvm::outs() << llvm::format("%-20s llmc run: ", "")
+                     << llvm::toString(runSeconds.takeError()) << "\n";
+      } else {
+        double runMedian = median(*runSeconds);
+        llvm::outs() << llvm::format(
+            "%-20s llmc run (same B, T, precision, threads; steps 2-%d from "
+            "its metrics.jsonl): median %.1f ms (%.1f-%.1f) = %.0f "
+            "tokens/s, %.1f%% of the peak; %.3fx the whole steps' median\n",
+            "", int(iterations) + 1, 1e3 * runMedian,
+            1e3 * *std::min_element(runSeconds->begin(), runSeconds->end()),
+            1e3 * *std::max_element(runSeconds->begin(), runSeconds->end()),
+            c.batch * c.seq / runMedian, ofPeak(runMedian),
+            runMedian / wholeMedian);
+      }
+    }
     if (topSteps > 0) {
       printTopSteps(programs.gradStep, grad->profile(), topSteps, floors[0],
                     "gradient step");
