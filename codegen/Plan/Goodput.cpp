@@ -11,23 +11,20 @@ using namespace mlir::llmc::plan;
 CheckpointSize plan::checkpointSize(const StateBytes &perParameter,
                                     double parameters, const Layout &layout) {
   CheckpointSize size;
-  double master = masterBytesPerParameter(perParameter, layout.zero, layout.dp);
-  size.bytesPerParameter =
-      perParameter.weights + master + perParameter.optimizer;
+  double f32Weights =
+      perParameter.master > 0 ? perParameter.master : perParameter.weights;
+  size.bytesPerParameter = f32Weights + perParameter.optimizer;
   size.bytes = parameters * size.bytesPerParameter;
-  // Every tensor- and pipeline-parallel rank holds its own slice.
-  double slices = static_cast<double>(layout.tp * layout.pp);
+  bool rankFiles = layout.zero >= 1 && layout.dp > 1 && layout.tp == 1 &&
+                   layout.pp == 1;
   double d = static_cast<double>(layout.dp);
-  bool sharded = layout.zero >= 1 && layout.dp > 1;
-  size.writers = layout.tp * layout.pp * (sharded ? layout.dp : 1);
-  double states = master + perParameter.optimizer;
-  if (!sharded)
-    size.perRankBytes = size.bytes / slices;
+  size.writers = rankFiles ? layout.dp : 1;
+  if (!rankFiles)
+    size.perRankBytes = size.bytes;
   else if (layout.zero >= 3)
-    size.perRankBytes = size.bytes / (slices * d);
+    size.perRankBytes = size.bytes / d;
   else
-    size.perRankBytes =
-        parameters * (perParameter.weights + states / d) / slices;
+    size.perRankBytes = parameters * (f32Weights + perParameter.optimizer / d);
   return size;
 }
 

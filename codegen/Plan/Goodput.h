@@ -11,17 +11,19 @@
 
 namespace mlir::llmc::plan {
 
-/// One checkpoint of a run. llmc run's checkpoint holds every persistent
-/// tensor but the gradients, which are zero between steps
-/// (runtime/Checkpoint.h): the weights, the fp32 copy the optimizer steps
-/// and the optimizer states.
+/// One checkpoint of a run as llmc run writes it (runtime/Trainer.cpp):
+/// the f32 weights (under mixed precision the masters) and the optimizer
+/// states. Not the gradients (zero between steps), not mixed precision's
+/// 16-bit copies (made again from the masters on resume), not ZeRO's f32
+/// partitions of fp32 weights (cut again from the weights).
 struct CheckpointSize {
-  double bytesPerParameter = 0; // weights + master + optimizer states
+  double bytesPerParameter = 0; // f32 weights + optimizer states
   double bytes = 0;             // of the whole model
-  /// The most one rank writes: with ZeRO-1/2 the rank holding the full
-  /// weights writes them and its partition of the states, with ZeRO-3 one
-  /// rank's blocks, without ZeRO one rank per tensor/pipeline slice all of
-  /// its slice.
+  /// The most one rank writes. ZeRO over data parallelism alone: every dp
+  /// rank writes its blocks and rank 0 also the main file (ZeRO-1/2: the
+  /// full f32 weights; ZeRO-3: only scalars). Otherwise one rank writes
+  /// the whole checkpoint: tensor-parallel shares and pipeline stages,
+  /// and under them ZeRO's blocks, are gathered into one file.
   double perRankBytes = 0;
   int64_t writers = 1; // ranks that write a part
 };

@@ -178,16 +178,14 @@ void addCheckpointSections(const PlanRequest &request, const Estimate &est,
   Section ckpt{"checkpoints", "Checkpoints", {}};
   ckpt.rows.push_back(
       {"checkpoint_bytes_per_parameter",
-       formatv("bytes per parameter (weights {0} + fp32 copy {1} + "
-               "optimizer {2}; no gradients)",
-               shortNumber(perParameter.weights),
-               shortNumber(size.bytesPerParameter - perParameter.weights -
-                           perParameter.optimizer),
+       formatv("bytes per parameter (f32 weights {0} + optimizer {1}; no "
+               "gradients or 16-bit copies)",
+               shortNumber(size.bytesPerParameter - perParameter.optimizer),
                shortNumber(perParameter.optimizer))
            .str(),
        size.bytesPerParameter, "bytes",
-       "formula: llmc run's checkpoint, every persistent tensor but the "
-       "gradients (runtime/Checkpoint.h)"});
+       "formula: llmc run's checkpoint: the f32 weights (mixed precision's "
+       "masters) and the optimizer states"});
   ckpt.rows.push_back({"checkpoint_bytes", "one checkpoint", size.bytes,
                        "bytes", "IR parameters x bytes/parameter"});
   ckpt.rows.push_back(
@@ -195,11 +193,13 @@ void addCheckpointSections(const PlanRequest &request, const Estimate &est,
        formatv("largest part one rank writes (of {0} writing)", size.writers)
            .str(),
        size.perRankBytes, "bytes",
-       layout.zero >= 1 && layout.dp > 1
-           ? formatv("formula: ZeRO-{0} partitions over dp {1}, / tp x pp",
+       size.writers > 1
+           ? formatv("formula: ZeRO-{0}, a file per dp rank ({1}); rank 0 "
+                     "also the main file",
                      layout.zero, layout.dp)
                  .str()
-           : std::string("formula: one rank per tp x pp slice")});
+           : std::string("formula: one rank writes it all (tp shares, "
+                         "stages and ZeRO blocks gathered)")});
   ckpt.rows.push_back({"checkpoint_interval", "interval",
                        static_cast<double>(train.checkpointInterval), "steps",
                        intervalSource});

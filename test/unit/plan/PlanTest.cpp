@@ -259,10 +259,13 @@ TEST(PlanPublished, BytesPerParameter) {
 // Checkpoints and goodput
 //===----------------------------------------------------------------------===//
 
-// A checkpoint holds what llmc run saves: weights, the fp32 copy and the
-// optimizer states, not the gradients. 175B in fp16 with AdamW: 2 + 4 + 8
-// = 14 bytes per parameter, 2.45 TB; with ZeRO-3 over 124 ranks and tp 8
-// each of the 992 ranks writes 1/992 of it.
+// A checkpoint holds what llmc run saves (runtime/Trainer.cpp, checked
+// against its files): the f32 weights (mixed precision's masters) and the
+// optimizer states; not the gradients, the 16-bit copies or ZeRO's fp32
+// partitions. 175B in fp16 with AdamW: 4 + 8 = 12 bytes per parameter,
+// 2.1 TB. Under tensor or pipeline parallelism one rank writes it all
+// (shares, stages and ZeRO blocks gathered); ZeRO over dp alone writes a
+// file per rank.
 TEST(PlanGoodput, CheckpointSize) {
   StateBytes mixed = getStateBytes(Precision::Fp16, Optimizer::AdamW, false);
   Layout layout;
@@ -270,27 +273,38 @@ TEST(PlanGoodput, CheckpointSize) {
   layout.dp = 124;
   layout.zero = 3;
   CheckpointSize size = checkpointSize(mixed, 175e9, layout);
-  EXPECT_EQ(size.bytesPerParameter, 14);
-  EXPECT_DOUBLE_EQ(size.bytes, 175e9 * 14);
-  EXPECT_DOUBLE_EQ(size.perRankBytes, 175e9 * 14 / 992);
-  EXPECT_EQ(size.writers, 992);
-  // ZeRO-1: the states are partitioned, the 16-bit weights are whole.
-  layout.zero = 1;
-  size = checkpointSize(mixed, 175e9, layout);
-  EXPECT_DOUBLE_EQ(size.perRankBytes, 175e9 * (2 + 12.0 / 124) / 8);
-  // Without ZeRO one rank of each tp slice writes its slice.
+  EXPECT_EQ(size.bytesPerParameter, 12);
+  EXPECT_DOUBLE_EQ(size.bytes, 175e9 * 12);
+  EXPECT_DOUBLE_EQ(size.perRankBytes, 175e9 * 12);
+  EXPECT_EQ(size.writers, 1);
   layout.zero = 0;
   size = checkpointSize(mixed, 175e9, layout);
-  EXPECT_DOUBLE_EQ(size.perRankBytes, 175e9 * 14 / 8);
-  EXPECT_EQ(size.writers, 8);
-  // fp32 with ZeRO-1/2: llmc-shard's fp32 partition is saved too; fp32
-  // without ZeRO has no copy: 4 + 8.
+  EXPECT_DOUBLE_EQ(size.perRankBytes, 175e9 * 12);
+  EXPECT_EQ(size.writers, 1);
+  // ZeRO over dp alone: ZeRO-3 a file of 12/dp per rank; ZeRO-1/2 the
+  // rank files hold the optimizer states' blocks and rank 0 also writes
+  // the full masters (the tiny model's bf16 ZeRO-1 over 2 ranks: files of
+  // 4.07, 4.07 and 4.08 bytes per parameter).
+  layout.tp = 1;
+  layout.zero = 3;
+  size = checkpointSize(mixed, 175e9, layout);
+  EXPECT_DOUBLE_EQ(size.perRankBytes, 175e9 * 12 / 124);
+  EXPECT_EQ(size.writers, 124);
+  layout.zero = 1;
+  size = checkpointSize(mixed, 175e9, layout);
+  EXPECT_DOUBLE_EQ(size.perRankBytes, 175e9 * (4 + 8.0 / 124));
+  // fp32: the weights and the moments, ZeRO or not (llmc-shard's fp32
+  // partitions are cut again from the weights on resume).
   StateBytes fp32 = getStateBytes(Precision::Fp32, Optimizer::AdamW, true);
   Layout one;
   EXPECT_EQ(checkpointSize(fp32, 1, one).bytesPerParameter, 12);
   one.dp = 2;
   one.zero = 2;
-  EXPECT_EQ(checkpointSize(fp32, 1, one).bytesPerParameter, 16);
+  EXPECT_EQ(checkpointSize(fp32, 1, one).bytesPerParameter, 12);
+  EXPECT_DOUBLE_EQ(checkpointSize(fp32, 1, one).perRankBytes, 4 + 8.0 / 2);
+  // SGD with momentum: the weights and one state.
+  StateBytes sgd = getStateBytes(Precision::Fp32, Optimizer::Sgd, true);
+  EXPECT_EQ(checkpointSize(sgd, 1, Layout()).bytesPerParameter, 8);
 }
 
 TEST(PlanGoodput, CheckpointCount) {
