@@ -48,10 +48,10 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
-#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
@@ -208,11 +208,11 @@ static std::string runPeer(llvm::StringRef framework, llvm::StringRef python,
 }
 
 /// `llmc run`'s step as a user gets it: the llmc beside this binary trains
-/// model `c` (its config written out as a model file) on random bytes with
-/// the byte tokenizer for `steps` steps, each logged, no evaluation, sample
-/// or checkpoint before the end, in a temporary directory removed after.
-/// The step times of steps 2 on (the first two compile nothing but touch
-/// every page and warm the caches) come from metrics.jsonl: each step's
+/// model `c` (its config written out as a model file) on random letters
+/// with the byte tokenizer for `steps` steps, each logged, no evaluation,
+/// sample or checkpoint before the end, in a temporary directory removed
+/// after. Steps 0 and 1 are left out (the first touches every page, both
+/// warm the caches); the times of steps 2 on come from metrics.jsonl: each step's
 /// tokens over its tokens/s, the Trainer's own wall time of the step (data,
 /// setting the inputs, the gradient and update step, the guard, logging).
 /// An error says what failed.
