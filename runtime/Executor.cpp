@@ -155,6 +155,10 @@ CpuExecutor::CpuExecutor(kir::Program program,
 }
 
 llvm::Error CpuExecutor::bindBuffers() {
+  if (!arena)
+    return llvm::createStringError("cannot allocate the " +
+                                   llvm::Twine(prog.arenaBytes) +
+                                   "-byte arena of the program");
   bases.resize(prog.buffers.size(), nullptr);
   for (auto [index, buffer] : llvm::enumerate(prog.buffers)) {
     if (buffer.kind == BufferKind::Arena) {
@@ -168,6 +172,11 @@ llvm::Error CpuExecutor::bindBuffers() {
       bases[index] = *memory;
     } else {
       char *memory = allocateHostMemory(buffer.bytes());
+      if (!memory)
+        return llvm::createStringError("cannot allocate " +
+                                       llvm::Twine(buffer.bytes()) +
+                                       " bytes for input '" + buffer.name +
+                                       "'");
       std::memset(memory, 0, buffer.bytes());
       owned.push_back(memory);
       bases[index] = memory;

@@ -14,11 +14,13 @@ char *runtime::allocateHostMemory(int64_t bytes) {
                  kir::kArenaAlignment * kir::kArenaAlignment;
   if (size < kHugePageBytes)
     return static_cast<char *>(std::aligned_alloc(kir::kArenaAlignment, size));
-  void *data = std::aligned_alloc(kHugePageBytes, size);
+  // posix_memalign: aligned_alloc may refuse a size that is not a
+  // multiple of the alignment.
+  void *data = nullptr;
+  if (posix_memalign(&data, kHugePageBytes, size) != 0)
+    return nullptr;
   // Advice only (refused where THP is off); the tail short of a whole
   // huge page stays in small pages.
-  if (data)
-    (void)madvise(data, size / kHugePageBytes * kHugePageBytes,
-                  MADV_HUGEPAGE);
+  (void)madvise(data, size / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
   return static_cast<char *>(data);
 }

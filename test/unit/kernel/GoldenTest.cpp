@@ -205,6 +205,23 @@ TEST(Executor, RejectsOutOfRangeIds) {
             "input 'tokens' holds id 50 at position 5, outside [0, 50)");
 }
 
+// Memory the executor cannot get is an error that names it, not a crash:
+// an arena of 2^55 bytes, past any address space (allocateHostMemory).
+TEST(Executor, ReportsAnArenaItCannotAllocate) {
+  auto config = mlir::llmc::parseModelConfig(
+      "name: t\nn_layer: 1\nn_head: 2\nn_embd: 16\nseq_len: 8\nvocab_size: 50\n",
+      "t.yaml");
+  ASSERT_TRUE(bool(config));
+  mlir::MLIRContext context;
+  auto program = test::compileConfig(context, *config, {1, 8});
+  ASSERT_TRUE(mlir::succeeded(program));
+  program->arenaBytes = int64_t(1) << 55;
+  auto executor = test::makeExecutor(std::move(*program));
+  ASSERT_FALSE(bool(executor));
+  EXPECT_EQ(llvm::toString(executor.takeError()),
+            "cannot allocate the 36028797018963968-byte arena of the program");
+}
+
 } // namespace
 
 namespace {
