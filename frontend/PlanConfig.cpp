@@ -181,6 +181,7 @@ Expected<TrainConfig> plan::trainConfigFromRun(const TrainingConfig &run) {
   train.optimizer = run.optimizer.kind == ::llmc::OptimizerConfig::Kind::SGD
                         ? Optimizer::Sgd
                         : Optimizer::AdamW;
+  train.sgdMomentum = run.optimizer.momentum != 0;
   // llmc run's optimizer step reads fp32 gradients.
   train.fp32Gradients = true;
   train.microBatch = run.microBatchSize;

@@ -66,6 +66,9 @@ constexpr int64_t kDefaultGlobalBatch = 512;
 struct TrainConfig {
   Precision precision = Precision::Bf16;
   Optimizer optimizer = Optimizer::AdamW;
+  /// SGD keeps a momentum buffer (fp32) unless llmc run's
+  /// optimizer.momentum is 0.
+  bool sgdMomentum = true;
   /// Mixed precision accumulates gradients in fp32 by default (Megatron,
   /// BLOOM: the 18 bytes per parameter); false keeps them in 16 bits.
   bool fp32Gradients = true;

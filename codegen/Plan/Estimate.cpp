@@ -23,7 +23,7 @@ double activationElementBytes(Precision p) { return isHalf(p) ? 2 : 4; }
 } // namespace
 
 StateBytes plan::getStateBytes(Precision precision, Optimizer optimizer,
-                               bool fp32Gradients) {
+                               bool fp32Gradients, bool sgdMomentum) {
   StateBytes bytes;
   bool half = isHalf(precision);
   bytes.weights = half ? 2 : 4;
@@ -39,7 +39,7 @@ StateBytes plan::getStateBytes(Precision precision, Optimizer optimizer,
     bytes.optimizer = 2 + 2 * 4.0 / 2048;
     break;
   case Optimizer::Sgd:
-    bytes.optimizer = 4; // momentum in fp32
+    bytes.optimizer = sgdMomentum ? 4 : 0; // momentum in fp32
     break;
   }
   return bytes;
@@ -257,7 +257,8 @@ DeviceMemory stageMemory(const PlanModel &model, const TrainConfig &train,
       memory.parameters += vocabShare(model, model.tiedEmbedding, layout.tp);
   }
   StateBytes perParameter =
-      getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
+      getStateBytes(train.precision, train.optimizer, train.fp32Gradients,
+                    train.sgdMomentum);
   memory.states =
       shardStates(perParameter, memory.parameters, layout.zero, layout.dp);
   // 1F1B: stage k has pp - k micro-batches in flight after warm-up, so the
@@ -424,7 +425,8 @@ Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
   if (layout.pp > 1)
     traffic.pp = 2.0 * m * e * sbh / t;
   StateBytes perParameter =
-      getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
+      getStateBytes(train.precision, train.optimizer, train.fp32Gradients,
+                    train.sgdMomentum);
   double grads = pacedParameters * perParameter.gradients;
   double weights = pacedParameters * perParameter.weights;
   // A tied embedding's gradient is summed between the first and the last

@@ -32,8 +32,9 @@ struct StateBytes {
   double weights = 0, gradients = 0, master = 0, optimizer = 0;
   double total() const { return weights + gradients + master + optimizer; }
 };
+/// `sgdMomentum`: SGD keeps its fp32 momentum buffer (SGD only).
 StateBytes getStateBytes(Precision precision, Optimizer optimizer,
-                         bool fp32Gradients);
+                         bool fp32Gradients, bool sgdMomentum = true);
 
 /// Bytes per parameter of the fp32 copy the optimizer steps under ZeRO
 /// `zero` over `dp` ranks (before sharding): the master weights, or with

@@ -425,7 +425,8 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
                 cluster.numGpus()));
   }
   StateBytes perParameter =
-      getStateBytes(train.precision, train.optimizer, train.fp32Gradients);
+      getStateBytes(train.precision, train.optimizer, train.fp32Gradients,
+                    train.sgdMomentum);
   report.header.push_back(
       formatv("training: {0}, {1}, {2} gradients ({3} bytes/parameter before "
               "ZeRO); remat {4}",
@@ -507,7 +508,8 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
   stateRow("optimizer_states",
            train.optimizer == Optimizer::AdamW       ? "AdamW m and v, fp32"
            : train.optimizer == Optimizer::AdamW8bit ? "AdamW m and v, 8-bit"
-                                                     : "SGD momentum, fp32",
+           : train.sgdMomentum                       ? "SGD momentum, fp32"
+                                                     : "SGD without momentum: none",
            perParameter.optimizer, mem.states.optimizer, layout.zero >= 1);
   std::string korthikanti = "formula: Korthikanti et al. 2022";
   memory.rows.push_back(

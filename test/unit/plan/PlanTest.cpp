@@ -253,6 +253,9 @@ TEST(PlanPublished, BytesPerParameter) {
       getStateBytes(Precision::Bf16, Optimizer::AdamW8bit, true).total(), 12,
       0.01);
   EXPECT_EQ(getStateBytes(Precision::Fp32, Optimizer::Sgd, true).total(), 12);
+  // llmc run's SGD with momentum 0 keeps no buffer.
+  EXPECT_EQ(getStateBytes(Precision::Fp32, Optimizer::Sgd, true, false).total(),
+            8);
 }
 
 //===----------------------------------------------------------------------===//
