@@ -473,7 +473,16 @@ Error Parser::collectValue(const KeyInfo &k, const config::YNode &node) {
   if (k.kind == Kind::Model && node.kind == YNode::Kind::Mapping) {
     // The mapping runs to the next top-level key (collectFile closes it).
     value.inlineModel = std::string();
-    inlineModelStart = node.range.Start.getPointer();
+    // A flow mapping's range starts at its first key: its '{' is kept too
+    // (model: {n_layer: 2, ...}), or the model parser sees a stray '}'.
+    const char *start = node.range.Start.getPointer();
+    const char *first = file.text().data();
+    const char *before = start;
+    while (before > first && (before[-1] == ' ' || before[-1] == '\t'))
+      --before;
+    if (before > first && before[-1] == '{')
+      start = before - 1;
+    inlineModelStart = start;
     values[k.key] = std::move(value);
     return Error::success();
   }

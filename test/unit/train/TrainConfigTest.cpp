@@ -152,6 +152,23 @@ TEST(TrainConfigTest, FlagsWinOverTheFilesChoices) {
   EXPECT_EQ(c->modelSource, "(inline)");
 }
 
+// An inline model in the file, in block and in flow style (the flow
+// mapping's braces go to the model parser with it).
+TEST(TrainConfigTest, InlineModelInTheFile) {
+  for (const char *model :
+       {"model:\n  preset: gpt2\n  n_layer: 2\n  n_embd: 64\n  n_head: 2\n",
+        "model: {preset: gpt2, n_layer: 2, n_embd: 64, n_head: 2}\n",
+        "model: {  n_layer: 2, n_embd: 64, n_head: 2, vocab_size: 256, "
+        "seq_len: 64}\n"}) {
+    llvm::Expected<TrainingConfig> c =
+        parse(std::string(model) + "max_steps: 3\ndata: {train: [x.txt]}\n");
+    ASSERT_TRUE(bool(c)) << model << llvm::toString(c.takeError());
+    EXPECT_EQ(c->model.nLayer, 2);
+    EXPECT_EQ(c->model.nEmbd, 64);
+    EXPECT_EQ(c->modelSource, "(inline)");
+  }
+}
+
 TEST(TrainConfigTest, MaxTokensBecomesSteps) {
   llvm::Expected<TrainingConfig> c =
       parse(with("max_steps: 200", "max_tokens: 1e5"));
