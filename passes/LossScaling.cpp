@@ -306,11 +306,7 @@ private:
           b.getNamedAttr("llmc.output", b.getStringAttr(name))};
       if (updatesState)
         attrs.push_back(b.getNamedAttr("llmc.updates", b.getStringAttr(name)));
-      unsigned index = update.getNumResults();
-      if (failed(update.insertResult(index, value.getType(),
-                                     b.getDictionaryAttr(attrs))))
-        llvm_unreachable("appending a result");
-      ret->insertOperands(index, value);
+      appendResult(update, value, attrs);
     };
     addResult(newScale, kScale, true);
     addResult(newClean, kCleanSteps, true);

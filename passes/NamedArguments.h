@@ -1,8 +1,11 @@
-// The named arguments of the training functions (`llmc.param`,
-// `llmc.state`, `llmc.input`): finding one by name, and adding a state
-// where the passes put them (after the last parameter or state argument,
-// before the inputs). Shared by llmc-shard, llmc-sparsify,
-// llmc-loss-scaling and llmc-persistent-casts.
+// The named arguments and results of the training functions
+// (`llmc.param`, `llmc.state`, `llmc.input`; `llmc.output`,
+// `llmc.updates`): finding an argument by name and the result that
+// updates a name, adding a state where the passes put them (after the last
+// parameter or state argument, before the inputs), and appending a named
+// result. Shared by llmc-shard,
+// llmc-sparsify, llmc-loss-scaling, llmc-persistent-casts and
+// llmc-pipeline-parallel.
 #ifndef LLMC_PASSES_NAMEDARGUMENTS_H
 #define LLMC_PASSES_NAMEDARGUMENTS_H
 
@@ -21,6 +24,17 @@ argumentNamed(func::FuncOp func, StringRef attr, StringRef name) {
             func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr))
       if (value.getValue() == name)
         return arg;
+  return std::nullopt;
+}
+
+/// The index of the result of `func` that updates `name` (`llmc.updates`),
+/// if any.
+inline std::optional<unsigned> resultUpdating(func::FuncOp func,
+                                              StringRef name) {
+  for (unsigned i = 0; i < func.getNumResults(); ++i)
+    if (auto target = func.getResultAttrOfType<StringAttr>(i, "llmc.updates"))
+      if (target.getValue() == name)
+        return i;
   return std::nullopt;
 }
 
@@ -44,6 +58,18 @@ insertStateArgument(func::FuncOp func, Type type, StringRef name,
                                  func.getLoc())))
     llvm_unreachable("inserting an argument of a function with a body");
   return func.getArgument(index);
+}
+
+/// Appends `value` to the results of `func` (and to its return) with the
+/// result attributes `attrs` (`llmc.output`, `llmc.updates`).
+inline void appendResult(func::FuncOp func, Value value,
+                         ArrayRef<NamedAttribute> attrs) {
+  OpBuilder b(func.getContext());
+  unsigned index = func.getNumResults();
+  if (failed(func.insertResult(index, value.getType(),
+                               b.getDictionaryAttr(attrs))))
+    llvm_unreachable("appending a result of a function with a body");
+  func.getBody().front().getTerminator()->insertOperands(index, value);
 }
 
 } // namespace mlir::llmc

@@ -47,19 +47,6 @@ struct CastWeight {
   std::string state() const { return "cast." + param; }
 };
 
-/// Appends `value` to `func`'s results as the new value of state `name`.
-void appendStateUpdate(func::FuncOp func, Value value, StringRef name) {
-  OpBuilder b(func.getContext());
-  unsigned index = func.getNumResults();
-  if (failed(func.insertResult(
-          index, value.getType(),
-          b.getDictionaryAttr(
-              b.getNamedAttr("llmc.updates", b.getStringAttr(name))))))
-    llvm_unreachable("inserting a result of a function");
-  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
-  ret->insertOperands(index, value);
-}
-
 class PersistentCastsPass
     : public llmc::impl::PersistentCastsPassBase<PersistentCastsPass> {
 public:
@@ -137,13 +124,10 @@ private:
 
   /// The value @update_step writes into parameter `name`, or null.
   static Value newValueOf(func::FuncOp update, StringRef name) {
-    auto ret = cast<func::ReturnOp>(update.getBody().front().getTerminator());
-    for (unsigned i = 0; i < update.getNumResults(); ++i)
-      if (auto target = update.getResultAttrOfType<StringAttr>(i,
-                                                               "llmc.updates"))
-        if (target.getValue() == name)
-          return ret.getOperand(i);
-    return nullptr;
+    std::optional<unsigned> index = resultUpdating(update, name);
+    if (!index)
+      return nullptr;
+    return update.getBody().front().getTerminator()->getOperand(*index);
   }
 
   /// `func` reads each weight's copy instead of casting the master.
@@ -168,7 +152,8 @@ private:
       insertStateArgument(update, w.type, w.state());
       b.setInsertionPointAfterValue(newValue);
       Value copy = CastOp::create(b, newValue.getLoc(), w.type, newValue);
-      appendStateUpdate(update, copy, w.state());
+      appendResult(update, copy,
+                   b.getNamedAttr("llmc.updates", b.getStringAttr(w.state())));
     }
   }
 
@@ -193,7 +178,8 @@ private:
     func::ReturnOp::create(b, loc, ValueRange{});
     for (auto [w, copy] : llvm::zip(weights, copies)) {
       insertStateArgument(func, w.type, w.state());
-      appendStateUpdate(func, copy, w.state());
+      appendResult(func, copy,
+                   b.getNamedAttr("llmc.updates", b.getStringAttr(w.state())));
     }
   }
 };

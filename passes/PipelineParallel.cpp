@@ -21,6 +21,7 @@
 // residual's gradient and the receive into its send.
 #include "ir/LlmcOps.h"
 #include "ir/PipelineStages.h"
+#include "passes/NamedArguments.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -249,15 +250,9 @@ private:
     }
     // The received activation is a result too: 1F1B stashes it for the
     // backward, which recomputes the stage from it (llmc-pipeline-recompute).
-    if (recv) {
-      ret->insertOperands(ret->getNumOperands(), recv);
-      unsigned index = forward.getNumResults();
-      if (failed(forward.insertResult(index, recv.getType(),
-                                      b.getDictionaryAttr(b.getNamedAttr(
-                                          "llmc.output",
-                                          b.getStringAttr("stage_input"))))))
-        return failure();
-    }
+    if (recv)
+      appendResult(forward, recv,
+                   b.getNamedAttr("llmc.output", b.getStringAttr("stage_input")));
     // Other stages' ops, last to first (their users go first).
     for (Operation *op : llvm::reverse(ops))
       if (!kept.contains(op))

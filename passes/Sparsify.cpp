@@ -220,13 +220,9 @@ private:
           use->set(value);
         }
       }
-      for (unsigned i = 0; i < update.getNumResults(); ++i) {
-        auto target =
-            update.getResultAttrOfType<StringAttr>(i, "llmc.updates");
-        if (!target || target.getValue() != name)
-          continue;
+      if (std::optional<unsigned> i = resultUpdating(update, name)) {
         b.setInsertionPoint(ret);
-        ret->setOperand(i, MulOp::create(b, loc, ret->getOperand(i), mask));
+        ret->setOperand(*i, MulOp::create(b, loc, ret->getOperand(*i), mask));
       }
     }
     return success();
