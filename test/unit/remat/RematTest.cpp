@@ -6,13 +6,13 @@
 // gives bitwise the gradients and loss of the step without remat, and the
 // arena high-water mark the executor measures is the peak the memory plan
 // promised (Program::arenaBytes).
-#include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/Training.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
 #include "passes/Remat.h"
 #include "runtime/Executor.h"
+#include "test/unit/kernel/CompileUtil.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -61,10 +61,7 @@ runGradStep(const mlir::llmc::ModelConfig &config, int64_t batch, int64_t seq,
   run.summary = mlir::llmc::getRematSummary(
       (*module)->lookupSymbol<mlir::func::FuncOp>("grad_step"));
   run.plannedPeak = programs->gradStep.arenaBytes;
-  std::vector<kir::Kernel> kernels = programs->gradStep.kernels;
-  auto executor = runtime::createCpuExecutor(
-      programs->gradStep,
-      [&]() { return cpu::compileKernelsToObject(kernels); }, 2);
+  auto executor = test::makeExecutor(programs->gradStep, 2);
   if (!executor)
     return executor.takeError();
   runtime::CpuExecutor &exec = **executor;
@@ -81,11 +78,7 @@ runGradStep(const mlir::llmc::ModelConfig &config, int64_t batch, int64_t seq,
   }
   // Mixed precision: the 16-bit weight copies the step reads.
   if (programs->castWeights) {
-    std::vector<kir::Kernel> castKernels = programs->castWeights->kernels;
-    auto casts = runtime::createCpuExecutor(
-        *programs->castWeights,
-        [&]() { return cpu::compileKernelsToObject(castKernels); }, 2,
-        nullptr, {}, exec.store());
+    auto casts = test::makeExecutor(*programs->castWeights, 2, exec.store());
     if (!casts)
       return casts.takeError();
     if (llvm::Error error = (*casts)->run())
