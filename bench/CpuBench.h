@@ -1,6 +1,7 @@
 // What the CPU benchmarks share: the yardstick they report against (this
 // machine's sgemm peak, measured in the same run with the BLAS the runtime
-// uses, and which BLAS kernels ran) and the models they measure.
+// uses, and which BLAS kernels ran), the models they measure, and the
+// median of their timings.
 #ifndef LLMC_BENCH_CPUBENCH_H
 #define LLMC_BENCH_CPUBENCH_H
 
@@ -29,6 +30,16 @@ inline double printBlasAndPeak(int numThreads) {
   llvm::outs() << llvm::format(
       "sgemm peak (2048^3, %d threads): %.1f GFLOP/s\n", numThreads, peak);
   return peak;
+}
+
+/// The median of `values` (the mean of the middle two when even); 0 when
+/// empty.
+inline double median(std::vector<double> values) {
+  if (values.empty())
+    return 0;
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 /// One measured model: a config at a batch size and sequence length.

@@ -183,11 +183,6 @@ prepare(const mlir::llmc::ModelConfig &config, const TrainingOptions &options,
   return variant;
 }
 
-static double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values.empty() ? 0 : values[values.size() / 2];
-}
-
 int main(int argc, char **argv) {
   llmc::bench::parseOptions(argc, argv,
                             "llmc activation checkpointing benchmark\n");
@@ -247,7 +242,7 @@ int main(int argc, char **argv) {
       check(variants[0].update->run());
       updateTimes.push_back(seconds(start));
     }
-    double update = median(updateTimes);
+    double update = bench::median(updateTimes);
 
     llvm::outs() << llvm::format("%-14s %13s %8s %12s %14s %11s %8s %8s "
                                  "%8s %8s\n",
@@ -255,9 +250,9 @@ int main(int argc, char **argv) {
                                  "+persistent", "measured", "extra GFLOP",
                                  "extra", "step ms", "vs none", "fwd+bwd");
     const Variant &none = variants[0];
-    double noneStep = median(none.gradTimes) + update;
+    double noneStep = bench::median(none.gradTimes) + update;
     for (const Variant &v : variants) {
-      double grad = median(v.gradTimes);
+      double grad = bench::median(v.gradTimes);
       llvm::outs() << llvm::format(
           "%-14s %9.1f MiB %7.2fx %8.1f MiB %9.1f MiB%s %11.2f %7.1f%% %8.0f "
           "%7.2fx %8.0f\n",

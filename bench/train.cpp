@@ -171,6 +171,22 @@ template <typename F> static double bestOf(F step) {
   return best;
 }
 
+/// Runs `args` (args[0] the program) with stdout and stderr into the file
+/// `output`; returns its exit status, with `lastLine` the last line it
+/// printed, or why it could not be run when it printed nothing.
+static int runIntoFile(llvm::ArrayRef<std::string> args,
+                       llvm::StringRef output, std::string &lastLine) {
+  std::vector<llvm::StringRef> argv(args.begin(), args.end());
+  std::optional<llvm::StringRef> redirects[] = {std::nullopt, output, output};
+  std::string error;
+  int status = llvm::sys::ExecuteAndWait(args[0], argv, std::nullopt,
+                                         redirects, 0, 0, &error);
+  auto text = llvm::MemoryBuffer::getFile(output);
+  llvm::StringRef all = text ? (*text)->getBuffer().trim() : "";
+  lastLine = all.empty() ? error : all.substr(all.rfind('\n') + 1).str();
+  return status;
+}
+
 /// One line for a peer framework's step: what bench/peers_train.py printed
 /// ("peer NAME VERSION: X tokens/s, ..." or "skipped: why"), or why it could
 /// not run.
@@ -191,19 +207,11 @@ static std::string runPeer(llvm::StringRef framework, llvm::StringRef python,
       "--seq",        std::to_string(c.seq),
       "--threads",    std::to_string(numThreads),
       "--iterations", std::to_string(int(iterations))};
-  std::vector<llvm::StringRef> argv(args.begin(), args.end());
-  std::optional<llvm::StringRef> redirects[] = {std::nullopt, output.str(),
-                                                output.str()};
-  std::string error;
-  int status = llvm::sys::ExecuteAndWait(python, argv, std::nullopt, redirects,
-                                         0, 0, &error);
-  auto text = llvm::MemoryBuffer::getFile(output);
-  llvm::StringRef all = text ? (*text)->getBuffer().trim() : "";
-  std::string printed = all.substr(all.rfind('\n') + 1).str(); // last line
+  std::string printed;
+  int status = runIntoFile(args, output, printed);
   llvm::sys::fs::remove(output);
   if (status != 0)
-    return "failed (exit " + std::to_string(status) +
-           "): " + (printed.empty() ? error : printed);
+    return "failed (exit " + std::to_string(status) + "): " + printed;
   return printed;
 }
 
@@ -274,19 +282,10 @@ llmcRunStepSeconds(const char *argv0, const bench::BenchModel &c,
     return err;
   std::vector<std::string> args = {std::string(llmc), "run", path("run.yaml"),
                                    "--out", path("out")};
-  std::vector<llvm::StringRef> argv(args.begin(), args.end());
-  std::string log = path("log.txt");
-  std::optional<llvm::StringRef> redirects[] = {std::nullopt, log, log};
-  std::string error;
-  int status = llvm::sys::ExecuteAndWait(llmc, argv, std::nullopt, redirects,
-                                         0, 0, &error);
-  if (status != 0) {
-    auto text = llvm::MemoryBuffer::getFile(log);
-    llvm::StringRef all = text ? (*text)->getBuffer().trim() : "";
-    return llvm::createStringError(
-        "llmc run failed (exit " + std::to_string(status) + "): " +
-        (all.empty() ? error : all.substr(all.rfind('\n') + 1).str()));
-  }
+  std::string lastLine;
+  if (int status = runIntoFile(args, path("log.txt"), lastLine))
+    return llvm::createStringError("llmc run failed (exit " +
+                                   std::to_string(status) + "): " + lastLine);
   auto metrics = llvm::MemoryBuffer::getFile(path("out/metrics.jsonl"));
   if (!metrics)
     return llvm::createStringError(metrics.getError(),
@@ -309,12 +308,6 @@ llmcRunStepSeconds(const char *argv0, const bench::BenchModel &c,
   if (stepSeconds.empty())
     return llvm::createStringError("llmc run logged no step from step 2 on");
   return stepSeconds;
-}
-
-static double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 /// The gradient step's GEMMs grouped by shape ("NT 256x2304x768": op(A),
@@ -747,7 +740,7 @@ int main(int argc, char **argv) {
       check(update->run());
       wholeSeconds.push_back(seconds(start));
     }
-    double wholeMedian = median(wholeSeconds);
+    double wholeMedian = bench::median(wholeSeconds);
     auto ofPeak = [&](double stepSeconds) {
       return 100 * flops / stepSeconds / 1e9 / peak;
     };
@@ -765,7 +758,7 @@ int main(int argc, char **argv) {
         llvm::outs() << llvm::format("%-20s llmc run: ", "")
                      << llvm::toString(runSeconds.takeError()) << "\n";
       } else {
-        double runMedian = median(*runSeconds);
+        double runMedian = bench::median(*runSeconds);
         llvm::outs() << llvm::format(
             "%-20s llmc run (same B, T, precision, threads; steps 2-%d from "
             "its metrics.jsonl): median %.1f ms (%.1f-%.1f) = %.0f "
