@@ -37,8 +37,6 @@ using kir::BufferKind;
 
 namespace {
 
-
-
 /// One operand of a BLAS call: element (row i, column j) of the logical
 /// (possibly transposed) matrix is at data[i * rowStride + j * colStride].
 struct Matrix {
@@ -46,14 +44,16 @@ struct Matrix {
   int64_t rowStride, colStride;
 };
 
+/// Products with every side at most this (attention's per-head products)
+/// run on OpenBLAS whatever the GEMM library: at 64 x 64 x 64, one thread
+/// of a Zen 4, OpenBLAS took 4.8-6.4 us a product in every layout and
+/// oneDNN 5.5-8.4 us (its per-call cost).
+constexpr int64_t kSmallGemm = 128;
+
 /// C[m x n] = alpha A[m x k] * B[k x n] + beta C on row-major storage for
 /// matrices given by strides, one of which is 1 for each, on the calling
-/// thread: one row on BLAS's GEMV, small products (every side at most
-/// kSmallGemm: attention's per-head products) on OpenBLAS, else on the f32
-/// GEMM library of `libs` (runtime/Cpu/Sgemm.h). At 64 x 64 x 64, one
-/// thread of a Zen 4, OpenBLAS took 4.8-6.4 us a product in every
-/// layout and oneDNN 5.5-8.4 us (its per-call cost).
-constexpr int64_t kSmallGemm = 128;
+/// thread: one row on BLAS's GEMV, small products (kSmallGemm) on
+/// OpenBLAS, else on the f32 GEMM library of `libs` (runtime/Cpu/Sgemm.h).
 void sgemm(const cpu::SgemmSetup &libs, int64_t m, int64_t n, int64_t k,
            Matrix a, Matrix b, float *c, int64_t ldc, float alpha = 1.0f,
            float beta = 0.0f) {

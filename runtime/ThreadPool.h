@@ -63,8 +63,9 @@ private:
   std::atomic<uint64_t> generation{0};
   std::atomic<int> pending{0}; // workers whose chunk of the loop is not done
   std::atomic<bool> stopping{false};
-  // Sleeping: `generation` and `pending` change under the mutex too, so a
-  // sleeper that checked them under it cannot miss the change.
+  // Sleeping: `generation` is advanced, and the last worker's `done` is
+  // notified, under the mutex, so a sleeper that checked them under it
+  // cannot miss the change.
   std::mutex mutex;
   std::condition_variable wake, done;
 };
