@@ -15,7 +15,7 @@ namespace llmc::cpu {
 
 /// The version of the code codegen/KernelToCpu emits: part of every cache
 /// key, bumped whenever the emitted code changes for the same kernel IR.
-constexpr int kCpuCodegenVersion = 2;
+constexpr int kCpuCodegenVersion = 3;
 
 struct KernelCacheOptions {
   /// Where objects live; empty: kir::defaultCacheDirectory().

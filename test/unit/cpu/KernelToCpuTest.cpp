@@ -6,12 +6,16 @@
 #include "test/unit/cpu/KernelTestUtil.h"
 
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <map>
 #include <random>
 #include <thread>
@@ -751,6 +755,71 @@ TEST(KernelToCpu, RandomIsPhilox) {
     for (int64_t r = 0; r < rows; ++r)
       ASSERT_EQ(rowValues[r], reference(r)) << "width " << width << ", row "
                                             << r;
+  }
+}
+
+// A kernel that only stores a constant over 1 MiB or more (the update
+// step zeroing a gradient) streams its vector stores past the caches, then
+// fences them; one that loads, one under 1 MiB and one whose vectors would
+// not be aligned store as usual. Every one of them zeroes what it should,
+// its rows split over two threads.
+TEST(KernelToCpu, LargeFillsStreamTheirStores) {
+  const int64_t rows = 64, length = 4096; // 1 MiB of f32
+  auto fill = [](std::string name, int64_t rows, int64_t length,
+                 int64_t offset, bool loads) {
+    KernelBuilder k(std::move(name), {rows, length});
+    int out = k.operand(0, DType::F32, {length, 1}, offset);
+    int32_t zero = k.constant(0.0f);
+    if (loads) // out = out * 0: reads the lines it overwrites
+      zero = k.binary(Op::Mul, k.load(out), zero);
+    k.store(out, zero);
+    return k.kernel;
+  };
+  struct Case {
+    kir::Kernel kernel;
+    bool streams;
+  };
+  std::vector<Case> cases = {
+      {fill("streamed", rows, length, 0, false), true},
+      {fill("loads", rows, length, 0, true), false},
+      {fill("small", rows / 2, length, 0, false), false},
+      {fill("misaligned", rows, length, 1, false), false}};
+  int width = cpu::resolveTarget({}).vectorWidth;
+  bool x86 = llvm::Triple(llvm::sys::getProcessTriple()).isX86();
+  for (const Case &c : cases) {
+    std::string ir;
+    llvm::raw_string_ostream os(ir);
+    llvm::Error error = cpu::printCpuPhase(os, {c.kernel}, "cpu-llvm-ir");
+    ASSERT_FALSE(error) << llvm::toString(std::move(error));
+    bool streams = c.streams && x86 && width > 1;
+    EXPECT_EQ(streams, ir.find("!nontemporal") != std::string::npos)
+        << c.kernel.name;
+    EXPECT_EQ(streams, ir.find("llvm.x86.sse.sfence") != std::string::npos)
+        << c.kernel.name;
+
+    Compiled compiled = compileKernels({c.kernel});
+    ASSERT_TRUE(compiled);
+    int64_t kernelRows = c.kernel.domain[0];
+    int64_t offset = c.kernel.operands[0].offset;
+    // 64-byte aligned, as every buffer of a program is.
+    const int64_t size = kernelRows * length + 16;
+    std::unique_ptr<float, decltype(&std::free)> storage(
+        static_cast<float *>(std::aligned_alloc(64, size * sizeof(float))),
+        &std::free);
+    float *buffer = storage.get();
+    std::fill(buffer, buffer + size, 1.0f);
+    std::vector<void *> operands = {buffer};
+    std::thread first([&] { compiled.run(c.kernel.name, operands, 0, 5); });
+    compiled.run(c.kernel.name, operands, 5, kernelRows);
+    first.join();
+    for (int64_t i = 0; i < size; ++i) {
+      bool written = i >= offset && i < offset + kernelRows * length;
+      if (buffer[i] != (written ? 0.0f : 1.0f)) {
+        ADD_FAILURE() << c.kernel.name << ": element " << i << " is "
+                      << buffer[i];
+        break;
+      }
+    }
   }
 }
 
