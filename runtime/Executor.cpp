@@ -482,16 +482,19 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
   int64_t rows = g.batch * g.m;
   // Rows of C (over all batches) per thread, the epilogue on each thread's
   // block right after its product; or columns per thread, then the
-  // epilogue by rows:
-  // - with few rows (generation): BLAS runs short, wide blocks faster than
-  //   shorter ones (GPT-2 at 64 rows: 20% more tokens/s);
-  // - for x W^T (NT: the forward's products, W stored [N, K]): split by
-  //   rows, every thread packs all of W; by columns, its own share. GPT-2
-  //   124M on 2 Zen 4 cores with oneDNN (bench-train --gemm-shapes): the
-  //   NT products 5-7% faster at B=4, T=64 (320-329 against 340-346 ms a
-  //   step, three runs each) and 5% at B=8, T=256 (2341 against 2465 ms),
-  //   the whole step at B=8, T=256 4% faster. NN and TN products split by
-  //   columns measured no faster.
+  // epilogue by rows. Each thread packs its share of the operand it splits
+  // and all of the other, so the longer side of C is split: the smaller
+  // operand is the one packed twice. Besides:
+  // - with few rows (generation), columns: BLAS runs short, wide blocks
+  //   faster than shorter ones (GPT-2 at 64 rows: 20% more tokens/s);
+  // - x W^T (NT: the forward's products, W stored [N, K]) by columns
+  //   whatever its shape: the transposed operand costs the most to pack.
+  // GPT-2 124M on 2 Zen 4 cores with oneDNN (bench-train --gemm-shapes,
+  // 2026-11-28), against rows for every product of 128 rows or more: the
+  // NT products 5-7% faster at B=4, T=64 (320-329 against 340-346 ms a
+  // step) and 5% at B=8, T=256 (2341 against 2465 ms); the NN and TN
+  // products with more columns than rows 1-3% and 1% (586-613 against
+  // 605-617 ms, all NN and TN products summed; 4693 against 4731).
   auto rowBlock = [&](int64_t begin, int64_t end, int) {
     for (int64_t batch = begin / g.m; batch * g.m < end; ++batch) {
       int64_t first = std::max(begin, batch * g.m) - batch * g.m;
@@ -507,7 +510,8 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
   };
   int64_t threads = pool.size();
   bool xTimesWt = g.transB && !g.transA;
-  bool splitRows = g.n < 64 * threads || (rows >= 64 * threads && !xTimesWt);
+  bool splitRows = g.n < 64 * threads ||
+                   (rows >= 64 * threads && rows >= g.n && !xTimesWt);
   if (splitRows) {
     pool.parallelFor(rows, rowBlock);
     return;
