@@ -705,12 +705,16 @@ int main(int argc, char **argv) {
     int64_t flops = kir::countFlops(programs.gradStep) +
                     kir::countFlops(programs.updateStep);
     double gflops = flops / stepSeconds / 1e9;
+    // A step's model GFLOP/s as a percentage of the peak.
+    auto ofPeak = [&](double stepTime) {
+      return 100 * flops / stepTime / 1e9 / peak;
+    };
     const runtime::StepProfile &profile = grad->profile();
     double runs = double(profile.runs);
     llvm::outs() << llvm::format(
         "%-20s %9.0f %9.1f %7.1f%% | %9.1f %9.1f %9.1f %9.1f | %8.1f %8.1f "
         "%8.1f\n",
-        c.name, c.batch * c.seq / stepSeconds, gflops, 100 * gflops / peak,
+        c.name, c.batch * c.seq / stepSeconds, gflops, ofPeak(stepSeconds),
         1e3 * stepSeconds, 1e3 * forwardSeconds,
         1e3 * (gradSeconds - forwardSeconds), 1e3 * updateSeconds,
         1e3 * profile.gemmSeconds / runs, 1e3 * profile.attentionSeconds / runs,
@@ -754,9 +758,6 @@ int main(int argc, char **argv) {
       wholeSeconds.push_back(seconds(start));
     }
     double wholeMedian = bench::median(wholeSeconds);
-    auto ofPeak = [&](double stepSeconds) {
-      return 100 * flops / stepSeconds / 1e9 / peak;
-    };
     llvm::outs() << llvm::format(
         "%-20s whole steps (gradient + update step back to back, "
         "unprofiled, %d runs): best %.1f ms, median %.1f ms = %.0f "
