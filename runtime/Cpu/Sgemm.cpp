@@ -3,6 +3,9 @@
 #include "runtime/Cpu/SignalMask.h"
 #include "runtime/HostMemory.h"
 
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/ErrorHandling.h"
+
 #include <cblas.h>
 #include <dlfcn.h>
 
@@ -192,6 +195,10 @@ double cpu::measureLibraryPeak(SgemmLibrary library, int n, int threads,
         reinterpret_cast<float *>(
             runtime::allocateHostMemory(int64_t(n) * n * sizeof(float))),
         &std::free);
+    if (!m)
+      llvm::report_fatal_error(llvm::Twine("sgemm peak: cannot allocate a ") +
+                               llvm::Twine(n) + "x" + llvm::Twine(n) +
+                               " f32 matrix");
     std::fill(m.get(), m.get() + size_t(n) * n, value);
     return m;
   };
