@@ -1,11 +1,18 @@
-// f32 <-> f16/bf16 bulk conversions: F16C and AVX-512 BF16 where the CPU
-// has them (checked once, at run time), else portable loops.
+// f32 <-> f16/bf16 bulk conversions: AVX2, AVX-512, F16C and AVX-512 BF16
+// where the CPU has them (checked once, at run time), else portable loops.
 #include "runtime/Cpu/LowPrecision.h"
 #include "runtime/Weights.h"
 
 #include <cstring>
 
 #if defined(__x86_64__)
+// GCC 12's AVX-512 intrinsics pass an undefined register to their masked
+// builtins and warn about it when inlined into a target("avx512f")
+// function (GCC bug 105593, fixed in GCC 13), as in VectorExp.cpp.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #endif
 
@@ -90,6 +97,51 @@ narrowHalfF16c(const float *src, int64_t count, uint16_t *dst) {
   narrowHalfPortable(src + i, count - i, dst + i);
 }
 
+bool haveAvx2() {
+  static const bool have = __builtin_cpu_supports("avx2");
+  return have;
+}
+
+bool haveAvx512f() {
+  static const bool have = __builtin_cpu_supports("avx512f");
+  return have;
+}
+
+// bf16 -> f32 is the 16 bits moved up: zero-extended and shifted.
+__attribute__((target("avx2"))) void
+widenBFloat16Avx2(const uint16_t *src, int64_t count, float *dst) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m256i wide = _mm256_cvtepu16_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + i),
+                        _mm256_slli_epi32(wide, 16));
+  }
+  widenBFloat16(src + i, count - i, dst + i);
+}
+
+__attribute__((target("avx512f,avx2"))) void
+widenBFloat16Avx512(const uint16_t *src, int64_t count, float *dst) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    __m512i wide = _mm512_cvtepu16_epi32(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + i)));
+    _mm512_storeu_si512(dst + i, _mm512_slli_epi32(wide, 16));
+  }
+  widenBFloat16Avx2(src + i, count - i, dst + i);
+}
+
+// VCVTPH2PS on 16 lanes (AVX-512F), exact like the 8-lane F16C form.
+__attribute__((target("avx512f,avx,f16c"))) void
+widenHalfAvx512(const uint16_t *src, int64_t count, float *dst) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16)
+    _mm512_storeu_ps(dst + i,
+                     _mm512_cvtph_ps(_mm256_loadu_si256(
+                         reinterpret_cast<const __m256i *>(src + i))));
+  widenHalfF16c(src + i, count - i, dst + i);
+}
+
 // VCVTNEPS2BF16 rounds to nearest even and quiets NaNs like toBFloat16,
 // but reads subnormal f32 inputs as zero (bf16 has those subnormals): a
 // vector holding one is redone by the portable loop.
@@ -118,22 +170,44 @@ narrowBFloat16Avx512(const float *src, int64_t count, uint16_t *dst) {
 
 } // namespace
 
-void llmc::cpu::widenToFloat(kir::DType type, const void *src, int64_t count,
-                             float *dst) {
+cpu::WidenIsa llmc::cpu::bestWidenIsa() {
+#if defined(__x86_64__)
+  if (haveAvx2() && haveF16c())
+    return haveAvx512f() ? WidenIsa::Avx512 : WidenIsa::Avx2;
+#endif
+  return WidenIsa::Portable;
+}
+
+void llmc::cpu::widenToFloat(WidenIsa isa, kir::DType type, const void *src,
+                             int64_t count, float *dst) {
   auto *narrow = static_cast<const uint16_t *>(src);
   switch (type) {
   case kir::DType::F16:
 #if defined(__x86_64__)
-    if (haveF16c())
+    if (isa == WidenIsa::Avx512)
+      return widenHalfAvx512(narrow, count, dst);
+    if (isa == WidenIsa::Avx2)
       return widenHalfF16c(narrow, count, dst);
 #endif
     return widenHalfPortable(narrow, count, dst);
   case kir::DType::BF16:
+#if defined(__x86_64__)
+    if (isa == WidenIsa::Avx512)
+      return widenBFloat16Avx512(narrow, count, dst);
+    if (isa == WidenIsa::Avx2)
+      return widenBFloat16Avx2(narrow, count, dst);
+#endif
     return widenBFloat16(narrow, count, dst);
   default:
     std::memcpy(dst, src, count * sizeof(float));
     return;
   }
+}
+
+void llmc::cpu::widenToFloat(kir::DType type, const void *src, int64_t count,
+                             float *dst) {
+  static const WidenIsa isa = bestWidenIsa();
+  widenToFloat(isa, type, src, count, dst);
 }
 
 void llmc::cpu::narrowFromFloat(kir::DType type, const float *src,
@@ -159,13 +233,23 @@ void llmc::cpu::narrowFromFloat(kir::DType type, const float *src,
 }
 
 const char *llmc::cpu::lowPrecisionPath() {
+  // Widening by bestWidenIsa(); rounding f32 to f16 on F16C, to bf16 on
+  // AVX-512 BF16, each where the CPU has it.
 #if defined(__x86_64__)
-  if (haveF16c() && haveAvx512Bf16())
-    return "f16c+avx512bf16";
-  if (haveF16c())
-    return "f16c";
-  if (haveAvx512Bf16())
-    return "avx512bf16";
+  bool bf16 = haveAvx512Bf16();
+  switch (bestWidenIsa()) {
+  case WidenIsa::Avx512:
+    return bf16 ? "widen avx512, narrow f16c+avx512bf16"
+                : "widen avx512, narrow f16c";
+  case WidenIsa::Avx2:
+    return bf16 ? "widen avx2, narrow f16c+avx512bf16"
+                : "widen avx2, narrow f16c";
+  case WidenIsa::Portable:
+    if (haveF16c())
+      return bf16 ? "widen scalar, narrow f16c+avx512bf16"
+                  : "widen scalar, narrow f16c";
+    return bf16 ? "widen scalar, narrow avx512bf16" : "scalar";
+  }
 #endif
   return "scalar";
 }

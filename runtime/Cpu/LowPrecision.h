@@ -7,8 +7,9 @@
 // even, overflow to infinity, subnormals kept, NaN quieted with its sign and
 // top payload bits (one exception: F16C widens a signaling f16 NaN to a
 // quiet one, where halfToFloat keeps it signaling). Where the CPU has them,
-// F16C (f16, both directions) and AVX-512 BF16 (f32 -> bf16) do the work;
-// the code checks the CPU at run time, so one binary runs everywhere.
+// AVX2 or AVX-512 (widening), F16C (f16, both directions) and AVX-512 BF16
+// (f32 -> bf16) do the work; the code checks the CPU at run time, so one
+// binary runs everywhere.
 #ifndef LLMC_RUNTIME_CPU_LOWPRECISION_H
 #define LLMC_RUNTIME_CPU_LOWPRECISION_H
 
@@ -19,9 +20,26 @@
 namespace llmc::cpu {
 
 /// `count` contiguous elements of `type` (F32, F16 or BF16) at `src`,
-/// widened to f32 at `dst` (exact; F32 is a copy).
+/// widened to f32 at `dst` (exact; F32 is a copy), on bestWidenIsa().
 void widenToFloat(kir::DType type, const void *src, int64_t count,
                   float *dst);
+
+/// The instructions widenToFloat runs on: portable loops, 8 lanes (AVX2:
+/// bf16 zero-extended and shifted; F16C's VCVTPH2PS for f16) or 16 lanes
+/// (AVX-512F, both). The staged GEMMs widen every 16-bit operand panel
+/// by panel: GPT-2 124M's bf16 step on a Zen 4 without its BF16 dot
+/// products ran 0.7-2.3% faster on 8 or 16 lanes than on the portable
+/// loop, which compiles to SSE2's 4 (README, Benchmarks). A CPU with F16C
+/// but no AVX2 (before 2013) takes the portable loops.
+enum class WidenIsa { Portable, Avx2, Avx512 };
+
+/// The widest WidenIsa this CPU runs.
+WidenIsa bestWidenIsa();
+
+/// widenToFloat on `isa`, which the CPU must run (tests check every one
+/// up to bestWidenIsa()).
+void widenToFloat(WidenIsa isa, kir::DType type, const void *src,
+                  int64_t count, float *dst);
 
 /// `count` contiguous f32 values rounded to `type` (F32, F16 or BF16) at
 /// `dst` (F32 is a copy).
@@ -29,7 +47,8 @@ void narrowFromFloat(kir::DType type, const float *src, int64_t count,
                      void *dst);
 
 /// Which instructions the conversions use on this CPU, for people and
-/// tests: "f16c", "avx512bf16", both ("f16c+avx512bf16") or "scalar".
+/// tests: the widening's WidenIsa and the rounding's F16C and AVX-512 BF16
+/// ("widen avx512, narrow f16c+avx512bf16"), or "scalar".
 const char *lowPrecisionPath();
 
 } // namespace llmc::cpu
