@@ -28,7 +28,7 @@ void widenToFloat(kir::DType type, const void *src, int64_t count,
 /// bf16 zero-extended and shifted; F16C's VCVTPH2PS for f16) or 16 lanes
 /// (AVX-512F, both). The staged GEMMs widen every 16-bit operand panel
 /// by panel: GPT-2 124M's bf16 step on a Zen 4 without its BF16 dot
-/// products ran 0.7-2.3% faster on 8 or 16 lanes than on the portable
+/// products ran 0.5-2.3% faster on 8 or 16 lanes than on the portable
 /// loop, which compiles to SSE2's 4 (README, Benchmarks). A CPU with F16C
 /// but no AVX2 (before 2013) takes the portable loops.
 enum class WidenIsa { Portable, Avx2, Avx512 };
