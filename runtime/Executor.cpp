@@ -575,13 +575,13 @@ void CpuExecutor::stagedNarrowGemm(const kir::GemmStep &g, int64_t aM,
   // dimension x kc) is widened once by all threads into `narrowStage`, and
   // each thread widens one panel at a time (kc x its columns of B, or its
   // rows of A x kc) into its own scratch, which stays in the caches (L2,
-  // else L3), and multiplies it at once: one sgemm per panel. Every narrow element is
-  // read once from memory and converted once (an accumulated narrow C
-  // twice), no widened copy of a whole weight ever goes out to DRAM, and
-  // narrow C is rounded per panel while it is still in the cache. K is
-  // blocked only when the shared block would not fit otherwise (the
-  // vocabulary's dX, k = V): then narrow C is summed in an f32 block over
-  // all of K before its one rounding.
+  // else L3), and multiplies it at once: one sgemm per panel. Every narrow
+  // element is read once from memory and converted once (an accumulated
+  // narrow C twice), no widened copy of a whole weight ever goes out to
+  // DRAM, and narrow C is rounded per panel while it is still in the
+  // cache. K is blocked only when the shared block would not fit otherwise
+  // (the vocabulary's dX, k = V): then narrow C is summed in an f32 block
+  // over all of K before its one rounding.
   // Sizes measured on a 2-core Zen 4 (1 MiB L2 a core, 32 MiB L3) at
   // GPT-2 124M's shapes, 256 and 2048 rows: with OpenBLAS, panels of 2^17
   // floats lost 3-5% to repacking the shared block for each narrow panel,

@@ -359,9 +359,7 @@ void KernelEmitter::emitFunction() {
 bool KernelEmitter::storesStream(const kir::Kernel &kernel, int width) {
   if (width <= 1 || !llvm::Triple(llvm::sys::getProcessTriple()).isX86())
     return false;
-  int64_t elements = 1;
-  for (int64_t extent : kernel.domain)
-    elements *= extent;
+  int64_t elements = kernel.numRows() * kernel.rowLength();
   int64_t bytes = 0;
   for (const kir::Instr &instr : kernel.body) {
     if (instr.op == kir::Op::Const)
