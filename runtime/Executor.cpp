@@ -1,9 +1,10 @@
 // The CPU executor: buffers, kernel launches over the thread pool, BLAS
-// GEMMs with their epilogues, attention.
+// GEMMs with their epilogues, attention (its per-head products on
+// register tiles, runtime/Cpu/TileGemm.h).
 //
 // f16/bf16 library steps compute in f32, as the CUDA backend does on
 // tensor cores: narrow GEMM operands and attention heads are widened into
-// per-thread staging buffers, multiplied by sgemm, and narrow results
+// per-thread staging buffers, multiplied in f32, and narrow results
 // rounded back to nearest even (runtime/Cpu/LowPrecision.h). The staging
 // buffers are the executor's scratch (`scratch`, like attention's scores,
 // and `narrowStage`), not tensors of the program: they live outside the
@@ -16,6 +17,7 @@
 #include "runtime/Cpu/LowPrecision.h"
 #include "runtime/Cpu/Sgemm.h"
 #include "runtime/Cpu/SignalMask.h"
+#include "runtime/Cpu/TileGemm.h"
 #include "runtime/Cpu/VectorExp.h"
 #include "runtime/HostMemory.h"
 #include "runtime/MemoryReport.h"
@@ -44,10 +46,10 @@ struct Matrix {
   int64_t rowStride, colStride;
 };
 
-/// Products with every side at most this (attention's per-head products)
-/// run on OpenBLAS whatever the GEMM library: at 64 x 64 x 64, one thread
-/// of a Zen 4, OpenBLAS took 4.8-6.4 us a product in every layout and
-/// oneDNN 5.5-8.4 us (its per-call cost).
+/// Products with every side at most this (a small model's GEMM steps) run
+/// on OpenBLAS whatever the GEMM library: at 64 x 64 x 64, one thread of a
+/// Zen 4, OpenBLAS took 4.8-6.4 us a product in every layout and oneDNN
+/// 5.5-8.4 us (its per-call cost).
 constexpr int64_t kSmallGemm = 128;
 
 /// C[m x n] = alpha A[m x k] * B[k x n] + beta C on row-major storage for
@@ -221,10 +223,12 @@ void CpuExecutor::describeMemory(MemoryLedger &ledger,
       ledger.add("executor inputs", Source::Malloc, bases[index],
                  buffer.bytes());
   for (const std::vector<float> &buffer : scratch)
-    ledger.add("executor scratch (attention scores, f16/bf16 staging)",
+    ledger.add("executor scratch (attention scores and packed K and V, "
+               "f16/bf16 staging)",
                Source::Malloc, buffer.data(),
                int64_t(buffer.capacity() * sizeof(float)));
-  ledger.add("executor scratch (attention scores, f16/bf16 staging)",
+  ledger.add("executor scratch (attention scores and packed K and V, "
+             "f16/bf16 staging)",
              Source::Malloc, narrowStage.data(),
              int64_t(narrowStage.capacity() * sizeof(float)));
   if (code)
@@ -811,9 +815,17 @@ void CpuExecutor::runNarrowGemm(const kir::GemmStep &g) {
 // the keys its rows see (its last row's prefix), so Q K^T and P V cost
 // about half of the full products, as the FLOP count (kir::countFlops)
 // already assumes; a block's scores are its rows only. Without a causal
-// mask one block holds every row. The softmax's exponentials are
-// vectorized (runtime/Cpu/VectorExp.h).
-constexpr int64_t kCausalQueryBlock = 64;
+// mask one block holds every row. The products run on cpu::tileGemm's
+// register tiles, which pack nothing per call: each head's K and V (K^T,
+// V^T, K for the gradient) are packed once into column panels and every
+// block reads them. With no packing per product, blocks of 32 rows (half
+// the masked triangle of 64) were faster: GPT-2 124M's attention at B=8,
+// T=256 on a Zen 4 took 13.1-14.2 ms a layer for the gradient and 5.9-6.3
+// for the forward, against 15.0-15.5 and 6.7-6.9 with BLAS and blocks of
+// 64 (BLAS with blocks of 32: 15.0-15.8 and 6.8-7.2; tiles with 16: no
+// change from 32). The softmax's exponentials are vectorized
+// (runtime/Cpu/VectorExp.h).
+constexpr int64_t kCausalQueryBlock = 32;
 
 void CpuExecutor::runAttention(const kir::AttentionStep &att) {
   int64_t T = att.seq, S = att.keys(), D = att.headDim;
@@ -822,6 +834,8 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
   // staged in f32 after the scores: q and out [T, D], k and v [S, D].
   kir::DType type = prog.buffers[att.q.buffer].dtype;
   int64_t staged = type == kir::DType::F32 ? 0 : 2 * (T + S) * D;
+  // The head's K^T and V in cpu::tileGemm's column panels.
+  int64_t packed = cpu::tilePanelFloats(D, S) + cpu::tilePanelFloats(S, D);
   const int32_t *positions =
       att.positioned()
           ? reinterpret_cast<const int32_t *>(base(att.positions.buffer))
@@ -840,8 +854,10 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
                                               int thread) {
     std::vector<float> &scratchFloats = scratch[thread];
     scratchFloats.resize(
-        std::max<size_t>(scratchFloats.size(), block * S + staged));
+        std::max<size_t>(scratchFloats.size(), block * S + staged + packed));
     float *scores = scratchFloats.data();
+    float *kt = scores + block * S + staged;
+    float *vp = kt + cpu::tilePanelFloats(D, S);
     for (int64_t pair = begin; pair < end; ++pair) {
       int64_t b = pair / att.heads, h = pair % att.heads;
       // Only the keys some query sees are read (a KV cache's filled prefix).
@@ -862,6 +878,8 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
       float *lse = reinterpret_cast<float *>(base(att.lse.buffer)) +
                    att.lse.offset + b * att.lse.strides[0] +
                    h * att.lse.strides[1];
+      cpu::packTilePanels(isa, {k, 1, ks}, D, keys, kt);
+      cpu::packTilePanels(isa, {v, vs, 1}, keys, D, vp);
       for (int64_t t0 = 0; t0 < T; t0 += block) {
         int64_t rows = std::min(block, T - t0);
         int64_t blockKeys = 0;
@@ -874,9 +892,10 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
           }
           continue;
         }
-        // S = scale * Q K^T; K^T: (row d, column s) at s*ks + d.
-        sgemm(sgemmLibs, rows, blockKeys, D, {q + t0 * qs, qs, 1},
-              {k, 1, ks}, scores, blockKeys, att.scale);
+        // S = scale * Q K^T.
+        cpu::tileGemm(isa, rows, blockKeys, D, {q + t0 * qs, qs, 1},
+                      cpu::packedTilePanels(kt, D), scores, blockKeys,
+                      att.scale, false);
         for (int64_t t = t0; t < t0 + rows; ++t) {
           float *row = scores + (t - t0) * blockKeys;
           int64_t visible = visibleKeys(b, t);
@@ -891,8 +910,9 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
               visible ? max + std::log(sum) : -INFINITY;
         }
         // Out = P V.
-        sgemm(sgemmLibs, rows, D, blockKeys, {scores, blockKeys, 1},
-              {v, vs, 1}, out + t0 * os, os);
+        cpu::tileGemm(isa, rows, D, blockKeys, {scores, blockKeys, 1},
+                      cpu::packedTilePanels(vp, keys), out + t0 * os, os, 1.0f,
+                      false);
       }
       storeHead(base(att.out.buffer), type, att.out, b, h, T, D, out);
     }
@@ -906,13 +926,19 @@ void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
   // are staged in f32 after P, dP and delta.
   kir::DType type = prog.buffers[att.q.buffer].dtype;
   int64_t staged = type == kir::DType::F32 ? 0 : 8 * T * D;
+  // The head's K^T, V^T and K in cpu::tileGemm's column panels.
+  int64_t panelsT = cpu::tilePanelFloats(D, T),
+          panelsK = cpu::tilePanelFloats(T, D);
   pool.parallelFor(att.batch * att.heads, [&](int64_t begin, int64_t end,
                                               int thread) {
-    // A block's P (then dS) and dP, block x T each, and delta, per thread.
+    // A block's P (then dS) and dP, block x T each, delta, and the head's
+    // packed K^T, V^T and K, per thread.
     std::vector<float> &buffer = scratch[thread];
-    buffer.resize(std::max<size_t>(buffer.size(), 2 * block * T + T + staged));
+    buffer.resize(std::max<size_t>(buffer.size(), 2 * block * T + T + staged +
+                                                      2 * panelsT + panelsK));
     float *p = buffer.data(), *dp = p + block * T, *delta = dp + block * T;
     float *staging = delta + T;
+    float *kt = staging + staged, *vt = kt + panelsT, *kp = vt + panelsT;
     for (int64_t pair = begin; pair < end; ++pair) {
       int64_t b = pair / att.heads, h = pair % att.heads;
       auto head = [&](const kir::View &view, int64_t slot, bool load) {
@@ -930,6 +956,9 @@ void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
       const float *lse = reinterpret_cast<float *>(base(att.lse.buffer)) +
                          att.lse.offset + b * att.lse.strides[0] +
                          h * att.lse.strides[1];
+      cpu::packTilePanels(isa, {k, 1, ks}, D, T, kt);
+      cpu::packTilePanels(isa, {v, 1, vs}, D, T, vt);
+      cpu::packTilePanels(isa, {k, ks, 1}, T, D, kp);
       // delta = rowsum(dO * O); dK and dV gather every block's share.
       for (int64_t t = 0; t < T; ++t) {
         float sum = 0.0f;
@@ -945,8 +974,8 @@ void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
         float *qBlock = q + t0 * qs, *doBlock = dout + t0 * dos;
         // P = exp(scale Q K^T - lse), zero where masked: the forward's
         // probabilities, recomputed.
-        sgemm(sgemmLibs, rows, kv, D, {qBlock, qs, 1},
-              {k, 1, ks}, p, kv, att.scale);
+        cpu::tileGemm(isa, rows, kv, D, {qBlock, qs, 1},
+                      cpu::packedTilePanels(kt, D), p, kv, att.scale, false);
         for (int64_t t = t0; t < t0 + rows; ++t) {
           float *row = p + (t - t0) * kv;
           int64_t visible = att.causal ? t + 1 : T;
@@ -954,11 +983,11 @@ void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
           std::fill(row + visible, row + kv, 0.0f);
         }
         // dV += P^T dO.
-        sgemm(sgemmLibs, kv, D, rows, {p, 1, kv},
-              {doBlock, dos, 1}, dv, dvs, 1.0f, 1.0f);
+        cpu::tileGemm(isa, kv, D, rows, {p, 1, kv},
+                      {doBlock, dos, cpu::kTilePanel}, dv, dvs, 1.0f, true);
         // dP = dO V^T, then dS = P (dP - delta) in place of P.
-        sgemm(sgemmLibs, rows, kv, D, {doBlock, dos, 1},
-              {v, 1, vs}, dp, kv);
+        cpu::tileGemm(isa, rows, kv, D, {doBlock, dos, 1},
+                      cpu::packedTilePanels(vt, D), dp, kv, 1.0f, false);
         for (int64_t t = t0; t < t0 + rows; ++t) {
           float *row = p + (t - t0) * kv;
           const float *dpRow = dp + (t - t0) * kv;
@@ -966,10 +995,11 @@ void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
             row[s] *= dpRow[s] - delta[t];
         }
         // dQ = scale dS K (this block's rows), dK += scale dS^T Q.
-        sgemm(sgemmLibs, rows, D, kv, {p, kv, 1}, {k, ks, 1}, dq + t0 * dqs,
-              dqs, att.scale);
-        sgemm(sgemmLibs, kv, D, rows, {p, 1, kv},
-              {qBlock, qs, 1}, dk, dks, att.scale, 1.0f);
+        cpu::tileGemm(isa, rows, D, kv, {p, kv, 1},
+                      cpu::packedTilePanels(kp, T), dq + t0 * dqs, dqs,
+                      att.scale, false);
+        cpu::tileGemm(isa, kv, D, rows, {p, 1, kv},
+                      {qBlock, qs, cpu::kTilePanel}, dk, dks, att.scale, true);
       }
       storeHead(base(att.dq.buffer), type, att.dq, b, h, T, D, dq);
       storeHead(base(att.dk.buffer), type, att.dk, b, h, T, D, dk);

@@ -174,7 +174,8 @@ private:
   std::vector<char *> owned;  // input allocations
   std::vector<char *> bases;  // per buffer: where element 0 lives
   std::vector<std::vector<void *>> kernelOperands; // per kernel: its bases
-  // Per thread: attention scores, f32 staging of f16/bf16 operands.
+  // Per thread: attention scores and packed K and V, f32 staging of
+  // f16/bf16 operands.
   std::vector<std::vector<float>> scratch;
   // stagedNarrowGemm's operand block shared by the threads (and its f32
   // sums of a narrow C when K is blocked).
