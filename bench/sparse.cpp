@@ -35,8 +35,8 @@
 #include <thread>
 
 using namespace llmc;
+using llmc::cpu::CpuIsa;
 using llmc::cpu::PackedTwoOfFour;
-using llmc::cpu::SparseIsa;
 
 namespace {
 
@@ -136,7 +136,7 @@ void denseMatmul(runtime::ThreadPool &pool, const float *x, int64_t m,
 }
 
 /// The executor's 2:4 product: W's rows split over the threads.
-void sparseMatmul(runtime::ThreadPool &pool, SparseIsa isa, const float *x,
+void sparseMatmul(runtime::ThreadPool &pool, CpuIsa isa, const float *x,
                   int64_t m, const Weight &w, int64_t n, float *y,
                   bool bf16 = false) {
   const PackedTwoOfFour &packed = bf16 ? w.packedBf16 : w.packed;
@@ -145,7 +145,7 @@ void sparseMatmul(runtime::ThreadPool &pool, SparseIsa isa, const float *x,
   });
 }
 
-void benchModel(const Model &model, runtime::ThreadPool &pool, SparseIsa isa,
+void benchModel(const Model &model, runtime::ThreadPool &pool, CpuIsa isa,
                 double bandwidth) {
   int64_t layers = shortMode ? 2 : model.layers;
   std::vector<Shape> shapes = model.shapes();
@@ -254,7 +254,7 @@ void benchModel(const Model &model, runtime::ThreadPool &pool, SparseIsa isa,
 
 /// The time of 2:4 over dense by M on GPT-2's mlp.c_fc (3072 x 768): the
 /// largest M where 2:4 is faster is the crossover.
-void crossover(runtime::ThreadPool &pool, SparseIsa isa) {
+void crossover(runtime::ThreadPool &pool, CpuIsa isa) {
   const int64_t n = 3072, k = 768;
   Weight w = makeWeight(n, k, 5);
   std::vector<float> x(512 * k, 0.5f), y(512 * n);
@@ -291,12 +291,12 @@ int main(int argc, char **argv) {
       "matmuls, decode and prefill\n");
   runtime::ThreadPool pool(numThreads);
   openblas_set_num_threads(1); // the pool's threads call BLAS
-  SparseIsa isa = cpu::bestSparseIsa();
+  CpuIsa isa = cpu::bestCpuIsa();
   llvm::outs() << "bench-sparse" << (shortMode ? " (--short)" : "") << "\n";
   llvm::outs() << "cpu: " << bench::cpuModel() << ", "
                << std::thread::hardware_concurrency() << " logical CPUs, "
                << pool.size() << " threads\n";
-  llvm::outs() << "2:4 path: " << cpu::sparseIsaName(isa) << "\n";
+  llvm::outs() << "2:4 path: " << cpu::cpuIsaName(isa) << "\n";
   llvm::outs() << "dense BLAS: " << runtime::describeBlas() << "\n";
   double bandwidth = readBandwidth(pool);
   llvm::outs() << llvm::format("read bandwidth (STREAM-like sum, %d threads): "

@@ -142,12 +142,10 @@ void storeHead(char *data, kir::DType type, const kir::View &view, int64_t b,
 
 } // namespace
 
-CpuExecutor::CpuExecutor(kir::Program program,
-                         std::vector<CpuKernelFn> kernels, int numThreads,
-                         std::shared_ptr<PersistentStore> store)
-    : prog(std::move(program)), kernelFns(std::move(kernels)),
-      pool(numThreads), persistent(std::move(store)),
-      isa(cpu::bestSparseIsa()) {
+CpuExecutor::CpuExecutor(kir::Program program, std::vector<CpuKernelFn> kernels,
+                         int numThreads, std::shared_ptr<PersistentStore> store)
+    : prog(std::move(program)), kernelFns(std::move(kernels)), pool(numThreads),
+      persistent(std::move(store)), isa(cpu::bestCpuIsa()) {
   // Our threads split the work; BLAS must not start threads of its own.
   openblas_set_num_threads(1);
   if (!persistent)
@@ -436,7 +434,7 @@ std::string CpuExecutor::sparseSummary() const {
   return llvm::formatv("2:4 kernels ({0}, up to {1} rows): {2} weights "
                        "packed, {7} of them with bf16 values ({3:f1} of "
                        "{4:f1} MiB), {5} not 2:4, {6} GEMM steps run sparse",
-                       cpu::sparseIsaName(isa), sparseMaxRows,
+                       cpu::cpuIsaName(isa), sparseMaxRows,
                        sparse.packedWeights, sparse.packedBytes / 1048576.0,
                        sparse.denseBytes / 1048576.0, sparse.denseWeights,
                        sparse.sparseSteps, sparse.bf16Weights)

@@ -104,13 +104,15 @@ public:
   const StepProfile &profile() const { return stepProfile; }
 
   /// GEMM steps marked kir::GemmStep::sparseWeight whose weight is 2:4 run
-  /// the 2:4 kernels (runtime/Cpu/SparseGemm.h, on `sparseIsa()`) when
+  /// the 2:4 kernels (runtime/Cpu/SparseGemm.h, on `cpuIsa()`) when
   /// they have at most this many rows (batch * m); above it, the dense
   /// BLAS product, which is faster there. 0: never. The default is the
   /// crossover bench-sparse measures (README, "2:4 kernels").
   static constexpr int64_t kDefaultSparseMaxRows = 16;
   void setSparseMaxRows(int64_t rows) { sparseMaxRows = rows; }
-  cpu::SparseIsa sparseIsa() const { return isa; }
+  /// The instruction set of the executor's hand-vectorized products (2:4,
+  /// few-row, attention's tiles).
+  cpu::CpuIsa cpuIsa() const { return isa; }
   /// How a packed weight stores its kept values. Auto: bf16 when every
   /// kept value is a bf16 exactly (weights loaded from a bf16 file: no
   /// loss, half the value bytes), f32 otherwise. F32, BF16: always; BF16
@@ -195,7 +197,7 @@ private:
   std::map<std::pair<int32_t, int64_t>, PackedWeight> packedWeights;
   int64_t sparseMaxRows = kDefaultSparseMaxRows;
   SparseValuesMode sparseValuesMode = SparseValuesMode::Auto;
-  cpu::SparseIsa isa;
+  cpu::CpuIsa isa;
   cpu::SgemmSetup sgemmLibs; // f32 GEMM libraries (cpu::sgemmSetup())
   bool writesParams = false; // some step writes a Param
   SparseStats sparse;

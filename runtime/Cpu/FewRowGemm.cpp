@@ -15,6 +15,14 @@
 // broadcasts x[i, p] and FMAs the widened W row segment; columns past the
 // last full vector in scalar. Either way every W element is read once per
 // call.
+
+// GCC 12's AVX-512 intrinsics pass an undefined register to their masked
+// builtins and warn about it when inlined into a target("avx512f")
+// function (GCC bug 105593, fixed in GCC 13), as in VectorExp.cpp.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "runtime/Cpu/FewRowGemm.h"
 #include "runtime/Weights.h"
 
@@ -294,27 +302,27 @@ LLMC_FEW_ROW_DRIVERS(Avx2, LLMC_AVX2)
 LLMC_FEW_ROW_DRIVERS(Avx512, LLMC_AVX512)
 
 template <DType T>
-void runOn(SparseIsa isa, const Args &a, bool wNK, int64_t n0, int64_t n1) {
+void runOn(CpuIsa isa, const Args &a, bool wNK, int64_t n0, int64_t n1) {
   switch (isa) {
-  case SparseIsa::Scalar:
+  case CpuIsa::Scalar:
     return runScalar<T>(a, wNK, n0, n1);
-  case SparseIsa::Avx2:
+  case CpuIsa::Avx2:
     return runAvx2<T>(a, wNK, n0, n1);
-  case SparseIsa::Avx512:
+  case CpuIsa::Avx512:
     return runAvx512<T>(a, wNK, n0, n1);
   }
 }
 
 } // namespace
 
-void llmc::cpu::fewRowGemm(SparseIsa isa, kir::DType type, const float *x,
+void llmc::cpu::fewRowGemm(CpuIsa isa, kir::DType type, const float *x,
                            int64_t m, int64_t ldx, const void *w, int64_t ldw,
                            bool wNK, int64_t k, float *c, int64_t ldc,
                            int64_t n0, int64_t n1, bool accumulate) {
   // Every AVX2 CPU llmc has met has F16C, but it is a separate feature.
   static const bool hasF16c = __builtin_cpu_supports("f16c");
-  if (type == DType::F16 && isa == SparseIsa::Avx2 && !hasF16c)
-    isa = SparseIsa::Scalar;
+  if (type == DType::F16 && isa == CpuIsa::Avx2 && !hasF16c)
+    isa = CpuIsa::Scalar;
   for (int64_t i0 = 0; i0 < m; i0 += kFewRowGemmMaxRows) {
     Args a{x + i0 * ldx, std::min(m - i0, kFewRowGemmMaxRows), ldx, w,
            ldw, k, c + i0 * ldc, ldc, accumulate};

@@ -9,12 +9,12 @@
 // 8 rows of GPT-2's widths reaches under half a core's FMA rate. Products
 // and sums are f32 (FMA). Scalar, AVX2+FMA(+F16C) and AVX-512F paths are
 // in one binary (per-function target attributes), picked with
-// cpuRuns/bestSparseIsa (SparseGemm.h).
+// cpuRuns/bestCpuIsa (CpuIsa.h).
 #ifndef LLMC_RUNTIME_CPU_FEWROWGEMM_H
 #define LLMC_RUNTIME_CPU_FEWROWGEMM_H
 
 #include "ir/kernel/KernelIR.h"
-#include "runtime/Cpu/SparseGemm.h"
+#include "runtime/Cpu/CpuIsa.h"
 
 #include <cstdint>
 
@@ -32,10 +32,9 @@ constexpr int64_t kFewRowGemmMaxRows = 8;
 /// stored [k, n], W(p, j) = w[p * ldw + j]. x's rows have k valid elements
 /// (nothing past them is read). `isa` must be one this CPU runs (F16 on
 /// AVX2 also needs F16C; without it the scalar path runs).
-void fewRowGemm(SparseIsa isa, kir::DType type, const float *x, int64_t m,
+void fewRowGemm(CpuIsa isa, kir::DType type, const float *x, int64_t m,
                 int64_t ldx, const void *w, int64_t ldw, bool wNK, int64_t k,
-                float *c, int64_t ldc, int64_t n0, int64_t n1,
-                bool accumulate);
+                float *c, int64_t ldc, int64_t n0, int64_t n1, bool accumulate);
 
 } // namespace llmc::cpu
 

@@ -97,16 +97,6 @@ narrowHalfF16c(const float *src, int64_t count, uint16_t *dst) {
   narrowHalfPortable(src + i, count - i, dst + i);
 }
 
-bool haveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2");
-  return have;
-}
-
-bool haveAvx512f() {
-  static const bool have = __builtin_cpu_supports("avx512f");
-  return have;
-}
-
 // bf16 -> f32 is the 16 bits moved up: zero-extended and shifted.
 __attribute__((target("avx2"))) void
 widenBFloat16Avx2(const uint16_t *src, int64_t count, float *dst) {
@@ -170,31 +160,23 @@ narrowBFloat16Avx512(const float *src, int64_t count, uint16_t *dst) {
 
 } // namespace
 
-cpu::WidenIsa llmc::cpu::bestWidenIsa() {
-#if defined(__x86_64__)
-  if (haveAvx2() && haveF16c())
-    return haveAvx512f() ? WidenIsa::Avx512 : WidenIsa::Avx2;
-#endif
-  return WidenIsa::Portable;
-}
-
-void llmc::cpu::widenToFloat(WidenIsa isa, kir::DType type, const void *src,
+void llmc::cpu::widenToFloat(CpuIsa isa, kir::DType type, const void *src,
                              int64_t count, float *dst) {
   auto *narrow = static_cast<const uint16_t *>(src);
   switch (type) {
   case kir::DType::F16:
 #if defined(__x86_64__)
-    if (isa == WidenIsa::Avx512)
+    if (isa == CpuIsa::Avx512)
       return widenHalfAvx512(narrow, count, dst);
-    if (isa == WidenIsa::Avx2)
+    if (isa == CpuIsa::Avx2 && haveF16c())
       return widenHalfF16c(narrow, count, dst);
 #endif
     return widenHalfPortable(narrow, count, dst);
   case kir::DType::BF16:
 #if defined(__x86_64__)
-    if (isa == WidenIsa::Avx512)
+    if (isa == CpuIsa::Avx512)
       return widenBFloat16Avx512(narrow, count, dst);
-    if (isa == WidenIsa::Avx2)
+    if (isa == CpuIsa::Avx2)
       return widenBFloat16Avx2(narrow, count, dst);
 #endif
     return widenBFloat16(narrow, count, dst);
@@ -206,7 +188,7 @@ void llmc::cpu::widenToFloat(WidenIsa isa, kir::DType type, const void *src,
 
 void llmc::cpu::widenToFloat(kir::DType type, const void *src, int64_t count,
                              float *dst) {
-  static const WidenIsa isa = bestWidenIsa();
+  static const CpuIsa isa = bestCpuIsa();
   widenToFloat(isa, type, src, count, dst);
 }
 
@@ -233,18 +215,18 @@ void llmc::cpu::narrowFromFloat(kir::DType type, const float *src,
 }
 
 const char *llmc::cpu::lowPrecisionPath() {
-  // Widening by bestWidenIsa(); rounding f32 to f16 on F16C, to bf16 on
+  // Widening by bestCpuIsa(); rounding f32 to f16 on F16C, to bf16 on
   // AVX-512 BF16, each where the CPU has it.
 #if defined(__x86_64__)
   bool bf16 = haveAvx512Bf16();
-  switch (bestWidenIsa()) {
-  case WidenIsa::Avx512:
+  switch (bestCpuIsa()) {
+  case CpuIsa::Avx512:
     return bf16 ? "widen avx512, narrow f16c+avx512bf16"
                 : "widen avx512, narrow f16c";
-  case WidenIsa::Avx2:
+  case CpuIsa::Avx2:
     return bf16 ? "widen avx2, narrow f16c+avx512bf16"
                 : "widen avx2, narrow f16c";
-  case WidenIsa::Portable:
+  case CpuIsa::Scalar:
     if (haveF16c())
       return bf16 ? "widen scalar, narrow f16c+avx512bf16"
                   : "widen scalar, narrow f16c";

@@ -14,32 +14,27 @@
 #define LLMC_RUNTIME_CPU_LOWPRECISION_H
 
 #include "ir/kernel/KernelIR.h"
+#include "runtime/Cpu/CpuIsa.h"
 
 #include <cstdint>
 
 namespace llmc::cpu {
 
 /// `count` contiguous elements of `type` (F32, F16 or BF16) at `src`,
-/// widened to f32 at `dst` (exact; F32 is a copy), on bestWidenIsa().
+/// widened to f32 at `dst` (exact; F32 is a copy), on bestCpuIsa().
 void widenToFloat(kir::DType type, const void *src, int64_t count,
                   float *dst);
 
-/// The instructions widenToFloat runs on: portable loops, 8 lanes (AVX2:
-/// bf16 zero-extended and shifted; F16C's VCVTPH2PS for f16) or 16 lanes
-/// (AVX-512F, both). The staged GEMMs widen every 16-bit operand panel
-/// by panel: GPT-2 124M's bf16 step on a Zen 4 without its BF16 dot
-/// products ran 0.5-2.3% faster on 8 or 16 lanes than on the portable
-/// loop, which compiles to SSE2's 4 (README, Benchmarks). A CPU with F16C
-/// but no AVX2 (before 2013) takes the portable loops.
-enum class WidenIsa { Portable, Avx2, Avx512 };
-
-/// The widest WidenIsa this CPU runs.
-WidenIsa bestWidenIsa();
-
 /// widenToFloat on `isa`, which the CPU must run (tests check every one
-/// up to bestWidenIsa()).
-void widenToFloat(WidenIsa isa, kir::DType type, const void *src,
-                  int64_t count, float *dst);
+/// it runs): portable loops (Scalar), 8 lanes (Avx2: bf16 zero-extended
+/// and shifted; F16C's VCVTPH2PS for f16, the portable loop on a CPU
+/// without F16C) or 16 lanes (Avx512, both). The staged GEMMs widen every
+/// 16-bit operand panel by panel: GPT-2 124M's bf16 step on a Zen 4
+/// without its BF16 dot products ran 0.5-2.3% faster on 8 or 16 lanes
+/// than on the portable loop, which compiles to SSE2's 4 (README,
+/// Benchmarks).
+void widenToFloat(CpuIsa isa, kir::DType type, const void *src, int64_t count,
+                  float *dst);
 
 /// `count` contiguous f32 values rounded to `type` (F32, F16 or BF16) at
 /// `dst` (F32 is a copy).
@@ -47,7 +42,7 @@ void narrowFromFloat(kir::DType type, const float *src, int64_t count,
                      void *dst);
 
 /// Which instructions the conversions use on this CPU, for people and
-/// tests: the widening's WidenIsa and the rounding's F16C and AVX-512 BF16
+/// tests: the widening's CpuIsa and the rounding's F16C and AVX-512 BF16
 /// ("widen avx512, narrow f16c+avx512bf16"), or "scalar".
 const char *lowPrecisionPath();
 

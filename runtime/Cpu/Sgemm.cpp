@@ -1,5 +1,6 @@
 // The CPU executor's f32 GEMM (Sgemm.h): OpenBLAS linked, oneDNN loaded.
 #include "runtime/Cpu/Sgemm.h"
+#include "runtime/Cpu/CpuIsa.h"
 #include "runtime/Cpu/SignalMask.h"
 #include "runtime/HostMemory.h"
 
@@ -101,15 +102,6 @@ void oneDnnOnOneThread(const OneDnn &d) {
   }
 }
 
-bool cpuHasAvx512() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f");
-#else
-  return false;
-#endif
-}
-
 } // namespace
 
 const char *cpu::sgemmLibraryName(SgemmLibrary library) {
@@ -127,7 +119,7 @@ llvm::Expected<const cpu::SgemmSetup &> cpu::sgemmSetup() {
     const OneDnn &d = oneDnn();
     s.oneDnnLoaded = d.sgemm != nullptr;
     s.oneDnn = d.description;
-    s.avx512 = cpuHasAvx512();
+    s.avx512 = cpuRuns(CpuIsa::Avx512);
     s.library = defaultSgemmLibrary(s.oneDnnLoaded, s.avx512);
     const char *env = std::getenv("LLMC_CPU_SGEMM");
     std::string mode = env ? env : "";

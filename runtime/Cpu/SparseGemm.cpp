@@ -16,6 +16,14 @@
 // AVX2) bf16 in a half-width register, zero-extended to 32-bit lanes and
 // shifted left by 16, which is the f32 with the same value (bf16 is f32's
 // upper half); about 30% of the dense traffic.
+
+// GCC 12's AVX-512 intrinsics pass an undefined register to their masked
+// builtins and warn about it when inlined into a target("avx512f")
+// function (GCC bug 105593, fixed in GCC 13), as in VectorExp.cpp.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "runtime/Cpu/SparseGemm.h"
 #include "runtime/Weights.h"
 
@@ -94,39 +102,6 @@ bool llmc::cpu::exactlyBf16(const PackedTwoOfFour &w) {
       return false;
   }
   return true;
-}
-
-const char *llmc::cpu::sparseIsaName(SparseIsa isa) {
-  switch (isa) {
-  case SparseIsa::Scalar:
-    return "scalar";
-  case SparseIsa::Avx2:
-    return "avx2";
-  case SparseIsa::Avx512:
-    return "avx512";
-  }
-  return "?";
-}
-
-bool llmc::cpu::cpuRuns(SparseIsa isa) {
-  // __builtin_cpu_supports also checks that the OS saves the wide
-  // registers (XCR0), not only cpuid's feature bits.
-  switch (isa) {
-  case SparseIsa::Scalar:
-    return true;
-  case SparseIsa::Avx2:
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  case SparseIsa::Avx512:
-    return __builtin_cpu_supports("avx512f");
-  }
-  return false;
-}
-
-SparseIsa llmc::cpu::bestSparseIsa() {
-  for (SparseIsa isa : {SparseIsa::Avx512, SparseIsa::Avx2})
-    if (cpuRuns(isa))
-      return isa;
-  return SparseIsa::Scalar;
 }
 
 namespace {
@@ -367,20 +342,19 @@ void matmul(const PackedTwoOfFour &w, const float *x, int64_t m, int64_t ldx,
 
 } // namespace
 
-void llmc::cpu::sparseMatmulF32(SparseIsa isa, const PackedTwoOfFour &w,
+void llmc::cpu::sparseMatmulF32(CpuIsa isa, const PackedTwoOfFour &w,
                                 const float *x, int64_t m, int64_t ldx,
-                                float *y, int64_t ldy, int64_t n0,
-                                int64_t n1) {
+                                float *y, int64_t ldy, int64_t n0, int64_t n1) {
   assert(cpuRuns(isa) && n0 >= 0 && n1 <= w.n);
   bool bf16 = w.valueType == SparseValues::BF16;
   switch (isa) {
-  case SparseIsa::Avx512:
+  case CpuIsa::Avx512:
     return bf16 ? matmul<Avx512, uint16_t>(w, x, m, ldx, y, ldy, n0, n1)
                 : matmul<Avx512, float>(w, x, m, ldx, y, ldy, n0, n1);
-  case SparseIsa::Avx2:
+  case CpuIsa::Avx2:
     return bf16 ? matmul<Avx2, uint16_t>(w, x, m, ldx, y, ldy, n0, n1)
                 : matmul<Avx2, float>(w, x, m, ldx, y, ldy, n0, n1);
-  case SparseIsa::Scalar:
+  case CpuIsa::Scalar:
     return bf16 ? matmul<Scalar, uint16_t>(w, x, m, ldx, y, ldy, n0, n1)
                 : matmul<Scalar, float>(w, x, m, ldx, y, ldy, n0, n1);
   }

@@ -8,6 +8,7 @@
 #ifndef LLMC_RUNTIME_CPU_SPARSEGEMM_H
 #define LLMC_RUNTIME_CPU_SPARSEGEMM_H
 
+#include "runtime/Cpu/CpuIsa.h"
 #include "runtime/Sparsity.h"
 
 #include <cstdint>
@@ -70,16 +71,6 @@ PackedTwoOfFour toBf16Values(const PackedTwoOfFour &w);
 /// nothing.
 bool exactlyBf16(const PackedTwoOfFour &w);
 
-/// The instruction sets the kernels are written for.
-enum class SparseIsa : uint8_t { Scalar, Avx2, Avx512 };
-
-/// "scalar", "avx2" (AVX2 + FMA), "avx512" (AVX-512F).
-const char *sparseIsaName(SparseIsa isa);
-/// Whether this CPU (and OS) runs `isa` (cpuid via __builtin_cpu_supports).
-bool cpuRuns(SparseIsa isa);
-/// The widest path this CPU runs.
-SparseIsa bestSparseIsa();
-
 /// y[i * ldy + j] = sum_c x[i * ldx + c] * W[j, c] for i < m and
 /// n0 <= j < n1 (W's rows n0..n1: a thread's share), in f32. x's rows have
 /// W.k valid elements (nothing past them is read). `isa` must be one this
@@ -87,7 +78,7 @@ SparseIsa bestSparseIsa();
 /// then a tree), so results are deterministic but not the bits of a dense
 /// BLAS product. W's values may be F32 or BF16 (x, y and the sums are f32
 /// either way).
-void sparseMatmulF32(SparseIsa isa, const PackedTwoOfFour &w, const float *x,
+void sparseMatmulF32(CpuIsa isa, const PackedTwoOfFour &w, const float *x,
                      int64_t m, int64_t ldx, float *y, int64_t ldy, int64_t n0,
                      int64_t n1);
 

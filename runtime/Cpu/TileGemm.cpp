@@ -10,6 +10,14 @@
 // a few KiB) stay in L1 while B streams from L2. One kernel per row count
 // (1 to R) and A layout (rows contiguous, or columns: A^T read in place),
 // picked from a table.
+
+// GCC 12's AVX-512 intrinsics pass an undefined register to their masked
+// builtins and warn about it when inlined into a target("avx512f")
+// function (GCC bug 105593, fixed in GCC 13), as in VectorExp.cpp.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "runtime/Cpu/TileGemm.h"
 
 #include <immintrin.h>
@@ -233,23 +241,23 @@ LLMC_AVX2 void transpose8x8(const float *in, int64_t ldIn, float *out,
 
 } // namespace
 
-void llmc::cpu::tileGemm(SparseIsa isa, int64_t m, int64_t n, int64_t k,
+void llmc::cpu::tileGemm(CpuIsa isa, int64_t m, int64_t n, int64_t k,
                          TileMatrix a, TilePanels b, float *c, int64_t ldc,
                          float alpha, bool accumulate) {
   if (m <= 0 || n <= 0)
     return;
   switch (isa) {
-  case SparseIsa::Avx512:
+  case CpuIsa::Avx512:
     return runTiles(kAvx512, m, n, k, a, b, c, ldc, alpha, accumulate);
-  case SparseIsa::Avx2:
+  case CpuIsa::Avx2:
     return runTiles(kAvx2, m, n, k, a, b, c, ldc, alpha, accumulate);
-  case SparseIsa::Scalar:
+  case CpuIsa::Scalar:
     return runScalar(m, n, k, a, b, c, ldc, alpha, accumulate);
   }
 }
 
-void llmc::cpu::packTilePanels(SparseIsa isa, TileMatrix b, int64_t k,
-                               int64_t n, float *out) {
+void llmc::cpu::packTilePanels(CpuIsa isa, TileMatrix b, int64_t k, int64_t n,
+                               float *out) {
   int64_t panels = (n + kTilePanel - 1) / kTilePanel;
   for (int64_t q = 0; q < panels; ++q) {
     float *panel = out + q * k * kTilePanel;
@@ -265,7 +273,7 @@ void llmc::cpu::packTilePanels(SparseIsa isa, TileMatrix b, int64_t k,
       continue;
     }
     // B's columns are contiguous (B = X^T): transpose 8 x 8 blocks of X.
-    if (isa != SparseIsa::Scalar && width == kTilePanel)
+    if (isa != CpuIsa::Scalar && width == kTilePanel)
       for (; p0 + 8 <= k; p0 += 8)
         for (int64_t j = 0; j < kTilePanel; j += 8)
           transpose8x8(src + j * b.colStride + p0, b.colStride,

@@ -19,7 +19,7 @@
 #ifndef LLMC_RUNTIME_CPU_TILEGEMM_H
 #define LLMC_RUNTIME_CPU_TILEGEMM_H
 
-#include "runtime/Cpu/SparseGemm.h"
+#include "runtime/Cpu/CpuIsa.h"
 
 #include <cstdint>
 
@@ -45,7 +45,7 @@ struct TilePanels {
 /// c[i * ldc + j] = alpha * sum_p A(i, p) * B(p, j) (+ c[i * ldc + j] when
 /// `accumulate`) for i < m, j < n, p < k. Reads only those elements of A,
 /// B and C. `isa` must be one this CPU runs (cpuRuns).
-void tileGemm(SparseIsa isa, int64_t m, int64_t n, int64_t k, TileMatrix a,
+void tileGemm(CpuIsa isa, int64_t m, int64_t n, int64_t k, TileMatrix a,
               TilePanels b, float *c, int64_t ldc, float alpha,
               bool accumulate);
 
@@ -56,8 +56,7 @@ void tileGemm(SparseIsa isa, int64_t m, int64_t n, int64_t k, TileMatrix a,
 /// once (K^T for every block of query rows) is packed first: rows a page
 /// or more apart defeat the hardware prefetchers. Transposing B (K^T from
 /// K as stored) runs on 8 x 8 blocks on AVX2.
-void packTilePanels(SparseIsa isa, TileMatrix b, int64_t k, int64_t n,
-                    float *out);
+void packTilePanels(CpuIsa isa, TileMatrix b, int64_t k, int64_t n, float *out);
 
 /// The floats packTilePanels writes for B [k x n].
 inline int64_t tilePanelFloats(int64_t k, int64_t n) {

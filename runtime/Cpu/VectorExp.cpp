@@ -212,41 +212,14 @@ float rowMaxScalar(const float *row, int64_t n) {
   return best;
 }
 
-/// The widest path this CPU runs.
-cpu::VectorExpPath bestPath() {
-  static const cpu::VectorExpPath chosen = [] {
-    for (auto path : {cpu::VectorExpPath::Avx512, cpu::VectorExpPath::Avx2})
-      if (cpu::cpuSupports(path))
-        return path;
-    return cpu::VectorExpPath::Scalar;
-  }();
-  return chosen;
-}
-
 } // namespace
 
-bool cpu::cpuSupports(VectorExpPath path) {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  switch (path) {
-  case VectorExpPath::Avx512:
-    return __builtin_cpu_supports("avx512f");
-  case VectorExpPath::Avx2:
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  case VectorExpPath::Scalar:
-    return true;
-  }
-#endif
-  return path == VectorExpPath::Scalar;
-}
-
-float cpu::expShiftSumOn(VectorExpPath path, float *row, int64_t n,
-                         float shift) {
+float cpu::expShiftSumOn(CpuIsa path, float *row, int64_t n, float shift) {
   switch (path) {
 #if defined(__x86_64__)
-  case VectorExpPath::Avx512:
+  case CpuIsa::Avx512:
     return expShiftSum512(row, n, shift);
-  case VectorExpPath::Avx2:
+  case CpuIsa::Avx2:
     return expShiftSum256(row, n, shift);
 #endif
   default:
@@ -254,12 +227,12 @@ float cpu::expShiftSumOn(VectorExpPath path, float *row, int64_t n,
   }
 }
 
-float cpu::rowMaxOn(VectorExpPath path, const float *row, int64_t n) {
+float cpu::rowMaxOn(CpuIsa path, const float *row, int64_t n) {
   switch (path) {
 #if defined(__x86_64__)
-  case VectorExpPath::Avx512:
+  case CpuIsa::Avx512:
     return rowMax512(row, n);
-  case VectorExpPath::Avx2:
+  case CpuIsa::Avx2:
     return rowMax256(row, n);
 #endif
   default:
@@ -268,21 +241,11 @@ float cpu::rowMaxOn(VectorExpPath path, const float *row, int64_t n) {
 }
 
 float cpu::expShiftSum(float *row, int64_t n, float shift) {
-  return expShiftSumOn(bestPath(), row, n, shift);
+  return expShiftSumOn(bestCpuIsa(), row, n, shift);
 }
 
 float cpu::rowMax(const float *row, int64_t n) {
-  return rowMaxOn(bestPath(), row, n);
+  return rowMaxOn(bestCpuIsa(), row, n);
 }
 
-const char *cpu::vectorExpPath() {
-  switch (bestPath()) {
-  case VectorExpPath::Avx512:
-    return "avx512";
-  case VectorExpPath::Avx2:
-    return "avx2";
-  case VectorExpPath::Scalar:
-    break;
-  }
-  return "scalar";
-}
+const char *cpu::vectorExpPath() { return cpuIsaName(bestCpuIsa()); }

@@ -8,6 +8,8 @@
 #ifndef LLMC_RUNTIME_CPU_VECTOREXP_H
 #define LLMC_RUNTIME_CPU_VECTOREXP_H
 
+#include "runtime/Cpu/CpuIsa.h"
+
 #include <cstdint>
 
 namespace llmc::cpu {
@@ -22,11 +24,9 @@ float rowMax(const float *row, int64_t n);
 /// The path expShiftSum and rowMax take here: "avx512", "avx2" or "scalar".
 const char *vectorExpPath();
 
-/// Each path by name, for the unit tests: the CPU must support it.
-enum class VectorExpPath : uint8_t { Scalar, Avx2, Avx512 };
-bool cpuSupports(VectorExpPath path);
-float expShiftSumOn(VectorExpPath path, float *row, int64_t n, float shift);
-float rowMaxOn(VectorExpPath path, const float *row, int64_t n);
+/// Each path, for the unit tests: the CPU must run it (cpuRuns).
+float expShiftSumOn(CpuIsa path, float *row, int64_t n, float shift);
+float rowMaxOn(CpuIsa path, const float *row, int64_t n);
 
 } // namespace llmc::cpu
 

@@ -148,12 +148,12 @@ TEST(ConversionTest, BulkConversionsMatchTheScalarReference) {
   std::vector<uint16_t> all(65536 + 13);
   for (size_t i = 0; i < all.size(); ++i)
     all[i] = uint16_t(i);
-  std::vector<std::optional<cpu::WidenIsa>> isas = {std::nullopt};
-  for (cpu::WidenIsa isa : {cpu::WidenIsa::Portable, cpu::WidenIsa::Avx2,
-                            cpu::WidenIsa::Avx512})
-    if (isa <= cpu::bestWidenIsa())
+  std::vector<std::optional<cpu::CpuIsa>> isas = {std::nullopt};
+  for (cpu::CpuIsa isa :
+       {cpu::CpuIsa::Scalar, cpu::CpuIsa::Avx2, cpu::CpuIsa::Avx512})
+    if (cpu::cpuRuns(isa))
       isas.push_back(isa);
-  for (std::optional<cpu::WidenIsa> isa : isas)
+  for (std::optional<cpu::CpuIsa> isa : isas)
     for (DType type : {DType::F16, DType::BF16}) {
       std::vector<float> wide(all.size());
       if (isa)

@@ -21,16 +21,16 @@ namespace {
 /// its valid elements filled with NaN bits, as are x's rows past k; c's
 /// columns outside [n0, n1) hold a sentinel, and c's rows have a stride
 /// past n. |c - ref| <= 1e-5 * sum |x w| (+ |c0| when accumulating).
-void checkProduct(SparseIsa isa, llmc::kir::DType type, bool wNK, int64_t m,
-                  int64_t n, int64_t k, int64_t n0, int64_t n1,
-                  bool accumulate, uint32_t seed) {
+void checkProduct(CpuIsa isa, llmc::kir::DType type, bool wNK, int64_t m,
+                  int64_t n, int64_t k, int64_t n0, int64_t n1, bool accumulate,
+                  uint32_t seed) {
   bool f16 = type == llmc::kir::DType::F16;
   bool f32 = type == llmc::kir::DType::F32;
   SCOPED_TRACE(testing::Message()
-               << sparseIsaName(isa) << " " << llmc::kir::dtypeName(type)
-               << (wNK ? " [n,k]" : " [k,n]")
-               << " m=" << m << " n=" << n << " k=" << k << " cols [" << n0
-               << ", " << n1 << ")" << (accumulate ? " accumulate" : ""));
+               << cpuIsaName(isa) << " " << llmc::kir::dtypeName(type)
+               << (wNK ? " [n,k]" : " [k,n]") << " m=" << m << " n=" << n
+               << " k=" << k << " cols [" << n0 << ", " << n1 << ")"
+               << (accumulate ? " accumulate" : ""));
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -95,25 +95,24 @@ void checkProduct(SparseIsa isa, llmc::kir::DType type, bool wNK, int64_t m,
     }
 }
 
-std::vector<SparseIsa> isasThisCpuRuns() {
-  std::vector<SparseIsa> isas;
-  for (SparseIsa isa :
-       {SparseIsa::Scalar, SparseIsa::Avx2, SparseIsa::Avx512})
+std::vector<CpuIsa> isasThisCpuRuns() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512})
     if (cpuRuns(isa))
       isas.push_back(isa);
   return isas;
 }
 
 TEST(FewRowGemm, EveryPathOddShapes) {
-  std::vector<SparseIsa> isas = isasThisCpuRuns();
+  std::vector<CpuIsa> isas = isasThisCpuRuns();
   std::cerr << "few-row GEMM paths this CPU runs:";
-  for (SparseIsa isa : isas)
-    std::cerr << " " << sparseIsaName(isa);
+  for (CpuIsa isa : isas)
+    std::cerr << " " << cpuIsaName(isa);
   std::cerr << "\n";
   uint32_t seed = 1;
   for (llmc::kir::DType type : {llmc::kir::DType::F32, llmc::kir::DType::BF16,
                                  llmc::kir::DType::F16})
-    for (SparseIsa isa : isas)
+    for (CpuIsa isa : isas)
       for (bool wNK : {true, false})
         for (int64_t m : {1, 2, 3, 5, 8, 11})
           for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1},
@@ -133,7 +132,7 @@ TEST(FewRowGemm, PathsAgreeOnLargeShape) {
   // A decode-sized product (GPT-2's c_fc at one row) on every path.
   for (llmc::kir::DType type : {llmc::kir::DType::F32, llmc::kir::DType::BF16,
                                  llmc::kir::DType::F16})
-    for (SparseIsa isa : isasThisCpuRuns())
+    for (CpuIsa isa : isasThisCpuRuns())
       for (bool wNK : {true, false})
         checkProduct(isa, type, wNK, 1, 3072, 768, 0, 3072, false, 99);
 }

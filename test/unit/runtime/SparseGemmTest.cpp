@@ -30,12 +30,12 @@ namespace {
 /// |ref| itself arbitrarily small). x rows have a stride past k, filled
 /// with NaN, and y's columns outside [n0, n1) hold a sentinel: a kernel
 /// that reads past k or writes outside its rows fails.
-void checkProduct(SparseIsa isa, SparseValues values, int64_t m, int64_t n,
+void checkProduct(CpuIsa isa, SparseValues values, int64_t m, int64_t n,
                   int64_t k, int64_t n0, int64_t n1, uint32_t seed) {
-  SCOPED_TRACE(testing::Message() << sparseIsaName(isa) << " "
-                                  << sparseValuesName(values) << " m=" << m
-                                  << " n=" << n << " k=" << k << " rows ["
-                                  << n0 << ", " << n1 << ")");
+  SCOPED_TRACE(testing::Message()
+               << cpuIsaName(isa) << " " << sparseValuesName(values)
+               << " m=" << m << " n=" << n << " k=" << k << " rows [" << n0
+               << ", " << n1 << ")");
   std::mt19937 rng(seed);
   std::vector<float> w = randomTwoOfFour(n, k, rng);
   llvm::Expected<CompressedTwoOfFour> compressed =
@@ -78,9 +78,9 @@ void checkProduct(SparseIsa isa, SparseValues values, int64_t m, int64_t n,
 }
 
 /// The paths this CPU runs, printed once so that the log says which ran.
-std::vector<SparseIsa> pathsHere() {
-  std::vector<SparseIsa> paths;
-  for (SparseIsa isa : {SparseIsa::Scalar, SparseIsa::Avx2, SparseIsa::Avx512})
+std::vector<CpuIsa> pathsHere() {
+  std::vector<CpuIsa> paths;
+  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512})
     if (cpuRuns(isa))
       paths.push_back(isa);
   return paths;
@@ -88,13 +88,13 @@ std::vector<SparseIsa> pathsHere() {
 
 constexpr SparseValues kValueTypes[] = {SparseValues::F32, SparseValues::BF16};
 
-class SparseGemm : public testing::TestWithParam<SparseIsa> {
+class SparseGemm : public testing::TestWithParam<CpuIsa> {
 protected:
   void SetUp() override {
     if (!cpuRuns(GetParam()))
-      GTEST_SKIP() << "this CPU does not run the " << sparseIsaName(GetParam())
+      GTEST_SKIP() << "this CPU does not run the " << cpuIsaName(GetParam())
                    << " path";
-    std::cout << "[ path     ] " << sparseIsaName(GetParam()) << "\n";
+    std::cout << "[ path     ] " << cpuIsaName(GetParam()) << "\n";
   }
 };
 
@@ -133,10 +133,10 @@ TEST_P(SparseGemm, GptShapesMatchTheDenseProduct) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, SparseGemm,
-                         testing::Values(SparseIsa::Scalar, SparseIsa::Avx2,
-                                         SparseIsa::Avx512),
-                         [](const testing::TestParamInfo<SparseIsa> &info) {
-                           return std::string(sparseIsaName(info.param));
+                         testing::Values(CpuIsa::Scalar, CpuIsa::Avx2,
+                                         CpuIsa::Avx512),
+                         [](const testing::TestParamInfo<CpuIsa> &info) {
+                           return std::string(cpuIsaName(info.param));
                          });
 
 TEST(SparseGemmDispatch, BestPathFollowsCpuinfo) {
@@ -153,14 +153,14 @@ TEST(SparseGemmDispatch, BestPathFollowsCpuinfo) {
   };
   bool avx512 = has("avx512f");
   bool avx2 = has("avx2") && has("fma");
-  SparseIsa expected = avx512 ? SparseIsa::Avx512
-                       : avx2 ? SparseIsa::Avx2
-                              : SparseIsa::Scalar;
-  EXPECT_EQ(bestSparseIsa(), expected);
+  CpuIsa expected = avx512 ? CpuIsa::Avx512
+                    : avx2 ? CpuIsa::Avx2
+                           : CpuIsa::Scalar;
+  EXPECT_EQ(bestCpuIsa(), expected);
   std::cout << "[ paths    ] this CPU runs:";
-  for (SparseIsa isa : pathsHere())
-    std::cout << " " << sparseIsaName(isa);
-  std::cout << " (best " << sparseIsaName(bestSparseIsa()) << ")\n";
+  for (CpuIsa isa : pathsHere())
+    std::cout << " " << cpuIsaName(isa);
+  std::cout << " (best " << cpuIsaName(bestCpuIsa()) << ")\n";
 }
 
 TEST(SparseGemmPack, PackKeepsValuesAndPositions) {

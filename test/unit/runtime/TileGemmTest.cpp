@@ -14,9 +14,9 @@ using namespace llmc::cpu;
 
 namespace {
 
-std::vector<SparseIsa> isasThisCpuRuns() {
-  std::vector<SparseIsa> isas;
-  for (SparseIsa isa : {SparseIsa::Scalar, SparseIsa::Avx2, SparseIsa::Avx512})
+std::vector<CpuIsa> isasThisCpuRuns() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512})
     if (cpuRuns(isa))
       isas.push_back(isa);
   return isas;
@@ -27,10 +27,10 @@ std::vector<SparseIsa> isasThisCpuRuns() {
 /// matrix with a row stride past its valid elements, which hold NaN (in C
 /// a sentinel that must survive). |c - ref| <= 1e-5 * (|alpha| sum |a b| +
 /// |c0|).
-void checkProduct(SparseIsa isa, bool rowA, bool packB, int64_t m, int64_t n,
+void checkProduct(CpuIsa isa, bool rowA, bool packB, int64_t m, int64_t n,
                   int64_t k, float alpha, bool accumulate, uint32_t seed) {
   SCOPED_TRACE(testing::Message()
-               << sparseIsaName(isa) << (rowA ? " A rows" : " A^T")
+               << cpuIsaName(isa) << (rowA ? " A rows" : " A^T")
                << (packB ? " B packed" : " B in place") << " m=" << m
                << " n=" << n << " k=" << k << " alpha=" << alpha
                << (accumulate ? " accumulate" : ""));
@@ -85,7 +85,7 @@ TEST(TileGemm, MatchesDoubleOnEveryIsaAndShape) {
   // Rows around both tiles' heights (6, 8), columns around their widths
   // (16, 32) and past several panels, k from 0 up.
   uint32_t seed = 1;
-  for (SparseIsa isa : isasThisCpuRuns())
+  for (CpuIsa isa : isasThisCpuRuns())
     for (bool rowA : {true, false})
       for (bool packB : {false, true})
         for (int64_t m : {1, 5, 6, 7, 8, 9, 13, 64})
@@ -96,7 +96,7 @@ TEST(TileGemm, MatchesDoubleOnEveryIsaAndShape) {
 }
 
 TEST(TileGemm, AttentionShapes) {
-  for (SparseIsa isa : isasThisCpuRuns()) {
+  for (CpuIsa isa : isasThisCpuRuns()) {
     checkProduct(isa, true, true, 64, 256, 64, 0.125f, false, 7); // Q K^T
     checkProduct(isa, true, true, 64, 64, 256, 1.0f, false, 8);   // P V
     checkProduct(isa, false, false, 256, 64, 64, 1.0f, true, 9);  // P^T dO
@@ -108,12 +108,12 @@ TEST(TileGemm, PacksRowsAndColumnsIntoPanels) {
   // B [k x n] given by rows (a row-major matrix) and by columns (X^T of a
   // row-major X [n x k], as K^T is packed from K): panels of kTilePanel
   // columns, zero past n.
-  for (SparseIsa isa : isasThisCpuRuns())
+  for (CpuIsa isa : isasThisCpuRuns())
     for (bool byColumns : {false, true})
       for (int64_t k : {1, 7, 8, 9, 64, 67})
         for (int64_t n : {1, 8, 13, 32, 33, 64, 70}) {
           SCOPED_TRACE(testing::Message()
-                       << sparseIsaName(isa) << (byColumns ? " X^T" : " B")
+                       << cpuIsaName(isa) << (byColumns ? " X^T" : " B")
                        << " k=" << k << " n=" << n);
           int64_t rows = byColumns ? n : k, cols = byColumns ? k : n;
           int64_t ld = cols + 2;

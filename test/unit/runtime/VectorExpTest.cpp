@@ -18,8 +18,7 @@ using namespace llmc::cpu;
 
 namespace {
 
-const VectorExpPath kPaths[] = {VectorExpPath::Scalar, VectorExpPath::Avx2,
-                                VectorExpPath::Avx512};
+const CpuIsa kPaths[] = {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512};
 
 /// ulps between a float and a double reference, at the float's scale.
 double ulpError(float got, double want) {
@@ -32,8 +31,8 @@ TEST(VectorExp, WithinTwoUlpOfExp) {
   std::vector<float> xs;
   for (float x = -87.0f; x <= 88.0f; x += 0.0137f)
     xs.push_back(x);
-  for (VectorExpPath path : kPaths) {
-    if (!cpuSupports(path))
+  for (CpuIsa path : kPaths) {
+    if (!cpuRuns(path))
       continue;
     std::vector<float> row = xs;
     expShiftSumOn(path, row.data(), int64_t(row.size()), 0.0f);
@@ -60,8 +59,8 @@ TEST(VectorExp, WithinTwoUlpOfExp) {
 TEST(VectorExp, VectorPathsEqualScalarBitForBit) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-90.0f, 10.0f);
-  for (VectorExpPath path : {VectorExpPath::Avx2, VectorExpPath::Avx512}) {
-    if (!cpuSupports(path)) {
+  for (CpuIsa path : {CpuIsa::Avx2, CpuIsa::Avx512}) {
+    if (!cpuRuns(path)) {
       std::cout << "path " << int(path) << " not on this CPU\n";
       continue;
     }
@@ -72,10 +71,9 @@ TEST(VectorExp, VectorPathsEqualScalarBitForBit) {
       std::vector<float> b = a;
       float shift = n % 3 ? 1.5f : -0.25f;
       EXPECT_EQ(rowMaxOn(path, a.data(), n),
-                rowMaxOn(VectorExpPath::Scalar, a.data(), n));
+                rowMaxOn(CpuIsa::Scalar, a.data(), n));
       float sumVector = expShiftSumOn(path, a.data(), n, shift);
-      float sumScalar =
-          expShiftSumOn(VectorExpPath::Scalar, b.data(), n, shift);
+      float sumScalar = expShiftSumOn(CpuIsa::Scalar, b.data(), n, shift);
       ASSERT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float)))
           << "path " << int(path) << ", n = " << n;
       EXPECT_NEAR(sumVector, sumScalar, 1e-6f * std::fabs(sumScalar) + 1e-30f);
@@ -86,8 +84,8 @@ TEST(VectorExp, VectorPathsEqualScalarBitForBit) {
 TEST(VectorExp, EdgeValues) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (VectorExpPath path : kPaths) {
-    if (!cpuSupports(path))
+  for (CpuIsa path : kPaths) {
+    if (!cpuRuns(path))
       continue;
     SCOPED_TRACE(testing::Message() << "path " << int(path));
     // 20 elements: one NaN in a full vector, one in the tail.

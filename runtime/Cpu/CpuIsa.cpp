@@ -1,0 +1,43 @@
+// The CPU's instruction sets (CpuIsa.h).
+#include "runtime/Cpu/CpuIsa.h"
+
+#include <initializer_list>
+
+using namespace llmc::cpu;
+
+const char *llmc::cpu::cpuIsaName(CpuIsa isa) {
+  switch (isa) {
+  case CpuIsa::Scalar:
+    return "scalar";
+  case CpuIsa::Avx2:
+    return "avx2";
+  case CpuIsa::Avx512:
+    return "avx512";
+  }
+  return "?";
+}
+
+bool llmc::cpu::cpuRuns(CpuIsa isa) {
+#if defined(__x86_64__)
+  __builtin_cpu_init(); // safe before the constructors that would run it
+  switch (isa) {
+  case CpuIsa::Scalar:
+    return true;
+  case CpuIsa::Avx2:
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  case CpuIsa::Avx512:
+    return __builtin_cpu_supports("avx512f");
+  }
+#endif
+  return isa == CpuIsa::Scalar;
+}
+
+CpuIsa llmc::cpu::bestCpuIsa() {
+  static const CpuIsa best = [] {
+    for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2})
+      if (cpuRuns(isa))
+        return isa;
+    return CpuIsa::Scalar;
+  }();
+  return best;
+}
