@@ -32,6 +32,14 @@ bool llmc::cpu::cpuRuns(CpuIsa isa) {
   return isa == CpuIsa::Scalar;
 }
 
+std::vector<CpuIsa> llmc::cpu::cpuIsasThisCpuRuns() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512})
+    if (cpuRuns(isa))
+      isas.push_back(isa);
+  return isas;
+}
+
 CpuIsa llmc::cpu::bestCpuIsa() {
   static const CpuIsa best = [] {
     for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2})

@@ -8,6 +8,7 @@
 #define LLMC_RUNTIME_CPU_CPUISA_H
 
 #include <cstdint>
+#include <vector>
 
 namespace llmc::cpu {
 
@@ -26,6 +27,9 @@ bool cpuRuns(CpuIsa isa);
 
 /// The widest set this CPU runs.
 CpuIsa bestCpuIsa();
+
+/// Every set this CPU runs, Scalar first (the tests run each).
+std::vector<CpuIsa> cpuIsasThisCpuRuns();
 
 } // namespace llmc::cpu
 

@@ -149,10 +149,8 @@ TEST(ConversionTest, BulkConversionsMatchTheScalarReference) {
   for (size_t i = 0; i < all.size(); ++i)
     all[i] = uint16_t(i);
   std::vector<std::optional<cpu::CpuIsa>> isas = {std::nullopt};
-  for (cpu::CpuIsa isa :
-       {cpu::CpuIsa::Scalar, cpu::CpuIsa::Avx2, cpu::CpuIsa::Avx512})
-    if (cpu::cpuRuns(isa))
-      isas.push_back(isa);
+  for (cpu::CpuIsa isa : cpu::cpuIsasThisCpuRuns())
+    isas.push_back(isa);
   for (std::optional<cpu::CpuIsa> isa : isas)
     for (DType type : {DType::F16, DType::BF16}) {
       std::vector<float> wide(all.size());

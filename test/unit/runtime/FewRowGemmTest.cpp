@@ -95,16 +95,8 @@ void checkProduct(CpuIsa isa, llmc::kir::DType type, bool wNK, int64_t m,
     }
 }
 
-std::vector<CpuIsa> isasThisCpuRuns() {
-  std::vector<CpuIsa> isas;
-  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512})
-    if (cpuRuns(isa))
-      isas.push_back(isa);
-  return isas;
-}
-
 TEST(FewRowGemm, EveryPathOddShapes) {
-  std::vector<CpuIsa> isas = isasThisCpuRuns();
+  std::vector<CpuIsa> isas = cpuIsasThisCpuRuns();
   std::cerr << "few-row GEMM paths this CPU runs:";
   for (CpuIsa isa : isas)
     std::cerr << " " << cpuIsaName(isa);
@@ -132,7 +124,7 @@ TEST(FewRowGemm, PathsAgreeOnLargeShape) {
   // A decode-sized product (GPT-2's c_fc at one row) on every path.
   for (llmc::kir::DType type : {llmc::kir::DType::F32, llmc::kir::DType::BF16,
                                  llmc::kir::DType::F16})
-    for (CpuIsa isa : isasThisCpuRuns())
+    for (CpuIsa isa : cpuIsasThisCpuRuns())
       for (bool wNK : {true, false})
         checkProduct(isa, type, wNK, 1, 3072, 768, 0, 3072, false, 99);
 }

@@ -77,15 +77,6 @@ void checkProduct(CpuIsa isa, SparseValues values, int64_t m, int64_t n,
     }
 }
 
-/// The paths this CPU runs, printed once so that the log says which ran.
-std::vector<CpuIsa> pathsHere() {
-  std::vector<CpuIsa> paths;
-  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512})
-    if (cpuRuns(isa))
-      paths.push_back(isa);
-  return paths;
-}
-
 constexpr SparseValues kValueTypes[] = {SparseValues::F32, SparseValues::BF16};
 
 class SparseGemm : public testing::TestWithParam<CpuIsa> {
@@ -158,7 +149,7 @@ TEST(SparseGemmDispatch, BestPathFollowsCpuinfo) {
                            : CpuIsa::Scalar;
   EXPECT_EQ(bestCpuIsa(), expected);
   std::cout << "[ paths    ] this CPU runs:";
-  for (CpuIsa isa : pathsHere())
+  for (CpuIsa isa : cpuIsasThisCpuRuns())
     std::cout << " " << cpuIsaName(isa);
   std::cout << " (best " << cpuIsaName(bestCpuIsa()) << ")\n";
 }

@@ -14,14 +14,6 @@ using namespace llmc::cpu;
 
 namespace {
 
-std::vector<CpuIsa> isasThisCpuRuns() {
-  std::vector<CpuIsa> isas;
-  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512})
-    if (cpuRuns(isa))
-      isas.push_back(isa);
-  return isas;
-}
-
 /// C = alpha A B (+ C0) for A [m x k] stored by rows (rowA) or as A^T [k x
 /// m], B [k x n] row-major (read in place, or packed first: packB), every
 /// matrix with a row stride past its valid elements, which hold NaN (in C
@@ -85,7 +77,7 @@ TEST(TileGemm, MatchesDoubleOnEveryIsaAndShape) {
   // Rows around both tiles' heights (6, 8), columns around their widths
   // (16, 32) and past several panels, k from 0 up.
   uint32_t seed = 1;
-  for (CpuIsa isa : isasThisCpuRuns())
+  for (CpuIsa isa : cpuIsasThisCpuRuns())
     for (bool rowA : {true, false})
       for (bool packB : {false, true})
         for (int64_t m : {1, 5, 6, 7, 8, 9, 13, 64})
@@ -96,7 +88,7 @@ TEST(TileGemm, MatchesDoubleOnEveryIsaAndShape) {
 }
 
 TEST(TileGemm, AttentionShapes) {
-  for (CpuIsa isa : isasThisCpuRuns()) {
+  for (CpuIsa isa : cpuIsasThisCpuRuns()) {
     checkProduct(isa, true, true, 64, 256, 64, 0.125f, false, 7); // Q K^T
     checkProduct(isa, true, true, 64, 64, 256, 1.0f, false, 8);   // P V
     checkProduct(isa, false, false, 256, 64, 64, 1.0f, true, 9);  // P^T dO
@@ -108,7 +100,7 @@ TEST(TileGemm, PacksRowsAndColumnsIntoPanels) {
   // B [k x n] given by rows (a row-major matrix) and by columns (X^T of a
   // row-major X [n x k], as K^T is packed from K): panels of kTilePanel
   // columns, zero past n.
-  for (CpuIsa isa : isasThisCpuRuns())
+  for (CpuIsa isa : cpuIsasThisCpuRuns())
     for (bool byColumns : {false, true})
       for (int64_t k : {1, 7, 8, 9, 64, 67})
         for (int64_t n : {1, 8, 13, 32, 33, 64, 70}) {
