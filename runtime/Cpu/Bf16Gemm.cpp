@@ -178,16 +178,6 @@ const char *cpu::bf16DotPathName(Bf16DotPath path) {
                                          : "emulated vdpbf16ps";
 }
 
-bool cpu::cpuHasAvx512Bf16() {
-#if defined(__x86_64__)
-  static const bool have = __builtin_cpu_supports("avx512f") &&
-                           __builtin_cpu_supports("avx512bf16");
-  return have;
-#else
-  return false;
-#endif
-}
-
 std::optional<Bf16DotPath> cpu::executorBf16Dot() {
   static const std::optional<Bf16DotPath> path =
       []() -> std::optional<Bf16DotPath> {

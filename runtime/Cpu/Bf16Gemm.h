@@ -23,6 +23,8 @@
 #ifndef LLMC_RUNTIME_CPU_BF16GEMM_H
 #define LLMC_RUNTIME_CPU_BF16GEMM_H
 
+#include "runtime/Cpu/CpuIsa.h" // cpuHasAvx512Bf16
+
 #include <cstdint>
 #include <optional>
 
@@ -40,10 +42,6 @@ struct Bf16View {
 enum class Bf16DotPath : uint8_t { Emulated, Avx512Bf16 };
 
 const char *bf16DotPathName(Bf16DotPath path);
-
-/// Whether this CPU runs the instruction (AVX-512F and AVX-512 BF16,
-/// zmm state saved by the OS).
-bool cpuHasAvx512Bf16();
 
 /// The path the executor uses for bf16 GEMMs: Avx512Bf16 where the CPU
 /// has it, unless the environment variable LLMC_CPU_BF16_DOT is "off"

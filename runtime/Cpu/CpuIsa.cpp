@@ -41,11 +41,28 @@ std::vector<CpuIsa> llmc::cpu::cpuIsasThisCpuRuns() {
 }
 
 CpuIsa llmc::cpu::bestCpuIsa() {
-  static const CpuIsa best = [] {
-    for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2})
-      if (cpuRuns(isa))
-        return isa;
-    return CpuIsa::Scalar;
-  }();
+  static const CpuIsa best = cpuIsasThisCpuRuns().back();
   return best;
+}
+
+bool llmc::cpu::cpuHasF16c() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  static const bool have =
+      __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  return have;
+#else
+  return false;
+#endif
+}
+
+bool llmc::cpu::cpuHasAvx512Bf16() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  static const bool have =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+  return have;
+#else
+  return false;
+#endif
 }

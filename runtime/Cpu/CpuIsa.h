@@ -1,7 +1,8 @@
 // The x86 instruction sets the CPU runtime's hand-vectorized loops are
 // written for (conversions, the softmax's exponentials, attention's tiles,
-// few-row and 2:4 sparse products), one choice for all of them. Each loop
-// is compiled for its set with a per-function target attribute, so one
+// few-row and 2:4 sparse products), one choice for all of them, and the
+// CPU features some of those loops check besides (F16C, AVX-512 BF16). Each
+// loop is compiled for its set with a per-function target attribute, so one
 // binary runs on any x86-64 CPU, and the set is picked from the CPU at
 // run time; tests run every set the CPU has.
 #ifndef LLMC_RUNTIME_CPU_CPUISA_H
@@ -30,6 +31,13 @@ CpuIsa bestCpuIsa();
 
 /// Every set this CPU runs, Scalar first (the tests run each).
 std::vector<CpuIsa> cpuIsasThisCpuRuns();
+
+/// Features beside the sets, each checked by the code that needs it: F16C
+/// (VCVTPH2PS/VCVTPS2PH, with AVX's ymm state), which every AVX2 CPU known
+/// has but is a feature of its own; AVX-512 BF16 (vdpbf16ps,
+/// vcvtneps2bf16, with AVX-512F).
+bool cpuHasF16c();
+bool cpuHasAvx512Bf16();
 
 } // namespace llmc::cpu
 

@@ -319,9 +319,7 @@ void llmc::cpu::fewRowGemm(CpuIsa isa, kir::DType type, const float *x,
                            int64_t m, int64_t ldx, const void *w, int64_t ldw,
                            bool wNK, int64_t k, float *c, int64_t ldc,
                            int64_t n0, int64_t n1, bool accumulate) {
-  // Every AVX2 CPU llmc has met has F16C, but it is a separate feature.
-  static const bool hasF16c = __builtin_cpu_supports("f16c");
-  if (type == DType::F16 && isa == CpuIsa::Avx2 && !hasF16c)
+  if (type == DType::F16 && isa == CpuIsa::Avx2 && !cpuHasF16c())
     isa = CpuIsa::Scalar;
   for (int64_t i0 = 0; i0 < m; i0 += kFewRowGemmMaxRows) {
     Args a{x + i0 * ldx, std::min(m - i0, kFewRowGemmMaxRows), ldx, w,

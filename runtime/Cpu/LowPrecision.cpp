@@ -61,18 +61,6 @@ void narrowHalfPortable(const float *src, int64_t count, uint16_t *dst) {
 
 #if defined(__x86_64__)
 
-bool haveF16c() {
-  static const bool have =
-      __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-  return have;
-}
-
-bool haveAvx512Bf16() {
-  static const bool have = __builtin_cpu_supports("avx512f") &&
-                           __builtin_cpu_supports("avx512bf16");
-  return have;
-}
-
 // VCVTPH2PS is exact. VCVTPS2PH with an explicit rounding mode (not
 // MXCSR's) rounds to nearest even; a NaN keeps its sign and top payload
 // bits and is quieted, as runtime::floatToHalf does.
@@ -168,7 +156,7 @@ void llmc::cpu::widenToFloat(CpuIsa isa, kir::DType type, const void *src,
 #if defined(__x86_64__)
     if (isa == CpuIsa::Avx512)
       return widenHalfAvx512(narrow, count, dst);
-    if (isa == CpuIsa::Avx2 && haveF16c())
+    if (isa == CpuIsa::Avx2 && cpuHasF16c())
       return widenHalfF16c(narrow, count, dst);
 #endif
     return widenHalfPortable(narrow, count, dst);
@@ -198,13 +186,13 @@ void llmc::cpu::narrowFromFloat(kir::DType type, const float *src,
   switch (type) {
   case kir::DType::F16:
 #if defined(__x86_64__)
-    if (haveF16c())
+    if (cpuHasF16c())
       return narrowHalfF16c(src, count, narrow);
 #endif
     return narrowHalfPortable(src, count, narrow);
   case kir::DType::BF16:
 #if defined(__x86_64__)
-    if (haveAvx512Bf16())
+    if (cpuHasAvx512Bf16())
       return narrowBFloat16Avx512(src, count, narrow);
 #endif
     return narrowBFloat16Portable(src, count, narrow);
@@ -218,7 +206,7 @@ const char *llmc::cpu::lowPrecisionPath() {
   // Widening by bestCpuIsa(); rounding f32 to f16 on F16C, to bf16 on
   // AVX-512 BF16, each where the CPU has it.
 #if defined(__x86_64__)
-  bool bf16 = haveAvx512Bf16();
+  bool bf16 = cpuHasAvx512Bf16();
   switch (bestCpuIsa()) {
   case CpuIsa::Avx512:
     return bf16 ? "widen avx512, narrow f16c+avx512bf16"
@@ -227,7 +215,7 @@ const char *llmc::cpu::lowPrecisionPath() {
     return bf16 ? "widen avx2, narrow f16c+avx512bf16"
                 : "widen avx2, narrow f16c";
   case CpuIsa::Scalar:
-    if (haveF16c())
+    if (cpuHasF16c())
       return bf16 ? "widen scalar, narrow f16c+avx512bf16"
                   : "widen scalar, narrow f16c";
     return bf16 ? "widen scalar, narrow avx512bf16" : "scalar";

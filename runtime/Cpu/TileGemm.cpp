@@ -263,7 +263,6 @@ void llmc::cpu::packTilePanels(CpuIsa isa, TileMatrix b, int64_t k, int64_t n,
     float *panel = out + q * k * kTilePanel;
     int64_t j0 = q * kTilePanel, width = std::min(kTilePanel, n - j0);
     const float *src = b.data + j0 * b.colStride;
-    int64_t p0 = 0;
     if (b.colStride == 1) { // B's rows: copy their segments
       for (int64_t p = 0; p < k; ++p) {
         std::copy_n(src + p * b.rowStride, width, panel + p * kTilePanel);
@@ -273,6 +272,7 @@ void llmc::cpu::packTilePanels(CpuIsa isa, TileMatrix b, int64_t k, int64_t n,
       continue;
     }
     // B's columns are contiguous (B = X^T): transpose 8 x 8 blocks of X.
+    int64_t p0 = 0;
     if (isa != CpuIsa::Scalar && width == kTilePanel)
       for (; p0 + 8 <= k; p0 += 8)
         for (int64_t j = 0; j < kTilePanel; j += 8)
