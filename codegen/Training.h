@@ -11,6 +11,10 @@
 //                                 dloss (f32 scalar: 1 / micro-batches),
 //                                 rng [2] i64 (seed, step) if it has dropout
 //                                 outputs loss; accumulates into grad.<p>
+//                                 and, on the CPU, writes the sum of its
+//                                 squares into grad.<p>.squares for the
+//                                 update's norm (llmc-squares-in-grad-step:
+//                                 the last micro-batch's is the one read)
 //   per step:         updateStep inputs lr, bias_correction1 (1 / (1 -
 //                                 beta1^t)), bias_correction2 (1 / (1 -
 //                                 beta2^t)), f32 scalars

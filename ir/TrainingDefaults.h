@@ -28,6 +28,19 @@ constexpr double kLossScaleFactor = 2;
 // Data parallelism (llmc-shard): DDP's bucket_cap_mb.
 constexpr double kGradientBucketMb = 25;
 
+// The gradient norm's sums of squares taken where @grad_step makes each
+// gradient (llmc-squares-in-grad-step), for gradients of at most this many
+// elements: 4 Mi f32 elements, 16 MiB, half the 32 MiB L3 of the Zen 4
+// they were measured on (a larger one is out of the caches by the time
+// its sum runs). A CPU setting: on a GPU the update step's sums run as one
+// batched launch (runtime/Cuda), which a kernel per gradient would not
+// beat, and `llmc run` passes 0 there.
+constexpr int64_t kSquaresInGradStepMaxElements = int64_t(1) << 22;
+// ... and of at least this many (256 KiB of f32): a smaller one's sum costs
+// less than the kernels that would take it in @grad_step (its sum, its
+// copy into the state).
+constexpr int64_t kSquaresInGradStepMinElements = int64_t(1) << 16;
+
 } // namespace mlir::llmc::defaults
 
 #endif // LLMC_IR_TRAININGDEFAULTS_H

@@ -23,6 +23,10 @@
 // the embedding table, the logit at the target id) stay kernel inputs, as
 // do the operands of a norm gradient (its weight and bias gradients are
 // column sums that code generation computes in a second kernel, from memory).
+// A row group does not pull in a producer whose result a function returns
+// as a state's new value (`llmc.updates`): that value is made where its
+// own step makes it (a gradient accumulated by its GEMM's epilogue), and
+// the row kernel reads it from there (llmc-squares-in-grad-step's sums).
 // Results used outside their group become extra outputs of the fusion.
 // Flags (the i1 results of is_finite and compare) are never stored: each
 // use gets its own copy of the flag's op, which joins the user's group,
@@ -217,12 +221,27 @@ bool GroupBuilder::canJoin(int group, Operation *op) {
   return !createsCycle(group, op);
 }
 
+/// Whether a result of `op` is returned as a state's new value.
+bool updatesState(Operation *op) {
+  auto func = dyn_cast<func::FuncOp>(op->getParentOp());
+  if (!func)
+    return false;
+  for (Value result : op->getResults())
+    for (OpOperand &use : result.getUses())
+      if (isa<func::ReturnOp>(use.getOwner()) &&
+          func.getResultAttr(use.getOperandNumber(), "llmc.updates"))
+        return true;
+  return false;
+}
+
 void GroupBuilder::pullProducers(int group, Operation *op) {
   for (OpOperand &use : op->getOpOperands()) {
     if (mustBeKernelInput(op, use.getOperandNumber()))
       continue;
     Operation *def = use.get().getDefiningOp();
     if (!def || !canJoin(group, def))
+      continue;
+    if (groups[group].kind == FusionKind::Row && updatesState(def))
       continue;
     add(group, def);
     pullProducers(group, def);

@@ -97,6 +97,14 @@ void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
   // before remat and fusion, which then see reads of state, not casts.
   if (options.amp)
     pm.addPass(createPersistentCastsPass());
+  // The norm's sums of squares move to where @grad_step makes each
+  // gradient: after every pass that changes either step's gradients (the
+  // optimizer, sharding, loss scaling, 2:4 masks) or adds state, before
+  // remat (which then sees the whole backward) and fusion (which keeps
+  // each sum in a kernel right after the GEMM that accumulates its
+  // gradient).
+  if (options.squares.maxElements > 0)
+    pm.addPass(createSquaresInGradStepPass(options.squares));
   // Remat rewrites the finished step (after the passes that add forward
   // or backward ops), and before fusion, so that recomputed ops fuse like
   // the others and its budget sees the kernels fusion will make.

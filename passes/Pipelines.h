@@ -46,6 +46,9 @@ struct TrainingPipelineOptions {
   std::optional<LossScalingPassOptions> lossScaling;
   /// 2:4 sparsity; unset: llmc-sparsify does not run.
   std::optional<SparsifyPassOptions> sparsify;
+  /// The norm's sums of squares in @grad_step (max-elements 0: the pass
+  /// does not run).
+  SquaresInGradStepPassOptions squares;
   /// Activation checkpointing; unset (policy none): llmc-remat does not run.
   std::optional<RematPassOptions> remat;
   /// The planned peak llmc-remat's budget policy fits into the budget: code

@@ -129,11 +129,18 @@ llmc::kir::persistentKinds(const std::vector<PersistentTensor> &tensors) {
   auto startsWith = [](const std::string &name, const char *prefix) {
     return name.rfind(prefix, 0) == 0;
   };
+  auto endsWith = [](const std::string &name, llvm::StringRef suffix) {
+    return llvm::StringRef(name).ends_with(suffix);
+  };
   std::vector<PersistentKind> kinds;
   for (const PersistentTensor &t : tensors) {
     PersistentKind kind = PersistentKind::Other;
     if (t.parameter)
       kind = PersistentKind::Parameters;
+    else if (startsWith(t.name, "grad.") && endsWith(t.name, ".squares") &&
+             t.bytes == 4)
+      kind = PersistentKind::Other; // a gradient's sum of squares for the
+                                    // norm (llmc-squares-in-grad-step)
     else if (startsWith(t.name, "grad."))
       kind = PersistentKind::Gradients;
     else if (startsWith(t.name, "shard.") && params.count(t.name.substr(6)))

@@ -652,3 +652,22 @@ func.func @flags(%norm: tensor<f32>, %a: tensor<4x3xf32>, %b: tensor<4x3xf32>,
   %y = llmc.select %finite, %min, %d : tensor<i1>, tensor<3xf32>
   return %x, %y : tensor<4x3xf32>, tensor<3xf32>
 }
+
+// -----
+
+// Tests that a row group leaves out a producer whose value a function
+// returns as a state's new value: the accumulation stays its GEMM's
+// epilogue (accumulated in place), and the sum of squares reads the result.
+// CHECK-LABEL: func.func @accumulated_then_squared(
+// CHECK: %[[G:[0-9]+]] = llmc.fusion "matmul_add" gemm
+// CHECK: %[[S:[0-9]+]] = llmc.fusion "mul_reduce_sum" row (%[[G]])
+// CHECK: return %[[G]], %[[S]]
+func.func @accumulated_then_squared(%x: tensor<2x4xf32>, %dy: tensor<2x3xf32>,
+                                    %g: tensor<4x3xf32> {llmc.state = "grad.w"})
+    -> (tensor<4x3xf32> {llmc.updates = "grad.w"}, tensor<f32>) {
+  %dw = llmc.matmul %x, %dy {transpose_a} : tensor<2x4xf32>, tensor<2x3xf32>
+  %n = llmc.add %g, %dw : tensor<4x3xf32>, tensor<4x3xf32>
+  %sq = llmc.mul %n, %n : tensor<4x3xf32>, tensor<4x3xf32>
+  %s = llmc.reduce_sum %sq dims [0, 1] : tensor<4x3xf32>
+  return %n, %s : tensor<4x3xf32>, tensor<f32>
+}

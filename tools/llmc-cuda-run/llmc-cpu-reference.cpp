@@ -141,8 +141,11 @@ static llvm::Error compileArtifact() {
   if (functionName == "train") {
     if (updatePath.empty())
       return llvm::createStringError("--function train needs --update");
-    llvm::Expected<TrainingPrograms> programs =
-        compileTraining(**module, TrainingOptions());
+    // For llmc-cuda-run, as `llmc run` compiles for CUDA: the update step
+    // sums the gradients' squares (one batched launch there).
+    TrainingOptions cuda;
+    cuda.squaresMaxElements = 0;
+    llvm::Expected<TrainingPrograms> programs = compileTraining(**module, cuda);
     if (!programs)
       return programs.takeError();
     if (llvm::Error error = writeArtifact(artifactPath, programs->gradStep))
@@ -152,8 +155,11 @@ static llvm::Error compileArtifact() {
   mlir::PassManager pm(&context);
   if (functionName == "forward")
     mlir::llmc::buildCompilePipeline(pm);
-  else
-    mlir::llmc::buildTrainingPipeline(pm, mlir::llmc::TrainingPipelineOptions());
+  else {
+    mlir::llmc::TrainingPipelineOptions cuda;
+    cuda.squares.maxElements = 0;
+    mlir::llmc::buildTrainingPipeline(pm, cuda);
+  }
   if (mlir::failed(pm.run(**module)))
     return llvm::createStringError("the compile pipeline failed");
   auto function = (*module)->lookupSymbol<mlir::func::FuncOp>(functionName);

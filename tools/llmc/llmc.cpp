@@ -606,6 +606,9 @@ static int runCompile(MLIRContext &context) {
     PassManager pm(&context);
     TrainingPipelineOptions trainingOptions;
     trainingOptions.plannedPeak = plannedPeakBytes;
+    // As `llmc run` compiles for CUDA: the update step sums the squares.
+    if (compileTarget == "cuda")
+      trainingOptions.squares.maxElements = 0;
     if (compileDp != 1 || compileZero != 0) {
       ShardPassOptions &shard = trainingOptions.shard.emplace();
       shard.dp = compileDp;
