@@ -439,7 +439,9 @@ def SquaresInGradStepPass : Pass<"llmc-squares-in-grad-step", "mlir::ModuleOp"> 
     that would take them in `@grad_step`). Nothing
     moves under pipeline parallelism (the runtime adds a tied copy's
     gradient between the two steps), nor where `@update_step` squares a
-    gradient it has changed first (loss scaling's unscaling, a 2:4 mask).
+    gradient it has changed first (loss scaling's unscaling, a 2:4 mask),
+    nor a gradient `@grad_step` does not make by one add into its state
+    (under DDP it is an all-reduce's result).
   }];
   let options = [
     Option<"minElements", "min-elements", "int64_t",

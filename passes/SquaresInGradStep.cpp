@@ -24,14 +24,16 @@
 // the kernels @grad_step would add for them (min-elements).
 //
 // The sum is of the gradient the update reads: the runtime runs
-// @update_step right after the last micro-batch's @grad_step (or, with
-// data parallelism, @grad_step, whose gradients are the reduced ones,
-// after the @grad_step_no_sync micro-batches, which do not write the
-// sums). Under pipeline parallelism the runtime adds a tied copy's
+// @update_step right after the last micro-batch's @grad_step (with ZeRO,
+// the one that reduce-scatters, whose block sums are of the reduced
+// gradients; the @grad_step_no_sync micro-batches before it do not write
+// the sums). Under pipeline parallelism the runtime adds a tied copy's
 // gradient between the two steps, so nothing moves there; nor where
 // @update_step squares a value other than the state as it reads it (loss
 // scaling's unscaled gradients, a 2:4 mask's), nor a gradient that
-// @grad_step does not accumulate with one add.
+// @grad_step does not accumulate with one add (under DDP the gradient is
+// an all-reduce's result). test/dist/squares.test trains with it under
+// DDP, ZeRO-2 and tp=2 against one process.
 #include "ir/LlmcOps.h"
 #include "passes/NamedArguments.h"
 #include "passes/Passes.h"

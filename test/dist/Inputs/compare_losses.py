@@ -1,22 +1,23 @@
 """Compares the training and validation losses of two runs' metrics.jsonl.
 
-usage: compare_losses.py REFERENCE.jsonl OTHER.jsonl [--rtol X]
+usage: compare_losses.py REFERENCE.jsonl OTHER.jsonl [--rtol X] [--norms]
 
 Every (step, loss) and (step, val_loss) of the reference must be in the
-other run and agree within the relative tolerance (default 1e-6). Prints
-how many values were compared, the largest relative difference, and
-whether every value is bitwise equal; exits 1 on a mismatch.
+other run and agree within the relative tolerance (default 1e-6); with
+--norms every (step, grad_norm) too. Prints how many values were
+compared, the largest relative difference, and whether every value is
+bitwise equal; exits 1 on a mismatch.
 """
 import json
 import sys
 
 
-def losses(path):
+def losses(path, keys=("loss", "val_loss")):
     values = {}
     with open(path) as f:
         for line in f:
             record = json.loads(line)
-            for key in ("loss", "val_loss"):
+            for key in keys:
                 if key in record:
                     values[(record["step"], key)] = record[key]
     return values
@@ -29,7 +30,13 @@ def main():
         i = args.index("--rtol")
         rtol = float(args[i + 1])
         del args[i : i + 2]
-    reference, other = losses(args[0]), losses(args[1])
+    keys = ("loss", "val_loss")
+    what = "losses"
+    if "--norms" in args:
+        args.remove("--norms")
+        keys += ("grad_norm",)
+        what = "losses and gradient norms"
+    reference, other = losses(args[0], keys), losses(args[1], keys)
     if not reference:
         print("no losses in", args[0])
         return 1
@@ -43,7 +50,7 @@ def main():
         if diff > worst:
             worst, worst_key = diff, key
     bitwise = all(other[k] == v for k, v in reference.items())
-    print(f"{len(reference)} losses compared, max relative difference "
+    print(f"{len(reference)} {what} compared, max relative difference "
           f"{worst:.3g}{' at step %d (%s)' % worst_key if worst_key else ''}"
           f", {'bitwise equal' if bitwise else 'not bitwise equal'}")
     if worst > rtol:
