@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
       mlir::llmc::buildForwardModule(context, *config, {batchSize, seqLen}),
       "building the model");
   TrainingOptions options;
-  options.squaresMaxElements = 0; // as `llmc run` compiles for CUDA
+  options.forCuda = true;
   if (precision == "bf16")
     options.precision.kind = PrecisionConfig::Kind::BF16;
   TrainingPrograms programs =

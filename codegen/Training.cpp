@@ -149,7 +149,7 @@ llmc::compileTraining(mlir::ModuleOp module,
     rematOptions.policy = stringifyRematPolicy(remat.policy).str();
     rematOptions.budgetBytes = remat.budgetBytes;
   }
-  pipeline.squares.maxElements = training.squaresMaxElements;
+  pipeline.forCuda = training.forCuda;
   pipeline.plannedPeak = mlir::llmc::plannedPeakBytes;
 
   mlir::PassManager pm(module.getContext());

@@ -157,11 +157,10 @@ struct TrainingOptions {
   /// The first block of each pipeline stage (ir/PipelineStages.h); empty:
   /// the balanced cut of the module compiled.
   std::vector<int64_t> ppStageBlocks;
-  /// Gradients of at most this many elements get their norm's sum of
-  /// squares in @grad_step (llmc-squares-in-grad-step; not configured:
-  /// `llmc run` sets 0 for CUDA, where the update step batches them).
-  int64_t squaresMaxElements =
-      mlir::llmc::defaults::kSquaresInGradStepMaxElements;
+  /// The programs run on a GPU (not configured: `llmc run --device cuda`
+  /// sets it); the training pipeline's target-dependent choices follow it
+  /// (passes/Pipelines.h: TrainingPipelineOptions::forCuda).
+  bool forCuda = false;
 };
 
 } // namespace llmc

@@ -32,9 +32,8 @@ constexpr double kGradientBucketMb = 25;
 // gradient (llmc-squares-in-grad-step), for gradients of at most this many
 // elements: 4 Mi f32 elements, 16 MiB, half the 32 MiB L3 of the Zen 4
 // they were measured on (a larger one is out of the caches by the time
-// its sum runs). A CPU setting: on a GPU the update step's sums run as one
-// batched launch (runtime/Cuda), which a kernel per gradient would not
-// beat, and `llmc run` passes 0 there.
+// its sum runs). A CPU setting: the pass does not run for a GPU
+// (passes/Pipelines.cpp).
 constexpr int64_t kSquaresInGradStepMaxElements = int64_t(1) << 22;
 // ... and of at least this many (256 KiB of f32): a smaller one's sum costs
 // less than the kernels that would take it in @grad_step (its sum, its

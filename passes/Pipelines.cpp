@@ -102,9 +102,11 @@ void mlir::llmc::buildTrainingPipeline(OpPassManager &pm,
   // optimizer, sharding, loss scaling, 2:4 masks) or adds state, before
   // remat (which then sees the whole backward) and fusion (which keeps
   // each sum in a kernel right after the GEMM that accumulates its
-  // gradient).
-  if (options.squares.maxElements > 0)
-    pm.addPass(createSquaresInGradStepPass(options.squares));
+  // gradient). On the CPU only: on a GPU the update step's sums run as one
+  // batched launch (runtime/Cuda), which a kernel per gradient in
+  // @grad_step would not beat.
+  if (!options.forCuda)
+    pm.addPass(createSquaresInGradStepPass());
   // Remat rewrites the finished step (after the passes that add forward
   // or backward ops), and before fusion, so that recomputed ops fuse like
   // the others and its budget sees the kernels fusion will make.

@@ -46,9 +46,9 @@ struct TrainingPipelineOptions {
   std::optional<LossScalingPassOptions> lossScaling;
   /// 2:4 sparsity; unset: llmc-sparsify does not run.
   std::optional<SparsifyPassOptions> sparsify;
-  /// The norm's sums of squares in @grad_step (max-elements 0: the pass
-  /// does not run).
-  SquaresInGradStepPassOptions squares;
+  /// The programs run on a GPU: llmc-squares-in-grad-step does not run
+  /// (the update step's sums of squares are one batched launch there).
+  bool forCuda = false;
   /// Activation checkpointing; unset (policy none): llmc-remat does not run.
   std::optional<RematPassOptions> remat;
   /// The planned peak llmc-remat's budget policy fits into the budget: code

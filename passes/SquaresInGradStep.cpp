@@ -56,7 +56,6 @@ namespace {
 struct SumOfSquares {
   ReduceSumOp sum;
   MulOp square;
-  BlockArgument state;
   StringAttr name;
 };
 
@@ -77,7 +76,7 @@ std::optional<SumOfSquares> sumOfSquares(func::FuncOp func, Operation &op) {
       func.getArgAttrOfType<StringAttr>(state.getArgNumber(), "llmc.state");
   if (!name)
     return std::nullopt;
-  return SumOfSquares{sum, square, state, name};
+  return SumOfSquares{sum, square, name};
 }
 
 class SquaresInGradStepPass

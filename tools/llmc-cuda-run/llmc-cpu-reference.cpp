@@ -141,10 +141,9 @@ static llvm::Error compileArtifact() {
   if (functionName == "train") {
     if (updatePath.empty())
       return llvm::createStringError("--function train needs --update");
-    // For llmc-cuda-run, as `llmc run` compiles for CUDA: the update step
-    // sums the gradients' squares (one batched launch there).
+    // The programs llmc-cuda-run runs, as `llmc run` compiles for CUDA.
     TrainingOptions cuda;
-    cuda.squaresMaxElements = 0;
+    cuda.forCuda = true;
     llvm::Expected<TrainingPrograms> programs = compileTraining(**module, cuda);
     if (!programs)
       return programs.takeError();
@@ -157,7 +156,7 @@ static llvm::Error compileArtifact() {
     mlir::llmc::buildCompilePipeline(pm);
   else {
     mlir::llmc::TrainingPipelineOptions cuda;
-    cuda.squares.maxElements = 0;
+    cuda.forCuda = true;
     mlir::llmc::buildTrainingPipeline(pm, cuda);
   }
   if (mlir::failed(pm.run(**module)))

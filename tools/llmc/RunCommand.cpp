@@ -812,10 +812,7 @@ int runTrainCommand(int argc, char **argv) {
   ::llmc::TrainingOptions training = config.training();
   training.tpRank = tpAxis ? tpAxis->rank() : 0;
   training.ppStage = ppAxis ? ppAxis->rank() : 0;
-  // On a GPU the update step's sums of squares run as one batched launch;
-  // a kernel per gradient in @grad_step would not beat it.
-  if (config.device != "cpu")
-    training.squaresMaxElements = 0;
+  training.forCuda = config.device != "cpu";
 
   auto compileStart = std::chrono::steady_clock::now();
   llvm::Expected<OwningOpRef<ModuleOp>> module =

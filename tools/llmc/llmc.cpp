@@ -606,9 +606,7 @@ static int runCompile(MLIRContext &context) {
     PassManager pm(&context);
     TrainingPipelineOptions trainingOptions;
     trainingOptions.plannedPeak = plannedPeakBytes;
-    // As `llmc run` compiles for CUDA: the update step sums the squares.
-    if (compileTarget == "cuda")
-      trainingOptions.squares.maxElements = 0;
+    trainingOptions.forCuda = compileTarget == "cuda";
     if (compileDp != 1 || compileZero != 0) {
       ShardPassOptions &shard = trainingOptions.shard.emplace();
       shard.dp = compileDp;

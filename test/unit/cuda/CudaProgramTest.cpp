@@ -107,9 +107,8 @@ trainingPrograms(const char *yaml, int64_t batch, int64_t seq,
   auto module = mlir::llmc::buildForwardModule(context, *config, {batch, seq});
   if (!module)
     return module.takeError();
-  // As `llmc run` compiles for CUDA: the update step sums the squares.
   TrainingOptions cuda = options;
-  cuda.squaresMaxElements = 0;
+  cuda.forCuda = true;
   auto programs = compileTraining(**module, cuda);
   if (!programs)
     return programs.takeError();

@@ -65,7 +65,7 @@ trainingPrograms(const std::string &yaml, PrecisionConfig::Kind precision) {
   EXPECT_TRUE(bool(module));
   TrainingOptions options;
   options.precision.kind = precision;
-  options.squaresMaxElements = 0; // as `llmc run` compiles for CUDA
+  options.forCuda = true;
   auto programs = compileTraining(**module, options);
   EXPECT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
   return {std::move(programs->forward), std::move(programs->gradStep)};

@@ -47,7 +47,7 @@ trainingPrograms(const mlir::llmc::ModelConfig &config,
   EXPECT_TRUE(bool(module));
   TrainingOptions options;
   options.precision.kind = precision;
-  options.squaresMaxElements = 0; // as `llmc run` compiles for CUDA
+  options.forCuda = true;
   auto programs = compileTraining(**module, options);
   EXPECT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
   std::vector<std::pair<std::string, kir::Program>> out;

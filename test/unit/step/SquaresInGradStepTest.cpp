@@ -38,7 +38,7 @@ struct Trained {
   std::map<std::string, HostTensor> state; // every tensor after training
 };
 
-llvm::Expected<Trained> train(int64_t squaresMaxElements) {
+llvm::Expected<Trained> train(bool forCuda) {
   auto config = mlir::llmc::parseModelConfig(kConfig, "squares.yaml");
   if (!config)
     return config.takeError();
@@ -49,7 +49,7 @@ llvm::Expected<Trained> train(int64_t squaresMaxElements) {
   if (!module)
     return module.takeError();
   TrainingOptions options;
-  options.squaresMaxElements = squaresMaxElements;
+  options.forCuda = forCuda;
   auto programs = compileTraining(**module, options);
   if (!programs)
     return programs.takeError();
@@ -120,10 +120,9 @@ llvm::Expected<Trained> train(int64_t squaresMaxElements) {
 }
 
 TEST(SquaresInGradStep, TrainsBitwiseAsTheUpdateStepsSums) {
-  llvm::Expected<Trained> moved =
-      train(mlir::llmc::defaults::kSquaresInGradStepMaxElements);
+  llvm::Expected<Trained> moved = train(/*forCuda=*/false);
   ASSERT_TRUE(bool(moved)) << llvm::toString(moved.takeError());
-  llvm::Expected<Trained> kept = train(0);
+  llvm::Expected<Trained> kept = train(/*forCuda=*/true);
   ASSERT_TRUE(bool(kept)) << llvm::toString(kept.takeError());
   // The four weight matrices and wte move; nothing moves with the pass off.
   EXPECT_EQ(moved->movedSums, 5);
