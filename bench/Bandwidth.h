@@ -7,7 +7,7 @@
 #define LLMC_BENCH_BANDWIDTH_H
 
 #include "bench/Machine.h"
-#include "runtime/ThreadPool.h"
+#include "runtime/Cpu/ThreadPool.h"
 
 #include <algorithm>
 #include <chrono>

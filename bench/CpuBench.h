@@ -7,7 +7,7 @@
 
 #include "bench/Machine.h"
 #include "frontend/ModelConfig.h"
-#include "runtime/SgemmPeak.h"
+#include "runtime/Cpu/SgemmPeak.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"

@@ -13,7 +13,7 @@
 #include "bench/Options.h"
 
 #include "codegen/KernelToCuda/FlashAttention.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"

@@ -6,7 +6,7 @@
 // benchmarked GEMMs ran) and "read bandwidth: X GB/s".
 #include "bench/Bandwidth.h"
 #include "bench/Options.h"
-#include "runtime/SgemmPeak.h"
+#include "runtime/Cpu/SgemmPeak.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"

@@ -13,15 +13,16 @@
 #include "frontend/ModelConfig.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
-#include "runtime/Executor.h"
-#include "runtime/Generate.h"
+#include "runtime/Cpu/CpuExecutor.h"
+#include "runtime/Serve/Generate.h"
+#include "runtime/Weights/Weights.h"
 
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
 
 #include <chrono>
 #include <cstdlib>

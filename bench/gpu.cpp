@@ -22,14 +22,15 @@
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
-#include "runtime/Backend.h"
 #include "runtime/Cuda/CudaExecutor.h"
+#include "runtime/Exec/Executor.h"
+#include "runtime/Weights/Weights.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
 
 #include <algorithm>
 #include <map>

@@ -22,14 +22,15 @@
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
-#include "runtime/Executor.h"
+#include "runtime/Cpu/CpuExecutor.h"
+#include "runtime/Weights/Weights.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
 
 #include <algorithm>
 #include <chrono>

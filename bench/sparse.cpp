@@ -17,10 +17,10 @@
 // f32 in every variant.
 #include "bench/Bandwidth.h"
 #include "bench/Options.h"
+#include "runtime/Cpu/SgemmPeak.h"
 #include "runtime/Cpu/SparseGemm.h"
-#include "runtime/SgemmPeak.h"
-#include "runtime/Sparsity.h"
-#include "runtime/ThreadPool.h"
+#include "runtime/Cpu/ThreadPool.h"
+#include "runtime/Weights/Sparsity.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
@@ -111,7 +111,7 @@ Weight makeWeight(int64_t n, int64_t k, uint32_t seed) {
   return w;
 }
 
-/// The executor's dense product (runtime/Executor.cpp's runGemm): one BLAS
+/// The executor's dense product (runtime/Cpu/CpuExecutor.cpp's runGemm): one BLAS
 /// thread per pool thread; rows of x split when there are many, W's rows
 /// (columns of y) otherwise; a single row is a GEMV.
 void denseMatmul(runtime::ThreadPool &pool, const float *x, int64_t m,

@@ -14,8 +14,8 @@
 #include "codegen/KernelToCuda/Nvrtc.h"
 #include "codegen/KernelToCuda/SparseGemm.h"
 #include "runtime/Cuda/CudaApi.h"
-#include "runtime/Sparsity.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Sparsity.h"
+#include "runtime/Weights/Weights.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"

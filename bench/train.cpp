@@ -26,7 +26,7 @@
 // median step from its metrics.jsonl and the ratio of the two medians.
 //
 // --precision bf16|fp16 times the mixed-precision step instead (GEMM
-// operands in 16 bits: runNarrowGemm, runtime/Executor.cpp); the line
+// operands in 16 bits: runNarrowGemm, runtime/Cpu/CpuExecutor.cpp); the line
 // under the table says which 16-bit GEMM path ran (cpu::bf16GemmPath).
 //
 //   build/bin/bench-train [--iterations N] [--num-threads N] [--short]
@@ -44,22 +44,23 @@
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
 #include "runtime/Cpu/Bf16Gemm.h"
+#include "runtime/Cpu/CpuExecutor.h"
 #include "runtime/Cpu/Sgemm.h"
-#include "runtime/Executor.h"
-#include "runtime/Generate.h"
+#include "runtime/Serve/Generate.h"
+#include "runtime/Weights/Weights.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/Path.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
 
 #include <algorithm>
 #include <chrono>

@@ -77,7 +77,7 @@ struct LossScaleConfig {
   bool consecutiveHysteresis = false;
 };
 
-/// Loss-spike and divergence handling (runtime/TrainingGuard.h). A NaN or
+/// Loss-spike and divergence handling (runtime/Train/TrainingGuard.h). A NaN or
 /// inf loss or gradient norm always stops the run unless `action` is
 /// rollback; spikes are judged against the last `window` steps.
 struct GuardConfig {

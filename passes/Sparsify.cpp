@@ -3,7 +3,7 @@
 //
 // Each selected weight W ([N, K], the nn.Linear layout a matmul reads with
 // transpose_b) gets a persistent mask state `sparsity_mask.<W>` of W's type,
-// 1 everywhere until the runtime prunes (runtime/Sparsity.h computes it
+// 1 everywhere until the runtime prunes (runtime/Weights/Sparsity.h computes it
 // from magnitudes: in each group of 4 consecutive elements along K, the 2
 // largest are kept). Then
 //   @forward, @grad_step, @grad_step_no_sync: every read of W reads
@@ -23,10 +23,10 @@
 #include "passes/Passes.h"
 #include "passes/Remat.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/GlobPattern.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
 
 namespace mlir::llmc {
 #define GEN_PASS_DEF_SPARSIFYPASS
@@ -38,7 +38,7 @@ using namespace mlir::llmc;
 
 namespace {
 
-/// The state a mask is stored in; runtime/Sparsity.h (kSparsityMaskPrefix)
+/// The state a mask is stored in; runtime/Weights/Sparsity.h (kSparsityMaskPrefix)
 /// reads masks by this prefix, groups along their last dimension.
 std::string maskName(StringRef param) {
   return ("sparsity_mask." + param).str();

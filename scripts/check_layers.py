@@ -1,22 +1,30 @@
 #!/usr/bin/env python3
 """Checks that no file includes one from a layer above it.
 
-The layers, lowest first (README "Code map"; ../shared/DESIGN.md):
+The layers, lowest first (docs/architecture.md; ../shared/DESIGN.md):
 
-  ir/kernel  the contract: kernel IR, program, memory plan, artifact; no MLIR
-  runtime    executors, store, checkpoints, trainer     -> ir/kernel
-  runtime/Serve  the inference server (LlmcServe)       -> runtime, ir/kernel,
-                 and of frontend only the tokenizers (LlmcData, no MLIR)
-  ir         the llmc dialect (MLIR)
-  passes     graph passes and pipelines                  -> ir
-  frontend   configs, model builder, data, tokenizers    -> ir, ir/kernel
-  codegen    lowering, emitters, NVRTC, training, plan   -> frontend, passes,
-                                                            ir, ir/kernel
+  ir/kernel        the contract: kernel IR, program, memory plan, artifact;
+                   no MLIR
+  runtime/...      the runtime, in folders by job, each including only the
+                   contract and the runtime folders below it (RUNTIME):
+    Comm           communicators (MPI), the mesh, a program's collectives
+    Exec           host tensors, the executor and store interfaces, memory
+    Weights        weights files, checkpoints, Hugging Face names, 2:4 masks
+    Cpu            the CPU executor and its kernels, the kernel cache
+    Cuda           the CUDA executor, device store, NCCL
+    Serve          generation, the exported binary's payload, the server
+    Train          the training loop's runtime: trainer, guard, console
+  ir               the llmc dialect (MLIR)
+  passes           graph passes and pipelines
+  frontend         configs, model builder, data, tokenizers
+  codegen          lowering, emitters, NVRTC
+  training         the training-session API over all of the above
   tools, bench, test: the top; they may include anything.
 
 A file belongs to the longest folder prefix in ALLOWED; its quoted includes
-that name a project folder must be in its own layer or one it lists, or be
-one of the headers HEADERS lists for it.
+that name a project folder must be in its own layer or one it lists. A
+source file directly in runtime/ (outside every folder by job) is reported
+too. There are no per-header exceptions.
 
 usage: check_layers.py [ROOT]   (default: the repository this script is in)
 Prints one line per violation, "file:line: LAYER includes HEADER (layer
@@ -26,20 +34,28 @@ import os
 import re
 import sys
 
+# The runtime's folders, lowest first: each may include the ones before it.
+RUNTIME = ["runtime/Comm", "runtime/Exec", "runtime/Weights", "runtime/Cpu",
+           "runtime/Cuda", "runtime/Serve", "runtime/Train"]
+# Folders listed before another that it still may not include: the CUDA
+# executor does not build on the CPU one.
+INDEPENDENT = {"runtime/Cuda": ["runtime/Cpu"]}
+
+
+def runtime_below(folder):
+    below = RUNTIME[:RUNTIME.index(folder)]
+    return [f for f in below if f not in INDEPENDENT.get(folder, [])]
+
+
 # layer -> the layers its files may include, besides its own.
 ALLOWED = {
     "ir/kernel": [],
-    "runtime": ["ir/kernel"],
-    "runtime/Serve": ["runtime", "ir/kernel"],
+    **{f: runtime_below(f) + ["ir/kernel"] for f in RUNTIME},
     "ir": [],
     "passes": ["ir"],
     "frontend": ["ir", "ir/kernel"],
     "codegen": ["frontend", "passes", "ir", "ir/kernel"],
-}
-# layer -> single headers of other layers it may include: the server links
-# LlmcData for the tokenizers, which need nothing of MLIR.
-HEADERS = {
-    "runtime/Serve": ["frontend/Tokenizer.h"],
+    "training": ["frontend", "codegen", "passes", "ir", "ir/kernel"] + RUNTIME,
 }
 TOP = ["tools", "bench", "test"]  # may include every layer; nothing includes them
 SOURCE_SUFFIXES = (".h", ".cpp", ".inc", ".td")
@@ -78,11 +94,16 @@ def check(root):
                         other = layer_of(header)
                         if other is None or other == own:
                             continue
-                        if other in ALLOWED[own] or \
-                                header in HEADERS.get(own, []):
+                        if other in ALLOWED[own]:
                             continue
                         violations.append(f"{rel}:{number}: {own} includes "
                                           f"{header} (layer {other})")
+    runtime = os.path.join(root, "runtime")
+    if os.path.isdir(runtime):
+        for name in sorted(os.listdir(runtime)):
+            if name.endswith(SOURCE_SUFFIXES):
+                violations.append(f"runtime/{name}: in no folder by job "
+                                  f"(one of {', '.join(RUNTIME)})")
     return violations
 
 
@@ -93,7 +114,8 @@ def main():
     for v in violations:
         print(v)
     if violations:
-        print(f"{len(violations)} include(s) point up a layer")
+        print(f"{len(violations)} violation(s): includes that point up a "
+              f"layer, or files outside the layers' folders")
         return 1
     print("layers: every include points down or sideways")
     return 0

@@ -32,7 +32,7 @@ code: LayerNorm, causal attention with the fused QKV projection split
 q|k|v and heads contiguous, tanh GELU, tied embeddings. The optimizer is
 torch.optim.AdamW with weight decay on the 2-D tensors only (embeddings
 and matrices), torch.nn.utils.clip_grad_norm_ and the learning rate set
-per step from the schedule of runtime/Schedule.h (linear warmup from
+per step from the schedule of frontend/Schedule.h (linear warmup from
 lr/warmup, then cosine to min_lr at max_steps). Gradient accumulation: the
 global batch of 4 sequences runs as 2 micro-batches of 2, each loss scaled
 by 1/2, as llmc does.
@@ -129,7 +129,7 @@ def forward(p, tokens, targets):
 
 
 def lr_at(step):
-    """runtime/Schedule.h, cosine: warmup (step+1)/warmup, then cosine."""
+    """frontend/Schedule.h, cosine: warmup (step+1)/warmup, then cosine."""
     if step < WARMUP:
         return LR * (step + 1) / WARMUP
     if step >= STEPS:

@@ -47,7 +47,7 @@ CudaLaunch llmc::cuda::sparseGemmLaunch(int64_t n, int64_t m) {
 // W has few warps in flight (README, "2:4 on CUDA").
 static const char *kSource = R"cuda(
 // 2:4 sparse y = x W^T on the sparse tensor cores (mma.sp m16n8k32).
-// W [n, k] 2:4 (TensorCoreTwoOfFour order, runtime/Sparsity.h), x [m, k]
+// W [n, k] 2:4 (TensorCoreTwoOfFour order, runtime/Weights/Sparsity.h), x [m, k]
 // bf16/f16 at row stride ldx (even), y [m, n] f32 at row stride ldy.
 struct llmc_sparse_gemm_args {
   const unsigned *values;

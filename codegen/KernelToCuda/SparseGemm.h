@@ -1,6 +1,6 @@
 // The 2:4 sparse GEMM of the CUDA backend on the sparse tensor cores:
 // CUDA C++ source of y = x · Wᵀ with W [n, k] 2:4 along k (the weight, the
-// sparse A operand of mma.sp.sync.aligned.m16n8k32, in runtime/Sparsity.h's
+// sparse A operand of mma.sp.sync.aligned.m16n8k32, in runtime/Weights/Sparsity.h's
 // TensorCoreTwoOfFour order) and x [m, k] bf16 or f16 (the dense B operand),
 // f32 accumulation and f32 y; its launch shape. Like FlashAttention.h it
 // needs neither MLIR nor the CUDA toolkit; NVRTC compiles the source for

@@ -11,7 +11,7 @@
 
 namespace mlir::llmc::plan {
 
-/// One checkpoint of a run as llmc run writes it (runtime/Trainer.cpp):
+/// One checkpoint of a run as llmc run writes it (runtime/Train/Trainer.cpp):
 /// the f32 weights (under mixed precision the masters) and the optimizer
 /// states. Not the gradients (zero between steps), not mixed precision's
 /// 16-bit copies (made again from the masters on resume), not ZeRO's f32

@@ -108,7 +108,7 @@ struct AttentionBackwardArgs {
 /// The 2:4 sparse tensor-core GEMM's one argument, passed by value
 /// (layout = llmc_sparse_gemm_args in codegen/KernelToCuda/SparseGemm.cpp):
 /// y[i, j] = sum_c x[i, c] * W[j, c] for i < m, j < n, W [n, k] 2:4 in
-/// runtime/Sparsity.h's TensorCoreTwoOfFour order (values, meta), x [m, k]
+/// runtime/Weights/Sparsity.h's TensorCoreTwoOfFour order (values, meta), x [m, k]
 /// bf16 or f16 at row stride ldx (even, 4-byte aligned), y f32 at ldy.
 struct SparseGemmArgs {
   const void *values = nullptr, *meta = nullptr, *x = nullptr;

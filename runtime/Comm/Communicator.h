@@ -2,7 +2,7 @@
 // interface the runtime calls (all-reduce, reduce-scatter, all-gather,
 // broadcast, barrier, split), and the worlds it runs in: one process, MPI
 // (ranks started by mpirun or srun, host buffers) and NCCL (device buffers,
-// runtime/Comm/NcclCommunicator.h).
+// runtime/Cuda/NcclCommunicator.h).
 //
 // Collectives are asynchronous: a call starts one and returns a ticket at
 // once; wait(ticket) blocks until it is done. In between the caller computes

@@ -2,7 +2,7 @@
 // executor's path for GEMM steps whose A and B are both bf16 (AMP
 // training, `precision: bf16`) where the CPU has the instruction, in place
 // of widening both operands to f32 for OpenBLAS (runNarrowGemm,
-// runtime/Executor.cpp).
+// runtime/Cpu/CpuExecutor.cpp).
 //
 // Layout: B is packed per block of 256 k x 256 columns into panels of 32
 // columns, [k pair][column] as 32-bit words holding (B(2p, j), B(2p+1, j));

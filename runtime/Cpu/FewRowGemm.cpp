@@ -24,7 +24,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include "runtime/Cpu/FewRowGemm.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include <immintrin.h>
 

@@ -1,7 +1,7 @@
 // createCpuExecutor: a CPU executor whose kernels come from the kernel cache
 // or the JIT (LLVM ORC). Kept out of Executor.cpp so that the executor links
 // into exported binaries, whose kernels are linked ahead of time, without ORC.
-#include "runtime/Executor.h"
+#include "runtime/Cpu/CpuExecutor.h"
 
 llvm::Expected<std::unique_ptr<llmc::runtime::CpuExecutor>>
 llmc::runtime::createCpuExecutor(kir::Program program,

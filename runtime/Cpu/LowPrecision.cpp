@@ -1,7 +1,7 @@
 // f32 <-> f16/bf16 bulk conversions: AVX2, AVX-512, F16C and AVX-512 BF16
 // where the CPU has them (checked once, at run time), else portable loops.
 #include "runtime/Cpu/LowPrecision.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include <cstring>
 

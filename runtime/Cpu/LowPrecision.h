@@ -3,7 +3,7 @@
 // in f32 on widened copies of narrow operands and round their results back.
 //
 // Every conversion gives the bits of runtime::floatToHalf / floatToBFloat16
-// / halfToFloat / bfloat16ToFloat (runtime/Weights.h): round to nearest
+// / halfToFloat / bfloat16ToFloat (runtime/Weights/Weights.h): round to nearest
 // even, overflow to infinity, subnormals kept, NaN quieted with its sign and
 // top payload bits (one exception: F16C widens a signaling f16 NaN to a
 // quiet one, where halfToFloat keeps it signaling). Where the CPU has them,

@@ -2,7 +2,7 @@
 #include "runtime/Cpu/Sgemm.h"
 #include "runtime/Cpu/CpuIsa.h"
 #include "runtime/Cpu/SignalMask.h"
-#include "runtime/HostMemory.h"
+#include "runtime/Exec/HostMemory.h"
 
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/ErrorHandling.h"
@@ -181,7 +181,7 @@ double cpu::measureLibraryPeak(SgemmLibrary library, int n, int threads,
   using Clock = std::chrono::steady_clock;
   AsyncSignalsBlocked shield; // the library's threads inherit the mask
   // In huge pages, as the programs' tensors and arenas are
-  // (runtime/HostMemory.h).
+  // (runtime/Exec/HostMemory.h).
   auto matrix = [&](float value) {
     std::unique_ptr<float, decltype(&std::free)> m(
         reinterpret_cast<float *>(

@@ -19,7 +19,7 @@
 // make the step faster (1084-1159 ms against 1103-1131, interleaved), so
 // one library it is for the GEMM steps. (The executor's small products,
 // attention's per head, run on OpenBLAS everywhere: its per-call cost is
-// lower; runtime/Executor.cpp.) OpenBLAS on AVX2 CPUs, where it was 3% ahead of
+// lower; runtime/Cpu/CpuExecutor.cpp.) OpenBLAS on AVX2 CPUs, where it was 3% ahead of
 // oneDNN (bench/sgemm-peers on a Zen 3), and wherever libdnnl is missing.
 // LLMC_CPU_SGEMM=openblas|onednn overrides the rule. A thread inside
 // dnnl_sgemm must not take an asynchronous signal (runtime/Cpu/SignalMask.h:

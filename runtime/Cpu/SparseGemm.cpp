@@ -25,7 +25,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include "runtime/Cpu/SparseGemm.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include <immintrin.h>
 

@@ -9,7 +9,7 @@
 #define LLMC_RUNTIME_CPU_SPARSEGEMM_H
 
 #include "runtime/Cpu/CpuIsa.h"
-#include "runtime/Sparsity.h"
+#include "runtime/Weights/Sparsity.h"
 
 #include <cstdint>
 #include <vector>
@@ -29,7 +29,7 @@ const char *sparseValuesName(SparseValues values);
 /// row, the 2 kept values of each of its k/4 groups in order, and per 8
 /// groups one 32-bit metadata word with group g's nibble in bits 4g..4g+3:
 /// its two kept positions in the group (2 bits each, the lower position in
-/// the low bits). That is runtime/Sparsity.h's CompressedTwoOfFour (the
+/// the low bits). That is runtime/Weights/Sparsity.h's CompressedTwoOfFour (the
 /// nibbles mma.sp takes) with each row starting on a whole word. Rows are
 /// padded to `paddedK` (a multiple of 32: one AVX-512 step) with groups of
 /// zero values at positions 0 and 1, so the kernels have no group tail.

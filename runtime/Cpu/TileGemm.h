@@ -1,5 +1,5 @@
 // Attention's per-head products on register tiles: the CPU executor's
-// Q K^T, P V and their gradients (runtime/Executor.cpp, runAttention and
+// Q K^T, P V and their gradients (runtime/Cpu/CpuExecutor.cpp, runAttention and
 // runAttentionGrad), f32, each on the thread that runs the head.
 //
 // A BLAS call packs both operands into its own layout before it

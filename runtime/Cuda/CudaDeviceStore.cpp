@@ -2,7 +2,7 @@
 // their initial value, copied in and out synchronously) and enterContext.
 #include "runtime/Cuda/CudaDeviceStore.h"
 
-#include "runtime/PersistentStore.h"
+#include "runtime/Exec/PersistentStore.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -6,9 +6,9 @@
 #define LLMC_RUNTIME_CUDA_CUDADEVICESTORE_H
 
 #include "ir/kernel/KernelIR.h"
-#include "runtime/Backend.h"
 #include "runtime/Cuda/CudaApi.h"
-#include "runtime/Weights.h"
+#include "runtime/Exec/Executor.h"
+#include "runtime/Weights/Weights.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"

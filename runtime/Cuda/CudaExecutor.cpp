@@ -5,8 +5,8 @@
 #include "runtime/Cuda/CudaApi.h"
 #include "runtime/Cuda/CudaDeviceStore.h"
 #include "runtime/Cuda/CudaLaunch.h"
-#include "runtime/MemoryReport.h"
-#include "runtime/PersistentStore.h"
+#include "runtime/Exec/MemoryReport.h"
+#include "runtime/Exec/PersistentStore.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"

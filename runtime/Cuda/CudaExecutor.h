@@ -9,7 +9,7 @@
 // replayed. The driver and cuBLASLt are loaded at run time (CudaApi.h): on
 // a machine without them create() fails with an error that says so.
 //
-// Semantics match runtime/Executor.h (CpuExecutor) step by step; GEMMs run
+// Semantics match runtime/Cpu/CpuExecutor.h (CpuExecutor) step by step; GEMMs run
 // in exact f32 (CUBLAS_COMPUTE_32F, no TF32) unless the options allow TF32,
 // on f32 or f16/bf16 operands (CUDA_R_16F / CUDA_R_16BF A and B, C of the
 // buffer's type: a narrow C is rounded by cuBLASLt, an f32 C accumulates);
@@ -19,9 +19,9 @@
 
 #include "ir/kernel/CudaModule.h"
 #include "ir/kernel/Program.h"
-#include "runtime/Backend.h"
 #include "runtime/Cuda/CudaDeviceStore.h"
-#include "runtime/Weights.h"
+#include "runtime/Exec/Executor.h"
+#include "runtime/Weights/Weights.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"

@@ -159,7 +159,7 @@ llmc::serve::parseCompletionRequest(llvm::StringRef body) {
 
 llvm::Expected<GenerationRequest>
 llmc::serve::makeGenerationRequest(const CompletionParams &params,
-                                   const data::Tokenizer &tokenizer,
+                                   const TextCodec &tokenizer,
                                    int64_t maxContext) {
   GenerationRequest request;
   if (params.maxTokens > maxContext - 1)
@@ -188,7 +188,7 @@ llmc::serve::makeGenerationRequest(const CompletionParams &params,
   return request;
 }
 
-CompletionText::CompletionText(const data::Tokenizer &tokenizer,
+CompletionText::CompletionText(const TextCodec &tokenizer,
                                std::vector<std::string> stops)
     : tokenizer(tokenizer), stops(std::move(stops)) {}
 

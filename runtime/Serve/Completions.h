@@ -5,8 +5,8 @@
 #ifndef LLMC_RUNTIME_SERVE_COMPLETIONS_H
 #define LLMC_RUNTIME_SERVE_COMPLETIONS_H
 
-#include "frontend/Tokenizer.h"
 #include "runtime/Serve/Scheduler.h"
+#include "runtime/Serve/TextCodec.h"
 
 #include "llvm/Support/Error.h"
 
@@ -54,14 +54,14 @@ llvm::Expected<CompletionParams> parseCompletionRequest(llvm::StringRef body);
 /// when prompt plus max_tokens exceed `maxContext`.
 llvm::Expected<GenerationRequest>
 makeGenerationRequest(const CompletionParams &params,
-                      const data::Tokenizer &tokenizer, int64_t maxContext);
+                      const TextCodec &tokenizer, int64_t maxContext);
 
 /// A completion's text as its tokens arrive. Bytes are held back while
 /// they may begin a stop string or end inside a UTF-8 sequence, so what
 /// add() returns is final; a stop string ends the text before it.
 class CompletionText {
 public:
-  CompletionText(const data::Tokenizer &tokenizer,
+  CompletionText(const TextCodec &tokenizer,
                  std::vector<std::string> stops);
   /// Adds a token; returns the text it makes final (often "").
   std::string add(int32_t token);
@@ -71,7 +71,7 @@ public:
   std::string finish();
 
 private:
-  const data::Tokenizer &tokenizer;
+  const TextCodec &tokenizer;
   std::vector<std::string> stops;
   std::string pending;
   bool hit = false;

@@ -23,7 +23,7 @@
 #ifndef LLMC_RUNTIME_SERVE_SCHEDULER_H
 #define LLMC_RUNTIME_SERVE_SCHEDULER_H
 
-#include "runtime/CachedGenerate.h"
+#include "runtime/Serve/CachedGenerate.h"
 
 #include <atomic>
 #include <chrono>

@@ -100,7 +100,7 @@ private:
 
 class Server {
 public:
-  Server(runtime::CachedGenerator &generator, const data::Tokenizer &tokenizer,
+  Server(runtime::CachedGenerator &generator, const TextCodec &tokenizer,
          const ServeOptions &options)
       : generator(generator), tokenizer(tokenizer), options(options),
         scheduler(generator, options.queueLimit), acceptor(io),
@@ -138,7 +138,7 @@ private:
                  llvm::function_ref<bool(const std::string &)> emit);
 
   runtime::CachedGenerator &generator;
-  const data::Tokenizer &tokenizer;
+  const TextCodec &tokenizer;
   const ServeOptions &options;
   Scheduler scheduler;
   CompletionIds ids;
@@ -528,7 +528,7 @@ bool Server::complete(tcp::socket &socket, const Request &request) {
 } // namespace
 
 llvm::Error llmc::serve::serve(runtime::CachedGenerator &generator,
-                               const data::Tokenizer &tokenizer,
+                               const TextCodec &tokenizer,
                                const ServeOptions &options) {
   if (tokenizer.vocabSize() > generator.vocab())
     return llvm::createStringError(llvm::formatv(

@@ -19,8 +19,8 @@
 #ifndef LLMC_RUNTIME_SERVE_SERVER_H
 #define LLMC_RUNTIME_SERVE_SERVER_H
 
-#include "frontend/Tokenizer.h"
-#include "runtime/CachedGenerate.h"
+#include "runtime/Serve/CachedGenerate.h"
+#include "runtime/Serve/TextCodec.h"
 
 #include "llvm/Support/Error.h"
 
@@ -54,7 +54,7 @@ struct ServeOptions {
 /// vocabulary. Errors: the address cannot be bound, the tokenizer does not
 /// fit. Summary counts go to stderr when it stops.
 llvm::Error serve(runtime::CachedGenerator &generator,
-                  const data::Tokenizer &tokenizer,
+                  const TextCodec &tokenizer,
                   const ServeOptions &options);
 
 } // namespace llmc::serve

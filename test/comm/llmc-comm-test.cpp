@@ -23,8 +23,8 @@
 #include "runtime/Comm/Communicator.h"
 #include "runtime/Comm/Mesh.h"
 #ifdef LLMC_HAVE_NCCL
-#include "runtime/Comm/NcclCommunicator.h"
 #include "runtime/Cuda/CudaApi.h"
+#include "runtime/Cuda/NcclCommunicator.h"
 #endif
 
 #include "llvm/Support/CommandLine.h"

@@ -3,7 +3,7 @@
 // checksums are not checked in the fuzz build (ir/kernel/Fuzzing.h).
 #include "test/fuzz/FuzzInput.h"
 
-#include "runtime/Checkpoint.h"
+#include "runtime/Weights/Checkpoint.h"
 
 using namespace llmc;
 

@@ -4,7 +4,7 @@
 // past the header checks to the tensors), else from a fixed tiny model.
 #include "test/fuzz/FuzzInput.h"
 
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include "llvm/Support/Endian.h"
 

@@ -2,7 +2,7 @@
 // must survive writeSafetensors and read back the same.
 #include "test/fuzz/FuzzInput.h"
 
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include <cstring>
 

@@ -4,8 +4,8 @@
 #define LLMC_TOOLS_COMMON_GENERATEOUTPUT_H
 
 #include "frontend/Tokenizer.h"
-#include "runtime/CachedGenerate.h"
-#include "runtime/Generate.h"
+#include "runtime/Serve/CachedGenerate.h"
+#include "runtime/Serve/Generate.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/Twine.h"

@@ -1,5 +1,5 @@
 // The main of an inference binary written by `llmc export`: it maps its own
-// file, checks the payload (runtime/ExportPayload.h) and the CPU, binds the
+// file, checks the payload (runtime/Serve/ExportPayload.h) and the CPU, binds the
 // weights in place and runs @prefill/@decode with the kernels linked in
 // ahead of time (KernelTable.h) or, in a `--target cuda` binary, on the GPU
 // with the CUDA modules its payload carries (the driver and cuBLASLt loaded
@@ -7,10 +7,11 @@
 // runtime/Serve's HTTP server. No MLIR, no JIT, no shared LLVM.
 #include "frontend/Tokenizer.h"
 #include "ir/kernel/Artifact.h"
-#include "runtime/CachedGenerate.h"
-#include "runtime/Executor.h"
-#include "runtime/ExportPayload.h"
+#include "runtime/Cpu/CpuExecutor.h"
+#include "runtime/Serve/CachedGenerate.h"
+#include "runtime/Serve/ExportPayload.h"
 #include "runtime/Serve/Server.h"
+#include "tools/common/TokenizerCodec.h"
 #ifdef LLMC_EXPORT_CUDA
 #include "ir/kernel/CudaModule.h"
 #include "runtime/Cuda/CudaDeviceStore.h"
@@ -347,7 +348,8 @@ int runServe(const char *argv0) {
   options.queueLimit = serveQueueLimit;
   options.maxBodyBytes = serveMaxBody;
   if (llvm::Error error =
-          serve::serve(model.generator, *model.tokenizer, options))
+          serve::serve(model.generator, TokenizerCodec(*model.tokenizer),
+                       options))
     return fail(std::move(error));
   return 0;
 }

@@ -7,7 +7,7 @@
 #ifndef LLMC_TOOLS_LLMC_CUDA_RUN_TRAININGCHECK_H
 #define LLMC_TOOLS_LLMC_CUDA_RUN_TRAININGCHECK_H
 
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include <cmath>
 #include <cstdint>

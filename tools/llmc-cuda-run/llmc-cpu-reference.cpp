@@ -18,19 +18,19 @@
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
-#include "passes/Pipelines.h"
 #include "ir/kernel/Artifact.h"
-#include "runtime/Executor.h"
-#include "runtime/Generate.h"
-#include "runtime/Weights.h"
+#include "passes/Pipelines.h"
+#include "runtime/Cpu/CpuExecutor.h"
+#include "runtime/Serve/Generate.h"
+#include "runtime/Weights/Weights.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
 
 #include <chrono>
 #include <cmath>

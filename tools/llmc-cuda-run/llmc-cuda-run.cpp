@@ -26,7 +26,7 @@
 #include "ir/kernel/Artifact.h"
 #include "runtime/Cuda/CudaApi.h"
 #include "runtime/Cuda/CudaExecutor.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"

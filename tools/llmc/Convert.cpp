@@ -7,9 +7,9 @@
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "frontend/ModelInfo.h"
-#include "runtime/Checkpoint.h"
-#include "runtime/HuggingFace.h"
-#include "runtime/Sparsity.h"
+#include "runtime/Weights/Checkpoint.h"
+#include "runtime/Weights/HuggingFace.h"
+#include "runtime/Weights/Sparsity.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"

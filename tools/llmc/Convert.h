@@ -3,9 +3,9 @@
 #ifndef LLMC_TOOLS_LLMC_CONVERT_H
 #define LLMC_TOOLS_LLMC_CONVERT_H
 
-#include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
+#include "mlir/IR/MLIRContext.h"
 
 #include <string>
 
@@ -17,7 +17,7 @@ struct ConvertOptions {
   std::string precision = "fp32"; // fp32, bf16, fp16
   std::string names = "hf";       // hf or llmc (safetensors only)
   // The weights selected for 2:4 (a sparsity_mask state) in the compressed
-  // layout (runtime/Sparsity.h: writeTwoOfFour); llmc names, fp32 only.
+  // layout (runtime/Weights/Sparsity.h: writeTwoOfFour); llmc names, fp32 only.
   bool sparse = false;
 };
 

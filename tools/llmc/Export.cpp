@@ -11,8 +11,9 @@
 #include "ir/kernel/Artifact.h"
 #include "ir/kernel/AtomicFile.h"
 #include "ir/kernel/CudaModule.h"
-#include "runtime/Backend.h"
-#include "runtime/ExportPayload.h"
+#include "runtime/Exec/Executor.h"
+#include "runtime/Serve/ExportPayload.h"
+#include "runtime/Weights/Weights.h"
 #include "tools/exported/KernelTable.h"
 #include "tools/llmc/Inference.h"
 

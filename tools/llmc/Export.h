@@ -1,12 +1,12 @@
 // `llmc export`: a model's @prefill/@decode compiled ahead of time into one
 // standalone executable, its weights, programs and tokenizer appended as a
-// payload (runtime/ExportPayload.h); tools/exported/Main.cpp is its main.
+// payload (runtime/Serve/ExportPayload.h); tools/exported/Main.cpp is its main.
 #ifndef LLMC_TOOLS_LLMC_EXPORT_H
 #define LLMC_TOOLS_LLMC_EXPORT_H
 
-#include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
+#include "mlir/IR/MLIRContext.h"
 
 #include <cstdint>
 #include <string>

@@ -10,7 +10,7 @@
 #ifndef LLMC_TOOLS_LLMC_GUARDINJECT_H
 #define LLMC_TOOLS_LLMC_GUARDINJECT_H
 
-#include "runtime/Backend.h"
+#include "runtime/Exec/Executor.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"

@@ -2,8 +2,9 @@
 #include "tools/llmc/Inference.h"
 
 #include "codegen/KernelToCpu/KernelToCpu.h"
-#include "runtime/Backend.h"
-#include "runtime/MemoryBudget.h"
+#include "runtime/Exec/Executor.h"
+#include "runtime/Exec/MemoryBudget.h"
+#include "runtime/Weights/Weights.h"
 
 #include "llvm/Support/Format.h"
 

@@ -5,12 +5,12 @@
 
 #include "codegen/Inference.h"
 #include "frontend/GptBuilder.h"
-#include "runtime/CachedGenerate.h"
-#include "runtime/Executor.h"
+#include "runtime/Cpu/CpuExecutor.h"
+#include "runtime/Serve/CachedGenerate.h"
 
-#include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
+#include "mlir/IR/MLIRContext.h"
 
 #include <functional>
 #include <memory>

@@ -1,7 +1,7 @@
 // `llmc sparsity check CKPT` (see SparsityCommand.h).
 #include "tools/llmc/SparsityCommand.h"
-#include "runtime/Checkpoint.h"
-#include "runtime/Sparsity.h"
+#include "runtime/Weights/Checkpoint.h"
+#include "runtime/Weights/Sparsity.h"
 
 #include "llvm/Support/Format.h"
 

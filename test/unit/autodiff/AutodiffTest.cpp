@@ -21,14 +21,14 @@
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
 #include "passes/Passes.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Path.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Tests of the NCCL backend that need no GPU: loading libnccl.so.2 from the
 // toolkit, the unique id, and the error where there is no GPU. On a machine
 // with one, Create also runs a one-rank all-reduce on the device.
-#include "runtime/Comm/NcclCommunicator.h"
+#include "runtime/Cuda/NcclCommunicator.h"
 
 #include "runtime/Cuda/CudaApi.h"
 

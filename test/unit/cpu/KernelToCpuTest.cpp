@@ -2,7 +2,7 @@
 // runtime/Cpu and run on random inputs, against plain C++ written here.
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "runtime/Cpu/CpuKernels.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 #include "test/unit/cpu/KernelTestUtil.h"
 
 #include "llvm/Support/raw_ostream.h"

@@ -8,10 +8,10 @@
 // (kvSeq keys, per-row positions) against the same kind of reference.
 #include "test/unit/cuda/EmulatedFlash.h"
 
-#include "codegen/KernelToCuda/FlashAttention.h"
 #include "codegen/KernelToCuda/CudaCompiler.h"
+#include "codegen/KernelToCuda/FlashAttention.h"
 #include "codegen/KernelToCuda/Nvrtc.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include "gtest/gtest.h"
 

@@ -3,11 +3,11 @@
 // (test/unit/cuda/CudaEmulation.h, which emulates mma.sp m16n8k32 from our
 // reading of the PTX ISA) it matches the dense product of the masked,
 // rounded weights in double on odd shapes, bf16 and f16, with and without a
-// k tail; the packed layout (runtime/Sparsity.h's TensorCoreTwoOfFour).
+// k tail; the packed layout (runtime/Weights/Sparsity.h's TensorCoreTwoOfFour).
 #include "codegen/KernelToCuda/Nvrtc.h"
 #include "codegen/KernelToCuda/SparseGemm.h"
-#include "runtime/Sparsity.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Sparsity.h"
+#include "runtime/Weights/Weights.h"
 #include "test/unit/cuda/EmulationRunner.h"
 #include "test/unit/runtime/RandomTwoOfFour.h"
 

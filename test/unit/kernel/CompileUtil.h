@@ -9,7 +9,7 @@
 #include "ir/LlmcDialect.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
-#include "runtime/Executor.h"
+#include "runtime/Cpu/CpuExecutor.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"

@@ -4,7 +4,8 @@
 #include "CompileUtil.h"
 
 #include "frontend/ModelConfig.h"
-#include "runtime/Generate.h"
+#include "runtime/Serve/Generate.h"
+#include "runtime/Weights/Weights.h"
 
 
 #include "llvm/ADT/StringExtras.h"

@@ -16,16 +16,16 @@
 #endif
 
 #include "frontend/ModelConfig.h"
-#include "runtime/Checkpoint.h"
-#include "runtime/Trainer.h"
-#include "runtime/Weights.h"
+#include "runtime/Train/Trainer.h"
+#include "runtime/Weights/Checkpoint.h"
+#include "runtime/Weights/Weights.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

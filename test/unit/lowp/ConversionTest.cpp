@@ -1,6 +1,6 @@
 // Round-to-nearest-even conversions between f32 and f16/bf16, bit for bit,
 // everywhere llmc does them on the CPU: the scalar reference
-// (runtime/Weights.h), the executor's bulk conversions
+// (runtime/Weights/Weights.h), the executor's bulk conversions
 // (runtime/Cpu/LowPrecision.h, F16C / AVX-512 BF16 where the CPU has them)
 // and JIT-compiled kernels (f16/bf16 stores, and the RoundF16/RoundBF16
 // ops that casts inside a kernel lower to). Edge cases: ties (to even),
@@ -16,7 +16,7 @@
 #include "test/unit/lowp/LowPrecisionTestUtil.h"
 
 #include "runtime/Cpu/LowPrecision.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include "llvm/ADT/bit.h"
 

@@ -4,7 +4,7 @@
 #define LLMC_TEST_UNIT_LOWP_LOWPRECISIONTESTUTIL_H
 
 #include "ir/kernel/Program.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include "llvm/ADT/STLExtras.h"
 

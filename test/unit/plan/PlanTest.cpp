@@ -7,11 +7,11 @@
 
 #include "frontend/GptBuilder.h"
 
-#include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+#include "mlir/IR/MLIRContext.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -262,7 +262,7 @@ TEST(PlanPublished, BytesPerParameter) {
 // Checkpoints and goodput
 //===----------------------------------------------------------------------===//
 
-// A checkpoint holds what llmc run saves (runtime/Trainer.cpp, checked
+// A checkpoint holds what llmc run saves (runtime/Train/Trainer.cpp, checked
 // against its files): the f32 weights (mixed precision's masters) and the
 // optimizer states; not the gradients, the 16-bit copies or ZeRO's fp32
 // partitions. 175B in fp16 with AdamW: 4 + 8 = 12 bytes per parameter,

@@ -11,13 +11,13 @@
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
 #include "passes/Remat.h"
-#include "runtime/Executor.h"
+#include "runtime/Cpu/CpuExecutor.h"
 #include "test/unit/kernel/CompileUtil.h"
 
+#include "llvm/Support/MemoryBuffer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
-#include "llvm/Support/MemoryBuffer.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 // blocks, with NaN past every operand's valid elements and a sentinel past
 // C's columns.
 #include "runtime/Cpu/Bf16Gemm.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include "gtest/gtest.h"
 

@@ -2,7 +2,7 @@
 // weights, every ISA path this CPU runs, both weight layouts, against the
 // product in double of the widened weights.
 #include "runtime/Cpu/FewRowGemm.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include "gtest/gtest.h"
 

@@ -1,7 +1,7 @@
 // The Hugging Face name and layout mapping of runtime/HuggingFace: which
 // models have a layout, the tensors of each, round trips both ways, and the
 // errors a foreign or mismatched file gets.
-#include "runtime/HuggingFace.h"
+#include "runtime/Weights/HuggingFace.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The memory a run needs and the refusal when it cannot fit.
-#include "runtime/MemoryBudget.h"
+#include "runtime/Exec/MemoryBudget.h"
 
 #include "ir/kernel/Program.h"
 

@@ -2,7 +2,7 @@
 #ifndef LLMC_TEST_UNIT_RUNTIME_RANDOMTWOOFFOUR_H
 #define LLMC_TEST_UNIT_RUNTIME_RANDOMTWOOFFOUR_H
 
-#include "runtime/Sparsity.h"
+#include "runtime/Weights/Sparsity.h"
 
 #include <algorithm>
 #include <random>

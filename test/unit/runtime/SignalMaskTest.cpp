@@ -5,7 +5,7 @@
 // checked against a double reference.
 #include "runtime/Cpu/SignalMask.h"
 #include "runtime/Cpu/Sgemm.h"
-#include "runtime/ThreadPool.h"
+#include "runtime/Cpu/ThreadPool.h"
 
 #include "gtest/gtest.h"
 

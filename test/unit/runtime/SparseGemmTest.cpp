@@ -2,12 +2,12 @@
 // this CPU runs and both value types (f32, bf16), against the dense product
 // of the masked weights (bf16-rounded for bf16 values) in double.
 #include "runtime/Cpu/SparseGemm.h"
-#include "runtime/Sparsity.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Sparsity.h"
+#include "runtime/Weights/Weights.h"
 #include "test/unit/runtime/RandomTwoOfFour.h"
 
-#include "llvm/Support/MemoryBuffer.h"
 #include "gtest/gtest.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <cmath>
 #include <cstring>
@@ -23,7 +23,7 @@ namespace {
 
 /// Runs `isa` on [m, k] x [n, k]^T, W's kept values stored as `values`,
 /// and compares with the dense product in double of W as the kernel must
-/// see it (each value rounded to bf16 for BF16, by runtime/Weights.h's
+/// see it (each value rounded to bf16 for BF16, by runtime/Weights/Weights.h's
 /// rounding, not the packer's): |y - ref| <= 1e-5 * sum |x_c w_c| (relative
 /// to the magnitude
 /// of the terms, the scale f32 summation error has; random signs make

@@ -1,7 +1,7 @@
 // 2:4 masks (ASP's m4n2_1d), the check, and the compressed layout, against
 // straightforward references.
-#include "runtime/Sparsity.h"
-#include "runtime/Weights.h"
+#include "runtime/Weights/Sparsity.h"
+#include "runtime/Weights/Weights.h"
 
 #include "llvm/Support/FileSystem.h"
 

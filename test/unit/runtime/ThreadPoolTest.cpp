@@ -2,7 +2,7 @@
 // the workers were polling for it (loops back to back) or asleep (a gap
 // longer than ThreadPool::kSpin), and with more or fewer elements than
 // threads.
-#include "runtime/ThreadPool.h"
+#include "runtime/Cpu/ThreadPool.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Tests of runtime/Weights: conversions, safetensors and llm.c files,
 // GPT-2 initialization.
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/bit.h"

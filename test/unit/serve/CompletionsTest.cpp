@@ -1,6 +1,7 @@
 // The completions API without sockets: request parsing and its errors,
 // prompt limits, stop strings and UTF-8 across tokens, response JSON.
 #include "runtime/Serve/Completions.h"
+#include "tools/common/TokenizerCodec.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -103,7 +104,8 @@ TEST(Completions, RefusesBadBodies) {
 }
 
 TEST(Completions, FitsTheContext) {
-  data::ByteTokenizer bytes;
+  data::ByteTokenizer byteTokenizer;
+  TokenizerCodec bytes(byteTokenizer);
   CompletionParams params;
   params.prompt = "abcd";
   params.maxTokens = 12;
@@ -140,7 +142,8 @@ std::vector<std::string> feed(CompletionText &text, llvm::StringRef bytes) {
 }
 
 TEST(Completions, StopStringsAcrossTokens) {
-  data::ByteTokenizer bytes;
+  data::ByteTokenizer byteTokenizer;
+  TokenizerCodec bytes(byteTokenizer);
   CompletionText text(bytes, {"<END>", "zz"});
   // "<E" may begin "<END>": held back; "<Ex" cannot: released.
   EXPECT_EQ(feed(text, "ab<Ex"),
@@ -164,7 +167,8 @@ TEST(Completions, StopStringsAcrossTokens) {
 }
 
 TEST(Completions, HoldsBackSplitUtf8) {
-  data::ByteTokenizer bytes;
+  data::ByteTokenizer byteTokenizer;
+  TokenizerCodec bytes(byteTokenizer);
   CompletionText text(bytes, {});
   // é (C3 A9) and 😀 (F0 9F 98 80), a byte a token.
   EXPECT_EQ(feed(text, "\xC3\xA9x\xF0\x9F\x98\x80"),

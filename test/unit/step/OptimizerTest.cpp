@@ -6,7 +6,7 @@
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "ir/LlmcDialect.h"
 #include "passes/Passes.h"
-#include "runtime/Executor.h"
+#include "runtime/Cpu/CpuExecutor.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"

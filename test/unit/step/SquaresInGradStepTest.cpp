@@ -9,7 +9,7 @@
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
-#include "runtime/Executor.h"
+#include "runtime/Cpu/CpuExecutor.h"
 #include "test/unit/kernel/CompileUtil.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

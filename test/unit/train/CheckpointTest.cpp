@@ -1,7 +1,7 @@
 // Checkpoints (round trip; truncated, corrupted and foreign files; keeping
 // the last K), config differences, metrics lines and the loss plot.
-#include "runtime/Checkpoint.h"
-#include "runtime/Trainer.h"
+#include "runtime/Weights/Checkpoint.h"
+#include "runtime/Train/Trainer.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"

@@ -1,7 +1,7 @@
 // What a person sees on the terminal during a run: generated text made
 // safe to print, and the live status line under the log.
-#include "runtime/Console.h"
-#include "runtime/Generate.h"
+#include "runtime/Train/Console.h"
+#include "runtime/Serve/Generate.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -1,7 +1,7 @@
 // The training guard: spike detection, its actions' bookkeeping, its state
 // in checkpoints, and how metrics.jsonl and the loss plot show its events.
-#include "runtime/Trainer.h"
-#include "runtime/TrainingGuard.h"
+#include "runtime/Train/Trainer.h"
+#include "runtime/Train/TrainingGuard.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

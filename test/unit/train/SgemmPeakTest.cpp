@@ -1,6 +1,6 @@
 // The yardstick of MFU on the CPU: the sgemm peak measured now, and the best
 // the machine has shown, kept in the cache directory.
-#include "runtime/SgemmPeak.h"
+#include "runtime/Cpu/SgemmPeak.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"

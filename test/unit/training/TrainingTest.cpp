@@ -6,7 +6,7 @@
 // small and odd (not multiples of the vector width) so tail loops run too.
 #include "CompileUtil.h"
 
-#include "runtime/Weights.h"
+#include "runtime/Weights/Weights.h"
 
 #include <gtest/gtest.h>
 
@@ -426,7 +426,7 @@ AttentionReference attentionBackward(const float *q, const float *k,
 }
 
 // (causal?, T): T = 7 is one block of query rows; T = 150 is three under
-// a causal mask (64, 64 and 22 rows, runtime/Executor.cpp's blocks), each
+// a causal mask (64, 64 and 22 rows, runtime/Cpu/CpuExecutor.cpp's blocks), each
 // multiplying only the keys its rows see.
 class AttentionGrad
     : public ::testing::TestWithParam<std::tuple<bool, int64_t>> {};

@@ -1,4 +1,3 @@
-// The server may use the tokenizers of frontend, and nothing else of it.
+// Upward: the server reaches into frontend (it is given a TextCodec instead).
 #include "frontend/Tokenizer.h"
-#include "frontend/GptBuilder.h"
-#include "runtime/CachedGenerate.h"
+#include "runtime/Serve/CachedGenerate.h"

@@ -1,0 +1,120 @@
+// This machine's sgemm peak, measured.
+#include "runtime/Cpu/SgemmPeak.h"
+
+#include "ir/kernel/AtomicFile.h"
+#include "runtime/Cpu/Sgemm.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/xxhash.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <cblas.h>
+
+#include <cstdlib>
+
+namespace {
+/// The process's f32 GEMM libraries; OpenBLAS alone when LLMC_CPU_SGEMM is
+/// not valid (executors refuse to start then, with the reason).
+const llmc::cpu::SgemmSetup &sgemmLibraries() {
+  static const llmc::cpu::SgemmSetup fallback;
+  llvm::Expected<const llmc::cpu::SgemmSetup &> setup = llmc::cpu::sgemmSetup();
+  if (!setup) {
+    llvm::consumeError(setup.takeError());
+    return fallback;
+  }
+  return *setup;
+}
+
+/// The library of the peak's product: the one the executors use.
+llmc::cpu::SgemmLibrary peakLibrary() { return sgemmLibraries().library; }
+} // namespace
+
+std::string llmc::runtime::describeBlas() {
+  const char *coretype = std::getenv("OPENBLAS_CORETYPE");
+  const char *l2 = std::getenv("OPENBLAS_L2_SIZE");
+  llvm::Expected<const cpu::SgemmSetup &> setup = cpu::sgemmSetup();
+  std::string sgemm = setup ? "f32 GEMMs on " + cpu::describeSgemm(*setup)
+                            : "f32 GEMMs: " + llvm::toString(setup.takeError());
+  return sgemm + "; " + openblas_get_config() + ", core " +
+         openblas_get_corename() +
+         " (OPENBLAS_CORETYPE=" + (coretype ? coretype : "unset") +
+         ", OPENBLAS_L2_SIZE=" + (l2 ? l2 : "unset") + ")";
+}
+
+double llmc::runtime::measureSgemmPeak(int n, int threads, int reps) {
+  return cpu::measureLibraryPeak(peakLibrary(), n, threads, reps);
+}
+
+namespace {
+/// Where the record of (n, threads) lives, and its key.
+std::pair<std::string, std::string> recordPath(int n, int threads) {
+  std::string directory = llmc::kir::defaultCacheDirectory();
+  if (directory.empty())
+    return {};
+  llmc::cpu::SgemmLibrary library = peakLibrary();
+  std::string key = llvm::sys::getHostCPUName().str() + "/" +
+                    (library == llmc::cpu::SgemmLibrary::OneDnn
+                         ? sgemmLibraries().oneDnn
+                         : std::string("OpenBLAS ") + openblas_get_corename()) +
+                    "/" + std::to_string(n) + "/" + std::to_string(threads);
+  llvm::SmallString<256> path(directory);
+  llvm::sys::path::append(
+      path, "sgemm-peak-" + llvm::utohexstr(llvm::xxh3_64bits(key)) + ".txt");
+  return {std::string(path), key};
+}
+
+/// The GFLOP/s the record at `path` holds for `key`; 0 when none.
+double readRecord(const std::string &path, llvm::StringRef key) {
+  double recorded = 0;
+  if (auto buffer = llvm::MemoryBuffer::getFile(path)) {
+    // "<GFLOP/s> <key>"; anything else is no record.
+    llvm::StringRef text = (*buffer)->getBuffer();
+    if (text.split(' ').first.getAsDouble(recorded) || recorded <= 0 ||
+        text.split(' ').second.trim() != key)
+      recorded = 0;
+  }
+  return recorded;
+}
+} // namespace
+
+llmc::runtime::MachinePeak llmc::runtime::recordedSgemmPeak(int n,
+                                                            int threads) {
+  MachinePeak peak;
+  auto [path, key] = recordPath(n, threads);
+  if (path.empty())
+    return peak;
+  peak.record = path;
+  peak.bestGflops = readRecord(path, key);
+  return peak;
+}
+
+llmc::runtime::MachinePeak llmc::runtime::machineSgemmPeak(int n, int threads,
+                                                           int reps) {
+  MachinePeak peak;
+  peak.measuredGflops = measureSgemmPeak(n, threads, reps);
+  peak.bestGflops = peak.measuredGflops;
+  auto [path, key] = recordPath(n, threads);
+  if (path.empty())
+    return peak;
+  peak.record = path;
+  double recorded = readRecord(path, key);
+  if (recorded >= peak.measuredGflops) {
+    peak.bestGflops = recorded;
+    return peak;
+  }
+  // A new best: kept for the next runs (a cache; failing to write it only
+  // means the next run measures again).
+  std::string text = std::to_string(peak.measuredGflops) + " " + key + "\n";
+  llvm::SmallString<256> directory(path);
+  llvm::sys::path::remove_filename(directory);
+  if (!llvm::sys::fs::create_directories(directory))
+    llvm::consumeError(kir::writeFileAtomically(
+        path,
+        llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(text.data()),
+                                text.size())));
+  return peak;
+}
