@@ -1,3 +1,3 @@
 // Upward: the contract reaches into the runtime.
-#include "llvm/ADT/StringRef.h"
 #include "runtime/Cpu/CpuExecutor.h"
+#include "llvm/ADT/StringRef.h"
