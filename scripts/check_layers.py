@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that no file includes one from a layer above it.
 
-The layers, lowest first (README "Code map"; ../shared/DESIGN.md):
+The layers, lowest first (docs/architecture.md; ../shared/DESIGN.md):
 
   ir/kernel  the contract: kernel IR, program, memory plan, artifact; no MLIR
   runtime    executors, store, checkpoints, trainer     -> ir/kernel
