@@ -31,7 +31,7 @@ constexpr double kGradientBucketMb = 25;
 // The gradient norm's sums of squares taken where @grad_step makes each
 // gradient (llmc-squares-in-grad-step), for gradients of at most this many
 // elements: 4 Mi f32 elements, 16 MiB, half the 32 MiB L3 of the Zen 4
-// they were measured on (a larger one is out of the caches by the time
+// the limit was chosen on (a larger one is out of the caches by the time
 // its sum runs). A CPU setting: the pass does not run for a GPU
 // (passes/Pipelines.cpp).
 constexpr int64_t kSquaresInGradStepMaxElements = int64_t(1) << 22;

@@ -14,14 +14,14 @@
 //   @update_step: reads the state argument grad.p.squares for %s
 // so that the sum runs right after the GEMM that accumulates %x into
 // grad.p (llmc-fusion keeps the add in that GEMM's epilogue and the sum in
-// a kernel of its own), while its result is still in the caches. On a
-// 2-core Zen 4 (GPT-2 124M, B=4, T=64) the norm pass over all 497 MB of
-// gradients cost the step 16.2 ms; sums taken right after each
-// accumulating GEMM cost the gradient step 2.1 ms for every gradient but
-// the tied embedding's (154 MB, which is out of the caches by then: it
-// cost 7.4 ms there, against about 4.5 ms in @update_step's pass). Small
-// gradients (biases, norm weights) stay too: their sums cost less than
-// the kernels @grad_step would add for them (min-elements).
+// a kernel of its own), while its result is still in the caches: the
+// norm pass in @update_step reads every gradient from memory again, and a
+// sum taken here costs a fraction of that. The largest gradients stay
+// (max-elements: the tied embedding's is out of the caches by the time
+// its sum would run, so it would cost more here than in @update_step's
+// pass), and so do small ones (biases, norm weights): their sums cost
+// less than the kernels @grad_step would add for them (min-elements).
+// The paired measurements are bench-train's (bench/README.md).
 //
 // The sum is of the gradient the update reads: the runtime runs
 // @update_step right after the last micro-batch's @grad_step (with ZeRO,

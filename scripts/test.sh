@@ -9,7 +9,7 @@
 #                                (-DLLMC_SANITIZE=ON); a sanitizer report
 #                                aborts the test. Not run by CI: on 2 cores
 #                                8-12 min to build cold and 12 to test
-#                                (README, "Reliability").
+#                                (docs/reliability.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -44,7 +44,7 @@ CudaLaunch llmc::cuda::sparseGemmLaunch(int64_t n, int64_t m) {
 //
 // Not tuned: x is re-read from L1/L2 by each warp instead of staged in
 // shared memory, and k is not split across warps, so a decode of a small
-// W has few warps in flight (README, "2:4 on CUDA").
+// W has few warps in flight (docs/sparsity.md, "2:4 on CUDA").
 static const char *kSource = R"cuda(
 // 2:4 sparse y = x W^T on the sparse tensor cores (mma.sp m16n8k32).
 // W [n, k] 2:4 (TensorCoreTwoOfFour order, runtime/Weights/Sparsity.h), x [m, k]

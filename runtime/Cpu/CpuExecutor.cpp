@@ -47,9 +47,8 @@ struct Matrix {
 };
 
 /// Products with every side at most this (a small model's GEMM steps) run
-/// on OpenBLAS whatever the GEMM library: at 64 x 64 x 64, one thread of a
-/// Zen 4, OpenBLAS took 4.8-6.4 us a product in every layout and oneDNN
-/// 5.5-8.4 us (its per-call cost).
+/// on OpenBLAS whatever the GEMM library: at 64 x 64 x 64 on one thread
+/// OpenBLAS is faster in every layout, oneDNN's per-call cost being higher.
 constexpr int64_t kSmallGemm = 128;
 
 /// C[m x n] = alpha A[m x k] * B[k x n] + beta C on row-major storage for
@@ -488,15 +487,12 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
   // and all of the other, so the longer side of C is split: the smaller
   // operand is the one packed twice. Besides:
   // - with few rows (generation), columns: BLAS runs short, wide blocks
-  //   faster than shorter ones (GPT-2 at 64 rows: 20% more tokens/s);
+  //   faster than shorter ones;
   // - x W^T (NT: the forward's products, W stored [N, K]) by columns
   //   whatever its shape: the transposed operand costs the most to pack.
-  // GPT-2 124M on 2 Zen 4 cores with oneDNN (bench-train --gemm-shapes,
-  // 2026-11-28), against rows for every product of 128 rows or more: the
-  // NT products 5-7% faster at B=4, T=64 (320-329 against 340-346 ms a
-  // step) and 5% at B=8, T=256 (2341 against 2465 ms); the NN and TN
-  // products with more columns than rows 1-3% and 1% (586-613 against
-  // 605-617 ms, all NN and TN products summed; 4693 against 4731).
+  // Against rows for every product of 128 rows or more, both rules made
+  // GPT-2 124M's products faster with oneDNN (bench-train --gemm-shapes),
+  // the NT products most.
   auto rowBlock = [&](int64_t begin, int64_t end, int) {
     for (int64_t batch = begin / g.m; batch * g.m < end; ++batch) {
       int64_t first = std::max(begin, batch * g.m) - batch * g.m;
@@ -584,13 +580,10 @@ void CpuExecutor::stagedNarrowGemm(const kir::GemmStep &g, int64_t aM,
   // cache. K is blocked only when the shared block would not fit otherwise
   // (the vocabulary's dX, k = V): then narrow C is summed in an f32 block
   // over all of K before its one rounding.
-  // Sizes measured on a 2-core Zen 4 (1 MiB L2 a core, 32 MiB L3) at
-  // GPT-2 124M's shapes, 256 and 2048 rows: with OpenBLAS, panels of 2^17
-  // floats lost 3-5% to repacking the shared block for each narrow panel,
-  // 2^20 lost to cache misses at 256 rows; with oneDNN, 2^19 to 2^21
-  // moved the GEMM time by under 1%. In whole bf16 steps at B=4, T=64,
-  // alternated in one process (README, Benchmarks), 2^17 cost 18.5 ms a
-  // step, 2^21 34.3 ms, and K blocked at 4096 16.7 ms, against these.
+  // Sizes chosen on a 2-core Zen 4 (1 MiB L2 a core, 32 MiB L3) at GPT-2
+  // 124M's shapes: smaller panels lose to repacking the shared block for
+  // each narrow panel, larger ones to cache misses, and in whole bf16
+  // steps both, and K blocked at 4096, were slower than these.
   constexpr int64_t kPanelFloats = int64_t(1) << 19;  // 2 MiB a thread
   constexpr int64_t kSharedFloats = int64_t(1) << 21; // 8 MiB, in L3
   constexpr int64_t kMaxK = 1024; // longer K is blocked
@@ -817,11 +810,9 @@ void CpuExecutor::runNarrowGemm(const kir::GemmStep &g) {
 // register tiles, which pack nothing per call: each head's K and V (K^T,
 // V^T, K for the gradient) are packed once into column panels and every
 // block reads them. With no packing per product, blocks of 32 rows (half
-// the masked triangle of 64) were faster: GPT-2 124M's attention at B=8,
-// T=256 on a Zen 4 took 13.1-14.2 ms a layer for the gradient and 5.9-6.3
-// for the forward, against 15.0-15.5 and 6.7-6.9 with BLAS and blocks of
-// 64 (BLAS with blocks of 32: 15.0-15.8 and 6.8-7.2; tiles with 16: no
-// change from 32). The softmax's exponentials are vectorized
+// the masked triangle of 64) are faster than blocks of 64 (with BLAS they
+// were not: its per-call packing ate the saving), and blocks of 16 gain
+// nothing over 32. The softmax's exponentials are vectorized
 // (runtime/Cpu/VectorExp.h).
 constexpr int64_t kCausalQueryBlock = 32;
 

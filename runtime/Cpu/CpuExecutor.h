@@ -107,7 +107,7 @@ public:
   /// the 2:4 kernels (runtime/Cpu/SparseGemm.h, on `cpuIsa()`) when
   /// they have at most this many rows (batch * m); above it, the dense
   /// BLAS product, which is faster there. 0: never. The default is the
-  /// crossover bench-sparse measures (README, "2:4 kernels").
+  /// crossover bench-sparse measures (docs/sparsity.md, bench/README.md).
   static constexpr int64_t kDefaultSparseMaxRows = 16;
   void setSparseMaxRows(int64_t rows) { sparseMaxRows = rows; }
   /// The instruction set of the executor's hand-vectorized products (2:4,
@@ -117,7 +117,8 @@ public:
   /// kept value is a bf16 exactly (weights loaded from a bf16 file: no
   /// loss, half the value bytes), f32 otherwise. F32, BF16: always; BF16
   /// rounds f32 values to nearest even, which changes the products (the
-  /// README gives the effect on GPT-2's logits). Set before the first run.
+  /// docs/sparsity.md gives the effect on GPT-2's logits). Set before the
+  /// first run.
   enum class SparseValuesMode : uint8_t { Auto, F32, BF16 };
   void setSparseValues(SparseValuesMode mode) { sparseValuesMode = mode; }
   /// What the 2:4 path did: weights found 2:4 (packed) and not, and the

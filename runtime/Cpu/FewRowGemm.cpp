@@ -9,7 +9,7 @@
 // widened as two vectors. bf16: one load widened in lanes (even elements:
 // shift left 16; odd: mask the high half), so x's rows are first copied
 // deinterleaved per chunk (m * k floats, once per call): no cross-lane
-// zero-extension, which measured at half a core's read bandwidth. f16: two
+// zero-extension, which ran far below a core's read bandwidth. f16: two
 // vcvtph2ps of L consecutive weights; f32: two loads (x copied as it is).
 // W [k, n]: L lanes of columns (two vectors at a time), each k step
 // broadcasts x[i, p] and FMAs the widened W row segment; columns past the
@@ -230,8 +230,8 @@ template <DType T> struct Avx512 {
         }                                                                      \
     /* Rows in groups of at most 4 (two groups over the same W columns, */ \
     /* still in L1 for the second), 4 columns a block (8 at one row):   */ \
-    /* MR * NC accumulators that fit the registers (GPT-2's c_fc at 4   */ \
-    /* rows: 1.9x the 1-column blocks on one Zen 4 core).               */ \
+    /* MR * NC accumulators that fit the registers: each x load serves  */ \
+    /* NC columns, where 1-column blocks would reload x for every one.  */ \
     constexpr int G1 = MR <= 4 ? MR : 4, G2 = MR - G1;                         \
     constexpr int NC = MR == 1 ? 8 : 4;                                        \
     int64_t j = n0;                                                            \

@@ -29,10 +29,9 @@ void widenToFloat(kir::DType type, const void *src, int64_t count,
 /// it runs): portable loops (Scalar), 8 lanes (Avx2: bf16 zero-extended
 /// and shifted; F16C's VCVTPH2PS for f16, the portable loop on a CPU
 /// without F16C) or 16 lanes (Avx512, both). The staged GEMMs widen every
-/// 16-bit operand panel by panel: GPT-2 124M's bf16 step on a Zen 4
-/// without its BF16 dot products ran 0.5-2.3% faster on 8 or 16 lanes
-/// than on the portable loop, which compiles to SSE2's 4 (README,
-/// Benchmarks).
+/// 16-bit operand panel by panel, so the lanes show in a whole bf16 step
+/// on a CPU without BF16 dot products: the portable loop compiles to
+/// SSE2's 4 lanes.
 void widenToFloat(CpuIsa isa, kir::DType type, const void *src, int64_t count,
                   float *dst);
 

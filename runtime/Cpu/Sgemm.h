@@ -10,17 +10,15 @@
 // Which library: a rule on the CPU, not a timing taken at start-up, so a
 // run's numbers do not depend on how busy the machine was (a resumed run
 // multiplies with the library of the run it resumes). oneDNN where it loads
-// and the CPU has AVX-512F: on an AVX-512 Zen 4 GPT-2's training step at
-// B=4, T=64 ran its GEMMs 3-26% faster on it than on OpenBLAS in three of
-// four sittings (3% slower in one, at load 2 right after a test run;
-// bench-train --gemm-shapes), its whole step 5-10% faster. By shape, x W^T
-// (NT) was faster on oneDNN in every sitting and the weight gradients
-// dY^T X (TN) 5-17% slower, but sending TN products to OpenBLAS did not
-// make the step faster (1084-1159 ms against 1103-1131, interleaved), so
-// one library it is for the GEMM steps. (The executor's small products,
+// and the CPU has AVX-512F: on an AVX-512 Zen 4 GPT-2's training GEMMs ran
+// faster on it than on OpenBLAS in most sittings, and so did the whole
+// step (bench-train --gemm-shapes, bench/README.md). By shape, x W^T (NT)
+// was faster on oneDNN and the weight gradients dY^T X (TN) slower, but
+// sending TN products to OpenBLAS did not make the step faster, so one
+// library it is for the GEMM steps. (The executor's small products,
 // attention's per head, run on OpenBLAS everywhere: its per-call cost is
-// lower; runtime/Cpu/CpuExecutor.cpp.) OpenBLAS on AVX2 CPUs, where it was 3% ahead of
-// oneDNN (bench/sgemm-peers on a Zen 3), and wherever libdnnl is missing.
+// lower; runtime/Cpu/CpuExecutor.cpp.) OpenBLAS on AVX2 CPUs, where it was ahead
+// of oneDNN (bench/sgemm-peers on a Zen 3), and wherever libdnnl is missing.
 // LLMC_CPU_SGEMM=openblas|onednn overrides the rule. A thread inside
 // dnnl_sgemm must not take an asynchronous signal (runtime/Cpu/SignalMask.h:
 // the heap corruption that once kept oneDNN an opt-in).

@@ -33,7 +33,7 @@ struct MachinePeak {
 MachinePeak machineSgemmPeak(int n, int threads, int reps);
 
 /// The record machineSgemmPeak keeps for (n, threads) on this CPU and BLAS
-/// core, without measuring (~0.5 s of two cores for n = 2048): `record`
+/// core, without measuring (which costs every core for a moment): `record`
 /// names the file; bestGflops is 0 when there is none.
 MachinePeak recordedSgemmPeak(int n, int threads);
 

@@ -58,8 +58,9 @@ namespace {
 /// Each poll yields the core: alone on the machine the thread runs on at
 /// once, and where more threads are runnable than there are cores
 /// (processes side by side) it lets them run. (Polling with pause
-/// instructions instead made a loop cost 107 us with two such processes
-/// on the 2-core VM, against 3-20 us yielding and 6-9 us sleeping.)
+/// instructions instead made a loop cost more than sleeping when two such
+/// processes shared the cores: the poller kept the core from the thread it
+/// waited for.)
 template <typename Ready> bool spinUntil(Ready ready) {
   auto start = std::chrono::steady_clock::now();
   for (int i = 1;; ++i) {

@@ -8,10 +8,9 @@
 // (yielding the core at each poll) before it sleeps on a condition
 // variable, and the caller polls for the workers' chunks as long before it
 // sleeps. A training step is hundreds of loops back to back (kernels, GEMM
-// panels); woken through the condition variable alone, each cost 48-64 us
-// on an otherwise idle 2-core VM (the wake-up of an idle core), against
-// 1-2 us polled: 3-5% of GPT-2's step at B=4, T=64. Between steps the
-// workers sleep.
+// panels); woken through the condition variable alone, each would pay the
+// wake-up of an idle core, which polling avoids and which adds up to a
+// visible share of a small step. Between steps the workers sleep.
 #ifndef LLMC_RUNTIME_THREADPOOL_H
 #define LLMC_RUNTIME_THREADPOOL_H
 

@@ -5,9 +5,8 @@
 // A BLAS call packs both operands into its own layout before it
 // multiplies. Attention's products have a short side (the head dimension,
 // 64 in GPT-2) and are many (per head, per block of query rows), so the
-// packing is a large share of each call: on one Zen 4 core Q K^T of 64 x
-// 1024 x 64 ran at 77 GFLOP/s on OpenBLAS and 111 here, P V of 64 x 64 x
-// 1024 at 89 and 117 (README, Benchmarks). Here nothing is packed per
+// packing is a large share of each call, and these tiles run such
+// products faster than OpenBLAS on one core. Here nothing is packed per
 // call: a tile of C (8 rows x 32 columns on AVX-512F, 6 x 16 on AVX2+FMA)
 // lives in registers while the k loop broadcasts A's elements from where
 // they lie (A's rows, or its columns: P^T and dS^T are read from P and dS

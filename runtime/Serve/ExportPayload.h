@@ -47,7 +47,8 @@ constexpr uint64_t kPayloadNameBytes = 32;
 
 /// xxh3-64 of each 16 MiB block of `bytes` (on several threads), then
 /// xxh3-64 of those block hashes: the checksum of every section and of the
-/// table. About 20 GB/s per core; start-up cost is the page faults.
+/// table. Hashing is far faster than reading the file, so start-up's cost
+/// is the page faults.
 uint64_t payloadChecksum(llvm::ArrayRef<uint8_t> bytes);
 
 struct PayloadSection {
