@@ -1,6 +1,6 @@
 // bench-sparse: the matmuls of a transformer block's weights, dense (the
 // BLAS the CPU executor calls, threaded as it threads them) against 2:4
-// (runtime/Cpu/SparseGemm.h) with f32 kept values, for decoding (batch 1: a
+// (runtime/Cpu/SparseMatmul.h) with f32 kept values, for decoding (batch 1: a
 // GEMV per weight, memory-bound; also 2:4 with bf16 kept values) and
 // prefill (M = 128..512 rows), over GPT-2 124M's
 // block shapes and a ~350M model's (d = 1024, 24 layers), next to the
@@ -18,7 +18,7 @@
 #include "bench/Bandwidth.h"
 #include "bench/Options.h"
 #include "runtime/Cpu/SgemmPeak.h"
-#include "runtime/Cpu/SparseGemm.h"
+#include "runtime/Cpu/SparseMatmul.h"
 #include "runtime/Cpu/ThreadPool.h"
 #include "runtime/Weights/Sparsity.h"
 

@@ -63,7 +63,7 @@
 // Dropout on the slice names the whole tensor and the block's offsets, so
 // each rank draws the masks one process draws at those positions.
 #include "ir/LlmcOps.h"
-#include "ir/TensorParallel.h"
+#include "ir/TensorParallelSplit.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

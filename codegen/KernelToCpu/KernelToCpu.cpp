@@ -22,6 +22,7 @@
 // kCpuCodegenVersion in runtime/Cpu/KernelCache.h with it.
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "ir/kernel/Program.h"
+#include "ir/kernel/RowSchedule.h"
 
 // The seven conversions used, not mlir/Conversion/Passes.h (every
 // conversion MLIR has, SPIR-V included).
@@ -120,8 +121,7 @@ public:
       : b(builder), loc(builder.getUnknownLoc()), kernel(kernel),
         rank(kernel.domain.size()), width(options.vectorWidth),
         unroll(options.reductionUnroll),
-        levels(kir::computeLevels(kernel)),
-        phases(kir::computePhases(kernel, numReductionLoops)),
+        schedule(kernel), levels(schedule.levels),
         lanesOverRows(isLanesOverRows(kernel, width)),
         streamingStores(storesStream(kernel, width)) {}
 
@@ -149,11 +149,6 @@ public:
   static constexpr int64_t kStreamingStoreBytes = int64_t(1) << 20;
 
 private:
-  // The column-level values the loop needs for `roots`, as a mask.
-  llvm::BitVector columnClosure(llvm::ArrayRef<int32_t> roots) const {
-    return kir::columnClosure(kernel, levels, roots);
-  }
-
   void emitRow(Value row);
   void emitLanesOverRows(Value begin, Value end);
   void emitLaneBlock(Value firstRow, int w, int copies);
@@ -218,9 +213,8 @@ private:
   const kir::Kernel &kernel;
   size_t rank;
   int width, unroll;
-  std::vector<kir::Level> levels;
-  int numReductionLoops = 0; // set by computePhases, so declared first
-  std::vector<int> phases;
+  kir::RowSchedule schedule; // the walk over a row, shared with KernelToCuda
+  const std::vector<kir::Level> &levels; // schedule.levels
   bool lanesOverRows = false; // isLanesOverRows: lanes are rows (dim 0)
   bool streamingStores = false; // storesStream: vector stores non-temporal
 
@@ -385,11 +379,10 @@ bool KernelEmitter::isLanesOverRows(const kir::Kernel &kernel, int width) {
   if (width <= 1 || kernel.domain.size() != 2 || kernel.domain[0] < width ||
       !kernel.hasReduction())
     return false;
-  int passes = 0;
-  kir::computePhases(kernel, passes);
-  if (passes != 1)
+  kir::RowSchedule schedule(kernel);
+  if (schedule.reductionPasses.size() != 1)
     return false;
-  std::vector<kir::Level> levels = kir::computeLevels(kernel);
+  const std::vector<kir::Level> &levels = schedule.levels;
   bool gathers = false;
   for (auto [i, instr] : llvm::enumerate(kernel.body)) {
     if (instr.op == kir::Op::Random)
@@ -454,13 +447,10 @@ void KernelEmitter::emitLanesOverRows(Value begin, Value end) {
 void KernelEmitter::emitLaneBlock(Value firstRow, int w, int copies) {
   constexpr int64_t kChunk = 64;
   int64_t length = kernel.rowLength();
-  llvm::SmallVector<int32_t> reductions, args;
-  for (auto [i, instr] : llvm::enumerate(kernel.body))
-    if (isReduction(instr.op)) {
-      reductions.push_back(i);
-      args.push_back(instr.args[0]);
-    }
-  llvm::BitVector needed = columnClosure(args);
+  // One reduction pass (isLanesOverRows), all stores row-level.
+  const kir::ColumnPass &pass = schedule.reductionPasses[0];
+  llvm::ArrayRef<int32_t> reductions = pass.reductions;
+  const llvm::BitVector &needed = pass.needed;
   size_t numReductions = reductions.size();
   auto opOf = [&](size_t r) { return kernel.body[reductions[r]].op; };
 
@@ -479,10 +469,8 @@ void KernelEmitter::emitLaneBlock(Value firstRow, int w, int copies) {
                         b, loc, firstRow, i64Constant(int64_t(copy) * w)));
     copyRows[copy].assign(kernel.body.size(), Value());
     enterCopy(copy);
-    for (auto [i, instr] : llvm::enumerate(kernel.body))
-      if (levels[i] == kir::Level::Row && phases[i] == 0 &&
-          instr.op != kir::Op::Store && !isReduction(instr.op))
-        rowValues[i] = emitInstr(i, w, Value());
+    for (int32_t i : schedule.rowValues[0])
+      rowValues[i] = emitInstr(i, w, Value());
     copyRows[copy] = rowValues;
   }
   broadcasts.clear();
@@ -540,13 +528,10 @@ void KernelEmitter::emitLaneBlock(Value firstRow, int w, int copies) {
     enterCopy(copy);
     for (size_t r = 0; r < numReductions; ++r)
       rowValues[reductions[r]] = totals[r * copies + copy];
-    for (auto [i, instr] : llvm::enumerate(kernel.body))
-      if (levels[i] == kir::Level::Row && phases[i] == 1 &&
-          instr.op != kir::Op::Store && !isReduction(instr.op))
-        rowValues[i] = emitInstr(i, w, Value());
-    for (const kir::Instr &instr : kernel.body)
-      if (instr.op == kir::Op::Store)
-        emitStore(instr, w, Value());
+    for (int32_t i : schedule.rowValues[1])
+      rowValues[i] = emitInstr(i, w, Value());
+    for (int32_t i : schedule.rowStores)
+      emitStore(kernel.body[i], w, Value());
   }
   broadcasts.clear();
 }
@@ -565,42 +550,24 @@ void KernelEmitter::emitRow(Value row) {
     rest = arith::DivUIOp::create(b, loc, rest, extent);
   }
 
-  rowValues.assign(kernel.body.size(), Value());
-  auto emitRowValues = [&](int phase) {
-    for (size_t i = 0; i < kernel.body.size(); ++i) {
-      kir::Op op = kernel.body[i].op;
-      if (levels[i] == kir::Level::Row && phases[i] == phase &&
-          op != kir::Op::Store && !isReduction(op))
-        rowValues[i] = emitInstr(i, 1, Value());
-    }
-  };
-  emitRowValues(0);
-  for (int loop = 0; loop < numReductionLoops; ++loop) {
-    llvm::SmallVector<int32_t> reductions, args;
-    for (size_t i = 0; i < kernel.body.size(); ++i)
-      if (isReduction(kernel.body[i].op) && phases[i] == loop + 1) {
-        reductions.push_back(i);
-        args.push_back(kernel.body[i].args[0]);
-      }
-    llvm::SmallVector<Value> results =
-        emitColumnLoop(reductions, columnClosure(args));
-    for (auto [reduction, result] : llvm::zip(reductions, results))
-      rowValues[reduction] = result;
-    emitRowValues(loop + 1);
-  }
-
   // The last column loop stores; row-level stores follow it, so every load
   // of the row has read its operands before anything of the row is stored.
-  llvm::SmallVector<int32_t> columnStores;
-  for (size_t i = 0; i < kernel.body.size(); ++i)
-    if (kernel.body[i].op == kir::Op::Store &&
-        levels[i] == kir::Level::Column)
-      columnStores.push_back(i);
-  if (!columnStores.empty())
-    emitColumnLoop({}, columnClosure(columnStores));
-  for (size_t i = 0; i < kernel.body.size(); ++i)
-    if (kernel.body[i].op == kir::Op::Store && levels[i] == kir::Level::Row)
-      emitStore(kernel.body[i], 1, Value());
+  rowValues.assign(kernel.body.size(), Value());
+  schedule.walk(
+      [&](llvm::ArrayRef<int32_t> values) {
+        for (int32_t i : values)
+          rowValues[i] = emitInstr(i, 1, Value());
+      },
+      [&](const kir::ColumnPass &pass) {
+        llvm::SmallVector<Value> results =
+            emitColumnLoop(pass.reductions, pass.needed);
+        for (auto [reduction, result] : llvm::zip(pass.reductions, results))
+          rowValues[reduction] = result;
+      },
+      [&](llvm::ArrayRef<int32_t> stores) {
+        for (int32_t i : stores)
+          emitStore(kernel.body[i], 1, Value());
+      });
 }
 
 /// Runs the columns of a row in up to three loops: `unroll` vectors per

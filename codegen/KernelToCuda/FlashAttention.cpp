@@ -7,6 +7,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <set>
+#include <tuple>
 
 using namespace llmc;
 using namespace llmc::cuda;
@@ -14,8 +15,8 @@ using namespace llmc::cuda;
 namespace {
 
 // Tile shapes, shared by the source and the launch functions. Each block
-// has kWarps warps of 32 threads.
-constexpr int kWarps = 4;
+// has kWarps warps of 32 threads, as the tensor-core kernels' blocks do.
+constexpr int kWarps = tc::kWarps;
 constexpr int kForwardRowsPerWarp = 4; // query rows a warp owns (forward)
 constexpr int kForwardRows = kWarps * kForwardRowsPerWarp;
 constexpr int kDkDvKeysPerWarp = 2;    // keys a warp owns (dk, dv)
@@ -42,8 +43,10 @@ std::string suffix(const FlashAttentionVariant &variant) {
 
 // The part of the module every variant shares: argument blocks (the same
 // layout as AttentionForwardArgs / AttentionBackwardArgs: 8-byte fields,
-// then 4-byte ones), storage conversions, warp reductions and the three
-// kernel templates.
+// then 4-byte ones), storage conversions, warp reductions, the masks (which
+// keys a row sees), a forward row's lse, the backward's p, ds, delta and
+// row statistics (the tensor-core templates use these too), and the three
+// CUDA-core kernel templates.
 //
 // Forward (per block: kForwardRows query rows of one (batch, head); a warp
 // owns kForwardRowsPerWarp rows): each row sees a prefix of the kvSeq keys
@@ -196,6 +199,59 @@ __device__ inline int llmc_fa_visible(const llmc_attn_fwd_args &a, int b,
   return last < 0 ? 0 : last >= keys ? keys : (int)(last + 1);
 }
 
+// A forward row's results from its running max m and sum l: out is acc
+// times llmc_fa_inverse(l), lse = m + log(l). A row that sees no key (a
+// position before the cache) has l = 0: out 0, lse -inf.
+__device__ inline float llmc_fa_inverse(float l) { return l > 0.0f ? 1.0f / l : 0.0f; }
+__device__ inline float llmc_fa_lse(float m, float l) {
+  return l > 0.0f ? m + logf(l) : -llmc_fa_inf();
+}
+
+// The backward's masking and softmax: whether query row `row` sees key
+// `key`, p = exp(scale q.k - lse) recomputed, and ds = p (dp - delta),
+// both 0 where the key is not seen.
+__device__ inline bool llmc_fa_sees(const llmc_attn_bwd_args &a, int row,
+                                    int key) {
+  return key < a.seq && row < a.seq && (!a.causal || key <= row);
+}
+__device__ inline float llmc_fa_p(const llmc_attn_bwd_args &a, bool visible,
+                                  float qk, float lse) {
+  return visible ? expf(qk * a.scale - lse) : 0.0f;
+}
+__device__ inline float llmc_fa_ds(bool visible, float p, float dp,
+                                   float delta) {
+  return visible ? p * (dp - delta) : 0.0f;
+}
+
+// delta = dout . out of query row t (0 past seq), summed by the warp: every
+// lane gets it.
+template <int D, typename T>
+__device__ inline float llmc_fa_delta(const llmc_attn_bwd_args &a, int b,
+                                      int h, int t, int lane) {
+  float partial = 0.0f;
+  if (t < a.seq)
+    for (int d = lane; d < D; d += 32)
+      partial += llmc_fa_load<T>(a.dout, llmc_fa_at(a.vdout, b, h, t, d)) *
+                 llmc_fa_load<T>(a.out, llmc_fa_at(a.vout, b, h, t, d));
+  return llmc_fa_warp_sum(partial);
+}
+
+// delta and lse of query rows t0 .. t0 + ROWS - 1 (0 past seq) into shared
+// memory, a warp per row.
+template <int D, typename T, int WARPS, int ROWS>
+__device__ void llmc_fa_row_stats(const llmc_attn_bwd_args &a, int b, int h,
+                                  int t0, float *deltas, float *lses) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < ROWS; r += WARPS) {
+    int t = t0 + r;
+    float delta = llmc_fa_delta<D, T>(a, b, h, t, lane);
+    if (lane == 0) {
+      deltas[r] = delta;
+      lses[r] = t < a.seq ? a.lse[llmc_fa_at(a.vlse, b, h, t, 0)] : 0.0f;
+    }
+  }
+}
+
 template <int D, typename T, int WARPS, int ROWS_PER_WARP>
 __device__ void llmc_fa_forward(const llmc_attn_fwd_args &a) {
   constexpr int ROWS = WARPS * ROWS_PER_WARP, KEYS = 32;
@@ -266,16 +322,14 @@ __device__ void llmc_fa_forward(const llmc_attn_fwd_args &a) {
     int t = q0 + warp * ROWS_PER_WARP + r;
     if (t >= seq)
       continue;
-    // A row that sees no key (a position before the cache): out 0, lse -inf.
-    bool any = l[r] > 0.0f;
-    float inverse = any ? 1.0f / l[r] : 0.0f;
+    float inverse = llmc_fa_inverse(l[r]);
     for (int i = 0; i < DL; ++i) {
       int d = lane + 32 * i;
       if (d < D)
         llmc_fa_store<T>(a.out, llmc_fa_at(a.vout, b, h, t, d), acc[r][i] * inverse);
     }
     if (lane == 0)
-      a.lse[llmc_fa_at(a.vlse, b, h, t, 0)] = any ? m[r] + logf(l[r]) : -llmc_fa_inf();
+      a.lse[llmc_fa_at(a.vlse, b, h, t, 0)] = llmc_fa_lse(m[r], l[r]);
   }
 }
 
@@ -311,19 +365,7 @@ __device__ void llmc_fa_backward_dkdv(const llmc_attn_bwd_args &a) {
       qs[r][d] = in ? llmc_fa_load<T>(a.q, llmc_fa_at(a.vq, b, h, t, d)) : 0.0f;
       dos[r][d] = in ? llmc_fa_load<T>(a.dout, llmc_fa_at(a.vdout, b, h, t, d)) : 0.0f;
     }
-    for (int r = warp; r < ROWS; r += WARPS) { // delta = dout . out per row
-      int t = t0 + r;
-      float partial = 0.0f;
-      if (t < seq)
-        for (int d = lane; d < D; d += 32)
-          partial += llmc_fa_load<T>(a.dout, llmc_fa_at(a.vdout, b, h, t, d)) *
-                     llmc_fa_load<T>(a.out, llmc_fa_at(a.vout, b, h, t, d));
-      float delta = llmc_fa_warp_sum(partial);
-      if (lane == 0) {
-        deltas[r] = delta;
-        lses[r] = t < seq ? a.lse[llmc_fa_at(a.vlse, b, h, t, 0)] : 0.0f;
-      }
-    }
+    llmc_fa_row_stats<D, T, WARPS, ROWS>(a, b, h, t0, deltas, lses);
     __syncthreads();
     for (int kk = 0; kk < KEYS_PER_WARP; ++kk) {
       int j = warp * KEYS_PER_WARP + kk, s = s0 + j, t = t0 + lane;
@@ -332,9 +374,9 @@ __device__ void llmc_fa_backward_dkdv(const llmc_attn_bwd_args &a) {
         qk += qs[lane][d] * ks[j][d];
         dp += dos[lane][d] * vs[j][d];
       }
-      bool visible = t < seq && s < seq && (!a.causal || s <= t);
-      float p = visible ? expf(qk * a.scale - lses[lane]) : 0.0f;
-      float ds = visible ? p * (dp - deltas[lane]) : 0.0f;
+      bool visible = llmc_fa_sees(a, t, s);
+      float p = llmc_fa_p(a, visible, qk, lses[lane]);
+      float ds = llmc_fa_ds(visible, p, dp, deltas[lane]);
       for (int r = 0; r < ROWS; ++r) {
         float pr = __shfl_sync(0xffffffffu, p, r);
         float dsr = __shfl_sync(0xffffffffu, ds, r);
@@ -383,12 +425,7 @@ __device__ void llmc_fa_backward_dq(const llmc_attn_bwd_args &a) {
   float lse[ROWS_PER_WARP], delta[ROWS_PER_WARP], dq[ROWS_PER_WARP][DL];
   for (int r = 0; r < ROWS_PER_WARP; ++r) {
     int t = q0 + warp * ROWS_PER_WARP + r;
-    float partial = 0.0f;
-    if (t < seq)
-      for (int d = lane; d < D; d += 32)
-        partial += llmc_fa_load<T>(a.dout, llmc_fa_at(a.vdout, b, h, t, d)) *
-                   llmc_fa_load<T>(a.out, llmc_fa_at(a.vout, b, h, t, d));
-    delta[r] = llmc_fa_warp_sum(partial);
+    delta[r] = llmc_fa_delta<D, T>(a, b, h, t, lane);
     lse[r] = t < seq ? a.lse[llmc_fa_at(a.vlse, b, h, t, 0)] : 0.0f;
     for (int i = 0; i < DL; ++i)
       dq[r][i] = 0.0f;
@@ -410,9 +447,9 @@ __device__ void llmc_fa_backward_dq(const llmc_attn_bwd_args &a) {
         qk += qs[row][d] * ks[lane][d];
         dp += dos[row][d] * vs[lane][d];
       }
-      bool visible = t < seq && s < seq && (!a.causal || s <= t);
-      float p = visible ? expf(qk * a.scale - lse[r]) : 0.0f;
-      float ds = visible ? p * (dp - delta[r]) : 0.0f;
+      bool visible = llmc_fa_sees(a, t, s);
+      float p = llmc_fa_p(a, visible, qk, lse[r]);
+      float ds = llmc_fa_ds(visible, p, dp, delta[r]);
       for (int j = 0; j < KEYS; ++j) {
         float dsj = __shfl_sync(0xffffffffu, ds, j);
         for (int i = 0; i < DL; ++i) {
@@ -492,29 +529,33 @@ std::string llmc::cuda::emitFlashAttentionModule(
   for (const FlashAttentionVariant &variant : variants) {
     if (!emitted.insert(flashForwardName(variant)).second)
       continue;
-    if (usesTensorCores(variant)) {
-      source += tc::instantiate(variant);
-      continue;
-    }
-    const char *type = storageType(variant.dtype);
-    source += llvm::formatv(
-        "\nextern \"C\" __global__ void __launch_bounds__({0})\n"
-        "{1}(llmc_attn_fwd_args args) {{\n"
-        "  llmc_fa_forward<{2}, {3}, {4}, {5}>(args);\n}\n",
-        kWarps * 32, flashForwardName(variant), variant.headDim, type, kWarps,
-        kForwardRowsPerWarp);
-    source += llvm::formatv(
-        "extern \"C\" __global__ void __launch_bounds__({0})\n"
-        "{1}(llmc_attn_bwd_args args) {{\n"
-        "  llmc_fa_backward_dkdv<{2}, {3}, {4}, {5}>(args);\n}\n",
-        kWarps * 32, flashBackwardDkDvName(variant), variant.headDim, type,
-        kWarps, kDkDvKeysPerWarp);
-    source += llvm::formatv(
-        "extern \"C\" __global__ void __launch_bounds__({0})\n"
-        "{1}(llmc_attn_bwd_args args) {{\n"
-        "  llmc_fa_backward_dq<{2}, {3}, {4}, {5}>(args);\n}\n",
-        kWarps * 32, flashBackwardDqName(variant), variant.headDim, type,
-        kWarps, kDqRowsPerWarp);
+    // The tensor-core templates take the head size and storage type; the
+    // CUDA-core ones also their warps and the rows (or keys) a warp owns.
+    bool tensorCores = usesTensorCores(variant);
+    auto templateArgs = [&](int perWarp) {
+      return tensorCores
+                 ? llvm::formatv("{0}, {1}", variant.headDim,
+                                 storageType(variant.dtype))
+                       .str()
+                 : llvm::formatv("{0}, {1}, {2}, {3}", variant.headDim,
+                                 storageType(variant.dtype), kWarps, perWarp)
+                       .str();
+    };
+    source += "\n";
+    for (auto [name, args, body, perWarp] :
+         {std::tuple{flashForwardName(variant), "llmc_attn_fwd_args",
+                     "forward", kForwardRowsPerWarp},
+          std::tuple{flashBackwardDkDvName(variant), "llmc_attn_bwd_args",
+                     "backward_dkdv", kDkDvKeysPerWarp},
+          std::tuple{flashBackwardDqName(variant), "llmc_attn_bwd_args",
+                     "backward_dq", kDqRowsPerWarp}})
+      source += llvm::formatv(
+                    "extern \"C\" __global__ void __launch_bounds__({0})\n"
+                    "{1}({2} args) {{\n  {3}{4}<{5}>(args);\n}\n",
+                    kWarps * 32, name, args,
+                    tensorCores ? "llmc_fa_tc_" : "llmc_fa_", body,
+                    templateArgs(perWarp))
+                    .str();
   }
   return source;
 }
@@ -527,9 +568,6 @@ static CudaLaunch tiled(int64_t batch, int64_t heads, int64_t seq,
   launch.block[0] = kWarps * 32;
   return launch;
 }
-
-// Both implementations run kWarps == tc::kWarps warps per block.
-static_assert(kWarps == tc::kWarps, "one block size for both kernels");
 
 CudaLaunch llmc::cuda::flashForwardLaunch(const FlashAttentionVariant &variant,
                                           int64_t batch, int64_t heads,

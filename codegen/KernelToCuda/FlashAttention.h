@@ -39,7 +39,7 @@
 namespace llmc::cuda {
 
 /// Bump with any change to the emitted attention code (cache keys).
-constexpr int kFlashAttentionVersion = 3;
+constexpr int kFlashAttentionVersion = 4;
 
 /// One instantiation of the kernels: head size and storage type of q, k,
 /// v, out (and dout, dq, dk, dv).

@@ -5,13 +5,6 @@
 // second product).
 #include "codegen/KernelToCuda/FlashAttentionTc.h"
 
-#include "llvm/Support/FormatVariadic.h"
-
-#include <tuple>
-
-using namespace llmc;
-using namespace llmc::cuda;
-
 namespace {
 
 // Fragments (PTX ISA 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16 with
@@ -302,9 +295,7 @@ __device__ void llmc_fa_tc_forward(const llmc_attn_fwd_args &a) {
     int row = r0 + g + 8 * i;
     if (row >= seq)
       continue;
-    // A row that sees no key (a position before the cache): out 0, lse -inf.
-    bool any = l[i] > 0.0f;
-    float inverse = any ? 1.0f / l[i] : 0.0f;
+    float inverse = llmc_fa_inverse(l[i]);
     #pragma unroll
     for (int j = 0; j < ND; ++j)
       #pragma unroll
@@ -312,30 +303,7 @@ __device__ void llmc_fa_tc_forward(const llmc_attn_fwd_args &a) {
         llmc_fa_store<T>(a.out, llmc_fa_at(a.vout, b, h, row, 8 * j + 2 * t + e),
                          o[j][2 * i + e] * inverse);
     if (t == 0)
-      a.lse[llmc_fa_at(a.vlse, b, h, row, 0)] =
-          any ? m[i] + logf(l[i]) : -llmc_fa_inf();
-  }
-}
-
-// delta = dout . out and lse of query rows t0 .. t0 + ROWS - 1 (0 past
-// seq), into shared memory; a warp per row.
-template <int D, typename T, int ROWS>
-__device__ void llmc_fa_tc_row_stats(const llmc_attn_bwd_args &a, int b,
-                                     int h, int t0, float *deltas,
-                                     float *lses) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int r = warp; r < ROWS; r += 4) {
-    int row = t0 + r;
-    float partial = 0.0f;
-    if (row < a.seq)
-      for (int d = lane; d < D; d += 32)
-        partial += llmc_fa_load<T>(a.dout, llmc_fa_at(a.vdout, b, h, row, d)) *
-                   llmc_fa_load<T>(a.out, llmc_fa_at(a.vout, b, h, row, d));
-    float delta = llmc_fa_warp_sum(partial);
-    if (lane == 0) {
-      deltas[r] = delta;
-      lses[r] = row < a.seq ? a.lse[llmc_fa_at(a.vlse, b, h, row, 0)] : 0.0f;
-    }
+      a.lse[llmc_fa_at(a.vlse, b, h, row, 0)] = llmc_fa_lse(m[i], l[i]);
   }
 }
 
@@ -370,7 +338,7 @@ __device__ void llmc_fa_tc_backward_dkdv(const llmc_attn_bwd_args &a) {
     llmc_fa_tile_along_d<D, ROWS>(dos, a.dout, a.vdout, b, h, t0, seq);
     llmc_fa_tile_along_rows<D, ROWS>(qt, a.q, a.vq, b, h, t0, seq);
     llmc_fa_tile_along_rows<D, ROWS>(dot, a.dout, a.vdout, b, h, t0, seq);
-    llmc_fa_tc_row_stats<D, T, ROWS>(a, b, h, t0, deltas, lses);
+    llmc_fa_row_stats<D, T, WARPS, ROWS>(a, b, h, t0, deltas, lses);
     __syncthreads();
     if (w0 >= seq || (a.causal && w0 >= t0 + ROWS))
       continue; // this warp's keys see none of the tile (uniform)
@@ -382,10 +350,10 @@ __device__ void llmc_fa_tc_backward_dkdv(const llmc_attn_bwd_args &a) {
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int key = w0 + g + 8 * (e / 2), r = 8 * j + 2 * t + e % 2, row = t0 + r;
-        bool visible = key < seq && row < seq && (!a.causal || key <= row);
-        float p = visible ? expf(st[j][e] * a.scale - lses[r]) : 0.0f;
-        st[j][e] = p;                                     // P^T
-        dpt[j][e] = visible ? p * (dpt[j][e] - deltas[r]) : 0.0f; // dS^T
+        bool visible = llmc_fa_sees(a, row, key);
+        float p = llmc_fa_p(a, visible, st[j][e], lses[r]);
+        st[j][e] = p;                                          // P^T
+        dpt[j][e] = llmc_fa_ds(visible, p, dpt[j][e], deltas[r]); // dS^T
       }
     }
     llmc_fa_product_over_rows<F16, D, ROWS>(dv, st, dot, lane);
@@ -425,7 +393,7 @@ __device__ void llmc_fa_tc_backward_dq(const llmc_attn_bwd_args &a) {
   unsigned qf[DK][4], dof[DK][4];
   llmc_fa_rows_frag<D>(qf, a.q, a.vq, b, h, r0, seq, lane);
   llmc_fa_rows_frag<D>(dof, a.dout, a.vdout, b, h, r0, seq, lane);
-  llmc_fa_tc_row_stats<D, T, ROWS>(a, b, h, q0, deltas, lses);
+  llmc_fa_row_stats<D, T, WARPS, ROWS>(a, b, h, q0, deltas, lses);
   float dq[ND][4];
   #pragma unroll
   for (int j = 0; j < ND; ++j)
@@ -450,9 +418,9 @@ __device__ void llmc_fa_tc_backward_dq(const llmc_attn_bwd_args &a) {
       for (int e = 0; e < 4; ++e) {
         int r = 16 * warp + g + 8 * (e / 2), row = q0 + r;
         int key = k0 + 8 * j + 2 * t + e % 2;
-        bool visible = key < seq && row < seq && (!a.causal || key <= row);
-        float p = visible ? expf(s[j][e] * a.scale - lses[r]) : 0.0f;
-        dp[j][e] = visible ? p * (dp[j][e] - deltas[r]) : 0.0f; // dS
+        bool visible = llmc_fa_sees(a, row, key);
+        float p = llmc_fa_p(a, visible, s[j][e], lses[r]);
+        dp[j][e] = llmc_fa_ds(visible, p, dp[j][e], deltas[r]); // dS
       }
     }
     llmc_fa_product_over_rows<F16, D, KEYS>(dq, dp, kt, lane);
@@ -475,22 +443,3 @@ __device__ void llmc_fa_tc_backward_dq(const llmc_attn_bwd_args &a) {
 } // namespace
 
 const char *llmc::cuda::tc::templateSource() { return kSource; }
-
-std::string llmc::cuda::tc::instantiate(const FlashAttentionVariant &variant) {
-  const char *type =
-      variant.dtype == kir::DType::F16 ? "llmc_fa_f16" : "llmc_fa_bf16";
-  std::string source;
-  for (auto [name, args, body] :
-       {std::tuple{flashForwardName(variant), "llmc_attn_fwd_args",
-                   "llmc_fa_tc_forward"},
-        std::tuple{flashBackwardDkDvName(variant), "llmc_attn_bwd_args",
-                   "llmc_fa_tc_backward_dkdv"},
-        std::tuple{flashBackwardDqName(variant), "llmc_attn_bwd_args",
-                   "llmc_fa_tc_backward_dq"}})
-    source += llvm::formatv("extern \"C\" __global__ void __launch_bounds__({0})"
-                            "\n{1}({2} args) {{\n  {3}<{4}, {5}>(args);\n}\n",
-                            kWarps * 32, name, args, body, variant.headDim,
-                            type)
-                  .str();
-  return source;
-}

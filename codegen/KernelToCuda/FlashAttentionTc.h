@@ -1,14 +1,13 @@
 // Flash attention on the tensor cores (mma.sync m16n8k16, f16/bf16 inputs,
 // f32 accumulation): the CUDA C++ templates and their tile shapes. Internal
 // to FlashAttention.cpp, which emits them after its common part (argument
-// blocks, conversions, views) when a variant uses tensor cores
-// (usesTensorCores in FlashAttention.h).
+// blocks, conversions, views, masking, lse and the backward's p, ds, delta
+// and row statistics) when a variant uses tensor cores (usesTensorCores in
+// FlashAttention.h), and writes their extern "C" kernels.
 #ifndef LLMC_CODEGEN_KERNELTOCUDA_FLASHATTENTIONTC_H
 #define LLMC_CODEGEN_KERNELTOCUDA_FLASHATTENTIONTC_H
 
 #include "codegen/KernelToCuda/FlashAttention.h"
-
-#include <string>
 
 namespace llmc::cuda::tc {
 
@@ -25,11 +24,10 @@ constexpr int kDkDvRows = 32;
 constexpr int kDqRows = 16 * kWarps;
 constexpr int kDqKeys = 32;
 
-/// The templates (they use FlashAttention.cpp's common part).
+/// The templates llmc_fa_tc_forward, llmc_fa_tc_backward_dkdv and
+/// llmc_fa_tc_backward_dq<D, T> (they use FlashAttention.cpp's common
+/// part); FlashAttention.cpp writes the extern "C" kernels over them.
 const char *templateSource();
-
-/// The three extern "C" kernels of `variant` (usesTensorCores(variant)).
-std::string instantiate(const FlashAttentionVariant &variant);
 
 } // namespace llmc::cuda::tc
 

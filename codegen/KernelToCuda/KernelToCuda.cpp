@@ -27,6 +27,7 @@
 // the same bits on every run, and every lane of a reduction gets the same
 // value (x + shfl_xor(x) commutes).
 #include "codegen/KernelToCuda/KernelToCuda.h"
+#include "ir/kernel/RowSchedule.h"
 
 #include "ir/kernel/Program.h"
 
@@ -443,8 +444,7 @@ class KernelWriter {
 public:
   KernelWriter(const kir::Kernel &kernel, const KernelPlan &plan)
       : kernel(kernel), plan(plan), rank(kernel.domain.size()),
-        levels(kir::computeLevels(kernel)),
-        phases(kir::computePhases(kernel, numReductionLoops)) {}
+        schedule(kernel), levels(schedule.levels) {}
 
   std::string write();
   /// The multi-tensor kernel `name` (flat domain, see
@@ -462,7 +462,8 @@ private:
 
   void writeSignature();
   void writeOuterIndices(llvm::StringRef row);
-  void writeRowValues(int phase);
+  /// Row-level `values` (a list of RowSchedule::rowValues), in order.
+  void writeRowValues(llvm::ArrayRef<int32_t> values);
   void writeRowBody(llvm::StringRef row);
   void writePointwise();
   /// One column loop of a row (row schedules): vector chunks then a scalar
@@ -474,7 +475,7 @@ private:
   void writeChunk(const llvm::BitVector &needed,
                   llvm::ArrayRef<int32_t> reductions, int width,
                   llvm::StringRef first);
-  void writeRowStores();
+  void writeRowStores(llvm::ArrayRef<int32_t> stores);
   /// A multi-tensor kernel's chunk: its member (a binary search of the
   /// table), operand pointers (but `skip`'s), [begin, end), row values.
   void writeChunkHead(std::vector<bool> skip);
@@ -495,9 +496,8 @@ private:
   const kir::Kernel &kernel;
   const KernelPlan &plan;
   size_t rank;
-  std::vector<Level> levels;
-  int numReductionLoops = 0; // set by computePhases, so declared first
-  std::vector<int> phases;
+  kir::RowSchedule schedule; // the walk over a row, shared with KernelToCpu
+  const std::vector<Level> &levels; // schedule.levels
   // Column values held in arrays of V lanes (vector loads); the rest are
   // scalars of the current lane.
   llvm::BitVector laneArray;
@@ -666,12 +666,9 @@ void KernelWriter::writeOuterIndices(llvm::StringRef row) {
   }
 }
 
-void KernelWriter::writeRowValues(int phase) {
-  for (size_t i = 0; i < kernel.body.size(); ++i) {
+void KernelWriter::writeRowValues(llvm::ArrayRef<int32_t> values) {
+  for (int32_t i : values) {
     const kir::Instr &instr = kernel.body[i];
-    if (levels[i] != Level::Row || phases[i] != phase ||
-        instr.op == Op::Store || isReduction(instr.op))
-      continue;
     w.line("const " + llvm::Twine(valueTypeName(instr.type)) + " " +
            name(i) + " = " + instrExpr(i, false) + ";");
   }
@@ -788,14 +785,10 @@ void KernelWriter::writeColumnLoop(const llvm::BitVector &needed,
   }
 }
 
-void KernelWriter::writeRowStores() {
+void KernelWriter::writeRowStores(llvm::ArrayRef<int32_t> stores) {
   bool barrier = false;
-  std::vector<int32_t> stores;
-  for (size_t i = 0; i < kernel.body.size(); ++i)
-    if (kernel.body[i].op == Op::Store && levels[i] == Level::Row) {
-      stores.push_back(i);
-      barrier |= rowStoreNeedsBarrier(kernel, kernel.body[i].operand);
-    }
+  for (int32_t i : stores)
+    barrier |= rowStoreNeedsBarrier(kernel, kernel.body[i].operand);
   if (stores.empty())
     return;
   bool block = plan.schedule == CudaSchedule::BlockRow;
@@ -812,37 +805,21 @@ void KernelWriter::writeRowStores() {
 
 void KernelWriter::writeRowBody(llvm::StringRef row) {
   writeOuterIndices(row);
-  writeRowValues(0);
-  for (int loop = 0; loop < numReductionLoops; ++loop) {
-    llvm::SmallVector<int32_t> reductions, args;
-    for (size_t i = 0; i < kernel.body.size(); ++i)
-      if (isReduction(kernel.body[i].op) && phases[i] == loop + 1) {
-        reductions.push_back(i);
-        args.push_back(kernel.body[i].args[0]);
-      }
-    w.line("// reduction phase " + llvm::Twine(loop + 1));
-    writeColumnLoop(columnClosure(args), reductions);
-    writeRowValues(loop + 1);
-  }
-  llvm::SmallVector<int32_t> columnStores;
-  for (size_t i = 0; i < kernel.body.size(); ++i)
-    if (kernel.body[i].op == Op::Store && levels[i] == Level::Column)
-      columnStores.push_back(i);
-  if (!columnStores.empty()) {
-    w.line("// stores");
-    writeColumnLoop(columnClosure(columnStores), {});
-  }
-  writeRowStores();
+  schedule.walk(
+      [&](llvm::ArrayRef<int32_t> values) { writeRowValues(values); },
+      [&](const kir::ColumnPass &pass) {
+        w.line(pass.phase ? "// reduction phase " + std::to_string(pass.phase)
+                          : std::string("// stores"));
+        writeColumnLoop(pass.needed, pass.reductions);
+      },
+      [&](llvm::ArrayRef<int32_t> stores) { writeRowStores(stores); });
 }
 
 void KernelWriter::writePointwise() {
   int64_t rows = kernel.numRows(), length = kernel.rowLength();
   int width = plan.vectorWidth;
-  llvm::SmallVector<int32_t> columnStores, rowStores;
-  for (size_t i = 0; i < kernel.body.size(); ++i)
-    if (kernel.body[i].op == Op::Store)
-      (levels[i] == Level::Column ? columnStores : rowStores).push_back(i);
-  llvm::BitVector needed = columnClosure(columnStores);
+  llvm::ArrayRef<int32_t> rowStores = schedule.rowStores;
+  const llvm::BitVector &needed = schedule.storePass.needed;
   std::string stride = "(long long)gridDim.x * blockDim.x";
   std::string start = "(long long)blockIdx.x * blockDim.x + threadIdx.x";
 
@@ -866,7 +843,7 @@ void KernelWriter::writePointwise() {
              (chunk > 1 ? " * " + std::to_string(chunk) : "") + ";");
     }
     writeOuterIndices("row");
-    writeRowValues(0);
+    writeRowValues(schedule.rowValues[0]);
     writeChunk(needed, {}, chunk, first);
     // Row-level stores (no load shares their buffer, see planKernel): by
     // the item holding column 0.
@@ -967,7 +944,7 @@ void KernelWriter::writeChunkHead(std::vector<bool> skip) {
   w.line("const long long end = llmc_min(begin + " +
          intLiteral(kMultiTensorChunk) + ", e[" + std::to_string(operands) +
          "]);");
-  writeRowValues(0);
+  writeRowValues(schedule.rowValues[0]);
 }
 
 void KernelWriter::writeChunkLoops(const llvm::BitVector &needed,

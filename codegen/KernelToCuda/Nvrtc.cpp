@@ -1,17 +1,14 @@
 // NVRTC through dlopen, its error messages with source lines, and the
 // on-disk cache of compiled CUDA binaries.
 //
-// A cache entry is `<directory>/cuda-<key>.bin.llmc`:
-//   8 bytes   magic "LLMCCUB1"
-//   8 bytes   payload size, little-endian
-//   32 bytes  SHA-256 of the payload
-//   payload   u32 cubin count, then per cubin u32 arch, u64 size, bytes;
-//             u32 PTX arch, u64 PTX size, PTX text
-// written atomically (ir/kernel/AtomicFile.h); one that fails a check is
-// recompiled and replaced.
+// A cache entry is `<directory>/cuda-<key>.bin.llmc` of the shared on-disk
+// cache (ir/kernel/DiskCache.h, magic "LLMCCUB1"), whose payload is
+//   u32 cubin count, then per cubin u32 arch, u64 size, bytes;
+//   u32 PTX arch, u64 PTX size, PTX text.
+// One that fails a check is recompiled and replaced.
 #include "codegen/KernelToCuda/Nvrtc.h"
 
-#include "ir/kernel/AtomicFile.h"
+#include "ir/kernel/DiskCache.h"
 
 #include <nvrtc.h> // types only: the functions are looked up with dlsym
 
@@ -20,10 +17,8 @@
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
-#include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <dlfcn.h>
@@ -255,9 +250,6 @@ llvm::Error compileOnce(const NvrtcApi &api, llvm::StringRef source,
 // The cache
 //===----------------------------------------------------------------------===//
 
-constexpr char kMagic[8] = {'L', 'L', 'M', 'C', 'C', 'U', 'B', '1'};
-constexpr size_t kHeaderBytes = 8 + 8 + 32;
-
 std::string serializeBinaries(const CudaBinaries &binaries) {
   std::string payload;
   auto u32 = [&](uint32_t value) {
@@ -282,20 +274,9 @@ std::string serializeBinaries(const CudaBinaries &binaries) {
   return payload;
 }
 
-/// The binaries of a well-formed entry, or nothing.
-std::optional<CudaBinaries> parseEntry(llvm::StringRef file) {
-  if (file.size() < kHeaderBytes ||
-      std::memcmp(file.data(), kMagic, sizeof(kMagic)) != 0)
-    return std::nullopt;
-  uint64_t size = llvm::support::endian::read64le(file.data() + 8);
-  if (size != file.size() - kHeaderBytes)
-    return std::nullopt;
-  llvm::StringRef payload = file.drop_front(kHeaderBytes);
-  std::array<uint8_t, 32> digest =
-      llvm::SHA256::hash(llvm::arrayRefFromStringRef(payload));
-  if (std::memcmp(digest.data(), file.data() + 16, digest.size()) != 0)
-    return std::nullopt;
-  // The digest matches, so the payload is what a writer wrote; the reads
+/// The binaries of a checked entry's payload, or nothing.
+std::optional<CudaBinaries> parsePayload(llvm::StringRef payload) {
+  // The digest matched, so the payload is what a writer wrote; the reads
   // are still bounds-checked.
   size_t at = 0;
   auto take = [&](size_t n) -> std::optional<llvm::StringRef> {
@@ -340,26 +321,6 @@ std::optional<CudaBinaries> parseEntry(llvm::StringRef file) {
   return binaries;
 }
 
-llvm::Error writeEntry(llvm::StringRef path, llvm::StringRef payload) {
-  llvm::SmallString<256> directory(path);
-  llvm::sys::path::remove_filename(directory);
-  if (std::error_code error = llvm::sys::fs::create_directories(directory))
-    return llvm::createStringError(error, "cannot create the cache directory " +
-                                              directory + ": " +
-                                              error.message());
-  return kir::writeFileAtomically(path, [&](llvm::raw_ostream &os) {
-    char size[8];
-    llvm::support::endian::write64le(size, payload.size());
-    std::array<uint8_t, 32> digest =
-        llvm::SHA256::hash(llvm::arrayRefFromStringRef(payload));
-    os.write(kMagic, sizeof(kMagic));
-    os.write(size, sizeof(size));
-    os.write(reinterpret_cast<const char *>(digest.data()), digest.size());
-    os << payload;
-    return llvm::Error::success();
-  });
-}
-
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -394,37 +355,26 @@ llvm::Expected<CudaBinaries> llmc::cuda::compileCuda(llvm::StringRef source,
   std::vector<std::string> common = baseOptions(options);
 
   // The key covers everything the binaries depend on.
-  std::string directory = options.cacheDirectory.empty()
-                              ? kir::defaultCacheDirectory()
-                              : options.cacheDirectory;
-  if (options.cacheEnabled && !directory.empty()) {
-    llvm::SHA256 hasher;
-    auto add = [&](llvm::StringRef part) {
-      hasher.update(part);
-      hasher.update("\n");
-    };
-    add("llmc nvrtc v1");
-    add(llvm::formatv("nvrtc {0}.{1}", api.major, api.minor).str());
-    add(name);
-    add(llvm::join(common, " "));
+  kir::DiskCache cache(options.cacheDirectory, options.cacheEnabled,
+                       "LLMCCUB1", "cuda-", ".bin.llmc");
+  if (cache.enabled()) {
+    kir::CacheKey key;
+    key.add("llmc nvrtc v1");
+    key.add(llvm::formatv("nvrtc {0}.{1}", api.major, api.minor).str());
+    key.add(name);
+    key.add(llvm::join(common, " "));
     for (int arch : options.archs)
-      add("sm_" + std::to_string(arch));
-    add("compute_" + std::to_string(options.ptxArch));
-    add(source);
-    llvm::SmallString<256> path(directory);
-    llvm::sys::path::append(
-        path, "cuda-" + llvm::toHex(hasher.final(), true) + ".bin.llmc");
-    s.cachePath = std::string(path);
-    auto file = llvm::MemoryBuffer::getFile(s.cachePath, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
-    if (file) {
-      if (std::optional<CudaBinaries> cached =
-              parseEntry((*file)->getBuffer())) {
+      key.add("sm_" + std::to_string(arch));
+    key.add("compute_" + std::to_string(options.ptxArch));
+    key.add(source);
+    s.cachePath = cache.entryPath(key.hex());
+    kir::CacheEntry entry = cache.read(s.cachePath);
+    if (entry.state == kir::CacheEntry::State::Valid)
+      if (std::optional<CudaBinaries> cached = parsePayload(entry.payload)) {
         s.cacheHit = true;
         return std::move(*cached);
       }
-      s.corruptEntry = true;
-    }
+    s.corruptEntry = entry.state != kir::CacheEntry::State::Missing;
   }
 
   auto start = std::chrono::steady_clock::now();
@@ -459,7 +409,7 @@ llvm::Expected<CudaBinaries> llmc::cuda::compileCuda(llvm::StringRef source,
           .count();
   if (!s.cachePath.empty())
     if (llvm::Error error =
-            writeEntry(s.cachePath, serializeBinaries(binaries)))
+            cache.write(s.cachePath, serializeBinaries(binaries)))
       s.warning = "CUDA binary cache not written: " +
                   llvm::toString(std::move(error));
   return binaries;

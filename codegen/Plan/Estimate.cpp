@@ -1,6 +1,6 @@
 // `llmc plan`'s memory and time model of one layout.
 #include "codegen/Plan/Estimate.h"
-#include "ir/TensorParallel.h"
+#include "ir/TensorParallelSplit.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -223,7 +223,7 @@ Error plan::validateLayout(const PlanModel &model, const TrainConfig &train,
 
 namespace {
 /// A tp rank's elements of the parameters split by vocabulary rows (each
-/// [V, C]): ceil(V/tp) rows, the last rank's padded (ir/TensorParallel.h).
+/// [V, C]): ceil(V/tp) rows, the last rank's padded (ir/TensorParallelSplit.h).
 double vocabShare(const PlanModel &model, int64_t elements, int64_t tp) {
   int64_t vocab = model.config.vocabSize;
   if (vocab <= 0)

@@ -8,7 +8,7 @@
 #include "frontend/ModelInfo.h"
 #include "ir/LlmcDialect.h"
 #include "ir/ParseModule.h"
-#include "ir/TensorParallel.h"
+#include "ir/TensorParallelSplit.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
 
@@ -38,7 +38,7 @@ using mlir::llmc::config::readFile;
 
 namespace {
 /// Puts each parameter where a layout holds it: split over tp as
-/// llmc-tensor-parallel splits it (ir/TensorParallel.h: the attention and
+/// llmc-tensor-parallel splits it (ir/TensorParallelSplit.h: the attention and
 /// MLP projections, the column-parallel biases, and by vocabulary rows
 /// the token embedding and an untied classifier), whole otherwise (norms,
 /// row-parallel biases, the position embedding).

@@ -89,7 +89,7 @@ const char *epilogueKindName(EpilogueKind kind);
 /// a backend may then run that instead of the kernel, or the kernel.
 ///
 /// `sparseWeight`: B is a weight a backend may multiply from a 2:4
-/// compressed copy (runtime/Cpu/SparseGemm.h) when its values are 2:4: a
+/// compressed copy (runtime/Cpu/SparseMatmul.h) when its values are 2:4: a
 /// Param buffer read as [n, k] (transB, unit stride along k, one for the
 /// whole batch), f32, k a multiple of 4, C written whole. Codegen marks
 /// the steps that qualify; whether the values are 2:4 is known only when

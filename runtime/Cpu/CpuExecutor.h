@@ -13,7 +13,7 @@
 #include "ir/kernel/Program.h"
 #include "runtime/Cpu/KernelCache.h"
 #include "runtime/Cpu/Sgemm.h"
-#include "runtime/Cpu/SparseGemm.h"
+#include "runtime/Cpu/SparseMatmul.h"
 #include "runtime/Cpu/ThreadPool.h"
 #include "runtime/Exec/Executor.h"
 #include "runtime/Exec/PersistentStore.h"
@@ -104,7 +104,7 @@ public:
   const StepProfile &profile() const { return stepProfile; }
 
   /// GEMM steps marked kir::GemmStep::sparseWeight whose weight is 2:4 run
-  /// the 2:4 kernels (runtime/Cpu/SparseGemm.h, on `cpuIsa()`) when
+  /// the 2:4 kernels (runtime/Cpu/SparseMatmul.h, on `cpuIsa()`) when
   /// they have at most this many rows (batch * m); above it, the dense
   /// BLAS product, which is faster there. 0: never. The default is the
   /// crossover bench-sparse measures (docs/sparsity.md, bench/README.md).

@@ -5,8 +5,8 @@
 // in one binary (each compiled with its own target attribute) and are
 // chosen at run time by the CPU's features. x, y and the accumulation are
 // f32 in both value types; bf16 values are widened in registers.
-#ifndef LLMC_RUNTIME_CPU_SPARSEGEMM_H
-#define LLMC_RUNTIME_CPU_SPARSEGEMM_H
+#ifndef LLMC_RUNTIME_CPU_SPARSEMATMUL_H
+#define LLMC_RUNTIME_CPU_SPARSEMATMUL_H
 
 #include "runtime/Cpu/CpuIsa.h"
 #include "runtime/Weights/Sparsity.h"
@@ -84,4 +84,4 @@ void sparseMatmulF32(CpuIsa isa, const PackedTwoOfFour &w, const float *x,
 
 } // namespace llmc::cpu
 
-#endif // LLMC_RUNTIME_CPU_SPARSEGEMM_H
+#endif // LLMC_RUNTIME_CPU_SPARSEMATMUL_H

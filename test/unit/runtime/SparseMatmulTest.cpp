@@ -1,7 +1,7 @@
-// The CPU's 2:4 sparse products (runtime/Cpu/SparseGemm.h), every ISA path
+// The CPU's 2:4 sparse products (runtime/Cpu/SparseMatmul.h), every ISA path
 // this CPU runs and both value types (f32, bf16), against the dense product
 // of the masked weights (bf16-rounded for bf16 values) in double.
-#include "runtime/Cpu/SparseGemm.h"
+#include "runtime/Cpu/SparseMatmul.h"
 #include "runtime/Weights/Sparsity.h"
 #include "runtime/Weights/Weights.h"
 #include "test/unit/runtime/RandomTwoOfFour.h"
@@ -79,7 +79,7 @@ void checkProduct(CpuIsa isa, SparseValues values, int64_t m, int64_t n,
 
 constexpr SparseValues kValueTypes[] = {SparseValues::F32, SparseValues::BF16};
 
-class SparseGemm : public testing::TestWithParam<CpuIsa> {
+class SparseMatmul : public testing::TestWithParam<CpuIsa> {
 protected:
   void SetUp() override {
     if (!cpuRuns(GetParam()))
@@ -89,7 +89,7 @@ protected:
   }
 };
 
-TEST_P(SparseGemm, GemvMatchesTheDenseProductOnOddShapes) {
+TEST_P(SparseMatmul, GemvMatchesTheDenseProductOnOddShapes) {
   // k a multiple of 4 but not of 8: a group tail in every vector step.
   for (int64_t k : {4, 12, 20, 36, 60, 100, 228, 772})
     for (int64_t n : {1, 3, 5, 13, 37})
@@ -97,7 +97,7 @@ TEST_P(SparseGemm, GemvMatchesTheDenseProductOnOddShapes) {
         checkProduct(GetParam(), values, 1, n, k, 0, n, uint32_t(k * 31 + n));
 }
 
-TEST_P(SparseGemm, GemmMatchesTheDenseProductOnOddShapes) {
+TEST_P(SparseMatmul, GemmMatchesTheDenseProductOnOddShapes) {
   for (int64_t m : {2, 3, 5, 7, 33, 67})
     for (int64_t k : {12, 44, 100, 300})
       for (int64_t n : {1, 7, 19})
@@ -106,7 +106,7 @@ TEST_P(SparseGemm, GemmMatchesTheDenseProductOnOddShapes) {
                        uint32_t(m * 1000 + k + n));
 }
 
-TEST_P(SparseGemm, ARangeOfRowsWritesOnlyThoseColumns) {
+TEST_P(SparseMatmul, ARangeOfRowsWritesOnlyThoseColumns) {
   for (SparseValues values : kValueTypes) {
     checkProduct(GetParam(), values, 1, 41, 68, 5, 30, 3);
     checkProduct(GetParam(), values, 9, 41, 68, 13, 14, 4);
@@ -114,7 +114,7 @@ TEST_P(SparseGemm, ARangeOfRowsWritesOnlyThoseColumns) {
   }
 }
 
-TEST_P(SparseGemm, GptShapesMatchTheDenseProduct) {
+TEST_P(SparseMatmul, GptShapesMatchTheDenseProduct) {
   // GPT-2 124M's c_fc (3072 x 768) and c_proj (768 x 3072) in decode and a
   // short odd prefill.
   for (SparseValues values : kValueTypes) {
@@ -123,14 +123,14 @@ TEST_P(SparseGemm, GptShapesMatchTheDenseProduct) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, SparseGemm,
+INSTANTIATE_TEST_SUITE_P(Paths, SparseMatmul,
                          testing::Values(CpuIsa::Scalar, CpuIsa::Avx2,
                                          CpuIsa::Avx512),
                          [](const testing::TestParamInfo<CpuIsa> &info) {
                            return std::string(cpuIsaName(info.param));
                          });
 
-TEST(SparseGemmDispatch, BestPathFollowsCpuinfo) {
+TEST(SparseMatmulDispatch, BestPathFollowsCpuinfo) {
   // /proc/cpuinfo's flags, read independently of __builtin_cpu_supports.
   auto cpuinfo = llvm::MemoryBuffer::getFileAsStream("/proc/cpuinfo");
   if (!cpuinfo)
@@ -154,7 +154,7 @@ TEST(SparseGemmDispatch, BestPathFollowsCpuinfo) {
   std::cout << " (best " << cpuIsaName(bestCpuIsa()) << ")\n";
 }
 
-TEST(SparseGemmPack, PackKeepsValuesAndPositions) {
+TEST(SparseMatmulPack, PackKeepsValuesAndPositions) {
   std::mt19937 rng(9);
   int64_t n = 3, k = 44; // 11 groups: a word and a half a row
   std::vector<float> w = randomTwoOfFour(n, k, rng);
@@ -180,7 +180,7 @@ TEST(SparseGemmPack, PackKeepsValuesAndPositions) {
     }
 }
 
-TEST(SparseGemmPack, Bf16ValuesRoundToNearestEvenAndKeepTheMetadata) {
+TEST(SparseMatmulPack, Bf16ValuesRoundToNearestEvenAndKeepTheMetadata) {
   std::mt19937 rng(10);
   int64_t n = 5, k = 44;
   std::vector<float> w = randomTwoOfFour(n, k, rng);

@@ -1,5 +1,5 @@
 // The tensor-parallel split of a model's parameters, by name.
-#include "ir/TensorParallel.h"
+#include "ir/TensorParallelSplit.h"
 
 #include "llvm/ADT/Twine.h"
 

@@ -1,8 +1,8 @@
 // Which parameters tensor parallelism splits, and how: one rule that
 // llmc-tensor-parallel applies and `llmc plan` counts, so the planned
 // per-device parameters are those a tp rank holds.
-#ifndef LLMC_IR_TENSORPARALLEL_H
-#define LLMC_IR_TENSORPARALLEL_H
+#ifndef LLMC_IR_TENSORPARALLELSPLIT_H
+#define LLMC_IR_TENSORPARALLELSPLIT_H
 
 #include "llvm/ADT/StringRef.h"
 
@@ -39,4 +39,4 @@ int64_t vocabRowsPerRank(int64_t vocab, int64_t tp);
 
 } // namespace mlir::llmc
 
-#endif // LLMC_IR_TENSORPARALLEL_H
+#endif // LLMC_IR_TENSORPARALLELSPLIT_H

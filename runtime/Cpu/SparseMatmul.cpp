@@ -24,7 +24,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-#include "runtime/Cpu/SparseGemm.h"
+#include "runtime/Cpu/SparseMatmul.h"
 #include "runtime/Weights/Weights.h"
 
 #include <immintrin.h>
