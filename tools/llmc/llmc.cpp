@@ -35,6 +35,7 @@
 #include "tools/llmc/Convert.h"
 #include "tools/llmc/Export.h"
 #include "tools/llmc/Plan.h"
+#include "tools/llmc/ProgramSummary.h"
 #include "tools/llmc/SparsityCommand.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -468,42 +469,6 @@ static int runEmitModel(MLIRContext &context) {
   return fail("cannot create '" + outputPath + "': " + reason.str());
 }
 
-static void printPlanSummary(const ::llmc::kir::Program &program,
-                             llvm::raw_ostream &os) {
-  int64_t gemms = 0, attentions = 0;
-  for (const ::llmc::kir::Step &step : program.steps) {
-    gemms += step.kind == ::llmc::kir::StepKind::Gemm;
-    attentions += step.kind == ::llmc::kir::StepKind::Attention;
-  }
-  ::llmc::kir::MemoryPlanStats stats = ::llmc::kir::memoryPlanStats(program);
-  os << llvm::format("%zu kernels, %zu steps (%lld GEMMs, %lld attention), "
-                     "%.3f GFLOP per forward\n",
-                     program.kernels.size(), program.steps.size(),
-                     (long long)gemms, (long long)attentions,
-                     ::llmc::kir::countFlops(program) / 1e9)
-     << llvm::format("memory plan: arena %lld bytes (%.2f MiB) planned peak; "
-                     "%.2f MiB alive at once at most, %.2f MiB without reuse\n",
-                     (long long)program.arenaBytes,
-                     program.arenaBytes / 1048576.0,
-                     stats.liveLowerBound / 1048576.0,
-                     stats.totalBytes / 1048576.0);
-}
-
-/// One line on stderr: what llmc-remat recomputed and what it costs.
-static void printRematSummary(const RematSummary &remat,
-                              const ::llmc::kir::Program &program) {
-  int64_t stepFlops = ::llmc::kir::countFlops(program);
-  llvm::errs() << llvm::format(
-      "llmc: remat %s: %lld saved activations recomputed by %lld ops, "
-      "+%.3f GFLOP (+%.1f%% of the step without), %.2f MiB of activations "
-      "kept; planned peak %.2f MiB\n",
-      remat.policy.c_str(), (long long)remat.recomputedValues,
-      (long long)remat.clonedOps, remat.extraFlops / 1e9,
-      100.0 * remat.extraFlops /
-          std::max<double>(stepFlops - remat.extraFlops, 1),
-      remat.storedBytes / 1048576.0, program.arenaBytes / 1048576.0);
-}
-
 /// --remat-report: every policy's @grad_step, side by side.
 static int runRematReport(ModuleOp module, int64_t budgetBytes) {
   SmallVector<RematPassOptions> policies;
@@ -706,7 +671,7 @@ static int writeCompiledArtifact(const ::llmc::kir::Program &program,
                << info.parameters.size() << " parameter tensors, "
                << info.numParameters << " parameters\n"
                << "wrote " << output << ": ";
-  printPlanSummary(program, llvm::outs());
+  ::llmc::printPlanSummary(program, llvm::outs());
   return 0;
 }
 
@@ -754,7 +719,7 @@ static int runCompile(MLIRContext &context) {
   if (compileDp > 1 && failed(printPerRankBytes(*module, *program)))
     return 1;
   if (std::optional<RematSummary> remat = getRematSummary(function))
-    printRematSummary(*remat, *program);
+    ::llmc::printRematSummary(*remat, *program);
   if (compileTo == "kernels") {
     ::llmc::kir::printProgram(llvm::outs(), *program);
     return 0;
@@ -857,26 +822,6 @@ loadArtifact(llvm::StringRef path, llvm::StringRef weights) {
 #endif
 }
 
-/// An artifact's CUDA section: its binaries, then each kernel's launch.
-static void printCudaSection(const ::llmc::kir::CudaSection &cuda,
-                             llvm::raw_ostream &os) {
-  os << "\ncuda: codegen version " << cuda.codegenVersion << ", source "
-     << cuda.source.size() << " bytes";
-  for (const auto &cubin : cuda.cubins)
-    os << ", sm_" << cubin.arch << " cubin " << cubin.image.size() << " bytes";
-  if (!cuda.ptx.empty())
-    os << ", compute_" << cuda.ptxArch << " PTX " << cuda.ptx.size()
-       << " bytes";
-  os << "\n";
-  for (const auto &launch : cuda.launches)
-    os << llvm::format("  launch %-36s grid [%lld, %lld, %lld] block [%d, "
-                       "%d, %d] shared %d bytes (static %d)\n",
-                       launch.kernel.c_str(), (long long)launch.grid[0],
-                       (long long)launch.grid[1], (long long)launch.grid[2],
-                       launch.block[0], launch.block[1], launch.block[2],
-                       launch.sharedBytes, launch.staticSharedBytes);
-}
-
 static int runInspect() {
   // An exported binary (llmc export): what its --info prints, read without
   // running it.
@@ -892,7 +837,7 @@ static int runInspect() {
     return fail(contents.takeError());
   const ::llmc::kir::Program *program = &contents->program;
   llvm::outs() << artifactInput << ": ";
-  printPlanSummary(*program, llvm::outs());
+  ::llmc::printPlanSummary(*program, llvm::outs());
   if (inspectRun && device != "cpu") {
     // On a GPU the run shows the loss; the canary measurement of the
     // arena is the CPU backend's.
@@ -926,7 +871,7 @@ static int runInspect() {
   llvm::outs() << "\n";
   ::llmc::kir::printProgram(llvm::outs(), *program);
   if (contents->cuda)
-    printCudaSection(*contents->cuda, llvm::outs());
+    ::llmc::printCudaSection(*contents->cuda, llvm::outs());
   return 0;
 }
 
