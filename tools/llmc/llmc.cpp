@@ -1069,9 +1069,9 @@ int runTrainCommand(int argc, char **argv);
 /// `llmc WORD ...` where WORD is no command: the command it is a near miss
 /// of, or the one a word users reach for means (`train` is `run`), instead
 /// of cl's "Unknown subcommand". Returns whether `word` names a command (or
-/// is a flag).
+/// is a flag, or an @response-file cl expands).
 static bool checkCommandName(llvm::StringRef word) {
-  if (word.empty() || word.starts_with("-"))
+  if (word.empty() || word.starts_with("-") || word.starts_with("@"))
     return true;
   // `run` and `tokenizer` are dispatched before cl parses; the rest are
   // cl's subcommands (sorted: the suggestion must not depend on the order
