@@ -1,5 +1,6 @@
 // llmc's one YAML config reader: a file or buffer read into a tree of nodes
-// (YamlFile, with its SourceMgr so errors say file:line:col), the walk over
+// (YamlFile, with its SourceMgr so errors say file:line:col; a file that is
+// binary, or prose rather than a config, is named as such), the walk over
 // a mapping's keys with the unknown- and duplicate-key checks (forEachKey),
 // scalar access (getScalar), a mapping of known keys with typed getters
 // (Fields), the message for an unknown key and the list of an enum's names.
@@ -157,10 +158,13 @@ public:
       return error;
     {
       yaml::Stream check(buffer->getMemBufferRef(), sm, false);
-      if (!check.validate() || capture.seen)
+      if (!check.validate() || capture.seen) {
+        if (Error prose = notConfig(what))
+          return prose;
         return makeError(capture.seen ? StringRef(capture.message).rtrim()
                                       : StringRef(name + ": error: invalid "
                                                          "YAML"));
+      }
     }
     yaml::Stream stream(buffer->getMemBufferRef(), sm, false);
     yaml::document_iterator doc = stream.begin();
@@ -178,6 +182,10 @@ public:
       }
     if (capture.seen)
       return makeError(StringRef(capture.message).rtrim());
+    // Prose that happens to parse (a scalar, or a sentence before a colon
+    // as the first key) is named as such rather than as its first key.
+    if (Error prose = notConfig(what))
+      return prose;
     if (!node || tree.kind == YNode::Kind::Null)
       return error(SMRange(start, start),
                    "empty document; expected a mapping of " + what);
@@ -212,8 +220,10 @@ public:
       size_t col = lineStart == StringRef::npos ? at + 1 : at - lineStart;
       return std::make_pair(before.count('\n') + 1, col);
     };
-    // Control characters other than tab and line ends mean binary data.
-    for (size_t i = 0; i < offset; ++i) {
+    // Control characters other than tab and line ends mean binary data,
+    // wherever they are: random bytes are seldom valid UTF-8 for long, and
+    // "not UTF-8" would suggest a text file in another encoding.
+    for (size_t i = 0; i < text.size(); ++i) {
       unsigned char c = text[i];
       if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
         auto [line, col] = lineAndColumn(i);
@@ -233,6 +243,50 @@ public:
                              name, offset, line, col,
                              unsigned((unsigned char)text[offset]))
                          .str());
+  }
+
+  /// That the file is not prose (a text file given where a config is
+  /// expected): its first line that is neither blank nor a comment starts
+  /// with words, not with "key:" or a lone scalar, and the YAML parser
+  /// would echo it as a key or a syntax error. A config given as a flag's
+  /// value (buffer "--model") is not a file and is not checked.
+  Error notConfig(StringRef what) const {
+    if (name.empty() || StringRef(name).starts_with("-"))
+      return Error::success();
+    StringRef rest = buffer->getBuffer();
+    size_t lineNumber = 0;
+    while (!rest.empty()) {
+      auto [line, next] = rest.split('\n');
+      rest = next;
+      ++lineNumber;
+      StringRef trimmed = line.trim();
+      if (trimmed.empty() || trimmed.starts_with("#"))
+        continue;
+      // Flow collections, sequences, quoted keys, anchors, tags, document
+      // markers and directives: YAML, whatever the parser says of it.
+      if (StringRef("{[\"'-?!&*%|>").contains(trimmed.front()))
+        return Error::success();
+      // A key before a colon, or a lone scalar (a preset's name): one
+      // word of name characters.
+      StringRef key = trimmed.split(':').first.rtrim();
+      if (!key.empty() && llvm::all_of(key, [](char c) {
+            return isAlnum(c) || StringRef("_.-/+").contains(c);
+          }))
+        return Error::success();
+      size_t cut = std::min<size_t>(40, trimmed.size());
+      while (cut < trimmed.size() && (trimmed[cut] & 0xC0) == 0x80)
+        --cut; // not inside a UTF-8 sequence
+      std::string excerpt = trimmed.take_front(cut).str();
+      if (cut < trimmed.size())
+        excerpt += "...";
+      return makeError(
+          formatv("{0}: error: not a YAML config: line {1} ('{2}') is text, "
+                  "not a 'key: value' line of {3} (a text file? to train on "
+                  "it: llmc run examples/train-tiny.yaml --train {0})",
+                  name, lineNumber, excerpt, what)
+              .str());
+    }
+    return Error::success();
   }
 
   SMLoc start() const {

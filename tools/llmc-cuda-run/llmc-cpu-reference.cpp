@@ -185,112 +185,105 @@ static llvm::Error setStepInput(CpuExecutor &executor, llvm::StringRef name,
   return executor.setTensor(name, it->second);
 }
 
-/// K training steps on the CPU: per step the grad step (its batch from the
-/// inputs, dloss = 1) then the update step (lr and bias corrections from the
-/// inputs), both bound to one persistent store.
-static int runTraining() {
-  using namespace training_check;
-  auto load = [](llvm::StringRef path, std::shared_ptr<PersistentStore> store)
-      -> llvm::Expected<std::unique_ptr<CpuExecutor>> {
-    llvm::Expected<kir::Program> program = kir::readArtifact(path);
-    if (!program)
-      return program.takeError();
-    std::vector<kir::Kernel> kernels = program->kernels;
-    return createCpuExecutor(
-        std::move(*program),
-        [kernels]() { return cpu::compileKernelsToObject(kernels); }, threads,
-        nullptr, {}, std::move(store));
-  };
-  llvm::Expected<std::unique_ptr<CpuExecutor>> grad =
-      load(artifactPath, nullptr);
-  if (!grad)
-    return fail(grad.takeError());
-  if (llvm::Error error = loadWeights(**grad, weightsPath, seed))
-    return fail(std::move(error));
-  llvm::Expected<std::unique_ptr<CpuExecutor>> update =
-      load(updatePath, (*grad)->store());
-  if (!update)
-    return fail(update.takeError());
+/// One executor of an artifact, its kernels JIT-compiled, bound to `store`
+/// (null: a store of its own).
+static llvm::Expected<std::unique_ptr<CpuExecutor>>
+loadTrainingProgram(llvm::StringRef path,
+                    std::shared_ptr<PersistentStore> store) {
+  llvm::Expected<kir::Program> program = kir::readArtifact(path);
+  if (!program)
+    return program.takeError();
+  std::vector<kir::Kernel> kernels = program->kernels;
+  return createCpuExecutor(
+      std::move(*program),
+      [kernels]() { return cpu::compileKernelsToObject(kernels); }, threads,
+      nullptr, {}, std::move(store));
+}
 
-  // One batch per step: rows of T+1 ids from a small alphabet; tokens are
-  // the first T, targets the last T. Then the step's optimizer scalars.
+/// --make-inputs for --update: one seeded batch per step, rows of T+1 ids
+/// from a small alphabet (tokens the first T, targets the last T), then
+/// the step's optimizer scalars; written to the file and returned.
+static llvm::Expected<TensorMap> makeTrainingInputs(const kir::Program &grad) {
+  using namespace training_check;
+  std::vector<int64_t> shape;
+  int64_t bound = 0;
+  for (const kir::Binding &input : grad.inputs)
+    if (input.name == "tokens") {
+      shape = grad.buffers[input.buffer].shape;
+      bound = grad.buffers[input.buffer].idBound;
+    }
+  if (shape.size() != 2 || bound <= 0)
+    return llvm::createStringError("the grad step has no [B, T] "
+                                   "tokens input with an id bound");
+  int64_t range = std::min(tokenRange.getValue(), bound);
+  std::mt19937_64 random(seed);
   TensorMap inputs;
-  if (!makeInputs.empty()) {
-    const kir::Program &prog = (*grad)->program();
-    std::vector<int64_t> shape;
-    int64_t bound = 0;
-    for (const kir::Binding &input : prog.inputs)
-      if (input.name == "tokens") {
-        shape = prog.buffers[input.buffer].shape;
-        bound = prog.buffers[input.buffer].idBound;
-      }
-    if (shape.size() != 2 || bound <= 0)
-      return fail(llvm::createStringError("the grad step has no [B, T] "
-                                          "tokens input with an id bound"));
-    int64_t range = std::min(tokenRange.getValue(), bound);
-    std::mt19937_64 random(seed);
-    for (int64_t step = 0; step < trainSteps; ++step) {
-      HostTensor tokens = HostTensor::zeros(kir::DType::I32, shape);
-      HostTensor targets = HostTensor::zeros(kir::DType::I32, shape);
-      std::vector<int32_t> row(shape[1] + 1);
-      for (int64_t b = 0; b < shape[0]; ++b) {
-        for (int32_t &id : row)
-          id = int32_t(random() % uint64_t(range));
-        for (int64_t t = 0; t < shape[1]; ++t) {
-          tokens.i32()[b * shape[1] + t] = row[t];
-          targets.i32()[b * shape[1] + t] = row[t + 1];
-        }
-      }
-      inputs[stepInputName("tokens", step)] = std::move(tokens);
-      inputs[stepInputName("targets", step)] = std::move(targets);
-      double t = double(step + 1);
-      float scalars[3] = {float(learningRate.getValue()),
-                          float(1.0 / (1.0 - std::pow(beta1.getValue(), t))),
-                          float(1.0 / (1.0 - std::pow(beta2.getValue(), t)))};
-      for (int i = 0; i < 3; ++i) {
-        inputs[stepInputName(updateScalarInputs[i], step)] =
-            HostTensor::fromF32({scalars[i]}, {});
-        // Step 0's scalars under the plain names too: what a run of the
-        // update program alone reads.
-        if (step == 0)
-          inputs[updateScalarInputs[i]] = HostTensor::fromF32({scalars[i]}, {});
+  for (int64_t step = 0; step < trainSteps; ++step) {
+    HostTensor tokens = HostTensor::zeros(kir::DType::I32, shape);
+    HostTensor targets = HostTensor::zeros(kir::DType::I32, shape);
+    std::vector<int32_t> row(shape[1] + 1);
+    for (int64_t b = 0; b < shape[0]; ++b) {
+      for (int32_t &id : row)
+        id = int32_t(random() % uint64_t(range));
+      for (int64_t t = 0; t < shape[1]; ++t) {
+        tokens.i32()[b * shape[1] + t] = row[t];
+        targets.i32()[b * shape[1] + t] = row[t + 1];
       }
     }
-    if (llvm::Error error = writeSafetensors(makeInputs, inputs))
-      return fail(std::move(error));
-  } else {
-    llvm::Expected<TensorMap> read = readSafetensors(inputsPath);
-    if (!read)
-      return fail(read.takeError());
-    inputs = std::move(*read);
+    inputs[stepInputName("tokens", step)] = std::move(tokens);
+    inputs[stepInputName("targets", step)] = std::move(targets);
+    double t = double(step + 1);
+    float scalars[3] = {float(learningRate.getValue()),
+                        float(1.0 / (1.0 - std::pow(beta1.getValue(), t))),
+                        float(1.0 / (1.0 - std::pow(beta2.getValue(), t)))};
+    for (int i = 0; i < 3; ++i) {
+      inputs[stepInputName(updateScalarInputs[i], step)] =
+          HostTensor::fromF32({scalars[i]}, {});
+      // Step 0's scalars under the plain names too: what a run of the
+      // update program alone reads.
+      if (step == 0)
+        inputs[updateScalarInputs[i]] = HostTensor::fromF32({scalars[i]}, {});
+    }
   }
+  if (llvm::Error error = writeSafetensors(makeInputs, inputs))
+    return error;
+  return inputs;
+}
 
+/// --train-steps steps, each the grad step (its batch from `inputs`, dloss
+/// = 1) then the update step (the step's lr and bias corrections), with
+/// each step's loss and grad norm printed; the reference file gets the
+/// per-step losses and norms and the final parameters and optimizer state
+/// (reduced with --sample-elements).
+static llvm::Error runTrainingSteps(CpuExecutor &grad, CpuExecutor &update,
+                                    const TensorMap &inputs) {
+  using namespace training_check;
   if (llvm::Error error =
-          (*grad)->setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
-    return fail(std::move(error));
+          grad.setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
+    return error;
   std::vector<float> losses, gradNorms;
   for (int64_t step = 0; step < trainSteps; ++step) {
     auto start = std::chrono::steady_clock::now();
     for (const char *input : {"tokens", "targets"})
-      if (llvm::Error error = setStepInput(**grad, input, inputs, step))
-        return fail(std::move(error));
-    (*grad)->setRng(seed, step);
-    if (llvm::Error error = (*grad)->run())
-      return fail(std::move(error));
+      if (llvm::Error error = setStepInput(grad, input, inputs, step))
+        return error;
+    grad.setRng(seed, step);
+    if (llvm::Error error = grad.run())
+      return error;
     for (const char *input : updateScalarInputs)
-      if (llvm::Error error = setStepInput(**update, input, inputs, step))
-        return fail(std::move(error));
-    if (llvm::Error error = (*update)->run())
-      return fail(std::move(error));
+      if (llvm::Error error = setStepInput(update, input, inputs, step))
+        return error;
+    if (llvm::Error error = update.run())
+      return error;
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
-    llvm::Expected<HostTensor> loss = (*grad)->output("loss");
+    llvm::Expected<HostTensor> loss = grad.output("loss");
     if (!loss)
-      return fail(loss.takeError());
-    llvm::Expected<HostTensor> gradNorm = (*update)->output("grad_norm");
+      return loss.takeError();
+    llvm::Expected<HostTensor> gradNorm = update.output("grad_norm");
     if (!gradNorm)
-      return fail(gradNorm.takeError());
+      return gradNorm.takeError();
     losses.push_back(loss->f32()[0]);
     gradNorms.push_back(gradNorm->f32()[0]);
     llvm::outs() << llvm::format(
@@ -302,14 +295,35 @@ static int runTraining() {
   outputs["loss"] = HostTensor::fromF32(losses, {int64_t(losses.size())});
   outputs["grad_norm"] =
       HostTensor::fromF32(gradNorms, {int64_t(gradNorms.size())});
-  for (auto &[name, tensor] : (*grad)->params())
+  for (auto &[name, tensor] : grad.params())
     addReduced(outputs, "param." + name, tensor, sampleElements);
-  for (auto &[name, tensor] : (*update)->states())
+  for (auto &[name, tensor] : update.states())
     addReduced(outputs, "state." + name, tensor, sampleElements);
   if (llvm::Error error = writeSafetensors(outputPath, outputs))
-    return fail(std::move(error));
+    return error;
   llvm::outs() << "wrote " << outputPath << "\n";
-  return 0;
+  return llvm::Error::success();
+}
+
+/// K training steps on the CPU: the grad step and the update step bound to
+/// one persistent store, on the inputs of --inputs or --make-inputs.
+static llvm::Error runTraining() {
+  llvm::Expected<std::unique_ptr<CpuExecutor>> grad =
+      loadTrainingProgram(artifactPath, nullptr);
+  if (!grad)
+    return grad.takeError();
+  if (llvm::Error error = loadWeights(**grad, weightsPath, seed))
+    return error;
+  llvm::Expected<std::unique_ptr<CpuExecutor>> update =
+      loadTrainingProgram(updatePath, (*grad)->store());
+  if (!update)
+    return update.takeError();
+  llvm::Expected<TensorMap> inputs = makeInputs.empty()
+                                         ? readSafetensors(inputsPath)
+                                         : makeTrainingInputs((*grad)->program());
+  if (!inputs)
+    return inputs.takeError();
+  return runTrainingSteps(**grad, **update, *inputs);
 }
 
 int main(int argc, char **argv) {
@@ -318,8 +332,11 @@ int main(int argc, char **argv) {
   if (!compileConfig.empty())
     if (llvm::Error error = compileArtifact())
       return fail(std::move(error));
-  if (!updatePath.empty())
-    return runTraining();
+  if (!updatePath.empty()) {
+    if (llvm::Error error = runTraining())
+      return fail(std::move(error));
+    return 0;
+  }
   llvm::Expected<kir::Program> program = kir::readArtifact(artifactPath);
   if (!program)
     return fail(program.takeError());

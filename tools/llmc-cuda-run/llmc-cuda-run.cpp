@@ -229,28 +229,32 @@ static double compareReduced(llvm::StringRef name, const HostTensor &whole,
   return maxAbs;
 }
 
-/// K (+ timing) training steps: grad step then update step per step, over
-/// one store. Times each program's run by CUDA events (graph replay after
-/// each program's first, eager run) and the whole step by the host clock.
-static int runTraining(kir::ArtifactContents gradContents) {
-  using namespace training_check;
+/// The two training programs over one store: the grad step, with the
+/// weights loaded, and the update step, enqueued on the grad step's stream
+/// unless --sync-steps. Says which device and what each program is.
+struct TrainingExecutors {
+  std::unique_ptr<CudaExecutor> grad, update;
+};
+
+static llvm::Expected<TrainingExecutors>
+createTrainingExecutors(kir::ArtifactContents gradContents) {
   llvm::Expected<kir::ArtifactContents> updateContents =
       kir::readArtifactContents(updatePath);
   if (!updateContents)
-    return fail(updateContents.takeError());
+    return updateContents.takeError();
   llvm::Expected<std::shared_ptr<CudaPersistentStore>> store =
       CudaPersistentStore::create();
   if (!store)
-    return fail(store.takeError());
+    return store.takeError();
   CudaExecutorOptions gradOptions = executorOptions();
   gradOptions.store = *store;
   cuda::CudaCompileFn gradCompiler = compilerFor(gradContents);
   llvm::Expected<std::unique_ptr<CudaExecutor>> grad = CudaExecutor::create(
       std::move(gradContents.program), gradCompiler, std::move(gradOptions));
   if (!grad)
-    return fail(grad.takeError());
+    return grad.takeError();
   if (llvm::Error error = loadWeights(**grad, weightsPath, seed))
-    return fail(std::move(error));
+    return error;
   CudaExecutorOptions updateOptions = executorOptions();
   updateOptions.store = *store;
   // One stream: the update's work follows the grad step's without a host
@@ -262,7 +266,7 @@ static int runTraining(kir::ArtifactContents gradContents) {
       std::move(updateContents->program), updateCompiler,
       std::move(updateOptions));
   if (!update)
-    return fail(update.takeError());
+    return update.takeError();
   const CudaExecutorInfo &info = (*grad)->info();
   llvm::outs() << llvm::format("device: %s (sm_%d, %.1f GiB)\n",
                                info.deviceName.c_str(), info.computeCapability,
@@ -280,39 +284,44 @@ static int runTraining(kir::ArtifactContents gradContents) {
         prog.arenaBytes / 1048576.0, kir::countFlops(prog) / 1e9,
         about.kernelsPrecompiled ? "from the artifact" : "compiled now");
   }
+  return TrainingExecutors{std::move(*grad), std::move(*update)};
+}
 
-  llvm::Expected<TensorMap> inputs = readSafetensors(inputsPath);
-  if (!inputs)
-    return fail(inputs.takeError());
-  auto setStepInput = [&](CudaExecutor &executor, const char *name,
-                          int64_t step) -> llvm::Error {
-    auto it = inputs->find(stepInputName(name, step));
-    if (it == inputs->end())
-      return llvm::createStringError(llvm::Twine("the inputs have no ") + name +
-                                     "." + llvm::Twine(step));
-    return executor.setTensor(name, it->second);
-  };
-  if (llvm::Error error =
-          (*grad)->setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
-    return fail(std::move(error));
+/// One training run's state: the programs, the training inputs and the
+/// reference, what the steps measured (per-step differences from the
+/// reference, device and wall times) and the final parameters and optimizer
+/// state (after --train-steps).
+struct TrainingRun {
+  TrainingRun(CudaExecutor &grad, CudaExecutor &update)
+      : grad(grad), update(update) {}
 
-  llvm::Expected<TensorMap> reference =
-      referencePath.empty() ? TensorMap() : readSafetensors(referencePath);
-  if (!reference)
-    return fail(reference.takeError());
-  auto referenceAt = [&](const char *name, int64_t step) -> double {
-    auto it = reference->find(name);
-    if (it == reference->end() || step >= it->second.numElements())
-      return NAN;
-    return it->second.f32()[step];
-  };
-
+  CudaExecutor &grad, &update;
+  TensorMap inputs, reference;
   std::vector<double> gradMs, updateMs, deviceMs, wallMs;
   double maxLossDiff = 0, maxNormRelDiff = 0;
   TensorMap finalParams, finalStates;
-  // One step's line: compared against the reference, or timed only.
-  auto report = [&](int64_t step, double gpuLoss, double gpuNorm,
-                    const std::string &times) {
+
+  /// The training inputs' entry for `name` at `step`.
+  llvm::Expected<const HostTensor *> stepInput(const char *name,
+                                               int64_t step) const {
+    auto it = inputs.find(training_check::stepInputName(name, step));
+    if (it == inputs.end())
+      return llvm::createStringError(llvm::Twine("the inputs have no ") +
+                                     name + "." + llvm::Twine(step));
+    return &it->second;
+  }
+
+  /// The reference's per-step value `name` at `step`; NaN if it has none.
+  double referenceAt(const char *name, int64_t step) const {
+    auto it = reference.find(name);
+    if (it == reference.end() || step >= it->second.numElements())
+      return NAN;
+    return it->second.f32()[step];
+  }
+
+  /// One step's line: compared against the reference, or timed only.
+  void report(int64_t step, double gpuLoss, double gpuNorm,
+              const std::string &times) {
     if (step < trainSteps) {
       double cpuLoss = referenceAt("loss", step),
              cpuNorm = referenceAt("grad_norm", step);
@@ -329,171 +338,191 @@ static int runTraining(kir::ArtifactContents gradContents) {
           "timing step %lld: loss %.7f grad_norm %.7f | %s\n",
           (long long)step, gpuLoss, gpuNorm, times.c_str());
     }
-  };
+  }
 
-  if (!syncSteps) {
-    // No host wait inside a step: per step the inputs go through pinned
-    // slots, both programs are enqueued on one stream (a graph launch each
-    // after the first step) and the loss and grad norm are copied to pinned
-    // memory after them; step N's line is printed once step N+1 is
-    // enqueued.
-    llvm::Expected<std::unique_ptr<CudaStepReadback>> readback =
-        CudaStepReadback::create({{grad->get(), "loss"},
-                                  {update->get(), "grad_norm"}});
-    if (!readback)
-      return fail(readback.takeError());
-    bool hasRng = false;
-    for (const kir::Binding &input : (*grad)->program().inputs)
-      hasRng |= input.name == kir::kRngInputName;
-    auto stageInput = [&](CudaExecutor &executor, const char *name,
-                          int64_t step) -> llvm::Error {
-      auto it = inputs->find(stepInputName(name, step));
-      if (it == inputs->end())
-        return llvm::createStringError(llvm::Twine("the inputs have no ") +
-                                       name + "." + llvm::Twine(step));
-      return executor.setInputAsync(name, it->second);
-    };
-    auto readOne = [&]() -> llvm::Error {
-      llvm::Expected<CudaStepReadback::Landed> landed = (*readback)->pop();
-      if (!landed)
-        return landed.takeError();
-      // Step 0 runs eagerly and captures the graphs; later steps replay.
-      if (landed->step > 0)
-        deviceMs.push_back(landed->deviceMilliseconds);
-      report(landed->step, landed->values[0], landed->values[1],
-             llvm::formatv("device {0:F3} ms (grad + update{1})",
-                           landed->deviceMilliseconds,
-                           landed->step > 0 ? ", graph replays"
-                                            : ", eager + capture")
-                 .str());
-      return llvm::Error::success();
-    };
-    auto steady = std::chrono::steady_clock::now();
-    for (int64_t step = 0; step < trainSteps + timingSteps; ++step) {
-      int64_t batch = step % trainSteps;
-      if (step == 1)
-        steady = std::chrono::steady_clock::now();
-      if (llvm::Error error = (*readback)->beginStep(step))
-        return fail(std::move(error));
-      for (const char *input : {"tokens", "targets"})
-        if (llvm::Error error = stageInput(**grad, input, batch))
-          return fail(std::move(error));
-      if (hasRng) {
-        HostTensor rng = HostTensor::zeros(kir::DType::I64, {2});
-        rng.i64()[0] = int64_t(seed);
-        rng.i64()[1] = step;
-        if (llvm::Error error =
-                (*grad)->setInputAsync(kir::kRngInputName, rng))
-          return fail(std::move(error));
-      }
-      if (llvm::Error error = (*grad)->enqueue())
-        return fail(std::move(error));
-      for (const char *input : updateScalarInputs)
-        if (llvm::Error error = stageInput(**update, input, batch))
-          return fail(std::move(error));
-      if (llvm::Error error = (*update)->enqueue())
-        return fail(std::move(error));
-      if (llvm::Error error = (*readback)->push(step))
-        return fail(std::move(error));
-      if ((*readback)->inFlight() == 2)
-        if (llvm::Error error = readOne())
-          return fail(std::move(error));
-      if (step + 1 == trainSteps) {
-        // Waits for the stream: once, for the comparison below.
-        finalParams = (*grad)->params();
-        finalStates = (*update)->states();
-      }
-    }
-    while ((*readback)->inFlight())
-      if (llvm::Error error = readOne())
-        return fail(std::move(error));
-    int64_t steadySteps = trainSteps + timingSteps - 1;
-    double steadyMs = std::chrono::duration<double>(
-                          std::chrono::steady_clock::now() - steady)
-                          .count() *
-                      1e3;
-    if (!reference->empty())
+  /// The per-step comparison's worst differences, with a reference.
+  void printStepComparison() const {
+    if (!reference.empty())
       llvm::outs() << llvm::format(
           "per-step comparison over %d steps: max |loss diff| %.3g, max "
           "grad_norm rel diff %.3g\n",
           trainSteps.getValue(), maxLossDiff, maxNormRelDiff);
-    llvm::outs() << "timed steps (graph replays, no host wait inside a "
-                    "step): "
-                 << deviceMs.size() << "\n"
-                 << "  grad + update + read-back device: "
-                 << summary(deviceMs) << "\n";
-    if (steadySteps > 0)
-      llvm::outs() << llvm::format(
-          "  wall per step, steps 1..%lld (host enqueueing ahead, the "
-          "final parameters read once): %.3f ms\n",
-          (long long)steadySteps, steadyMs / steadySteps);
   }
+};
 
-  for (int64_t step = 0; syncSteps && step < trainSteps + timingSteps;
-       ++step) {
+/// One step enqueued with no host wait: its batch (and RNG seed) staged
+/// through pinned slots, both programs on one stream, the loss and grad
+/// norm copied back behind them.
+static llvm::Error enqueueTrainingStep(TrainingRun &run,
+                                       CudaStepReadback &readback,
+                                       int64_t step, bool hasRng) {
+  int64_t batch = step % trainSteps;
+  if (llvm::Error error = readback.beginStep(step))
+    return error;
+  auto stage = [&](CudaExecutor &executor, const char *name) -> llvm::Error {
+    llvm::Expected<const HostTensor *> input = run.stepInput(name, batch);
+    if (!input)
+      return input.takeError();
+    return executor.setInputAsync(name, **input);
+  };
+  for (const char *input : {"tokens", "targets"})
+    if (llvm::Error error = stage(run.grad, input))
+      return error;
+  if (hasRng) {
+    HostTensor rng = HostTensor::zeros(kir::DType::I64, {2});
+    rng.i64()[0] = int64_t(seed);
+    rng.i64()[1] = step;
+    if (llvm::Error error = run.grad.setInputAsync(kir::kRngInputName, rng))
+      return error;
+  }
+  if (llvm::Error error = run.grad.enqueue())
+    return error;
+  for (const char *input : training_check::updateScalarInputs)
+    if (llvm::Error error = stage(run.update, input))
+      return error;
+  if (llvm::Error error = run.update.enqueue())
+    return error;
+  return readback.push(step);
+}
+
+/// The steps with no host wait inside a step (the default): step N's line
+/// is printed once step N+1 is enqueued; the final tensors are read once,
+/// after --train-steps.
+static llvm::Error runEnqueuedSteps(TrainingRun &run) {
+  llvm::Expected<std::unique_ptr<CudaStepReadback>> readback =
+      CudaStepReadback::create({{&run.grad, "loss"},
+                                {&run.update, "grad_norm"}});
+  if (!readback)
+    return readback.takeError();
+  bool hasRng = false;
+  for (const kir::Binding &input : run.grad.program().inputs)
+    hasRng |= input.name == kir::kRngInputName;
+  auto readOne = [&]() -> llvm::Error {
+    llvm::Expected<CudaStepReadback::Landed> landed = (*readback)->pop();
+    if (!landed)
+      return landed.takeError();
+    // Step 0 runs eagerly and captures the graphs; later steps replay.
+    if (landed->step > 0)
+      run.deviceMs.push_back(landed->deviceMilliseconds);
+    run.report(landed->step, landed->values[0], landed->values[1],
+               llvm::formatv("device {0:F3} ms (grad + update{1})",
+                             landed->deviceMilliseconds,
+                             landed->step > 0 ? ", graph replays"
+                                              : ", eager + capture")
+                   .str());
+    return llvm::Error::success();
+  };
+  auto steady = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < trainSteps + timingSteps; ++step) {
+    if (step == 1)
+      steady = std::chrono::steady_clock::now();
+    if (llvm::Error error =
+            enqueueTrainingStep(run, **readback, step, hasRng))
+      return error;
+    if ((*readback)->inFlight() == 2)
+      if (llvm::Error error = readOne())
+        return error;
+    if (step + 1 == trainSteps) {
+      // Waits for the stream: once, for the comparison below.
+      run.finalParams = run.grad.params();
+      run.finalStates = run.update.states();
+    }
+  }
+  while ((*readback)->inFlight())
+    if (llvm::Error error = readOne())
+      return error;
+  int64_t steadySteps = trainSteps + timingSteps - 1;
+  double steadyMs = std::chrono::duration<double>(
+                        std::chrono::steady_clock::now() - steady)
+                        .count() *
+                    1e3;
+  run.printStepComparison();
+  llvm::outs() << "timed steps (graph replays, no host wait inside a "
+                  "step): "
+               << run.deviceMs.size() << "\n"
+               << "  grad + update + read-back device: "
+               << summary(run.deviceMs) << "\n";
+  if (steadySteps > 0)
+    llvm::outs() << llvm::format(
+        "  wall per step, steps 1..%lld (host enqueueing ahead, the "
+        "final parameters read once): %.3f ms\n",
+        (long long)steadySteps, steadyMs / steadySteps);
+  return llvm::Error::success();
+}
+
+/// The steps with --sync-steps: each program's run waited for, so each has
+/// its own device time.
+static llvm::Error runSyncedSteps(TrainingRun &run) {
+  auto setInput = [&](CudaExecutor &executor, const char *name,
+                      int64_t batch) -> llvm::Error {
+    llvm::Expected<const HostTensor *> input = run.stepInput(name, batch);
+    if (!input)
+      return input.takeError();
+    return executor.setTensor(name, **input);
+  };
+  for (int64_t step = 0; step < trainSteps + timingSteps; ++step) {
     int64_t batch = step % trainSteps;
-    bool replay = (*grad)->replaysGraph() && (*update)->replaysGraph();
+    bool replay = run.grad.replaysGraph() && run.update.replaysGraph();
     auto start = std::chrono::steady_clock::now();
     for (const char *input : {"tokens", "targets"})
-      if (llvm::Error error = setStepInput(**grad, input, batch))
-        return fail(std::move(error));
-    (*grad)->setRng(seed, step);
-    if (llvm::Error error = (*grad)->run())
-      return fail(std::move(error));
-    for (const char *input : updateScalarInputs)
-      if (llvm::Error error = setStepInput(**update, input, batch))
-        return fail(std::move(error));
-    if (llvm::Error error = (*update)->run())
-      return fail(std::move(error));
+      if (llvm::Error error = setInput(run.grad, input, batch))
+        return error;
+    run.grad.setRng(seed, step);
+    if (llvm::Error error = run.grad.run())
+      return error;
+    for (const char *input : training_check::updateScalarInputs)
+      if (llvm::Error error = setInput(run.update, input, batch))
+        return error;
+    if (llvm::Error error = run.update.run())
+      return error;
     double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count() *
         1e3;
-    llvm::Expected<HostTensor> loss = (*grad)->output("loss");
+    llvm::Expected<HostTensor> loss = run.grad.output("loss");
     if (!loss)
-      return fail(loss.takeError());
-    llvm::Expected<HostTensor> gradNorm = (*update)->output("grad_norm");
+      return loss.takeError();
+    llvm::Expected<HostTensor> gradNorm = run.update.output("grad_norm");
     if (!gradNorm)
-      return fail(gradNorm.takeError());
-    double gpuLoss = loss->f32()[0], gpuNorm = gradNorm->f32()[0];
-    double g = (*grad)->lastRunMilliseconds(),
-           u = (*update)->lastRunMilliseconds();
+      return gradNorm.takeError();
+    double g = run.grad.lastRunMilliseconds(),
+           u = run.update.lastRunMilliseconds();
     if (replay) {
-      gradMs.push_back(g);
-      updateMs.push_back(u);
-      deviceMs.push_back(g + u);
-      wallMs.push_back(wall);
+      run.gradMs.push_back(g);
+      run.updateMs.push_back(u);
+      run.deviceMs.push_back(g + u);
+      run.wallMs.push_back(wall);
     }
-    report(step, gpuLoss, gpuNorm,
-           llvm::formatv("grad {0:F3} ms, update {1:F3} ms, wall {2:F3} ms "
-                         "({3})",
-                         g, u, wall, replay ? "graph replay" : "eager")
-               .str());
+    run.report(step, loss->f32()[0], gradNorm->f32()[0],
+               llvm::formatv("grad {0:F3} ms, update {1:F3} ms, wall {2:F3} "
+                             "ms ({3})",
+                             g, u, wall, replay ? "graph replay" : "eager")
+                   .str());
     if (step + 1 == trainSteps) {
-      finalParams = (*grad)->params();
-      finalStates = (*update)->states();
+      run.finalParams = run.grad.params();
+      run.finalStates = run.update.states();
     }
   }
-  if (syncSteps && !reference->empty())
-    llvm::outs() << llvm::format(
-        "per-step comparison over %d steps: max |loss diff| %.3g, max "
-        "grad_norm rel diff %.3g\n",
-        trainSteps.getValue(), maxLossDiff, maxNormRelDiff);
-  if (syncSteps)
-    llvm::outs() << "timed steps (both programs replaying graphs): "
-               << gradMs.size() << "\n"
-               << "  grad step device time:   " << summary(gradMs) << "\n"
-               << "  update step device time: " << summary(updateMs) << "\n"
-               << "  grad + update device:    " << summary(deviceMs) << "\n"
+  run.printStepComparison();
+  llvm::outs() << "timed steps (both programs replaying graphs): "
+               << run.gradMs.size() << "\n"
+               << "  grad step device time:   " << summary(run.gradMs) << "\n"
+               << "  update step device time: " << summary(run.updateMs)
+               << "\n"
+               << "  grad + update device:    " << summary(run.deviceMs)
+               << "\n"
                << "  whole step wall (host: inputs in, both runs, each "
                   "waited for): "
-               << summary(wallMs) << "\n";
+               << summary(run.wallMs) << "\n";
+  return llvm::Error::success();
+}
 
-  // The final (after --train-steps) parameters and state against the
-  // reference's reduced tensors.
+/// The final (after --train-steps) parameters and optimizer state against
+/// the reference's reduced tensors ("sample.param.x", "sum.state.y", ...).
+static void compareFinalTensors(TrainingRun &run) {
   double maxParamDiff = 0, maxStateDiff = 0;
   int64_t compared = 0;
-  for (auto &[name, tensor] : *reference) {
+  for (auto &[name, tensor] : run.reference) {
     llvm::StringRef ref(name);
     llvm::StringRef rest = ref.starts_with("sample.") ? ref.drop_front(7)
                            : ref.starts_with("sum.")  ? ref.drop_front(4)
@@ -503,7 +532,7 @@ static int runTraining(kir::ArtifactContents gradContents) {
     bool isParam = rest.consume_front("param.");
     if (!isParam && !rest.consume_front("state."))
       continue;
-    TensorMap &finals = isParam ? finalParams : finalStates;
+    TensorMap &finals = isParam ? run.finalParams : run.finalStates;
     auto it = finals.find(rest.str());
     if (it == finals.end()) {
       llvm::outs() << "compare " << name << ": no such tensor\n";
@@ -519,40 +548,49 @@ static int runTraining(kir::ArtifactContents gradContents) {
         "final tensors after %d steps: %lld compared; max abs diff: "
         "parameters %.3g, optimizer state %.3g\n",
         trainSteps.getValue(), (long long)compared, maxParamDiff, maxStateDiff);
-  if (!outputPath.empty()) {
-    TensorMap outputs;
-    for (auto &[name, tensor] : finalParams)
-      outputs["param." + name] = std::move(tensor);
-    if (llvm::Error error = writeSafetensors(outputPath, outputs))
-      return fail(std::move(error));
-    llvm::outs() << "wrote " << outputPath << "\n";
-  }
-  return 0;
 }
 
-int main(int argc, char **argv) {
-  cl::HideUnrelatedOptions(toolOptions);
-  cl::ParseCommandLineOptions(argc, argv,
-                              "llmc-cuda-run: run an llmc artifact on a GPU\n");
-  llvm::Expected<kir::ArtifactContents> contents =
-      kir::readArtifactContents(artifactPath);
-  if (!contents)
-    return fail(contents.takeError());
-  if (!updatePath.empty())
-    return runTraining(std::move(*contents));
-  CudaExecutorOptions options = executorOptions();
-  cuda::CudaCompileFn compiler = compilerFor(*contents);
-  auto startCreate = std::chrono::steady_clock::now();
-  llvm::Expected<std::unique_ptr<CudaExecutor>> created = CudaExecutor::create(
-      std::move(contents->program), compiler, std::move(options));
-  if (!created)
-    return fail(created.takeError());
-  if (llvm::Error error = loadWeights(**created, weightsPath, seed))
-    return fail(std::move(error));
-  CudaExecutor &executor = **created;
-  double createSeconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - startCreate)
-                             .count();
+/// K (+ timing) training steps: grad step then update step per step, over
+/// one store. Times each program's run by CUDA events (graph replay after
+/// each program's first, eager run) and the whole step by the host clock.
+static llvm::Error runTraining(kir::ArtifactContents gradContents) {
+  llvm::Expected<TrainingExecutors> executors =
+      createTrainingExecutors(std::move(gradContents));
+  if (!executors)
+    return executors.takeError();
+  TrainingRun run(*executors->grad, *executors->update);
+  llvm::Expected<TensorMap> inputs = readSafetensors(inputsPath);
+  if (!inputs)
+    return inputs.takeError();
+  run.inputs = std::move(*inputs);
+  if (llvm::Error error =
+          run.grad.setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
+    return error;
+  llvm::Expected<TensorMap> reference =
+      referencePath.empty() ? TensorMap() : readSafetensors(referencePath);
+  if (!reference)
+    return reference.takeError();
+  run.reference = std::move(*reference);
+
+  if (llvm::Error error =
+          syncSteps ? runSyncedSteps(run) : runEnqueuedSteps(run))
+    return error;
+  compareFinalTensors(run);
+  if (!outputPath.empty()) {
+    TensorMap outputs;
+    for (auto &[name, tensor] : run.finalParams)
+      outputs["param." + name] = std::move(tensor);
+    if (llvm::Error error = writeSafetensors(outputPath, outputs))
+      return error;
+    llvm::outs() << "wrote " << outputPath << "\n";
+  }
+  return llvm::Error::success();
+}
+
+/// The device, the program and what setting it up took: where its kernels
+/// came from, NVRTC, the epilogues cuBLASLt fuses, the multi-tensor
+/// launches.
+static void printSetup(const CudaExecutor &executor, double createSeconds) {
   const CudaExecutorInfo &info = executor.info();
   llvm::outs() << llvm::format("device: %s (sm_%d, %.1f GiB)\n",
                                info.deviceName.c_str(), info.computeCapability,
@@ -584,35 +622,43 @@ int main(int argc, char **argv) {
       info.libraryStats.compileSeconds, info.fusedBiasEpilogues,
       info.fusedGeluEpilogues, info.fusedDGeluEpilogues,
       info.multiTensorSteps, info.multiTensorLaunches);
+}
 
+/// The program's inputs from --inputs (those it has); a gradient step's
+/// seed d(loss) = 1 unless the inputs file sets it.
+static llvm::Error bindInputs(CudaExecutor &executor) {
+  const kir::Program &prog = executor.program();
   if (!inputsPath.empty()) {
     llvm::Expected<TensorMap> inputs = readSafetensors(inputsPath);
     if (!inputs)
-      return fail(inputs.takeError());
+      return inputs.takeError();
     for (const kir::Binding &input : prog.inputs) {
       auto it = inputs->find(input.name);
       if (it == inputs->end())
         continue;
       if (llvm::Error error = executor.setTensor(input.name, it->second))
-        return fail(std::move(error));
+        return error;
     }
   }
-
-  // A gradient step's seed, unless the inputs file sets it: d(loss) = 1.
   for (const kir::Binding &input : prog.inputs)
     if (input.name == "dloss" && inputsPath.empty())
       if (llvm::Error error =
               executor.setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
-        return fail(std::move(error));
+        return error;
+  return llvm::Error::success();
+}
 
-  // The first run is eager (and checks every step); graphs replay after it.
+/// --warmup untimed then --steps timed runs, each one's device and wall
+/// time, and the timed runs' summary. The first run is eager (and checks
+/// every step); graphs replay after it.
+static llvm::Error runTimedSteps(CudaExecutor &executor) {
   std::vector<double> times;
   for (int i = 0; i < warmup + steps; ++i) {
     executor.setRng(seed, i);
     bool replay = executor.replaysGraph();
     auto start = std::chrono::steady_clock::now();
     if (llvm::Error error = executor.run())
-      return fail(std::move(error));
+      return error;
     double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
@@ -628,51 +674,60 @@ int main(int argc, char **argv) {
                                  i - warmup, executor.lastRunMilliseconds(),
                                  wall * 1e3, replay ? "graph replay" : "eager");
   }
-  if (!times.empty()) {
-    std::vector<double> sorted = times;
-    std::sort(sorted.begin(), sorted.end());
-    double mean = 0;
-    for (double t : times)
-      mean += t;
-    mean /= times.size();
-    double flops = kir::countFlops(prog);
-    llvm::outs() << llvm::format(
-        "steps: %zu, device time per step: mean %.3f ms, median %.3f ms, min "
-        "%.3f ms (%.1f TFLOP/s at the median)\n",
-        times.size(), mean, sorted[sorted.size() / 2], sorted.front(),
-        flops / (sorted[sorted.size() / 2] * 1e-3) / 1e12);
-  }
+  if (times.empty())
+    return llvm::Error::success();
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  double mean = 0;
+  for (double t : times)
+    mean += t;
+  mean /= times.size();
+  double flops = kir::countFlops(executor.program());
+  llvm::outs() << llvm::format(
+      "steps: %zu, device time per step: mean %.3f ms, median %.3f ms, min "
+      "%.3f ms (%.1f TFLOP/s at the median)\n",
+      times.size(), mean, sorted[sorted.size() / 2], sorted.front(),
+      flops / (sorted[sorted.size() / 2] * 1e-3) / 1e12);
+  return llvm::Error::success();
+}
 
-  // One profiled (eager, event per step) run for per-kernel times.
-  if (!noProfile) {
-    executor.setProfiling(true);
-    if (llvm::Error error = executor.run())
-      return fail(std::move(error));
-    executor.setProfiling(false);
-    const CudaStepProfile &profile = executor.profile();
-    llvm::outs() << llvm::format(
-        "profiled run (eager, events around each step): total %.3f ms; "
-        "kernels %.3f ms, GEMMs %.3f ms, attention %.3f ms, attention grad "
-        "%.3f ms, embedding grad %.3f ms\n",
-        executor.lastRunMilliseconds(), profile.kernelSeconds * 1e3,
-        profile.gemmSeconds * 1e3, profile.attentionSeconds * 1e3,
-        profile.attentionGradSeconds * 1e3, profile.embeddingGradSeconds * 1e3);
-    std::vector<std::pair<std::string, CudaStepProfile::Entry>> entries(
-        profile.perKernel.begin(), profile.perKernel.end());
-    std::sort(entries.begin(), entries.end(), [](auto &a, auto &b) {
-      return a.second.seconds > b.second.seconds;
-    });
-    for (auto &[name, entry] : entries)
-      llvm::outs() << llvm::format("  %9.1f us  %3lld x  %s\n",
-                                   entry.seconds * 1e6,
-                                   (long long)entry.launches, name.c_str());
-  }
+/// One profiled (eager, event per step) run: the time by kind of step,
+/// then each kernel's, slowest first.
+static llvm::Error runProfiled(CudaExecutor &executor) {
+  executor.setProfiling(true);
+  if (llvm::Error error = executor.run())
+    return error;
+  executor.setProfiling(false);
+  const CudaStepProfile &profile = executor.profile();
+  llvm::outs() << llvm::format(
+      "profiled run (eager, events around each step): total %.3f ms; "
+      "kernels %.3f ms, GEMMs %.3f ms, attention %.3f ms, attention grad "
+      "%.3f ms, embedding grad %.3f ms\n",
+      executor.lastRunMilliseconds(), profile.kernelSeconds * 1e3,
+      profile.gemmSeconds * 1e3, profile.attentionSeconds * 1e3,
+      profile.attentionGradSeconds * 1e3, profile.embeddingGradSeconds * 1e3);
+  std::vector<std::pair<std::string, CudaStepProfile::Entry>> entries(
+      profile.perKernel.begin(), profile.perKernel.end());
+  std::sort(entries.begin(), entries.end(), [](auto &a, auto &b) {
+    return a.second.seconds > b.second.seconds;
+  });
+  for (auto &[name, entry] : entries)
+    llvm::outs() << llvm::format("  %9.1f us  %3lld x  %s\n",
+                                 entry.seconds * 1e6,
+                                 (long long)entry.launches, name.c_str());
+  return llvm::Error::success();
+}
 
+/// The last run's outputs (with the parameters if it updates them or
+/// --save-params, and its persistent state), compared with --reference and
+/// written to -o.
+static llvm::Error compareAndWriteOutputs(CudaExecutor &executor) {
+  const kir::Program &prog = executor.program();
   TensorMap outputs;
   for (const kir::Binding &output : prog.outputs) {
     llvm::Expected<HostTensor> tensor = executor.output(output.name);
     if (!tensor)
-      return fail(tensor.takeError());
+      return tensor.takeError();
     if (output.name == "loss" && tensor->dtype == kir::DType::F32)
       llvm::outs() << llvm::format("loss: %.7f\n", tensor->f32()[0]);
     outputs[output.name] = std::move(*tensor);
@@ -685,7 +740,7 @@ int main(int argc, char **argv) {
   if (!referencePath.empty()) {
     llvm::Expected<TensorMap> reference = readSafetensors(referencePath);
     if (!reference)
-      return fail(reference.takeError());
+      return reference.takeError();
     for (auto &[name, tensor] : *reference) {
       auto it = outputs.find(name);
       if (it == outputs.end()) {
@@ -697,8 +752,49 @@ int main(int argc, char **argv) {
   }
   if (!outputPath.empty()) {
     if (llvm::Error error = writeSafetensors(outputPath, outputs))
-      return fail(std::move(error));
+      return error;
     llvm::outs() << "wrote " << outputPath << "\n";
   }
+  return llvm::Error::success();
+}
+
+/// One program run --warmup + --steps times (and profiled once), its
+/// outputs compared and written.
+static llvm::Error runProgram(kir::ArtifactContents contents) {
+  CudaExecutorOptions options = executorOptions();
+  cuda::CudaCompileFn compiler = compilerFor(contents);
+  auto startCreate = std::chrono::steady_clock::now();
+  llvm::Expected<std::unique_ptr<CudaExecutor>> created = CudaExecutor::create(
+      std::move(contents.program), compiler, std::move(options));
+  if (!created)
+    return created.takeError();
+  if (llvm::Error error = loadWeights(**created, weightsPath, seed))
+    return error;
+  CudaExecutor &executor = **created;
+  printSetup(executor, std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - startCreate)
+                           .count());
+  if (llvm::Error error = bindInputs(executor))
+    return error;
+  if (llvm::Error error = runTimedSteps(executor))
+    return error;
+  if (!noProfile)
+    if (llvm::Error error = runProfiled(executor))
+      return error;
+  return compareAndWriteOutputs(executor);
+}
+
+int main(int argc, char **argv) {
+  cl::HideUnrelatedOptions(toolOptions);
+  cl::ParseCommandLineOptions(argc, argv,
+                              "llmc-cuda-run: run an llmc artifact on a GPU\n");
+  llvm::Expected<kir::ArtifactContents> contents =
+      kir::readArtifactContents(artifactPath);
+  if (!contents)
+    return fail(contents.takeError());
+  if (llvm::Error error = updatePath.empty()
+                              ? runProgram(std::move(*contents))
+                              : runTraining(std::move(*contents)))
+    return fail(std::move(error));
   return 0;
 }

@@ -121,10 +121,12 @@ requiredFeatures(const cpu::CpuTargetOptions &resolved, bool host) {
 
 } // namespace
 
-llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
-                               const ExportOptions &options,
-                               llvm::raw_ostream &log) {
-  auto started = std::chrono::steady_clock::now();
+namespace {
+
+/// The flags checked, and the files they name that must exist, before
+/// anything is read or compiled (a typo costs no compile); the weights'
+/// type --precision asks for.
+llvm::Expected<kir::DType> checkOptions(const ExportOptions &options) {
   if (options.output.empty())
     return llvm::createStringError("export: -o NAME is required (the binary "
                                    "to write)");
@@ -162,8 +164,7 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
     return llvm::createStringError(
         "--prefill-chunk: expected a count >= 1, got " +
         llvm::Twine(options.prefillChunk));
-  bool hostCpu = options.cpu.empty();
-  if (!hostCpu) {
+  if (!options.cpu.empty()) {
     llvm::Triple host(llvm::sys::getProcessTriple());
     if (!host.isX86() ||
         llvm::X86::parseArchX86(options.cpu, /*Only64Bit=*/true) ==
@@ -173,14 +174,29 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
           ": not an x86-64 CPU name LLVM knows (e.g. x86-64-v2, x86-64-v3, "
           "x86-64-v4, skylake-avx512, znver4)");
   }
-  llvm::Expected<std::string> archive = exportRuntimeArchive();
-  if (!archive)
-    return archive.takeError();
-  llvm::Expected<std::vector<std::string>> driver = compilerDriver();
-  if (!driver)
-    return driver.takeError();
+  // The weights are read last, while the payload is written: a missing
+  // file is named now rather than after the kernels have compiled.
+  if (!options.weights.empty() && !llvm::sys::fs::exists(options.weights))
+    return llvm::createStringError(
+        "--weights " + options.weights +
+        ": no such file (the weights to export: an llmc checkpoint, an "
+        "llm.c .bin or a .safetensors file; without --weights, the seeded "
+        "GPT-2 initialization)");
+  if (!options.weights.empty() && llvm::sys::fs::is_directory(options.weights))
+    return llvm::createStringError("--weights " + options.weights +
+                                   ": a directory, not a weights file");
+  return weightType;
+}
 
-  // The model, as llmc generate reads it.
+/// The model of the artifact (its config, as llmc generate reads it) and
+/// the tokenizer's files to carry in the payload.
+struct ExportSource {
+  kir::Program artifact;
+  mlir::llmc::ModelConfig config;
+  std::string vocabJson, merges; // empty for the byte tokenizer
+};
+
+llvm::Expected<ExportSource> readExportSource(const ExportOptions &options) {
   llvm::Expected<kir::Program> artifact = kir::readArtifact(options.model);
   if (!artifact)
     return artifact.takeError();
@@ -195,10 +211,10 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   auto tokenizer = data::loadTokenizer(options.tokenizer);
   if (!tokenizer)
     return tokenizer.takeError();
-  std::string vocabJson, merges;
+  ExportSource source{std::move(*artifact), std::move(*config), {}, {}};
   if (options.tokenizer != "byte")
-    for (auto [name, bytes] : {std::pair{"vocab.json", &vocabJson},
-                               std::pair{"merges.txt", &merges}}) {
+    for (auto [name, bytes] : {std::pair{"vocab.json", &source.vocabJson},
+                               std::pair{"merges.txt", &source.merges}}) {
       llvm::SmallString<256> path(options.tokenizer);
       llvm::sys::path::append(path, name);
       auto buffer = llvm::MemoryBuffer::getFile(path);
@@ -207,50 +223,43 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
                                        buffer.getError().message());
       *bytes = (*buffer)->getBuffer().str();
     }
+  return source;
+}
 
-  mlir::llmc::InferenceShape shape;
-  shape.batch = options.batch;
-  shape.maxContext = options.maxContext ? options.maxContext : config->seqLen;
-  shape.prefillTokens = std::min(options.prefillChunk, shape.maxContext);
-  llvm::Expected<InferencePrograms> programs =
-      buildInferencePrograms(context, *config, shape, *weightType);
-  if (!programs)
-    return programs.takeError();
-
-  // Every kernel of both programs in one object, under the table's symbols
-  // (a CUDA binary: none; the table is empty).
-  std::vector<kir::Kernel> kernels;
+/// The kernels of both programs, compiled: for the CPU, one object under
+/// the table's symbols (`table`: each program's kernel names); for CUDA,
+/// each program's modules (its kernels and the attention library: cubins
+/// for sm_80 and sm_90, compute_80 PTX, every launch) for the payload, and
+/// an empty table.
+struct CompiledKernels {
+  llvm::SmallVector<char, 0> object;
+  std::vector<char> cudaPrefill, cudaDecode;
   std::vector<std::pair<std::string, std::vector<std::string>>> table;
-  for (auto [name, program] : {std::pair{"prefill", &programs->prefill},
-                               std::pair{"decode", &programs->decode}}) {
-    table.push_back({name, {}});
+};
+
+llvm::Expected<CompiledKernels>
+compileExportKernels(const InferencePrograms &programs, bool cudaTarget,
+                     const cpu::CpuTargetOptions &target,
+                     llvm::StringRef cpuName, llvm::raw_ostream &log) {
+  CompiledKernels compiled;
+  std::vector<kir::Kernel> kernels;
+  for (auto [name, program] : {std::pair{"prefill", &programs.prefill},
+                               std::pair{"decode", &programs.decode}}) {
+    compiled.table.push_back({name, {}});
     if (cudaTarget)
       continue;
     for (auto [index, kernel] : llvm::enumerate(program->kernels)) {
-      table.back().second.push_back(kernel.name);
+      compiled.table.back().second.push_back(kernel.name);
       kernels.push_back(kernel);
       kernels.back().name = exported::kernelSymbol(name, index);
     }
   }
-  cpu::CpuTargetOptions target;
-  target.cpu = options.cpu;
-  cpu::CpuTargetOptions resolved = cpu::resolveTarget(target);
-  llvm::Expected<std::vector<std::string>> features =
-      cudaTarget ? std::vector<std::string>()
-                 : requiredFeatures(resolved, hostCpu);
-  if (!features)
-    return features.takeError();
   auto compileStart = std::chrono::steady_clock::now();
-  llvm::SmallVector<char, 0> object;
-  // --target cuda: each program's modules (its kernels and the attention
-  // library: cubins for sm_80 and sm_90, compute_80 PTX, every launch),
-  // compiled now by NVRTC and carried in the payload.
-  std::vector<char> cudaPrefill, cudaDecode;
   if (cudaTarget) {
 #ifdef LLMC_HAVE_NVRTC
     for (auto [program, bytes] :
-         {std::pair{&programs->prefill, &cudaPrefill},
-          std::pair{&programs->decode, &cudaDecode}}) {
+         {std::pair{&programs.prefill, &compiled.cudaPrefill},
+          std::pair{&programs.decode, &compiled.cudaDecode}}) {
       llvm::Expected<cuda::CudaModules> modules =
           cuda::compileCudaModules(*program);
       if (!modules)
@@ -260,26 +269,34 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
     log << llvm::format("llmc: %zu CUDA kernels (@prefill %zu, @decode %zu) "
                         "and the attention library compiled by NVRTC for "
                         "sm_80, sm_90 and compute_80 PTX in %.2f s\n",
-                        programs->prefill.kernels.size() +
-                            programs->decode.kernels.size(),
-                        programs->prefill.kernels.size(),
-                        programs->decode.kernels.size(),
+                        programs.prefill.kernels.size() +
+                            programs.decode.kernels.size(),
+                        programs.prefill.kernels.size(),
+                        programs.decode.kernels.size(),
                         secondsSince(compileStart));
 #endif
-  } else {
-    llvm::Expected<llvm::SmallVector<char, 0>> compiled =
-        cpu::compileKernelsToObject(kernels, target);
-    if (!compiled)
-      return compiled.takeError();
-    object = std::move(*compiled);
-    log << llvm::format("llmc: %zu kernels (@prefill %zu, @decode %zu) "
-                        "compiled for %s in %.2f s\n",
-                        kernels.size(), programs->prefill.kernels.size(),
-                        programs->decode.kernels.size(), resolved.cpu.c_str(),
-                        secondsSince(compileStart));
+    return compiled;
   }
+  llvm::Expected<llvm::SmallVector<char, 0>> object =
+      cpu::compileKernelsToObject(kernels, target);
+  if (!object)
+    return object.takeError();
+  compiled.object = std::move(*object);
+  log << llvm::format("llmc: %zu kernels (@prefill %zu, @decode %zu) "
+                      "compiled for %s in %.2f s\n",
+                      kernels.size(), programs.prefill.kernels.size(),
+                      programs.decode.kernels.size(), cpuName.str().c_str(),
+                      secondsSince(compileStart));
+  return compiled;
+}
 
-  // Object, table, link: in a temporary directory removed on the way out.
+/// The executable: the kernel table compiled and linked with the kernels'
+/// object (none for CUDA) and the export runtime by the system's C++
+/// driver, in a temporary directory removed on the way out.
+llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
+linkExecutable(const CompiledKernels &compiled, bool cudaTarget,
+               const std::vector<std::string> &driver,
+               const std::string &archive, llvm::raw_ostream &log) {
   llvm::SmallString<128> dir;
   if (std::error_code error =
           llvm::sys::fs::createUniqueDirectory("llmc-export", dir))
@@ -295,9 +312,10 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   std::string objectPath = inDir("kernels.o"), tablePath = inDir("table.cpp");
   std::string tableObject = inDir("table.o"), exePath = inDir("binary");
   std::string logPath = inDir("driver.log");
-  std::string tableSource = exported::kernelTableSource(table);
+  std::string tableSource = exported::kernelTableSource(compiled.table);
   for (auto [path, bytes] :
-       {std::pair{objectPath, llvm::StringRef(object.data(), object.size())},
+       {std::pair{objectPath, llvm::StringRef(compiled.object.data(),
+                                              compiled.object.size())},
         std::pair{tablePath, llvm::StringRef(tableSource)}}) {
     std::error_code error;
     llvm::raw_fd_ostream os(path, error);
@@ -305,7 +323,7 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
       return llvm::createStringError(path + ": " + error.message());
     os << bytes;
   }
-  std::vector<std::string> compile = *driver;
+  std::vector<std::string> compile = driver;
   for (const char *arg : {"-c", "-O1", "-fPIC", "-o"})
     compile.push_back(arg);
   compile.push_back(tableObject);
@@ -314,11 +332,11 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
     return error;
   // LLVM Support (ADT, Error, the command line, the host CPU's features)
   // statically: the binary needs no LLVM or MLIR library.
-  std::vector<std::string> link = *driver;
+  std::vector<std::string> link = driver;
   link.insert(link.end(), {"-o", exePath});
   if (!cudaTarget)
     link.push_back(objectPath);
-  link.insert(link.end(), {tableObject, *archive});
+  link.insert(link.end(), {tableObject, archive});
   for (const char *library :
        {"libLLVMTargetParser.a", "libLLVMSupport.a", "libLLVMDemangle.a"}) {
     llvm::SmallString<256> path(LLMC_LLVM_LIBRARY_DIR);
@@ -332,7 +350,7 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   auto linkStart = std::chrono::steady_clock::now();
   if (llvm::Error error = run(link, "linking the binary", logPath))
     return error;
-  log << llvm::format("llmc: linked with %s in %.2f s\n", (*driver)[0].c_str(),
+  log << llvm::format("llmc: linked with %s in %.2f s\n", driver[0].c_str(),
                       secondsSince(linkStart));
   auto executable = llvm::MemoryBuffer::getFile(exePath, /*IsText=*/false,
                                                 /*RequiresNullTerminator=*/
@@ -340,83 +358,89 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
   if (!executable)
     return llvm::createStringError(exePath + ": " +
                                    executable.getError().message());
+  return std::move(*executable);
+}
 
-  // The binary, then the payload.
-  runtime::ExportManifest manifest;
-  manifest.llmcVersion = LLMC_GIT_COMMIT;
-  manifest.modelName = config->name;
-  manifest.modelJson = artifact->modelJson;
-  manifest.precision = options.precision;
-  manifest.target = options.target;
-  manifest.batch = shape.batch;
-  manifest.maxContext = shape.maxContext;
-  manifest.prefillChunk = shape.prefillTokens;
-  manifest.cpu = resolved.cpu;
-  manifest.cpuFeatures = *features;
-  manifest.prefillKernels = int64_t(programs->prefill.kernels.size());
-  manifest.decodeKernels = int64_t(programs->decode.kernels.size());
-  manifest.tokenizer = options.tokenizer == "byte" ? "byte" : "gpt2-bpe";
-  const kir::Program &prefill = programs->prefill;
-  for (const kir::Binding &param : programs->decode.params)
+/// Appends the weights section: each tensor of @prefill's parameters, read
+/// from `options.weights` (or initialized from the seed), checked against
+/// the model's shape and type, 64-byte aligned in a page-aligned section as
+/// the store would hold them, so the binary maps them in place.
+llvm::Error writeWeightsSection(runtime::PayloadWriter &writer,
+                                const kir::Program &prefill,
+                                const ExportOptions &options,
+                                runtime::ExportManifest &manifest) {
+  writer.begin("weights", 4096);
+  if (llvm::Error error = runtime::readProgramWeights(
+          prefill, options.weights, options.seed,
+          [&](const std::string &name,
+              const runtime::HostTensor &tensor) -> llvm::Error {
+            const kir::Binding *param = nullptr;
+            for (const kir::Binding &binding : prefill.params)
+              if (binding.name == name)
+                param = &binding;
+            const kir::Buffer &buffer = prefill.buffers[param->buffer];
+            if (tensor.shape != buffer.shape || tensor.dtype != buffer.dtype)
+              return llvm::createStringError(
+                  "tensor '" + name + "' is " + kir::dtypeName(tensor.dtype) +
+                  kir::formatShape(tensor.shape) + ", the model expects " +
+                  kir::dtypeName(buffer.dtype) +
+                  kir::formatShape(buffer.shape));
+            writer.pad(kir::kArenaAlignment);
+            manifest.weights.push_back({name, tensor.dtype, tensor.shape,
+                                        writer.sectionSize(),
+                                        uint64_t(tensor.bytes.size())});
+            writer.write(llvm::ArrayRef<char>(
+                reinterpret_cast<const char *>(tensor.bytes.data()),
+                tensor.bytes.size()));
+            return llvm::Error::success();
+          }))
+    return error;
+  manifest.weightsBytes = writer.sectionSize();
+  writer.end();
+  manifest.weightsChecksum = writer.checksumOf("weights");
+  return llvm::Error::success();
+}
+
+/// Writes `options.output` atomically: the executable, then the payload
+/// (both programs, the CUDA modules, the tokenizer's files, the weights and
+/// the manifest last), and makes it executable.
+llvm::Error writeExportedBinary(const ExportOptions &options,
+                                const ExportSource &source,
+                                const InferencePrograms &programs,
+                                const CompiledKernels &compiled,
+                                llvm::StringRef executable,
+                                runtime::ExportManifest &manifest) {
+  const kir::Program &prefill = programs.prefill;
+  for (const kir::Binding &param : programs.decode.params)
     if (llvm::none_of(prefill.params, [&](const kir::Binding &other) {
           return other.name == param.name;
         }))
       return llvm::createStringError("@decode has a parameter '" + param.name +
                                      "' that @prefill lacks");
   std::vector<uint8_t> prefillBytes = kir::serializeProgram(prefill);
-  std::vector<uint8_t> decodeBytes = kir::serializeProgram(programs->decode);
+  std::vector<uint8_t> decodeBytes = kir::serializeProgram(programs.decode);
   auto asChars = [](const std::vector<uint8_t> &bytes) {
     return llvm::ArrayRef<char>(reinterpret_cast<const char *>(bytes.data()),
                                 bytes.size());
   };
+  bool cudaTarget = options.target == "cuda";
   llvm::Error written = kir::writeFileAtomically(
       options.output, [&](llvm::raw_ostream &os) -> llvm::Error {
-        llvm::StringRef exe = (*executable)->getBuffer();
-        os << exe;
-        runtime::PayloadWriter writer(os, exe.size());
+        os << executable;
+        runtime::PayloadWriter writer(os, executable.size());
         writer.add("prefill", asChars(prefillBytes));
         writer.add("decode", asChars(decodeBytes));
         if (cudaTarget) {
-          writer.add("cuda.prefill", cudaPrefill);
-          writer.add("cuda.decode", cudaDecode);
+          writer.add("cuda.prefill", compiled.cudaPrefill);
+          writer.add("cuda.decode", compiled.cudaDecode);
         }
         if (manifest.tokenizer != "byte") {
-          writer.add("tokenizer.vocab", vocabJson);
-          writer.add("tokenizer.merges", merges);
+          writer.add("tokenizer.vocab", source.vocabJson);
+          writer.add("tokenizer.merges", source.merges);
         }
-        // The weights, page-aligned, each tensor 64-byte aligned, as the
-        // store would hold them: the binary maps them in place.
-        writer.begin("weights", 4096);
-        if (llvm::Error error = runtime::readProgramWeights(
-                prefill, options.weights, options.seed,
-                [&](const std::string &name,
-                    const runtime::HostTensor &tensor) -> llvm::Error {
-                  const kir::Binding *param = nullptr;
-                  for (const kir::Binding &binding : prefill.params)
-                    if (binding.name == name)
-                      param = &binding;
-                  const kir::Buffer &buffer = prefill.buffers[param->buffer];
-                  if (tensor.shape != buffer.shape ||
-                      tensor.dtype != buffer.dtype)
-                    return llvm::createStringError(
-                        "tensor '" + name + "' is " +
-                        kir::dtypeName(tensor.dtype) +
-                        kir::formatShape(tensor.shape) +
-                        ", the model expects " + kir::dtypeName(buffer.dtype) +
-                        kir::formatShape(buffer.shape));
-                  writer.pad(kir::kArenaAlignment);
-                  manifest.weights.push_back({name, tensor.dtype, tensor.shape,
-                                              writer.sectionSize(),
-                                              uint64_t(tensor.bytes.size())});
-                  writer.write(llvm::ArrayRef<char>(
-                      reinterpret_cast<const char *>(tensor.bytes.data()),
-                      tensor.bytes.size()));
-                  return llvm::Error::success();
-                }))
+        if (llvm::Error error =
+                writeWeightsSection(writer, prefill, options, manifest))
           return error;
-        manifest.weightsBytes = writer.sectionSize();
-        writer.end();
-        manifest.weightsChecksum = writer.checksumOf("weights");
         writer.add("manifest", manifest.toJson());
         writer.finish();
         return llvm::Error::success();
@@ -427,6 +451,74 @@ llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
           options.output, llvm::sys::fs::all_read | llvm::sys::fs::all_exe |
                               llvm::sys::fs::owner_write))
     return llvm::createStringError(options.output + ": " + error.message());
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Error llmc::exportBinary(mlir::MLIRContext &context,
+                               const ExportOptions &options,
+                               llvm::raw_ostream &log) {
+  auto started = std::chrono::steady_clock::now();
+  llvm::Expected<kir::DType> weightType = checkOptions(options);
+  if (!weightType)
+    return weightType.takeError();
+  bool cudaTarget = options.target == "cuda";
+  llvm::Expected<std::string> archive = exportRuntimeArchive();
+  if (!archive)
+    return archive.takeError();
+  llvm::Expected<std::vector<std::string>> driver = compilerDriver();
+  if (!driver)
+    return driver.takeError();
+  llvm::Expected<ExportSource> source = readExportSource(options);
+  if (!source)
+    return source.takeError();
+
+  mlir::llmc::InferenceShape shape;
+  shape.batch = options.batch;
+  shape.maxContext =
+      options.maxContext ? options.maxContext : source->config.seqLen;
+  shape.prefillTokens = std::min(options.prefillChunk, shape.maxContext);
+  llvm::Expected<InferencePrograms> programs =
+      buildInferencePrograms(context, source->config, shape, *weightType);
+  if (!programs)
+    return programs.takeError();
+
+  cpu::CpuTargetOptions target;
+  target.cpu = options.cpu;
+  cpu::CpuTargetOptions resolved = cpu::resolveTarget(target);
+  llvm::Expected<std::vector<std::string>> features =
+      cudaTarget ? std::vector<std::string>()
+                 : requiredFeatures(resolved, options.cpu.empty());
+  if (!features)
+    return features.takeError();
+  llvm::Expected<CompiledKernels> compiled = compileExportKernels(
+      *programs, cudaTarget, target, resolved.cpu, log);
+  if (!compiled)
+    return compiled.takeError();
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> executable =
+      linkExecutable(*compiled, cudaTarget, *driver, *archive, log);
+  if (!executable)
+    return executable.takeError();
+
+  runtime::ExportManifest manifest;
+  manifest.llmcVersion = LLMC_GIT_COMMIT;
+  manifest.modelName = source->config.name;
+  manifest.modelJson = source->artifact.modelJson;
+  manifest.precision = options.precision;
+  manifest.target = options.target;
+  manifest.batch = shape.batch;
+  manifest.maxContext = shape.maxContext;
+  manifest.prefillChunk = shape.prefillTokens;
+  manifest.cpu = resolved.cpu;
+  manifest.cpuFeatures = *features;
+  manifest.prefillKernels = int64_t(programs->prefill.kernels.size());
+  manifest.decodeKernels = int64_t(programs->decode.kernels.size());
+  manifest.tokenizer = options.tokenizer == "byte" ? "byte" : "gpt2-bpe";
+  if (llvm::Error error = writeExportedBinary(
+          options, *source, *programs, *compiled,
+          (*executable)->getBuffer(), manifest))
+    return error;
   uint64_t size = 0;
   llvm::sys::fs::file_size(options.output, size);
   log << llvm::format("llmc: wrote %s: %.1f MB (executable %.1f MB, weights "

@@ -7,6 +7,7 @@
 #endif
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "codegen/Training.h"
+#include "frontend/ConfigYaml.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "frontend/ModelInfo.h"
@@ -34,6 +35,7 @@
 #include "tools/llmc/Convert.h"
 #include "tools/llmc/Export.h"
 #include "tools/llmc/Plan.h"
+#include "tools/llmc/ProgramSummary.h"
 #include "tools/llmc/SparsityCommand.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -467,42 +469,6 @@ static int runEmitModel(MLIRContext &context) {
   return fail("cannot create '" + outputPath + "': " + reason.str());
 }
 
-static void printPlanSummary(const ::llmc::kir::Program &program,
-                             llvm::raw_ostream &os) {
-  int64_t gemms = 0, attentions = 0;
-  for (const ::llmc::kir::Step &step : program.steps) {
-    gemms += step.kind == ::llmc::kir::StepKind::Gemm;
-    attentions += step.kind == ::llmc::kir::StepKind::Attention;
-  }
-  ::llmc::kir::MemoryPlanStats stats = ::llmc::kir::memoryPlanStats(program);
-  os << llvm::format("%zu kernels, %zu steps (%lld GEMMs, %lld attention), "
-                     "%.3f GFLOP per forward\n",
-                     program.kernels.size(), program.steps.size(),
-                     (long long)gemms, (long long)attentions,
-                     ::llmc::kir::countFlops(program) / 1e9)
-     << llvm::format("memory plan: arena %lld bytes (%.2f MiB) planned peak; "
-                     "%.2f MiB alive at once at most, %.2f MiB without reuse\n",
-                     (long long)program.arenaBytes,
-                     program.arenaBytes / 1048576.0,
-                     stats.liveLowerBound / 1048576.0,
-                     stats.totalBytes / 1048576.0);
-}
-
-/// One line on stderr: what llmc-remat recomputed and what it costs.
-static void printRematSummary(const RematSummary &remat,
-                              const ::llmc::kir::Program &program) {
-  int64_t stepFlops = ::llmc::kir::countFlops(program);
-  llvm::errs() << llvm::format(
-      "llmc: remat %s: %lld saved activations recomputed by %lld ops, "
-      "+%.3f GFLOP (+%.1f%% of the step without), %.2f MiB of activations "
-      "kept; planned peak %.2f MiB\n",
-      remat.policy.c_str(), (long long)remat.recomputedValues,
-      (long long)remat.clonedOps, remat.extraFlops / 1e9,
-      100.0 * remat.extraFlops /
-          std::max<double>(stepFlops - remat.extraFlops, 1),
-      remat.storedBytes / 1048576.0, program.arenaBytes / 1048576.0);
-}
-
 /// --remat-report: every policy's @grad_step, side by side.
 static int runRematReport(ModuleOp module, int64_t budgetBytes) {
   SmallVector<RematPassOptions> policies;
@@ -543,10 +509,178 @@ static int runRematReport(ModuleOp module, int64_t budgetBytes) {
   return ok ? 0 : 1;
 }
 
+/// The flags of `llmc compile` checked against each other; the byte count
+/// of --remat-budget (0 without one).
+static llvm::Expected<int64_t> checkCompileFlags(bool cpuPhase) {
+  auto error = [](const llvm::Twine &message) {
+    return llvm::createStringError(message);
+  };
+  if (!compileTo.empty() && compileTo != "fused" && compileTo != "kernels" &&
+      compileTo != "cuda" && !cpuPhase)
+    return error("unknown phase '" + compileTo +
+                 "' for --compile-to (llmc, fused, kernels, " +
+                 llvm::join(::llmc::cpu::cpuPhaseNames(), ", ") + ", cuda)");
+  if (compileTarget != "cpu" && compileTarget != "cuda")
+    return error("unknown target '" + compileTarget +
+                 "' for --target (cpu, cuda)");
+  bool training = compileFunction != "forward";
+  if (training && compileFunction != "grad_step" &&
+      compileFunction != "grad_step_no_sync" &&
+      compileFunction != "update_step")
+    return error("unknown function '" + compileFunction +
+                 "' for --function (forward, grad_step, grad_step_no_sync, "
+                 "update_step)");
+  if ((compileDp != 1 || compileZero != 0) && !training)
+    return error("--dp and --zero shard the training step: use them with "
+                 "--function grad_step or update_step");
+  if (compileFunction == "grad_step_no_sync" && compileDp == 1)
+    return error("grad_step_no_sync exists with --dp 2 or more");
+  int64_t budgetBytes = 0;
+  if (!rematBudget.empty()) {
+    std::optional<int64_t> bytes = ::llmc::parseByteSize(rematBudget);
+    if (!bytes)
+      return error("--remat-budget: '" + rematBudget +
+                   "' is not a size (bytes, or a number with KiB, MiB or GiB)");
+    budgetBytes = *bytes;
+  }
+  if (!llvm::is_contained({"none", "full", "selective", "budget"},
+                          compileRemat))
+    return error("unknown policy '" + compileRemat +
+                 "' for --remat (none, full, selective, budget)");
+  if (compileRemat == "budget" && !budgetBytes)
+    return error("--remat=budget needs --remat-budget");
+  return budgetBytes;
+}
+
+/// The compile pipeline (@forward) or the training pipeline (the other
+/// functions) as the flags configure them: sharding, pipeline stages,
+/// remat, the CUDA target.
+static LogicalResult runCompilePipeline(MLIRContext &context, ModuleOp module,
+                                        int64_t budgetBytes) {
+  PassManager pm(&context);
+  TrainingPipelineOptions trainingOptions;
+  trainingOptions.plannedPeak = plannedPeakBytes;
+  trainingOptions.forCuda = compileTarget == "cuda";
+  if (compileDp != 1 || compileZero != 0) {
+    ShardPassOptions &shard = trainingOptions.shard.emplace();
+    shard.dp = compileDp;
+    shard.zero = compileZero;
+    shard.bucketMb = compileBucketMb;
+  }
+  std::optional<PipelineParallelPassOptions> pipeline;
+  if (compilePp != 1) {
+    pipeline.emplace();
+    pipeline->pp = compilePp;
+    pipeline->stage = compileStage;
+    trainingOptions.pipelineParallel = pipeline;
+  }
+  if (compileRemat != "none") {
+    RematPassOptions &remat = trainingOptions.remat.emplace();
+    remat.policy = compileRemat;
+    remat.budgetBytes = budgetBytes;
+  }
+  if (compileFunction != "forward")
+    buildTrainingPipeline(pm, trainingOptions);
+  else
+    buildCompilePipeline(pm, {}, {}, {}, {}, pipeline);
+  return pm.run(module);
+}
+
+/// --dp 2 or more: what one rank holds, the persistent tensors of every
+/// program of the sharded step (each name once) and this program's arena.
+static LogicalResult printPerRankBytes(ModuleOp module,
+                                       const ::llmc::kir::Program &program) {
+  std::vector<::llmc::kir::Program> others;
+  for (const char *name :
+       {"grad_step", "grad_step_no_sync", "update_step", "shard_init"}) {
+    auto other = module.lookupSymbol<func::FuncOp>(name);
+    if (!other || name == compileFunction)
+      continue;
+    FailureOr<::llmc::kir::Program> lowered = lowerToProgram(other);
+    if (failed(lowered))
+      return failure();
+    others.push_back(std::move(*lowered));
+  }
+  std::vector<const ::llmc::kir::Program *> all = {&program};
+  for (const ::llmc::kir::Program &other : others)
+    all.push_back(&other);
+  ::llmc::kir::PersistentBytes bytes =
+      ::llmc::kir::classifyPersistent(::llmc::kir::persistentTensors(all));
+  llvm::outs() << llvm::format(
+      "per rank (dp %lld, zero %lld): parameters %lld B, master partition "
+      "%lld B, gradients %lld B, optimizer state %lld B, other %lld B; "
+      "@%s arena %lld B (planned peak); total %lld B\n",
+      (long long)compileDp, (long long)compileZero,
+      (long long)bytes.parameters, (long long)bytes.master,
+      (long long)bytes.gradients, (long long)bytes.optimizer,
+      (long long)bytes.other, compileFunction.c_str(),
+      (long long)program.arenaBytes,
+      (long long)(bytes.total() + program.arenaBytes));
+  return success();
+}
+
+/// --target=cuda: the program's CUDA module compiled by NVRTC (or from its
+/// cache), for the artifact's CUDA section; none for the CPU target.
+static llvm::Expected<std::optional<::llmc::kir::CudaSection>>
+buildCudaSectionFor(const ::llmc::kir::Program &program) {
+  if (compileTarget != "cuda")
+    return std::nullopt;
+#ifdef LLMC_HAVE_NVRTC
+  ::llmc::cuda::NvrtcStats nvrtc;
+  auto section = ::llmc::cuda::buildCudaSection(program, &nvrtc);
+  if (!section)
+    return section.takeError();
+  llvm::errs() << llvm::format(
+      "llmc: CUDA module of %zu kernels %s (%.2f s)\n",
+      program.kernels.size(),
+      nvrtc.cacheHit ? "loaded from the NVRTC cache"
+                     : "compiled by NVRTC for sm_80, sm_90 and PTX",
+      nvrtc.compileSeconds);
+  if (!nvrtc.warning.empty())
+    llvm::errs() << "llmc: warning: " << nvrtc.warning << "\n";
+  return std::move(*section);
+#else
+  return llvm::createStringError(
+      "--target=cuda: this llmc was built without the CUDA toolkit (NVRTC); "
+      "rebuild with it installed");
+#endif
+}
+
+/// Writes the artifact (-o, or next to the input) and says what it holds.
+static int writeCompiledArtifact(const ::llmc::kir::Program &program,
+                                 const ModelInfo &info) {
+  llvm::Expected<std::optional<::llmc::kir::CudaSection>> cuda =
+      buildCudaSectionFor(program);
+  if (!cuda)
+    return fail(cuda.takeError());
+  int64_t numOps = 0;
+  for (const auto &entry : info.opCounts)
+    numOps += entry.second;
+  std::string output = outputPath;
+  if (output.empty()) {
+    // Next to the input (model.mlir -> model.llmc); a preset in the
+    // working directory.
+    llvm::SmallString<128> path(compileInput);
+    llvm::sys::path::replace_extension(path, "llmc");
+    output = path.str().str();
+  }
+  if (llvm::Error error = ::llmc::kir::writeArtifact(
+          output, program, *cuda ? &**cuda : nullptr))
+    return fail(std::move(error));
+  llvm::outs() << compileInput << ": ok: " << numOps << " ops, "
+               << info.parameters.size() << " parameter tensors, "
+               << info.numParameters << " parameters\n"
+               << "wrote " << output << ": ";
+  ::llmc::printPlanSummary(program, llvm::outs());
+  return 0;
+}
+
+/// `llmc compile`: the model (.mlir or a config), the pipeline the flags
+/// ask for, then the phase --compile-to names printed or the artifact
+/// written.
 static int runCompile(MLIRContext &context) {
-  bool fromMlir = llvm::StringRef(compileInput).ends_with(".mlir");
   OwningOpRef<ModuleOp> module;
-  if (fromMlir) {
+  if (llvm::StringRef(compileInput).ends_with(".mlir")) {
     module = loadModule(context, compileInput);
     if (!module)
       return 1;
@@ -561,78 +695,18 @@ static int runCompile(MLIRContext &context) {
     llvm::outs() << "\n";
     return 0;
   }
-  llvm::ArrayRef<llvm::StringRef> cpuPhases = ::llmc::cpu::cpuPhaseNames();
-  bool cpuPhase = llvm::is_contained(cpuPhases, compileTo);
-  if (!compileTo.empty() && compileTo != "fused" && compileTo != "kernels" &&
-      compileTo != "cuda" && !cpuPhase)
-    return fail("unknown phase '" + compileTo +
-                "' for --compile-to (llmc, fused, kernels, " +
-                llvm::join(cpuPhases, ", ") + ", cuda)");
-  if (compileTarget != "cpu" && compileTarget != "cuda")
-    return fail("unknown target '" + compileTarget +
-                "' for --target (cpu, cuda)");
-  bool training = compileFunction != "forward";
-  if (training && compileFunction != "grad_step" &&
-      compileFunction != "grad_step_no_sync" &&
-      compileFunction != "update_step")
-    return fail("unknown function '" + compileFunction +
-                "' for --function (forward, grad_step, grad_step_no_sync, "
-                "update_step)");
-  if ((compileDp != 1 || compileZero != 0) && !training)
-    return fail("--dp and --zero shard the training step: use them with "
-                "--function grad_step or update_step");
-  if (compileFunction == "grad_step_no_sync" && compileDp == 1)
-    return fail("grad_step_no_sync exists with --dp 2 or more");
-  int64_t budgetBytes = 0;
-  if (!rematBudget.empty()) {
-    std::optional<int64_t> bytes = ::llmc::parseByteSize(rematBudget);
-    if (!bytes)
-      return fail("--remat-budget: '" + rematBudget +
-                  "' is not a size (bytes, or a number with KiB, MiB or GiB)");
-    budgetBytes = *bytes;
-  }
-  if (!llvm::is_contained({"none", "full", "selective", "budget"},
-                          compileRemat))
-    return fail("unknown policy '" + compileRemat +
-                "' for --remat (none, full, selective, budget)");
-  if (compileRemat == "budget" && !budgetBytes)
-    return fail("--remat=budget needs --remat-budget");
+  bool cpuPhase = llvm::is_contained(::llmc::cpu::cpuPhaseNames(), compileTo);
+  llvm::Expected<int64_t> budgetBytes = checkCompileFlags(cpuPhase);
+  if (!budgetBytes)
+    return fail(budgetBytes.takeError());
   if (rematReport)
-    return runRematReport(*module, budgetBytes);
+    return runRematReport(*module, *budgetBytes);
   if (compileRemat != "none" && compileFunction != "grad_step")
     return fail("--remat rewrites the training step: use it with "
                 "--function grad_step");
   ModelInfo info = getModelInfo(*module);
-  {
-    PassManager pm(&context);
-    TrainingPipelineOptions trainingOptions;
-    trainingOptions.plannedPeak = plannedPeakBytes;
-    trainingOptions.forCuda = compileTarget == "cuda";
-    if (compileDp != 1 || compileZero != 0) {
-      ShardPassOptions &shard = trainingOptions.shard.emplace();
-      shard.dp = compileDp;
-      shard.zero = compileZero;
-      shard.bucketMb = compileBucketMb;
-    }
-    std::optional<PipelineParallelPassOptions> pipeline;
-    if (compilePp != 1) {
-      pipeline.emplace();
-      pipeline->pp = compilePp;
-      pipeline->stage = compileStage;
-      trainingOptions.pipelineParallel = pipeline;
-    }
-    if (compileRemat != "none") {
-      RematPassOptions &remat = trainingOptions.remat.emplace();
-      remat.policy = compileRemat;
-      remat.budgetBytes = budgetBytes;
-    }
-    if (training)
-      buildTrainingPipeline(pm, trainingOptions);
-    else
-      buildCompilePipeline(pm, {}, {}, {}, {}, pipeline);
-    if (failed(pm.run(*module)))
-      return 1;
-  }
+  if (failed(runCompilePipeline(context, *module, *budgetBytes)))
+    return 1;
   if (compileTo == "fused") {
     module->print(llvm::outs());
     llvm::outs() << "\n";
@@ -642,38 +716,10 @@ static int runCompile(MLIRContext &context) {
   FailureOr<::llmc::kir::Program> program = lowerToProgram(function);
   if (failed(program))
     return 1;
-  if (compileDp > 1) {
-    // What one rank holds: the persistent tensors of every program of the
-    // sharded step (each name once) and this program's arena.
-    std::vector<::llmc::kir::Program> others;
-    for (const char *name : {"grad_step", "grad_step_no_sync", "update_step",
-                             "shard_init"}) {
-      auto other = module->lookupSymbol<func::FuncOp>(name);
-      if (!other || name == compileFunction)
-        continue;
-      FailureOr<::llmc::kir::Program> lowered = lowerToProgram(other);
-      if (failed(lowered))
-        return 1;
-      others.push_back(std::move(*lowered));
-    }
-    std::vector<const ::llmc::kir::Program *> all = {&*program};
-    for (const ::llmc::kir::Program &other : others)
-      all.push_back(&other);
-    ::llmc::kir::PersistentBytes bytes =
-        ::llmc::kir::classifyPersistent(::llmc::kir::persistentTensors(all));
-    llvm::outs() << llvm::format(
-        "per rank (dp %lld, zero %lld): parameters %lld B, master partition "
-        "%lld B, gradients %lld B, optimizer state %lld B, other %lld B; "
-        "@%s arena %lld B (planned peak); total %lld B\n",
-        (long long)compileDp, (long long)compileZero,
-        (long long)bytes.parameters, (long long)bytes.master,
-        (long long)bytes.gradients, (long long)bytes.optimizer,
-        (long long)bytes.other, compileFunction.c_str(),
-        (long long)program->arenaBytes,
-        (long long)(bytes.total() + program->arenaBytes));
-  }
+  if (compileDp > 1 && failed(printPerRankBytes(*module, *program)))
+    return 1;
   if (std::optional<RematSummary> remat = getRematSummary(function))
-    printRematSummary(*remat, *program);
+    ::llmc::printRematSummary(*remat, *program);
   if (compileTo == "kernels") {
     ::llmc::kir::printProgram(llvm::outs(), *program);
     return 0;
@@ -688,48 +734,7 @@ static int runCompile(MLIRContext &context) {
     llvm::outs() << ::llmc::cuda::emitCudaModule(*program);
     return 0;
   }
-  std::optional<::llmc::kir::CudaSection> cuda;
-  if (compileTarget == "cuda") {
-#ifdef LLMC_HAVE_NVRTC
-    ::llmc::cuda::NvrtcStats nvrtc;
-    auto section = ::llmc::cuda::buildCudaSection(*program, &nvrtc);
-    if (!section)
-      return fail(section.takeError());
-    cuda = std::move(*section);
-    llvm::errs() << llvm::format(
-        "llmc: CUDA module of %zu kernels %s (%.2f s)\n",
-        program->kernels.size(),
-        nvrtc.cacheHit ? "loaded from the NVRTC cache"
-                       : "compiled by NVRTC for sm_80, sm_90 and PTX",
-        nvrtc.compileSeconds);
-    if (!nvrtc.warning.empty())
-      llvm::errs() << "llmc: warning: " << nvrtc.warning << "\n";
-#else
-    return fail("--target=cuda: this llmc was built without the CUDA "
-                "toolkit (NVRTC); rebuild with it installed");
-#endif
-  }
-
-  int64_t numOps = 0;
-  for (const auto &entry : info.opCounts)
-    numOps += entry.second;
-  std::string output = outputPath;
-  if (output.empty()) {
-    // Next to the input (model.mlir -> model.llmc); a preset in the
-    // working directory.
-    llvm::SmallString<128> path(compileInput);
-    llvm::sys::path::replace_extension(path, "llmc");
-    output = path.str().str();
-  }
-  if (llvm::Error error = ::llmc::kir::writeArtifact(
-          output, *program, cuda ? &*cuda : nullptr))
-    return fail(std::move(error));
-  llvm::outs() << compileInput << ": ok: " << numOps << " ops, "
-               << info.parameters.size() << " parameter tensors, "
-               << info.numParameters << " parameters\n"
-               << "wrote " << output << ": ";
-  printPlanSummary(*program, llvm::outs());
-  return 0;
+  return writeCompiledArtifact(*program, info);
 }
 
 /// --sparse-values as the executor's mode; none for an unknown value
@@ -817,26 +822,6 @@ loadArtifact(llvm::StringRef path, llvm::StringRef weights) {
 #endif
 }
 
-/// An artifact's CUDA section: its binaries, then each kernel's launch.
-static void printCudaSection(const ::llmc::kir::CudaSection &cuda,
-                             llvm::raw_ostream &os) {
-  os << "\ncuda: codegen version " << cuda.codegenVersion << ", source "
-     << cuda.source.size() << " bytes";
-  for (const auto &cubin : cuda.cubins)
-    os << ", sm_" << cubin.arch << " cubin " << cubin.image.size() << " bytes";
-  if (!cuda.ptx.empty())
-    os << ", compute_" << cuda.ptxArch << " PTX " << cuda.ptx.size()
-       << " bytes";
-  os << "\n";
-  for (const auto &launch : cuda.launches)
-    os << llvm::format("  launch %-36s grid [%lld, %lld, %lld] block [%d, "
-                       "%d, %d] shared %d bytes (static %d)\n",
-                       launch.kernel.c_str(), (long long)launch.grid[0],
-                       (long long)launch.grid[1], (long long)launch.grid[2],
-                       launch.block[0], launch.block[1], launch.block[2],
-                       launch.sharedBytes, launch.staticSharedBytes);
-}
-
 static int runInspect() {
   // An exported binary (llmc export): what its --info prints, read without
   // running it.
@@ -852,7 +837,7 @@ static int runInspect() {
     return fail(contents.takeError());
   const ::llmc::kir::Program *program = &contents->program;
   llvm::outs() << artifactInput << ": ";
-  printPlanSummary(*program, llvm::outs());
+  ::llmc::printPlanSummary(*program, llvm::outs());
   if (inspectRun && device != "cpu") {
     // On a GPU the run shows the loss; the canary measurement of the
     // arena is the CPU backend's.
@@ -886,7 +871,7 @@ static int runInspect() {
   llvm::outs() << "\n";
   ::llmc::kir::printProgram(llvm::outs(), *program);
   if (contents->cuda)
-    printCudaSection(*contents->cuda, llvm::outs());
+    ::llmc::printCudaSection(*contents->cuda, llvm::outs());
   return 0;
 }
 
@@ -1081,6 +1066,41 @@ static int runInfo(MLIRContext &context) {
 int runTokenizerCommand(int argc, char **argv);
 int runTrainCommand(int argc, char **argv);
 
+/// `llmc WORD ...` where WORD is no command: the command it is a near miss
+/// of, or the one a word users reach for means (`train` is `run`), instead
+/// of cl's "Unknown subcommand". Returns whether `word` names a command (or
+/// is a flag, or an @response-file cl expands).
+static bool checkCommandName(llvm::StringRef word) {
+  if (word.empty() || word.starts_with("-") || word.starts_with("@"))
+    return true;
+  // `run` and `tokenizer` are dispatched before cl parses; the rest are
+  // cl's subcommands (sorted: the suggestion must not depend on the order
+  // of a pointer set).
+  std::vector<llvm::StringRef> commands = {"run", "tokenizer"};
+  for (cl::SubCommand *sub : cl::getRegisteredSubcommands())
+    if (!sub->getName().empty())
+      commands.push_back(sub->getName());
+  llvm::sort(commands);
+  if (llvm::is_contained(commands, word))
+    return true;
+  static const std::pair<llvm::StringRef, llvm::StringRef> synonyms[] = {
+      {"train", "run"},    {"fit", "run"},       {"finetune", "run"},
+      {"fine-tune", "run"}, {"pretrain", "run"}, {"sample", "generate"}};
+  // The synonyms only as they are: their near misses would catch unrelated
+  // short words ('foo' is two edits from 'fit').
+  llvm::StringRef suggestion = closestName(word, commands);
+  for (auto [synonym, command] : synonyms)
+    if (word.equals_insensitive(synonym))
+      suggestion = command;
+  if (!suggestion.empty())
+    fail("unknown command '" + word + "'; did you mean '" + suggestion +
+         "'? (llmc --help lists the commands)");
+  else
+    fail("unknown command '" + word + "'; commands: " +
+         llvm::join(commands, ", ") + " (llmc --help says what each does)");
+  return false;
+}
+
 int main(int argc, char **argv) {
   ::llmc::installCrashWatchdog(); // before InitLLVM's stack trace
   llvm::InitLLVM init(argc, argv);
@@ -1088,6 +1108,8 @@ int main(int argc, char **argv) {
     return runTokenizerCommand(argc - 1, argv + 1);
   if (argc > 1 && llvm::StringRef(argv[1]) == "run")
     return runTrainCommand(argc - 1, argv + 1);
+  if (argc > 1 && !checkCommandName(argv[1]))
+    return 1;
   // The top level has no options of its own: hide the ones libLLVM and
   // libMLIR register there (hundreds of backend flags), so `llmc --help`
   // lists the subcommands and --help/--version only. Subcommands list only
