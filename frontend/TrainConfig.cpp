@@ -106,7 +106,42 @@ enum class Key {
   Device,
   Out,
   InitFrom,
+  PlanGpu,
+  PlanGpusPerNode,
+  PlanNodes,
+  PlanPricePerGpuHour,
+  PlanMfu,
+  PlanReserveGib,
+  PlanRestarts,
+  PlanRestartMinutes,
+  PlanStorageWriteGbps,
+  PlanStorageReadGbps,
+  PlanObservedDays,
+  PlanObservedStepTime,
+  PlanGradPrecision,
 };
+
+/// The groups of keys that one function of the parser sets (applyKey).
+enum class Section { Model, Optimizer, Batch, Run, Precision, Parallel, Guard,
+                     Plan };
+
+Section sectionKind(Key key) {
+  if (key == Key::Model)
+    return Section::Model;
+  if (key >= Key::OptimizerName && key <= Key::MinLr)
+    return Section::Optimizer;
+  if (key >= Key::GlobalBatchSize && key <= Key::DataTokenizer)
+    return Section::Batch;
+  if (key >= Key::Precision && key <= Key::SparsityParams)
+    return Section::Precision;
+  if (key >= Key::ParallelDp && key <= Key::ParallelTimeout)
+    return Section::Parallel;
+  if (key >= Key::GuardAction && key <= Key::GuardMaxRollbacks)
+    return Section::Guard;
+  if (key >= Key::PlanGpu)
+    return Section::Plan;
+  return Section::Run; // logging, evaluation, checkpoints, seed, device
+}
 
 /// How a value is read; the same reader serves YAML scalars and flags.
 enum class Kind {
@@ -141,7 +176,7 @@ struct KeyInfo {
 // the same leaf); keys of other sections are flags by their whole path
 // (`--batch-size-rampup-start`).
 constexpr StringRef kLeafFlagSections[] = {"optimizer", "schedule", "data",
-                                           "parallel"};
+                                           "parallel", "plan"};
 
 const KeyInfo kKeys[] = {
     {Key::Model, "model", Kind::Model, "PRESET|FILE|{...}",
@@ -193,7 +228,8 @@ const KeyInfo kKeys[] = {
     {Key::MaxSteps, "max_steps", Kind::Positive, "N",
      "optimizer steps to train (this or max_tokens)"},
     {Key::MaxTokens, "max_tokens", Kind::Positive, "N",
-     "tokens to train on (this or max_steps)"},
+     "tokens to train on, e.g. 1000000, 1e6, 300M, 180B or 1.4T (this or "
+     "max_steps)"},
     {Key::DataTrain, "data.train", Kind::Paths, "FILE,...",
      "training text files or llm.c token shards (globs allowed)"},
     {Key::DataVal, "data.val", Kind::Paths, "FILE,...",
@@ -218,7 +254,7 @@ const KeyInfo kKeys[] = {
     {Key::CheckpointInterval, "checkpoint_interval", Kind::NonNegative, "N",
      "steps between checkpoints; 0: only at the end (0)"},
     {Key::KeepCheckpoints, "keep_checkpoints", Kind::NonNegative, "K",
-     "keep the last K checkpoints; 0 keeps all (3)"},
+     "keep the last K checkpoints; 0 keeps all ($default)"},
     {Key::Seed, "seed", Kind::NonNegative, "N",
      "initialization, data order, dropout and sampling (1337)"},
     {Key::Precision, "precision", Kind::String, "fp32|fp16|bf16",
@@ -325,7 +361,91 @@ const KeyInfo kKeys[] = {
      "runs/<config name>)"},
     {Key::InitFrom, "init_from", Kind::Path, "FILE",
      "start from these weights: an llm.c checkpoint or safetensors"},
+    // The plan section: read by llmc plan only (llmc run ignores it).
+    {Key::PlanGpu, "plan.gpu", Kind::String, "NAME",
+     "llmc plan: the GPU, a name in the hardware data file (llmc plan "
+     "--list-gpus), e.g. a100-80gb, h100-sxm (default: none, no time or "
+     "cost)"},
+    {Key::PlanGpusPerNode, "plan.gpus_per_node", Kind::Positive, "N",
+     "llmc plan: GPUs per node (8)"},
+    {Key::PlanNodes, "plan.nodes", Kind::Positive, "N",
+     "llmc plan: nodes; the GPUs are nodes x gpus_per_node = dp x tp x pp "
+     "(1)"},
+    {Key::PlanPricePerGpuHour, "plan.price_per_gpu_hour", Kind::Number, "USD",
+     "llmc plan: price of a GPU-hour (default: no cost estimate)"},
+    {Key::PlanMfu, "plan.mfu", Kind::Number, "X",
+     "llmc plan: fraction of peak the kernels reach on the model's FLOPs, "
+     "assumed or measured; bubbles, recompute and communication come on "
+     "top (0.4)"},
+    {Key::PlanReserveGib, "plan.reserve_gib", Kind::Number, "GIB",
+     "llmc plan: per-device memory for the CUDA context and library "
+     "workspaces (1)"},
+    {Key::PlanRestarts, "plan.restarts", Kind::NonNegative, "N",
+     "llmc plan: job restarts over the run: each re-launches, reloads the "
+     "last checkpoint and redoes the work since it (0)"},
+    {Key::PlanRestartMinutes, "plan.restart_minutes", Kind::Number, "MIN",
+     "llmc plan: re-launch per restart before the reload: scheduling, "
+     "process start, NCCL init (10, assumed)"},
+    {Key::PlanStorageWriteGbps, "plan.storage_write_gbps", Kind::Number,
+     "GB/S", "llmc plan: aggregate checkpoint write bandwidth (10, assumed)"},
+    {Key::PlanStorageReadGbps, "plan.storage_read_gbps", Kind::Number, "GB/S",
+     "llmc plan: aggregate reload bandwidth (default: the write "
+     "bandwidth)"},
+    {Key::PlanObservedDays, "plan.observed_days", Kind::Number, "DAYS",
+     "llmc plan: wall-clock days a real run of this plan took: prints its "
+     "implied MFU and the gap to the plan, split into checkpoints, "
+     "restarts, lost work and what is unexplained (this or "
+     "observed_step_time)"},
+    {Key::PlanObservedStepTime, "plan.observed_step_time", Kind::Number, "S",
+     "llmc plan: measured seconds per optimizer step: prints its implied "
+     "MFU, the gap to the plan's step time and the wall-clock time at that "
+     "speed with the overheads"},
+    {Key::PlanGradPrecision, "plan.grad_precision", Kind::String, "fp32|half",
+     "llmc plan: gradients accumulate in fp32 as llmc run's (18 bytes per "
+     "parameter with AdamW and mixed precision), or in 16 bits (half, 16 "
+     "bytes) as Megatron-LM's fp16 runs (fp32)"},
 };
+
+/// Keys and flags that changed name (llmc plan's former cluster file and
+/// flags): a config or command line that uses one is told the new name.
+struct RenamedKey {
+  StringRef old, now;
+};
+constexpr RenamedKey kRenamedKeys[] = {
+    {"tensor_parallel", "parallel.tp"},
+    {"pipeline_parallel", "parallel.pp"},
+    {"sequence_parallel", "parallel.sp"},
+    {"zero", "parallel.zero"},
+    {"gpu", "plan.gpu"},
+    {"gpus_per_node", "plan.gpus_per_node"},
+    {"nodes", "plan.nodes"},
+    {"price_per_gpu_hour", "plan.price_per_gpu_hour"},
+    {"mfu", "plan.mfu"},
+    {"reserve_gib", "plan.reserve_gib"},
+    {"restarts", "plan.restarts"},
+    {"restart_minutes", "plan.restart_minutes"},
+    {"storage_write_gbps", "plan.storage_write_gbps"},
+    {"storage_read_gbps", "plan.storage_read_gbps"},
+    {"observed_days", "plan.observed_days"},
+    {"observed_step_time", "plan.observed_step_time"},
+};
+constexpr RenamedKey kRenamedFlags[] = {
+    {"micro-batch", "micro-batch-size"},
+    {"global-batch", "global-batch-size"},
+    {"tokens", "max-tokens"},
+    {"price", "price-per-gpu-hour"},
+};
+
+/// "'x' is now parallel.tp" for a key of the former cluster file.
+std::optional<std::string> renamedKeyMessage(StringRef name) {
+  for (const RenamedKey &r : kRenamedKeys)
+    if (r.old == name)
+      return ("'" + name + "' is now '" + r.now +
+              "' (one schema for llmc run and llmc plan; see "
+              "docs/config-keys.md)")
+          .str();
+  return std::nullopt;
+}
 
 const KeyInfo &info(Key key) {
   for (const KeyInfo &k : kKeys)
@@ -408,6 +528,8 @@ std::string formatDouble(double value) {
   return buf;
 }
 
+class ValueReader;
+
 class Parser {
 public:
   Parser(const config::YamlFile &file, StringRef baseDir,
@@ -419,14 +541,24 @@ public:
   Error collectFlags(ArrayRef<std::string> flags);
   Expected<TrainingConfig> apply();
 
-private:
   Error errorAt(const Value &value, StringRef path, const Twine &message);
+
+private:
   Error errorAtKey(Key key, const Twine &message);
   Error collectMapping(const config::YNode &mapping, StringRef section);
   Error collectValue(const KeyInfo &k, const config::YNode &node);
   void closeInlineModel(const char *end);
   Error applyKey(const KeyInfo &k, const Value &value, TrainingConfig &c);
+  Error applyModelKey(const ValueReader &r, TrainingConfig &c);
+  Error applyOptimizerKey(const ValueReader &r, TrainingConfig &c);
+  Error applyBatchKey(const ValueReader &r, TrainingConfig &c);
+  Error applyRunKey(const ValueReader &r, TrainingConfig &c);
+  Error applyPrecisionKey(const ValueReader &r, TrainingConfig &c);
+  Error applyParallelKey(const ValueReader &r, TrainingConfig &c);
+  Error applyGuardKey(const ValueReader &r, TrainingConfig &c);
+  Error applyPlanKey(const ValueReader &r, TrainingConfig &c);
   Error validate(TrainingConfig &c);
+  Error validatePlan(TrainingConfig &c);
   std::string resolve(const Value &value, StringRef path) const;
 
   const config::YamlFile &file;
@@ -546,11 +678,8 @@ Error Parser::collectMapping(const config::YNode &mapping, StringRef section) {
   auto unknown = [&](StringRef name) {
     if (!section.empty())
       return section.str() + ": " + unknownKeyMessage(name, known);
-    if (is_contained(plan::clusterConfigKeys(), name))
-      return "'" + name.str() +
-             "' is a key of the cluster schema, not of the training "
-             "config: give it in the file of `llmc plan --cluster` (or "
-             "as a flag of llmc plan)";
+    if (std::optional<std::string> renamed = renamedKeyMessage(name))
+      return *renamed;
     return unknownKeyMessage(name, known);
   };
   auto duplicate = [&](StringRef name, const YNode &firstKey, const YNode &) {
@@ -617,6 +746,12 @@ Error Parser::collectFlags(ArrayRef<std::string> flags) {
       hasValue = true;
     }
     const KeyInfo *k = lookupFlag(name);
+    for (const RenamedKey &r : kRenamedFlags)
+      if (!k && r.old == name)
+        return makeError(("--" + name + " is now --" + r.now +
+                          " (one schema for llmc run and llmc plan; see "
+                          "docs/config-keys.md)")
+                             .str());
     if (!k) {
       std::string best;
       unsigned bestDistance = 3;
@@ -681,15 +816,22 @@ bool isInteger(StringRef text) {
   return !text.empty() && all_of(text, isDigit);
 }
 
-Error Parser::applyKey(const KeyInfo &k, const Value &value,
-                       TrainingConfig &c) {
-  StringRef text = value.items.empty() ? StringRef() : value.items[0];
-  auto fail = [&](const Twine &message) {
-    return errorAt(value, k.path, message);
-  };
-  auto getInt = [&](int64_t &field, int64_t min) -> Error {
+/// Reads one key's value as its kind says, with errors at the key (file
+/// line:col or the flag).
+class ValueReader {
+public:
+  ValueReader(Parser &parser, const KeyInfo &k, const Value &value)
+      : parser(parser), k(k), value(value),
+        text(value.items.empty() ? StringRef() : StringRef(value.items[0])) {}
+
+  Error fail(const Twine &message) const {
+    return parser.errorAt(value, k.path, message);
+  }
+
+  /// An integer >= min; integral numbers written as floats too
+  /// (max_tokens: 1e6).
+  Error getInt(int64_t &field, int64_t min) const {
     uint64_t parsed = 0;
-    // Accept integral numbers written as floats too (max_tokens: 1e6).
     double asDouble = 0;
     if (isInteger(text) && !text.getAsInteger(10, parsed) &&
         parsed <= uint64_t(INT64_MAX)) {
@@ -707,9 +849,12 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
       return fail("expected a positive integer, got '" + text + "'");
     field = int64_t(parsed);
     return Error::success();
-  };
-  auto getNumber = [&](StringRef item, double &field, double min, double max,
-                       bool maxOpen, StringRef range) -> Error {
+  }
+
+  /// A finite number in [min, max] (max excluded with `maxOpen`); `range`
+  /// says so in the error.
+  Error getNumber(StringRef item, double &field, double min, double max,
+                  bool maxOpen, StringRef range) const {
     double parsed = 0;
     if (item.trim().empty() || item.getAsDouble(parsed) ||
         !std::isfinite(parsed))
@@ -718,8 +863,26 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
       return fail(item + " is out of range; expected " + range);
     field = parsed;
     return Error::success();
-  };
-  auto getBool = [&](bool &field) -> Error {
+  }
+  Error getNumber(double &field, double min, double max, bool maxOpen,
+                  StringRef range) const {
+    return getNumber(text, field, min, max, maxOpen, range);
+  }
+  /// A number above 0 (and at most `max`).
+  Error getPositive(double &field, double max = INFINITY) const {
+    double parsed = 0;
+    std::string range =
+        max == INFINITY ? "a value > 0"
+                        : ("a value > 0 and <= " + formatDouble(max));
+    if (Error err = getNumber(parsed, 0, max, false, range))
+      return err;
+    if (parsed == 0)
+      return fail(text + " is out of range; expected " + range);
+    field = parsed;
+    return Error::success();
+  }
+
+  Error getBool(bool &field) const {
     if (text == "true" || text == "1") {
       field = true;
       return Error::success();
@@ -729,335 +892,483 @@ Error Parser::applyKey(const KeyInfo &k, const Value &value,
       return Error::success();
     }
     return fail("expected true or false, got '" + text + "'");
-  };
-  const double inf = INFINITY;
+  }
 
-  switch (k.key) {
-  case Key::Model: {
-    if (value.inlineModel) {
-      Expected<ModelConfig> model =
-          parseModelConfig(*value.inlineModel, bufferName);
-      if (!model)
-        return model.takeError();
-      c.model = std::move(*model);
-      c.modelSource = "(inline)";
+  Parser &parser;
+  const KeyInfo &k;
+  const Value &value;
+  StringRef text;
+};
+
+/// model: a preset, a model file or inline keys.
+Error Parser::applyModelKey(const ValueReader &r, TrainingConfig &c) {
+  StringRef text = r.text;
+  if (r.value.inlineModel) {
+    Expected<ModelConfig> model =
+        parseModelConfig(*r.value.inlineModel, bufferName);
+    if (!model)
+      return model.takeError();
+    c.model = std::move(*model);
+    c.modelSource = "(inline)";
+    return Error::success();
+  }
+  if (text.trim().starts_with("{")) {
+    // Inline keys on the command line: --model '{preset: gpt2, n_layer: 2}'.
+    Expected<ModelConfig> model =
+        parseModelConfig(text, "--" + r.value.flag);
+    if (!model)
+      return model.takeError();
+    c.model = std::move(*model);
+    c.modelSource = "(inline)";
+    return Error::success();
+  }
+  c.modelSource = text.str();
+  if (text.ends_with(".mlir") || text.ends_with(".yaml") ||
+      text.ends_with(".yml") || text.contains('/')) {
+    std::string path = resolve(r.value, text);
+    if (!sys::fs::exists(path))
+      return r.fail("no such file '" + path + "'");
+    if (text.ends_with(".mlir")) {
+      c.modelMlirPath = path;
       return Error::success();
     }
-    if (text.trim().starts_with("{")) {
-      // Inline keys on the command line: --model '{preset: gpt2, n_layer: 2}'.
-      Expected<ModelConfig> model =
-          parseModelConfig(text, "--" + value.flag);
-      if (!model)
-        return model.takeError();
-      c.model = std::move(*model);
-      c.modelSource = "(inline)";
-      return Error::success();
-    }
-    c.modelSource = text.str();
-    if (text.ends_with(".mlir") || text.ends_with(".yaml") ||
-        text.ends_with(".yml") || text.contains('/')) {
-      std::string path = resolve(value, text);
-      if (!sys::fs::exists(path))
-        return fail("no such file '" + path + "'");
-      if (text.ends_with(".mlir")) {
-        c.modelMlirPath = path;
-        return Error::success();
-      }
-      Expected<ModelConfig> model = loadModelConfigFile(path);
-      if (!model)
-        return model.takeError();
-      c.model = std::move(*model);
-      return Error::success();
-    }
-    std::optional<ModelConfig> preset = getModelPreset(text);
-    if (!preset)
-      return fail("'" + text +
+    Expected<ModelConfig> model = loadModelConfigFile(path);
+    if (!model)
+      return model.takeError();
+    c.model = std::move(*model);
+    return Error::success();
+  }
+  std::optional<ModelConfig> preset = getModelPreset(text);
+  if (!preset)
+    return r.fail("'" + text +
                   "' is neither a model file (.yaml, .mlir), inline keys "
                   "({n_layer: 2, ...}) nor a preset; " +
                   describePresetsFor(text));
-    c.model = std::move(*preset);
-    return Error::success();
-  }
+  c.model = std::move(*preset);
+  return Error::success();
+}
+
+/// optimizer.* and schedule.*.
+Error Parser::applyOptimizerKey(const ValueReader &r, TrainingConfig &c) {
+  StringRef text = r.text;
+  const double inf = INFINITY;
+  switch (r.k.key) {
   case Key::OptimizerName:
-    if (text == "adamw")
+    if (text == "adamw") {
       c.optimizer.kind = OptimizerConfig::Kind::AdamW;
-    else if (text == "sgd")
+    } else if (text == "sgd") {
       c.optimizer.kind = OptimizerConfig::Kind::SGD;
-    else
-      return fail("unknown optimizer '" + text + "'; expected adamw or sgd");
+    } else if (text == "adamw-8bit" && use == TrainingConfigUse::Plan) {
+      // Estimated as AdamW with 8-bit moments.
+      c.optimizer.kind = OptimizerConfig::Kind::AdamW;
+      c.plan.estimatedOptimizer = text.str();
+    } else {
+      return r.fail("unknown optimizer '" + text + "'; expected adamw or sgd" +
+                    (use == TrainingConfigUse::Plan
+                         ? " (llmc plan also estimates adamw-8bit)"
+                         : ""));
+    }
     return Error::success();
   case Key::Lr:
-    return getNumber(text, c.schedule.lr, 0, inf, true, "a value >= 0");
+    return r.getNumber(c.schedule.lr, 0, inf, true, "a value >= 0");
   case Key::Betas: {
-    if (value.items.size() != 2)
-      return fail("expected two numbers [beta1, beta2], got " +
-                  Twine(value.items.size()));
-    if (Error err = getNumber(value.items[0], c.optimizer.beta1, 0, 1, true,
-                              "a value in [0, 1)"))
+    if (r.value.items.size() != 2)
+      return r.fail("expected two numbers [beta1, beta2], got " +
+                    Twine(r.value.items.size()));
+    if (Error err = r.getNumber(r.value.items[0], c.optimizer.beta1, 0, 1,
+                                true, "a value in [0, 1)"))
       return err;
-    return getNumber(value.items[1], c.optimizer.beta2, 0, 1, true,
-                     "a value in [0, 1)");
+    return r.getNumber(r.value.items[1], c.optimizer.beta2, 0, 1, true,
+                       "a value in [0, 1)");
   }
   case Key::Eps:
-    return getNumber(text, c.optimizer.epsilon, 0, inf, true, "a value >= 0");
+    return r.getNumber(c.optimizer.epsilon, 0, inf, true, "a value >= 0");
   case Key::WeightDecay:
-    return getNumber(text, c.optimizer.weightDecay, 0, inf, true,
-                     "a value >= 0");
+    return r.getNumber(c.optimizer.weightDecay, 0, inf, true, "a value >= 0");
   case Key::Momentum:
-    return getNumber(text, c.optimizer.momentum, 0, 1, true,
-                     "a value in [0, 1)");
+    return r.getNumber(c.optimizer.momentum, 0, 1, true, "a value in [0, 1)");
   case Key::Nesterov:
-    return getBool(c.optimizer.nesterov);
+    return r.getBool(c.optimizer.nesterov);
   case Key::GradClip:
-    return getNumber(text, c.optimizer.maxGradNorm, 0, inf, true,
-                     "a value >= 0 (0 turns clipping off)");
+    return r.getNumber(c.optimizer.maxGradNorm, 0, inf, true,
+                       "a value >= 0 (0 turns clipping off)");
   case Key::DecayNormsAndBiases:
-    return getBool(c.optimizer.decayNormsAndBiases);
+    return r.getBool(c.optimizer.decayNormsAndBiases);
   case Key::ScheduleName: {
-    std::optional<LrSchedule::Kind> kind =
-        ::llmc::parseLrScheduleKind(text);
+    std::optional<LrSchedule::Kind> kind = ::llmc::parseLrScheduleKind(text);
     if (!kind)
-      return fail("unknown schedule '" + text +
-                  "'; expected constant, cosine, linear or one_cycle");
+      return r.fail("unknown schedule '" + text +
+                    "'; expected constant, cosine, linear or one_cycle");
     c.schedule.kind = *kind;
     return Error::success();
   }
   case Key::WarmupSteps:
-    return getInt(c.schedule.warmupSteps, 0);
+    return r.getInt(c.schedule.warmupSteps, 0);
   case Key::DecaySteps:
-    return getInt(c.schedule.decaySteps, 0);
+    return r.getInt(c.schedule.decaySteps, 0);
   case Key::MinLr:
-    return getNumber(text, c.schedule.minLr, 0, inf, true, "a value >= 0");
+    return r.getNumber(c.schedule.minLr, 0, inf, true, "a value >= 0");
+  default:
+    llvm_unreachable("not an optimizer or schedule key");
+  }
+}
+
+/// The batch, its ramp-ups, the run's length and the data.
+Error Parser::applyBatchKey(const ValueReader &r, TrainingConfig &c) {
+  StringRef text = r.text;
+  switch (r.k.key) {
   case Key::GlobalBatchSize:
-    return getInt(c.globalBatchSize, 1);
+    return r.getInt(c.globalBatchSize, 1);
   case Key::MicroBatchSize:
-    return getInt(c.microBatchSize, 1);
+    return r.getInt(c.microBatchSize, 1);
   case Key::SeqLen:
-    return getInt(c.seqLen, 1);
+    return r.getInt(c.seqLen, 1);
   case Key::RampupStart:
-    return getInt(c.batchRampup.start, 0);
+    return r.getInt(c.batchRampup.start, 0);
   case Key::RampupIncrement:
-    return getInt(c.batchRampup.increment, 1);
+    return r.getInt(c.batchRampup.increment, 1);
   case Key::RampupSamples:
-    return getInt(c.batchRampup.samples, 0);
+    return r.getInt(c.batchRampup.samples, 0);
   case Key::SeqLenWarmupStart:
-    return getInt(c.seqLenWarmup.start, 1);
+    return r.getInt(c.seqLenWarmup.start, 1);
   case Key::SeqLenWarmupSteps:
-    return getInt(c.seqLenWarmup.steps, 0);
+    return r.getInt(c.seqLenWarmup.steps, 0);
   case Key::MaxSteps:
-    return getInt(c.maxSteps, 1);
-  case Key::MaxTokens:
-    return getInt(c.maxTokens, 1);
+    return r.getInt(c.maxSteps, 1);
+  case Key::MaxTokens: {
+    // A count with a suffix too: 300M, 180B, 1.4T.
+    if (!text.empty() && isAlpha(text.back())) {
+      Expected<double> count = plan::parseCount(text);
+      if (!count)
+        return r.fail(toString(count.takeError()));
+      c.maxTokens = int64_t(*count);
+      return Error::success();
+    }
+    return r.getInt(c.maxTokens, 1);
+  }
   case Key::DataTrain:
   case Key::DataVal: {
     std::vector<std::string> &files =
-        k.key == Key::DataTrain ? c.data.train : c.data.val;
+        r.k.key == Key::DataTrain ? c.data.train : c.data.val;
     files.clear();
-    for (const std::string &item : value.items) {
+    for (const std::string &item : r.value.items) {
       if (item.empty())
-        return fail("empty file name");
-      files.push_back(resolve(value, item));
+        return r.fail("empty file name");
+      files.push_back(resolve(r.value, item));
     }
-    if (k.key == Key::DataTrain && files.empty())
-      return fail("expected at least one file");
+    if (r.k.key == Key::DataTrain && files.empty())
+      return r.fail("expected at least one file");
     return Error::success();
   }
   case Key::DataValFraction:
-    return getNumber(text, c.data.valFraction, 0, 1, true,
-                     "a value in [0, 1)");
+    return r.getNumber(c.data.valFraction, 0, 1, true, "a value in [0, 1)");
   case Key::DataTokenizer:
     if (text.empty())
-      return fail("expected 'byte' or a BPE tokenizer directory");
-    c.data.tokenizer = text == "byte" ? "byte" : resolve(value, text);
+      return r.fail("expected 'byte' or a BPE tokenizer directory");
+    c.data.tokenizer = text == "byte" ? "byte" : resolve(r.value, text);
     return Error::success();
+  default:
+    llvm_unreachable("not a batch or data key");
+  }
+}
+
+/// Logging, evaluation, checkpoints and where the run happens.
+Error Parser::applyRunKey(const ValueReader &r, TrainingConfig &c) {
+  StringRef text = r.text;
+  switch (r.k.key) {
   case Key::LogInterval:
-    return getInt(c.logInterval, 1);
+    return r.getInt(c.logInterval, 1);
+  case Key::Progress:
+    if (text != "auto" && text != "bar" && text != "lines")
+      return r.fail("unknown progress display '" + text +
+                    "'; expected auto, bar or lines");
+    c.progress = text.str();
+    return Error::success();
   case Key::EvalInterval:
-    return getInt(c.evalInterval, 0);
+    return r.getInt(c.evalInterval, 0);
   case Key::EvalSteps:
-    return getInt(c.evalSteps, 0);
+    return r.getInt(c.evalSteps, 0);
   case Key::SampleTokens:
-    return getInt(c.sampleTokens, 0);
+    return r.getInt(c.sampleTokens, 0);
   case Key::CheckpointInterval:
-    return getInt(c.checkpointInterval, 0);
+    return r.getInt(c.checkpointInterval, 0);
   case Key::KeepCheckpoints:
-    return getInt(c.keepCheckpoints, 0);
+    return r.getInt(c.keepCheckpoints, 0);
   case Key::Seed: {
     uint64_t seed = 0;
     if (!isInteger(text) || text.getAsInteger(10, seed))
-      return fail("expected a non-negative integer, got '" + text + "'");
+      return r.fail("expected a non-negative integer, got '" + text + "'");
     c.seed = seed;
     return Error::success();
   }
+  case Key::Dropout: {
+    double rate = 0;
+    if (Error err = r.getNumber(rate, 0, 1, true, "a value in [0, 1)"))
+      return err;
+    c.dropout = rate;
+    return Error::success();
+  }
+  case Key::Threads:
+    return r.getInt(c.threads, 0);
+  case Key::Device:
+    if (text != "cpu" && text != "cuda")
+      return r.fail("unknown device '" + text + "'; expected cpu or cuda");
+    c.device = text.str();
+    return Error::success();
+  case Key::Out:
+    if (text.empty())
+      return r.fail("expected a directory");
+    c.out = text.str();
+    return Error::success();
+  case Key::InitFrom:
+    if (text.empty())
+      return r.fail("expected a file");
+    c.initFrom = resolve(r.value, text);
+    if (!sys::fs::exists(c.initFrom))
+      return r.fail("no such file '" + c.initFrom + "'");
+    return Error::success();
+  default:
+    llvm_unreachable("not a run key");
+  }
+}
+
+/// precision, amp.*, loss_scale.*, remat and sparsity.*.
+Error Parser::applyPrecisionKey(const ValueReader &r, TrainingConfig &c) {
+  StringRef text = r.text;
+  bool plan = use == TrainingConfigUse::Plan;
+  switch (r.k.key) {
   case Key::Precision:
-    if (text == "fp32")
+    if (text == "fp32") {
       c.precision.kind = PrecisionConfig::Kind::FP32;
-    else if (text == "fp16")
+    } else if (text == "fp16") {
       c.precision.kind = PrecisionConfig::Kind::FP16;
-    else if (text == "bf16")
+    } else if (text == "bf16") {
       c.precision.kind = PrecisionConfig::Kind::BF16;
-    else
-      return fail("unknown precision '" + text +
-                  "'; expected fp32, fp16 or bf16");
+    } else if (plan && (text == "tf32" || text == "fp8")) {
+      // Estimated only; the AMP keys treat it as mixed precision.
+      c.precision.kind = PrecisionConfig::Kind::BF16;
+      c.plan.estimatedPrecision = text.str();
+    } else {
+      return r.fail("unknown precision '" + text +
+                    "'; expected fp32, fp16 or bf16" +
+                    (plan ? " (llmc plan also estimates tf32 and fp8)" : ""));
+    }
     return Error::success();
   case Key::AmpAllow:
   case Key::AmpDeny: {
-    std::vector<std::string> &names = k.key == Key::AmpAllow
+    std::vector<std::string> &names = r.k.key == Key::AmpAllow
                                           ? c.precision.allow
                                           : c.precision.deny;
     names.clear();
-    for (const std::string &item : value.items) {
+    for (const std::string &item : r.value.items) {
       StringRef name = StringRef(item).trim();
       if (!name.starts_with("llmc.") || name.size() == 5)
-        return fail("'" + name + "' is not an llmc op name (e.g. llmc.softmax)");
+        return r.fail("'" + name +
+                      "' is not an llmc op name (e.g. llmc.softmax)");
       names.push_back(name.str());
     }
     return Error::success();
   }
   case Key::LossScaleInitialPower:
-    return getNumber(text, c.lossScale.initialScalePower, 0, 127, false,
-                     "a value in [0, 127]");
+    return r.getNumber(c.lossScale.initialScalePower, 0, 127, false,
+                       "a value in [0, 127]");
   case Key::LossScaleWindow:
-    return getInt(c.lossScale.window, 1);
+    return r.getInt(c.lossScale.window, 1);
   case Key::LossScaleHysteresis:
-    return getInt(c.lossScale.hysteresis, 1);
+    return r.getInt(c.lossScale.hysteresis, 1);
   case Key::LossScaleMin:
-    return getNumber(text, c.lossScale.minScale, 0x1p-126, 0x1p127, false,
-                     "a value in [2^-126, 2^127]");
+    return r.getNumber(c.lossScale.minScale, 0x1p-126, 0x1p127, false,
+                       "a value in [2^-126, 2^127]");
   case Key::LossScaleConsecutiveHysteresis:
-    return getBool(c.lossScale.consecutiveHysteresis);
+    return r.getBool(c.lossScale.consecutiveHysteresis);
   case Key::Remat:
-    if (text == "none")
-      c.remat.policy = RematConfig::Policy::None;
-    else if (text == "full")
-      c.remat.policy = RematConfig::Policy::Full;
-    else if (text == "selective")
-      c.remat.policy = RematConfig::Policy::Selective;
-    else if (text == "budget")
-      c.remat.policy = RematConfig::Policy::Budget;
-    else
-      return fail("unknown remat policy '" + text +
-                  "'; expected none, full, selective or budget");
+    if (std::optional<RematConfig::Policy> policy =
+            ::llmc::parseRematPolicy(text)) {
+      c.remat.policy = *policy;
+    } else if (plan && text == "attention") {
+      // Korthikanti et al.'s selective: estimated, not a policy of
+      // llmc-remat.
+      c.plan.estimatedRemat = text.str();
+    } else {
+      return r.fail("unknown remat policy '" + text +
+                    "'; expected none, full, selective or budget" +
+                    (plan ? " (llmc plan also estimates attention)" : ""));
+    }
     return Error::success();
   case Key::RematBudget: {
     std::optional<int64_t> bytes = ::llmc::parseByteSize(text);
     if (!bytes)
-      return fail("expected a positive size such as 512MiB, 2GiB or 1000000, "
-                  "got '" + text + "'");
+      return r.fail("expected a positive size such as 512MiB, 2GiB or "
+                    "1000000, got '" + text + "'");
     c.remat.budgetBytes = *bytes;
     return Error::success();
   }
   case Key::SparsityPattern:
     if (text != "2:4")
-      return fail("unknown sparsity pattern '" + text + "'; expected 2:4");
+      return r.fail("unknown sparsity pattern '" + text + "'; expected 2:4");
     c.sparsity.enabled = true;
     c.sparsity.pattern = text;
     return Error::success();
   case Key::SparsityPruneAtStep:
     c.sparsity.enabled = true;
-    return getInt(c.sparsity.pruneAtStep, 0);
+    return r.getInt(c.sparsity.pruneAtStep, 0);
   case Key::SparsityParams:
     c.sparsity.enabled = true;
     c.sparsity.params.clear();
-    for (const std::string &item : value.items)
+    for (const std::string &item : r.value.items)
       c.sparsity.params.push_back(StringRef(item).trim().str());
     return Error::success();
+  default:
+    llvm_unreachable("not a precision, remat or sparsity key");
+  }
+}
+
+/// parallel.*: the mesh and its collectives.
+Error Parser::applyParallelKey(const ValueReader &r, TrainingConfig &c) {
+  switch (r.k.key) {
   case Key::ParallelDp:
-    return getInt(c.parallel.dp, 1);
+    return r.getInt(c.parallel.dp, 1);
   case Key::ParallelTp:
-    return getInt(c.parallel.tp, 1);
+    return r.getInt(c.parallel.tp, 1);
   case Key::ParallelSp:
-    return getBool(c.parallel.sp);
+    return r.getBool(c.parallel.sp);
   case Key::ParallelPp:
-    return getInt(c.parallel.pp, 1);
+    return r.getInt(c.parallel.pp, 1);
   case Key::ParallelZero:
-    if (Error err = getInt(c.parallel.zero, 0))
+    if (Error err = r.getInt(c.parallel.zero, 0))
       return err;
     if (c.parallel.zero > 3)
-      return fail("ZeRO stage " + text + " does not exist; expected 0, 1, 2 "
-                  "or 3");
+      return r.fail("ZeRO stage " + r.text +
+                    " does not exist; expected 0, 1, 2 or 3");
     return Error::success();
   case Key::ParallelBucketMb:
-    return getNumber(text, c.parallel.bucketMb, 1.0 / 1024, 1 << 20, false,
-                     "a size in MiB in [1/1024, 2^20]");
+    return r.getNumber(c.parallel.bucketMb, 1.0 / 1024, 1 << 20, false,
+                       "a size in MiB in [1/1024, 2^20]");
   case Key::ParallelTimeout:
-    return getNumber(text, c.parallel.timeoutSeconds, 0.1, 86400, false,
-                     "seconds in [0.1, 86400]");
+    return r.getNumber(c.parallel.timeoutSeconds, 0.1, 86400, false,
+                       "seconds in [0.1, 86400]");
+  default:
+    llvm_unreachable("not a parallel key");
+  }
+}
+
+/// guard.*: loss-spike handling.
+Error Parser::applyGuardKey(const ValueReader &r, TrainingConfig &c) {
+  StringRef text = r.text;
+  const double inf = INFINITY;
+  switch (r.k.key) {
   case Key::GuardAction:
     if (text != "off" && text != "warn" && text != "stop" &&
         text != "rollback")
-      return fail("unknown action '" + text +
-                  "'; expected off, warn, stop or rollback");
+      return r.fail("unknown action '" + text +
+                    "'; expected off, warn, stop or rollback");
     c.guard.action = text.str();
     return Error::success();
   case Key::GuardWindow:
-    if (Error err = getInt(c.guard.window, 1))
+    if (Error err = r.getInt(c.guard.window, 1))
       return err;
     if (c.guard.window < 2)
-      return fail("expected at least 2 steps (a standard deviation needs "
-                  "two), got '" + text + "'");
+      return r.fail("expected at least 2 steps (a standard deviation needs "
+                    "two), got '" + text + "'");
     return Error::success();
   case Key::GuardZscore:
-    return getNumber(text, c.guard.zscore, 0, inf, true,
-                     "a value >= 0 (0 turns it off)");
+    return r.getNumber(c.guard.zscore, 0, inf, true,
+                       "a value >= 0 (0 turns it off)");
   case Key::GuardRatio:
   case Key::GuardMaxGradNormRatio: {
-    double &field = k.key == Key::GuardRatio ? c.guard.ratio
-                                             : c.guard.maxGradNormRatio;
-    if (Error err = getNumber(text, field, 0, inf, true,
-                              "0 (off) or a value > 1"))
+    double &field = r.k.key == Key::GuardRatio ? c.guard.ratio
+                                               : c.guard.maxGradNormRatio;
+    if (Error err = r.getNumber(field, 0, inf, true, "0 (off) or a value > 1"))
       return err;
     if (field > 0 && field <= 1)
-      return fail(text + " is out of range; expected 0 (off) or a value > 1");
+      return r.fail(text +
+                    " is out of range; expected 0 (off) or a value > 1");
     return Error::success();
   }
   case Key::GuardSnapshotInterval:
-    return getInt(c.guard.snapshotInterval, 1);
+    return r.getInt(c.guard.snapshotInterval, 1);
   case Key::GuardLrFactor:
-    if (Error err = getNumber(text, c.guard.lrFactor, 0, 1, false,
-                              "a value in (0, 1]"))
+    if (Error err = r.getNumber(c.guard.lrFactor, 0, 1, false,
+                                "a value in (0, 1]"))
       return err;
     if (c.guard.lrFactor == 0)
-      return fail("0 is out of range; expected a value in (0, 1]");
+      return r.fail("0 is out of range; expected a value in (0, 1]");
     return Error::success();
   case Key::GuardCooldown:
-    return getInt(c.guard.cooldown, 0);
+    return r.getInt(c.guard.cooldown, 0);
   case Key::GuardMaxRollbacks:
-    return getInt(c.guard.maxRollbacks, 1);
-  case Key::Dropout: {
-    double rate = 0;
-    if (Error err = getNumber(text, rate, 0, 1, true, "a value in [0, 1)"))
-      return err;
-    c.dropout = rate;
-    return Error::success();
+    return r.getInt(c.guard.maxRollbacks, 1);
+  default:
+    llvm_unreachable("not a guard key");
   }
-  case Key::Progress:
-    if (text != "auto" && text != "bar" && text != "lines")
-      return fail("unknown progress display '" + text +
-                  "'; expected auto, bar or lines");
-    c.progress = text.str();
+}
+
+/// plan.*: what llmc plan needs besides the run.
+Error Parser::applyPlanKey(const ValueReader &r, TrainingConfig &c) {
+  ::llmc::PlanSection &p = c.plan;
+  const double inf = INFINITY;
+  switch (r.k.key) {
+  case Key::PlanGpu:
+    if (r.text.empty())
+      return r.fail("expected a GPU name of the hardware data file");
+    p.gpu = r.text.str();
     return Error::success();
-  case Key::Threads:
-    return getInt(c.threads, 0);
-  case Key::Device:
-    if (text != "cpu" && text != "cuda")
-      return fail("unknown device '" + text + "'; expected cpu or cuda");
-    c.device = text.str();
+  case Key::PlanGpusPerNode:
+    return r.getInt(p.gpusPerNode, 1);
+  case Key::PlanNodes:
+    return r.getInt(p.nodes, 1);
+  case Key::PlanPricePerGpuHour:
+    return r.getNumber(p.pricePerGpuHour, 0, inf, true, "a value >= 0");
+  case Key::PlanMfu:
+    return r.getPositive(p.mfu, 1);
+  case Key::PlanReserveGib:
+    return r.getNumber(p.reserveGiB, 0, inf, true, "a value >= 0");
+  case Key::PlanRestarts:
+    return r.getInt(p.restarts, 0);
+  case Key::PlanRestartMinutes:
+    return r.getNumber(p.restartMinutes, 0, inf, true, "a value >= 0");
+  case Key::PlanStorageWriteGbps:
+    return r.getPositive(p.storageWriteGBps);
+  case Key::PlanStorageReadGbps:
+    return r.getPositive(p.storageReadGBps);
+  case Key::PlanObservedDays:
+    return r.getPositive(p.observedDays);
+  case Key::PlanObservedStepTime:
+    return r.getPositive(p.observedStepSeconds);
+  case Key::PlanGradPrecision:
+    if (r.text != "fp32" && r.text != "half")
+      return r.fail("unknown gradient precision '" + r.text +
+                    "'; expected fp32 or half");
+    p.fp32Gradients = r.text == "fp32";
     return Error::success();
-  case Key::Out:
-    if (text.empty())
-      return fail("expected a directory");
-    c.out = text.str();
-    return Error::success();
-  case Key::InitFrom:
-    if (text.empty())
-      return fail("expected a file");
-    c.initFrom = resolve(value, text);
-    if (!sys::fs::exists(c.initFrom))
-      return fail("no such file '" + c.initFrom + "'");
-    return Error::success();
+  default:
+    llvm_unreachable("not a plan key");
   }
-  llvm_unreachable("unknown key");
+}
+
+/// Sets the field of one key: the section's reader does it.
+Error Parser::applyKey(const KeyInfo &k, const Value &value,
+                       TrainingConfig &c) {
+  ValueReader r(*this, k, value);
+  switch (sectionKind(k.key)) {
+  case Section::Model:
+    return applyModelKey(r, c);
+  case Section::Optimizer:
+    return applyOptimizerKey(r, c);
+  case Section::Batch:
+    return applyBatchKey(r, c);
+  case Section::Run:
+    return applyRunKey(r, c);
+  case Section::Precision:
+    return applyPrecisionKey(r, c);
+  case Section::Parallel:
+    return applyParallelKey(r, c);
+  case Section::Guard:
+    return applyGuardKey(r, c);
+  case Section::Plan:
+    return applyPlanKey(r, c);
+  }
+  llvm_unreachable("unknown section");
 }
 
 Error Parser::validate(TrainingConfig &c) {
@@ -1206,11 +1517,42 @@ Error Parser::validate(TrainingConfig &c) {
     return errorAtKey(Key::SparsityPattern,
                       "2:4 sparsity needs parallel.zero 0 (the masks of "
                       "ZeRO-sharded optimizer state are not implemented)");
+  if (Error err = validatePlan(c))
+    return err;
   if (c.out.empty()) {
     StringRef stem = sys::path::stem(bufferName);
     c.out = ("runs/" + (stem.empty() ? StringRef("run") : stem)).str();
   }
   return Error::success();
+}
+
+/// The plan section's keys that depend on each other: one observed figure
+/// (a flag replaces the file's figure of either kind).
+Error Parser::validatePlan(TrainingConfig &c) {
+  auto given = values.find(Key::PlanObservedDays);
+  auto step = values.find(Key::PlanObservedStepTime);
+  if (given == values.end() || step == values.end())
+    return Error::success();
+  bool daysFlag = !given->second.flag.empty();
+  bool stepFlag = !step->second.flag.empty();
+  if (daysFlag && !stepFlag) {
+    c.plan.observedStepSeconds = 0;
+    c.origins.erase(info(Key::PlanObservedStepTime).path.str());
+    values.erase(step);
+    return Error::success();
+  }
+  if (stepFlag && !daysFlag) {
+    c.plan.observedDays = 0;
+    c.origins.erase(info(Key::PlanObservedDays).path.str());
+    values.erase(given);
+    return Error::success();
+  }
+  std::string where = daysFlag ? "--" + given->second.flag
+                               : file.where(given->second.range.Start);
+  return errorAtKey(Key::PlanObservedStepTime,
+                    "give one observed figure, observed_days or "
+                    "observed_step_time, not both (observed_days is at " +
+                        where + ")");
 }
 
 Expected<TrainingConfig> Parser::apply() {
@@ -1284,17 +1626,124 @@ mlir::llmc::loadTrainingConfig(StringRef path, ArrayRef<std::string> flags,
                              sys::path::parent_path(path), flags, use);
 }
 
+bool mlir::llmc::isTrainingConfigText(StringRef text, StringRef bufferName) {
+  config::YamlFile file(text, bufferName);
+  Expected<const config::YNode *> root = file.root("keys");
+  if (!root) {
+    // Either reader reports the YAML error the same way.
+    consumeError(root.takeError());
+    return true;
+  }
+  // seq_len and dropout are keys of both.
+  for (const config::YNode &key : (*root)->keys) {
+    StringRef name = key.text;
+    if (name == "seq_len" || name == "dropout")
+      continue;
+    if (renamedKeyMessage(name) || any_of(kKeys, [&](const KeyInfo &k) {
+          return k.path == name || sectionOf(k.path) == name;
+        }))
+      return true;
+  }
+  return false;
+}
+
 bool mlir::llmc::isTrainingConfigFlag(StringRef flag) {
   return lookupFlag(flag.split('=').first) != nullptr;
 }
 
+namespace {
+/// A key's help with its default filled in where the help names it by
+/// "$default" (the default is written once, in TrainConfig.h).
+std::string helpOf(const KeyInfo &k) {
+  std::string help = k.help.str();
+  size_t at = help.find("$default");
+  if (at == std::string::npos)
+    return help;
+  std::string value;
+  switch (k.key) {
+  case Key::KeepCheckpoints:
+    value = std::to_string(::llmc::kDefaultKeepCheckpoints);
+    break;
+  default:
+    llvm_unreachable("$default in the help of a key without one");
+  }
+  return help.replace(at, strlen("$default"), value);
+}
+
+/// What a section holds, for the reference's headings.
+struct SectionDoc {
+  StringRef name, title, about;
+};
+constexpr SectionDoc kSectionDocs[] = {
+    {"", "Top-level keys",
+     "The model, the batch and the run's length, logging, evaluation, "
+     "checkpoints, precision and activation checkpointing."},
+    {"optimizer", "optimizer", "The optimizer compiled into the update step; "
+                               "`optimizer: sgd` is `optimizer: {name: sgd}`."},
+    {"schedule", "schedule", "The learning-rate schedule."},
+    {"batch_size_rampup", "batch_size_rampup",
+     "Megatron-LM's batch-size ramp-up."},
+    {"seq_len_warmup", "seq_len_warmup", "Sequence-length warmup."},
+    {"data", "data", "Training and validation data and the tokenizer."},
+    {"amp", "amp", "Mixed precision's op lists (precision fp16 or bf16)."},
+    {"loss_scale", "loss_scale", "Dynamic loss scaling (precision fp16)."},
+    {"sparsity", "sparsity", "2:4 structured sparsity."},
+    {"parallel", "parallel",
+     "The device mesh dp x tp x pp, ZeRO and the collectives; llmc plan "
+     "plans this layout."},
+    {"guard", "guard", "Loss-spike and divergence handling."},
+    {"plan", "plan",
+     "What `llmc plan` needs besides the run: the GPUs, their price and "
+     "speed, restarts and an observed run. `llmc run` reads and ignores "
+     "this section, so a run's config plans as it is."},
+};
+
+std::string escapeCell(StringRef text) {
+  std::string result;
+  for (char c : text) {
+    if (c == '|')
+      result += "\\|";
+    else
+      result += c;
+  }
+  return result;
+}
+} // namespace
+
 void mlir::llmc::printTrainingConfigHelp(raw_ostream &os) {
   os << "Config keys (YAML path; every key is also a flag that overrides the "
-        "file):\n";
+        "file; the plan: section is llmc plan's, which llmc run ignores; "
+        "reference: docs/config-keys.md, `llmc help config`):\n";
   for (const KeyInfo &k : kKeys) {
     std::string flag = "--" + primaryFlag(k) + " " + k.values.str();
     os << formatv("  {0,-36} {1}\n", flag, k.path);
-    os << formatv("  {0,-36}   {1}\n", "", k.help);
+    os << formatv("  {0,-36}   {1}\n", "", helpOf(k));
+  }
+}
+
+void mlir::llmc::printConfigKeyReference(raw_ostream &os) {
+  os << "<!-- Generated by `llmc help config --markdown` from the key table "
+        "of frontend/TrainConfig.cpp; do not edit. -->\n"
+        "# Config keys\n\n"
+        "`llmc run CONFIG.yaml` and `llmc plan CONFIG.yaml` read the same "
+        "keys: a YAML file\nof them, each also a flag that overrides the "
+        "file (`--lr 3e-4`, `--tp 2`).\nKeys in a section are written "
+        "`section: {key: value}` or as an indented\nmapping; their flag is "
+        "the key's leaf where that is unique in the optimizer,\nschedule, "
+        "data, parallel and plan sections (`--tp`), else the whole path\n"
+        "(`--loss-scale-window`); both spellings are accepted. Paths in the "
+        "file are\nrelative to it, paths in flags to the working "
+        "directory.\n";
+  for (const SectionDoc &section : kSectionDocs) {
+    os << "\n## " << section.title << "\n\n" << section.about << "\n\n"
+       << "| key | flag | value | what it does (default) |\n"
+       << "|---|---|---|---|\n";
+    for (const KeyInfo &k : kKeys) {
+      if (sectionOf(k.path) != section.name)
+        continue;
+      os << "| `" << k.path << "` | `--" << primaryFlag(k) << "` | "
+         << escapeCell(k.values) << " | " << escapeCell(helpOf(k)) << " |\n";
+    }
   }
 }
 

@@ -10,8 +10,11 @@ The layers, lowest first (README "Code map"; ../shared/DESIGN.md):
   ir         the llmc dialect (MLIR)
   passes     graph passes and pipelines                  -> ir
   frontend   configs, model builder, data, tokenizers    -> ir, ir/kernel
-  codegen    lowering, emitters, NVRTC, training, plan   -> frontend, passes,
+  codegen    lowering, emitters, NVRTC, training         -> frontend, passes,
                                                             ir, ir/kernel
+  training   the training layer; training/Plan: llmc plan's planner
+                                                         -> frontend, passes,
+                                                    codegen, ir, ir/kernel, runtime
   tools, bench, test: the top; they may include anything.
 
 A file belongs to the longest folder prefix in ALLOWED; its quoted includes
@@ -35,6 +38,7 @@ ALLOWED = {
     "passes": ["ir"],
     "frontend": ["ir", "ir/kernel"],
     "codegen": ["frontend", "passes", "ir", "ir/kernel"],
+    "training": ["frontend", "passes", "codegen", "ir", "ir/kernel", "runtime"],
 }
 # layer -> single headers of other layers it may include: the server links
 # LlmcData for the tokenizers, which need nothing of MLIR.

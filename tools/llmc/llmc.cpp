@@ -30,6 +30,7 @@
 #include "tools/llmc/Convert.h"
 #include "tools/llmc/Export.h"
 #include "runtime/ExportPayload.h"
+#include "frontend/TrainConfig.h"
 #include "tools/llmc/Plan.h"
 #include "tools/llmc/SparsityCommand.h"
 #include "passes/Pipelines.h"
@@ -1080,6 +1081,22 @@ static int runInfo(MLIRContext &context) {
 int runTokenizerCommand(int argc, char **argv);
 int runTrainCommand(int argc, char **argv);
 
+/// `llmc help config [--markdown]`: the config keys of llmc run and llmc
+/// plan from their one table; --markdown prints docs/config-keys.md.
+static int runHelpCommand(int argc, char **argv) {
+  llvm::StringRef usage = "usage: llmc help config [--markdown]\n";
+  if (argc < 2 || llvm::StringRef(argv[1]) != "config" || argc > 3 ||
+      (argc == 3 && llvm::StringRef(argv[2]) != "--markdown")) {
+    llvm::errs() << usage;
+    return 1;
+  }
+  if (argc == 3)
+    printConfigKeyReference(llvm::outs());
+  else
+    printTrainingConfigHelp(llvm::outs());
+  return 0;
+}
+
 int main(int argc, char **argv) {
   ::llmc::installCrashWatchdog(); // before InitLLVM's stack trace
   llvm::InitLLVM init(argc, argv);
@@ -1087,6 +1104,15 @@ int main(int argc, char **argv) {
     return runTokenizerCommand(argc - 1, argv + 1);
   if (argc > 1 && llvm::StringRef(argv[1]) == "run")
     return runTrainCommand(argc - 1, argv + 1);
+  if (argc > 1 && llvm::StringRef(argv[1]) == "help")
+    return runHelpCommand(argc - 1, argv + 1);
+  // llmc plan's config-key flags go to the config parser, as llmc run's do.
+  std::vector<char *> planArgs;
+  if (argc > 1 && llvm::StringRef(argv[1]) == "plan") {
+    planArgs = splitPlanArguments(argc, argv);
+    argc = static_cast<int>(planArgs.size());
+    argv = planArgs.data();
+  }
   // The top level has no options of its own: hide the ones libLLVM and
   // libMLIR register there (hundreds of backend flags), so `llmc --help`
   // lists the subcommands and --help/--version only. Subcommands list only
@@ -1103,10 +1129,11 @@ int main(int argc, char **argv) {
       "  llmc export model.llmc -o NAME         a standalone inference binary\n"
       "  llmc convert CKPT -o OUT.safetensors   trained weights out (HF names; .bin: llm.c)\n"
       "  llmc info MODEL                        parameters and ops\n"
-      "  llmc plan MODEL                        memory, time, cost, layouts\n"
+      "  llmc plan train.yaml | MODEL           memory, time, cost, layouts\n"
       "  llmc presets [NAME]                    built-in model configs\n"
       "  llmc tokenizer train|encode ...        BPE vocabularies, token shards\n"
-      "  llmc run train.yaml                    train (config keys as --flags)\n\n"
+      "  llmc run train.yaml                    train (config keys as --flags)\n"
+      "  llmc help config [--markdown]          the config keys of run and plan\n\n"
       "Run 'llmc SUBCOMMAND --help' for a subcommand's options.\n");
   MLIRContext context;
   registerDialects(context);

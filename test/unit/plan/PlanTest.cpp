@@ -2,8 +2,8 @@
 // 1872 GB of model states, OPT-175B at 180B tokens, ZeRO's and Korthikanti
 // et al.'s memory figures, Chinchilla's 20 tokens per parameter), and its
 // configs, data file, layout checks, --fit search and report.
-#include "codegen/Plan/Goodput.h"
-#include "codegen/Plan/Report.h"
+#include "training/Plan/Goodput.h"
+#include "training/Plan/Report.h"
 
 #include "frontend/GptBuilder.h"
 
@@ -471,10 +471,10 @@ TEST(PlanLayout, InvalidLayoutsNameTheirOrigin) {
 
   ClusterConfig tp = eight;
   tp.tensorParallel = 5;
-  tp.origins["tensor_parallel"] = "cluster.yaml:3:18";
+  tp.origins["parallel.tp"] = "train.yaml:3:7";
   EXPECT_EQ(errorText(validateLayout(model, train, tp,
                                      getConfiguredLayout(train, tp))),
-            "cluster.yaml:3:18: error: tensor_parallel: 5 does not divide "
+            "train.yaml:3:7: error: parallel.tp: 5 does not divide "
             "n_head (12) of model 'gpt2': each rank needs whole heads");
   tp.origins.clear();
   EXPECT_THAT(errorText(validateLayout(model, train, tp,
@@ -688,45 +688,56 @@ TEST(PlanConfig, TrainAndClusterFiles) {
                          "estimate of the budget policy"));
   EXPECT_THAT(errorText(parseTrainingConfig("tensor_parallel: 2\n", "t.yaml",
                                             "", {}, TrainingConfigUse::Plan)),
-              StartsWith("t.yaml:1:1: error: 'tensor_parallel' is a key of "
-                         "the cluster schema"));
+              StartsWith("t.yaml:1:1: error: 'tensor_parallel' is now "
+                         "'parallel.tp'"));
 
-  ClusterConfig layout;
-  ASSERT_FALSE(static_cast<bool>(parseClusterConfig(
-      "zero: 2\ntensor_parallel: 2\npipeline_parallel: 4\n", "c.yaml",
-      layout)));
-  EXPECT_EQ(layout.zero, 2);
-  EXPECT_EQ(layout.tensorParallel, 2);
-  EXPECT_EQ(layout.pipelineParallel, 4);
-  EXPECT_EQ(layout.origins["tensor_parallel"], "c.yaml:2:18");
+  // The cluster: the config's parallel layout and its plan: section.
+  llvm::Expected<TrainingConfig> mesh = parseTrainingConfig(
+      "parallel: {zero: 2, tp: 2, pp: 4}\n", "c.yaml", "", {},
+      TrainingConfigUse::Plan);
+  ASSERT_TRUE(static_cast<bool>(mesh)) << llvm::toString(mesh.takeError());
+  llvm::Expected<ClusterConfig> layout = clusterConfigFromRun(*mesh);
+  ASSERT_TRUE(static_cast<bool>(layout));
+  EXPECT_EQ(layout->zero, 2);
+  EXPECT_EQ(layout->tensorParallel, 2);
+  EXPECT_EQ(layout->pipelineParallel, 4);
+  EXPECT_EQ(layout->origins["parallel.tp"], "c.yaml:1:25");
 
-  ClusterConfig bad;
-  EXPECT_EQ(errorText(parseClusterConfig("zero: 5\n", "t.yaml", bad)),
-            "t.yaml:1:7: error: zero: 5 is out of range; expected 0 to 3\n"
-            "zero: 5\n"
-            "      ^");
-  EXPECT_THAT(errorText(parseClusterConfig("zeros: 4\n", "t.yaml", bad)),
-              StartsWith("t.yaml:1:1: error: unknown key 'zeros' (did "
-                         "you mean 'zero'?)"));
-  EXPECT_THAT(errorText(parseClusterConfig("zero: 1\nzero: 2\n", "t.yaml", bad)),
-              StartsWith("t.yaml:2:1: error: duplicate key 'zero' (first "
-                         "given at t.yaml:1:7)"));
-  EXPECT_THAT(errorText(parseClusterConfig("- 1\n", "t.yaml", bad)),
-              StartsWith("t.yaml:1:1: error: expected a mapping of cluster "
-                         "keys"));
+  EXPECT_THAT(errorText(parseTrainingConfig("parallel: {zero: 5}\n", "t.yaml",
+                                            "", {}, TrainingConfigUse::Plan)),
+              StartsWith("t.yaml:1:18: error: parallel.zero: ZeRO stage 5 "
+                         "does not exist"));
+  EXPECT_THAT(errorText(parseTrainingConfig("plan: {gpus: 4}\n", "t.yaml",
+                                            "", {}, TrainingConfigUse::Plan)),
+              StartsWith("t.yaml:1:8: error: plan: unknown key 'gpus' (did "
+                         "you mean 'gpu'?)"));
+  EXPECT_THAT(errorText(parseTrainingConfig("zero: 1\n", "t.yaml", "", {},
+                                            TrainingConfigUse::Plan)),
+              StartsWith("t.yaml:1:1: error: 'zero' is now 'parallel.zero'"));
 
-  ClusterConfig c;
-  ASSERT_FALSE(static_cast<bool>(parseClusterConfig(
-      "gpu: h100-sxm\ngpus_per_node: 4\nnodes: 2\nprice_per_gpu_hour: 2.5\n"
-      "mfu: 0.5\n",
-      "c.yaml", c)));
-  EXPECT_EQ(c.gpu, "h100-sxm");
-  EXPECT_EQ(c.numGpus(), 8);
-  EXPECT_EQ(c.pricePerGpuHour, 2.5);
-  EXPECT_EQ(c.mfu, 0.5);
-  EXPECT_THAT(errorText(parseClusterConfig("mfu: 1.5\n", "c.yaml", c)),
-              StartsWith("c.yaml:1:6: error: mfu: 1.5 is out of range; "
+  llvm::Expected<TrainingConfig> machines = parseTrainingConfig(
+      "plan:\n  gpu: h100-sxm\n  gpus_per_node: 4\n  nodes: 2\n"
+      "  price_per_gpu_hour: 2.5\n  mfu: 0.5\n",
+      "c.yaml", "", {}, TrainingConfigUse::Plan);
+  ASSERT_TRUE(static_cast<bool>(machines));
+  llvm::Expected<ClusterConfig> c = clusterConfigFromRun(*machines);
+  ASSERT_TRUE(static_cast<bool>(c));
+  EXPECT_EQ(c->gpu, "h100-sxm");
+  EXPECT_EQ(c->numGpus(), 8);
+  EXPECT_EQ(c->pricePerGpuHour, 2.5);
+  EXPECT_EQ(c->mfu, 0.5);
+  EXPECT_THAT(errorText(parseTrainingConfig("plan: {mfu: 1.5}\n", "c.yaml",
+                                            "", {}, TrainingConfigUse::Plan)),
+              StartsWith("c.yaml:1:13: error: plan.mfu: 1.5 is out of range; "
                          "expected a value > 0 and <= 1"));
+  // llmc run reads the plan section and ignores it; it has no fp8.
+  EXPECT_TRUE(static_cast<bool>(parseTrainingConfig(
+      "plan: {gpu: a100-80gb}\nprecision: fp8\n", "c.yaml", "", {},
+      TrainingConfigUse::Plan)));
+  EXPECT_THAT(errorText(parseTrainingConfig("precision: fp8\n", "c.yaml", "",
+                                            {}, TrainingConfigUse::Run)),
+              StartsWith("c.yaml:1:12: error: precision: unknown precision "
+                         "'fp8'; expected fp32, fp16 or bf16"));
 }
 
 TEST(PlanConfig, Units) {

@@ -3,7 +3,7 @@
 #ifndef LLMC_CODEGEN_PLAN_SEARCH_H
 #define LLMC_CODEGEN_PLAN_SEARCH_H
 
-#include "codegen/Plan/Estimate.h"
+#include "training/Plan/Estimate.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringRef.h"

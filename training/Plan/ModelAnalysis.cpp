@@ -1,5 +1,5 @@
 // `llmc plan`'s model analysis: parameters and the forward pass from the IR.
-#include "codegen/Plan/ModelAnalysis.h"
+#include "training/Plan/ModelAnalysis.h"
 
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "codegen/Training.h"

@@ -4,8 +4,8 @@
 #ifndef LLMC_CODEGEN_PLAN_ESTIMATE_H
 #define LLMC_CODEGEN_PLAN_ESTIMATE_H
 
-#include "codegen/Plan/Hardware.h"
-#include "codegen/Plan/ModelAnalysis.h"
+#include "training/Plan/Hardware.h"
+#include "training/Plan/ModelAnalysis.h"
 #include "frontend/PlanConfig.h"
 #include "ir/PipelineStages.h"
 

@@ -3,7 +3,7 @@
 #ifndef LLMC_CODEGEN_PLAN_REPORT_H
 #define LLMC_CODEGEN_PLAN_REPORT_H
 
-#include "codegen/Plan/Search.h"
+#include "training/Plan/Search.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringRef.h"

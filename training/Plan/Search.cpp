@@ -1,5 +1,5 @@
 // `llmc plan --fit`: the layout search.
-#include "codegen/Plan/Search.h"
+#include "training/Plan/Search.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
