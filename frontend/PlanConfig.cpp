@@ -165,9 +165,9 @@ Expected<double> plan::parseCount(StringRef text) {
 // Train and cluster configs
 //===----------------------------------------------------------------------===//
 
-Expected<TrainConfig> plan::trainConfigFromRun(const TrainingConfig &run,
-                                              bool runDefaults) {
-  TrainConfig train;
+Expected<TrainingFacts> plan::trainingFactsFromRun(const TrainingConfig &run,
+                                                   bool runDefaults) {
+  TrainingFacts train;
   train.origins = run.origins;
   // Without a config file, a key not given keeps the planner's default.
   auto given = [&](StringRef key) {
@@ -303,6 +303,6 @@ std::string plan::sourceOf(const Origins &origins, StringRef key, StringRef file
   return file.str();
 }
 
-int64_t plan::globalBatchOf(const TrainConfig &train) {
+int64_t plan::globalBatchOf(const TrainingFacts &train) {
   return train.globalBatch ? train.globalBatch : kDefaultGlobalBatch;
 }

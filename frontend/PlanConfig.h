@@ -61,9 +61,9 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int64_t kDefaultGlobalBatch = 512;
 
 /// The training facts the planner estimates: from an `llmc run` config and
-/// its flags (trainConfigFromRun). Origins are keyed by the config's paths
+/// its flags (trainingFactsFromRun). Origins are keyed by the config's paths
 /// (micro_batch_size, ...).
-struct TrainConfig {
+struct TrainingFacts {
   Precision precision = Precision::Bf16;
   Optimizer optimizer = Optimizer::AdamW;
   /// SGD keeps a momentum buffer (fp32) unless llmc run's
@@ -89,10 +89,10 @@ struct TrainConfig {
 /// TrainingConfigUse::Plan): precision, optimizer, micro/global batch,
 /// seq_len, remat, max_tokens or max_steps, with llmc run's defaults
 /// (`runDefaults`, a config file was given) or, for keys not given, the
-/// planner's pretraining run (TrainConfig's). The budget policy has no
+/// planner's pretraining run (TrainingFacts's). The budget policy has no
 /// estimate: an error at its key.
-llvm::Expected<TrainConfig> trainConfigFromRun(const TrainingConfig &run,
-                                               bool runDefaults = true);
+llvm::Expected<TrainingFacts> trainingFactsFromRun(const TrainingConfig &run,
+                                                   bool runDefaults = true);
 
 /// Whether `p` keeps weights and activations in 16 bits (fp16, bf16, fp8).
 bool isHalf(Precision p);
@@ -108,7 +108,7 @@ llvm::Error layoutError(const Origins &origins, llvm::StringRef key,
 std::string sourceOf(const Origins &origins, llvm::StringRef key,
                      llvm::StringRef file, llvm::StringRef fallback);
 /// The global batch of a train config, kDefaultGlobalBatch when not given.
-int64_t globalBatchOf(const TrainConfig &train);
+int64_t globalBatchOf(const TrainingFacts &train);
 
 /// The cluster: the config's parallel layout and its `plan:` section (the
 /// machines, their price, the run's overheads; defaults written once, in

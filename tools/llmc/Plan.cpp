@@ -148,9 +148,9 @@ llvm::Expected<PlanInputs> readPlanInputs() {
     inputs.configName = llvm::sys::path::filename(input).str();
   } else if (!input.empty()) {
     if (inputs.run.origins.count("model"))
-      return llvm::createStringError(
-          "the model is given twice: '" + input + "' and " +
-          inputs.run.origins["model"] + "; give one");
+      return llvm::createStringError("the model is given twice: '" + input +
+                                     "' and " + inputs.run.origins["model"] +
+                                     "; give one");
     inputs.modelInput = input.str();
   }
   return inputs;
@@ -182,6 +182,32 @@ llvm::Expected<PlanModel> loadModel(MLIRContext &context,
   return analyzed;
 }
 
+/// The former --cluster file and `--train CONFIG.yaml`: say where they went.
+llvm::Error checkFormerOptions() {
+  for (size_t i = 0; i < configFlags.size(); ++i) {
+    llvm::StringRef flag = configFlags[i];
+    if (flag == "--cluster" || flag.starts_with("--cluster="))
+      return llvm::createStringError(
+          "--cluster: the cluster's keys are the config's now: the "
+          "layout in parallel: (tp, pp, sp, zero), the machines in "
+          "plan: (gpu, nodes, gpus_per_node, ...); give them in the "
+          "training config or as flags (--tp 2, --gpu a100-80gb); "
+          "see docs/config-keys.md");
+    llvm::StringRef value =
+        flag.contains('=')
+            ? flag.split('=').second
+            : (i + 1 < configFlags.size() ? llvm::StringRef(configFlags[i + 1])
+                                          : llvm::StringRef());
+    if ((flag == "--train" || flag.starts_with("--train=")) &&
+        (value.ends_with(".yaml") || value.ends_with(".yml")))
+      return llvm::createStringError(
+          "--train is data.train (training data files); llmc plan "
+          "reads a training config as its argument: llmc plan " +
+          value);
+  }
+  return llvm::Error::success();
+}
+
 } // namespace
 
 std::vector<char *> splitPlanArguments(int argc, char **argv) {
@@ -189,8 +215,8 @@ std::vector<char *> splitPlanArguments(int argc, char **argv) {
   // other --flag is a config key (or an unknown one, which the config
   // parser names with a suggestion).
   static const llvm::StringRef ownOptions[] = {
-      "hardware", "fit", "json", "step-memory", "list-gpus", "stage",
-      "help-hidden", "help-list", "version"};
+      "hardware", "fit",         "json",      "step-memory", "list-gpus",
+      "stage",    "help-hidden", "help-list", "version"};
   std::vector<char *> kept = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     llvm::StringRef arg = argv[i];
@@ -199,8 +225,8 @@ std::vector<char *> splitPlanArguments(int argc, char **argv) {
       continue;
     }
     llvm::StringRef name = arg;
-    if (!name.consume_front("--") && !(name.size() > 1 &&
-                                       name.consume_front("-"))) {
+    if (!name.consume_front("--") &&
+        !(name.size() > 1 && name.consume_front("-"))) {
       kept.push_back(argv[i]);
       continue;
     }
@@ -224,36 +250,18 @@ int runPlan(MLIRContext &context) {
     printTrainingConfigHelp(llvm::outs());
     return 0;
   }
-  // Options of the former cluster file and --train: say where they went.
-  for (size_t i = 0; i < configFlags.size(); ++i) {
-    llvm::StringRef flag = configFlags[i];
-    if (flag == "--cluster" || flag.starts_with("--cluster="))
-      return fail("--cluster: the cluster's keys are the config's now: the "
-                  "layout in parallel: (tp, pp, sp, zero), the machines in "
-                  "plan: (gpu, nodes, gpus_per_node, ...); give them in the "
-                  "training config or as flags (--tp 2, --gpu a100-80gb); "
-                  "see docs/config-keys.md");
-    llvm::StringRef value =
-        flag.contains('=') ? flag.split('=').second
-                           : (i + 1 < configFlags.size()
-                                  ? llvm::StringRef(configFlags[i + 1])
-                                  : llvm::StringRef());
-    if ((flag == "--train" || flag.starts_with("--train=")) &&
-        (value.ends_with(".yaml") || value.ends_with(".yml")))
-      return fail("--train is data.train (training data files); llmc plan "
-                  "reads a training config as its argument: llmc plan " +
-                  value);
-  }
+  if (llvm::Error err = checkFormerOptions())
+    return fail(std::move(err));
   std::string hardwarePath =
       hardwareFile.empty() ? getDefaultHardwarePath() : hardwareFile.getValue();
   llvm::Expected<PlanInputs> inputs = readPlanInputs();
   if (!inputs)
     return fail(inputs.takeError());
-  llvm::Expected<TrainConfig> facts =
-      trainConfigFromRun(inputs->run, /*runDefaults=*/inputs->fromFile);
+  llvm::Expected<TrainingFacts> facts =
+      trainingFactsFromRun(inputs->run, /*runDefaults=*/inputs->fromFile);
   if (!facts)
     return fail(facts.takeError());
-  TrainConfig train = std::move(*facts);
+  TrainingFacts train = std::move(*facts);
   llvm::Expected<ClusterConfig> layout = clusterConfigFromRun(inputs->run);
   if (!layout)
     return fail(layout.takeError());
@@ -276,14 +284,14 @@ int runPlan(MLIRContext &context) {
     gpu = *found;
   }
   if (!gpu && (cluster.observedDays > 0 || cluster.observedStepSeconds > 0))
-    return fail(llvm::Twine(cluster.observedDays > 0
-                                ? originOf(cluster.origins, "plan.observed_days",
-                                           "observed-days")
-                                : originOf(cluster.origins,
-                                           "plan.observed_step_time",
-                                           "observed-step-time")) +
-                ": an observed run is compared with the GPUs' peak: give "
-                "--gpu NAME or plan.gpu in the config");
+    return fail(
+        llvm::Twine(cluster.observedDays > 0
+                        ? originOf(cluster.origins, "plan.observed_days",
+                                   "observed-days")
+                        : originOf(cluster.origins, "plan.observed_step_time",
+                                   "observed-step-time")) +
+        ": an observed run is compared with the GPUs' peak: give "
+        "--gpu NAME or plan.gpu in the config");
 
   llvm::Expected<PlanModel> model = loadModel(context, *inputs);
   if (!model)
@@ -320,8 +328,8 @@ int runPlan(MLIRContext &context) {
                                        getConfiguredLayout(train, cluster)))
     return fail(std::move(err));
   int64_t seqLen = train.seqLen ? train.seqLen : model->config.seqLen;
-  llvm::Expected<ForwardPlan> forward =
-      planForward(context, *model, train.microBatch, seqLen);
+  llvm::Expected<ForwardMemory> forward =
+      compileForwardMemory(context, *model, train.microBatch, seqLen);
   if (!forward)
     return fail(forward.takeError());
   request.forward = *forward;
@@ -350,7 +358,7 @@ int runPlan(MLIRContext &context) {
   if (stepMemoryFlag == "ir" ||
       (stepMemoryFlag == "auto" && compilable &&
        model->config.nLayer <= kAutoStepLayers)) {
-    llvm::Expected<StepPlan> step = planTrainingStep(
+    llvm::Expected<StepMemory> step = compileStepMemory(
         context, *model, train.microBatch, seqLen, train.precision,
         train.optimizer, configured.dp, configured.zero);
     if (!step)

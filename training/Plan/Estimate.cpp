@@ -158,7 +158,7 @@ PipelineCut plan::pipelineCutOf(const PlanModel &model, int64_t seqLen,
 }
 
 
-Layout plan::getConfiguredLayout(const TrainConfig &train,
+Layout plan::getConfiguredLayout(const TrainingFacts &train,
                                  const ClusterConfig &cluster) {
   Layout layout;
   layout.tp = cluster.tensorParallel;
@@ -171,7 +171,7 @@ Layout plan::getConfiguredLayout(const TrainConfig &train,
   return layout;
 }
 
-Error plan::validateLayout(const PlanModel &model, const TrainConfig &train,
+Error plan::validateLayout(const PlanModel &model, const TrainingFacts &train,
                            const ClusterConfig &cluster, const Layout &layout) {
   const ModelConfig &c = model.config;
   const Origins &o = train.origins, &co = cluster.origins;
@@ -233,7 +233,7 @@ double vocabShare(const PlanModel &model, int64_t elements, int64_t tp) {
 }
 
 /// The memory of pipeline stage `stage` under `layout`.
-DeviceMemory stageMemory(const PlanModel &model, const TrainConfig &train,
+DeviceMemory stageMemory(const PlanModel &model, const TrainingFacts &train,
                          const ClusterConfig &cluster, const Layout &layout,
                          const PipelineCut &cut, const BlockActivations &block,
                          double extraFirst, double extraLast,
@@ -283,7 +283,7 @@ DeviceMemory stageMemory(const PlanModel &model, const TrainConfig &train,
 
 /// The most loaded stage (the earliest of equals: under an uneven cut a
 /// middle stage may hold more blocks than either end), or stage `only`.
-DeviceMemory deviceMemory(const PlanModel &model, const TrainConfig &train,
+DeviceMemory deviceMemory(const PlanModel &model, const TrainingFacts &train,
                           const ClusterConfig &cluster, const Layout &layout,
                           const PipelineCut &cut, const BlockActivations &block,
                           double extraFirst, double extraLast,
@@ -304,7 +304,7 @@ DeviceMemory deviceMemory(const PlanModel &model, const TrainConfig &train,
 }
 } // namespace
 
-Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
+Estimate plan::estimate(const PlanModel &model, const TrainingFacts &train,
                         const ClusterConfig &cluster, const GpuSpec *gpu,
                         const Layout &layout, int64_t stage) {
   const ModelConfig &c = model.config;

@@ -105,7 +105,7 @@ std::string formatValue(const Quantity &q) {
   return withCommas(q.value) + " " + q.unit;
 }
 
-std::string precisionLabel(const TrainConfig &train) {
+std::string precisionLabel(const TrainingFacts &train) {
   switch (train.precision) {
   case Precision::Fp32:
     return "fp32";
@@ -128,7 +128,7 @@ std::string layoutLabel(const Layout &l) {
 /// The layouts compared in the default (non --fit) report: every ZeRO
 /// stage of the configured layout, then other tp and pp sizes.
 std::vector<Layout> comparedLayouts(const PlanModel &model,
-                                    const TrainConfig &train,
+                                    const TrainingFacts &train,
                                     const ClusterConfig &cluster,
                                     const Layout &base) {
   std::vector<Layout> layouts;
@@ -164,7 +164,7 @@ std::vector<Layout> comparedLayouts(const PlanModel &model,
 void addCheckpointSections(const PlanRequest &request, const Estimate &est,
                            const StateBytes &perParameter, StringRef data,
                            Report &report) {
-  const TrainConfig &train = request.train;
+  const TrainingFacts &train = request.train;
   const ClusterConfig &cluster = request.cluster;
   const Origins &o = train.origins, &co = cluster.origins;
   const Layout &layout = est.layout;
@@ -357,7 +357,7 @@ void addCheckpointSections(const PlanRequest &request, const Estimate &est,
 
 Expected<Report> plan::buildReport(const PlanRequest &request) {
   const PlanModel &model = *request.model;
-  const TrainConfig &train = request.train;
+  const TrainingFacts &train = request.train;
   const ClusterConfig &cluster = request.cluster;
   const ModelConfig &c = model.config;
   const GpuSpec *gpu = request.gpu;
@@ -381,7 +381,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
                           request.stage.value_or(-1));
   // The compiled step of this layout, when there is one: its activations
   // and arena replace the formulas (the layouts compared stay formulas).
-  const StepPlan *step = nullptr;
+  const StepMemory *step = nullptr;
   if (request.step && request.step->batch == layout.microBatch &&
       request.step->seqLen == est.seqLen && request.step->dp == layout.dp &&
       request.step->zero == (layout.dp > 1 ? layout.zero : request.step->zero) &&
@@ -564,7 +564,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
                   .str(),
               {}};
   if (request.forward) {
-    const ForwardPlan &fwd = *request.forward;
+    const ForwardMemory &fwd = *request.forward;
     act.rows.push_back(
         {"forward_arena",
          formatv("forward pass only, f32, one device ({0} x {1})", fwd.batch,

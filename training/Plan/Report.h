@@ -57,15 +57,15 @@ struct Report {
 
 struct PlanRequest {
   const PlanModel *model = nullptr;
-  TrainConfig train;
+  TrainingFacts train;
   ClusterConfig cluster;
   const GpuSpec *gpu = nullptr; // null: memory and FLOPs only
   std::string hardwarePath;
-  std::optional<ForwardPlan> forward;
+  std::optional<ForwardMemory> forward;
   /// The compiled training step, when the layout allows it (tp 1, pp 1;
-  /// see planTrainingStep): its memory plan replaces the activation and
+  /// see compileStepMemory): its memory plan replaces the activation and
   /// workspace formulas of the configured layout.
-  std::optional<StepPlan> step;
+  std::optional<StepMemory> step;
   std::optional<double> fitBudget; // --fit
   /// --stage: the pipeline stage whose memory the report shows (default
   /// the most loaded).

@@ -30,7 +30,7 @@ bool fasterThan(const Estimate &a, const Estimate &b) {
 }
 } // namespace
 
-FitResult plan::searchFit(const PlanModel &model, const TrainConfig &train,
+FitResult plan::searchFit(const PlanModel &model, const TrainingFacts &train,
                           const ClusterConfig &cluster, const GpuSpec &gpu,
                           double budgetBytes) {
   FitResult result;

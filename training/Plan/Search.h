@@ -37,7 +37,7 @@ struct FitResult {
 /// dividing the per-rank batch) and remat policy; keeps those whose most
 /// loaded device fits in `budgetBytes`, fastest step first (ties: larger
 /// micro-batch, lower ZeRO stage, less memory).
-FitResult searchFit(const PlanModel &model, const TrainConfig &train,
+FitResult searchFit(const PlanModel &model, const TrainingFacts &train,
                     const ClusterConfig &cluster, const GpuSpec &gpu,
                     double budgetBytes);
 
