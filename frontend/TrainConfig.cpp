@@ -1758,6 +1758,43 @@ void printList(raw_ostream &os, StringRef key,
 }
 } // namespace
 
+namespace {
+/// The plan: section's keys that the config gives (llmc plan reads a run's
+/// resolved config as it reads the run's; defaults stay unwritten, so that
+/// the machines are sized as the run's were).
+void printPlanSection(const TrainingConfig &c, raw_ostream &os) {
+  const ::llmc::PlanSection &p = c.plan;
+  std::string text;
+  raw_string_ostream section(text);
+  auto given = [&](Key key) {
+    return c.origins.count(info(key).path.str()) != 0;
+  };
+  auto number = [&](Key key, double value) {
+    if (given(key))
+      section << "  " << leafOf(info(key).path) << ": "
+              << formatDouble(value) << "\n";
+  };
+  if (given(Key::PlanGpu))
+    section << "  gpu: \"" << yaml::escape(p.gpu) << "\"\n";
+  number(Key::PlanGpusPerNode, double(p.gpusPerNode));
+  number(Key::PlanNodes, double(p.nodes));
+  number(Key::PlanPricePerGpuHour, p.pricePerGpuHour);
+  number(Key::PlanMfu, p.mfu);
+  number(Key::PlanReserveGib, p.reserveGiB);
+  number(Key::PlanRestarts, double(p.restarts));
+  number(Key::PlanRestartMinutes, p.restartMinutes);
+  number(Key::PlanStorageWriteGbps, p.storageWriteGBps);
+  number(Key::PlanStorageReadGbps, p.storageReadGBps);
+  number(Key::PlanObservedDays, p.observedDays);
+  number(Key::PlanObservedStepTime, p.observedStepSeconds);
+  if (given(Key::PlanGradPrecision))
+    section << "  grad_precision: " << (p.fp32Gradients ? "fp32" : "half")
+            << "\n";
+  if (!text.empty())
+    os << "plan:\n" << text;
+}
+} // namespace
+
 void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
                                      raw_ostream &os) {
   if (!c.modelMlirPath.empty()) {
@@ -1858,6 +1895,7 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
      << "out: \"" << yaml::escape(c.out) << "\"\n";
   if (!c.initFrom.empty())
     os << "init_from: \"" << yaml::escape(c.initFrom) << "\"\n";
+  printPlanSection(c, os);
 }
 
 std::map<std::string, std::string>
