@@ -765,7 +765,7 @@ Error Parser::collectFlags(ArrayRef<std::string> flags) {
         }
       return makeError(
           ("unknown option '--" + name + "'" +
-           (best.empty() ? std::string("; see 'llmc run --help'")
+           (best.empty() ? std::string("; see 'llmc help config'")
                          : " (did you mean '--" + best + "'?)"))
               .str());
     }
