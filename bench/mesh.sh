@@ -101,8 +101,8 @@ run() {
 plan() {
   local name=$1
   shift
-  "$llmc" plan "$model" --train "$config" --gpus-per-node "$ranks" \
-    --micro-batch "$micro" --global-batch "$global" --seq-len "$seq" \
+  "$llmc" plan "$config" --model "$model" --gpus-per-node "$ranks" \
+    --micro-batch-size "$micro" --global-batch-size "$global" --seq-len "$seq" \
     --step-memory formula --json "$@" >"$work/plan-$name.json" 2>"$work/plan-$name.err" ||
     fail "llmc plan $*" "$work/plan-$name.err"
 }

@@ -7,7 +7,7 @@
 // Every YAML file llmc reads goes through it: model configs
 // (frontend/ModelConfig.cpp), `llmc run` configs (frontend/TrainConfig.cpp),
 // the planner's cluster file (frontend/PlanConfig.cpp) and hardware table
-// (codegen/Plan/Hardware.cpp). Where the readers word an error differently
+// (training/Plan/Hardware.cpp). Where the readers word an error differently
 // (tests assert each), the caller passes the wording.
 #ifndef LLMC_FRONTEND_CONFIGYAML_H
 #define LLMC_FRONTEND_CONFIGYAML_H

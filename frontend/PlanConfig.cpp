@@ -1,4 +1,5 @@
-// `llmc plan`'s train and cluster configs: names, sizes and the YAML files.
+// `llmc plan`'s view of a training config: its training facts and cluster,
+// the names of what it estimates, and sizes and counts with units.
 #include "frontend/PlanConfig.h"
 
 
@@ -164,45 +165,67 @@ Expected<double> plan::parseCount(StringRef text) {
 // Train and cluster configs
 //===----------------------------------------------------------------------===//
 
-Expected<TrainConfig> plan::trainConfigFromRun(const TrainingConfig &run) {
-  TrainConfig train;
+Expected<TrainingFacts> plan::trainingFactsFromRun(const TrainingConfig &run,
+                                                   bool runDefaults) {
+  TrainingFacts train;
   train.origins = run.origins;
-  switch (run.precision.kind) {
-  case ::llmc::PrecisionConfig::Kind::FP32:
-    train.precision = Precision::Fp32;
-    break;
-  case ::llmc::PrecisionConfig::Kind::FP16:
-    train.precision = Precision::Fp16;
-    break;
-  case ::llmc::PrecisionConfig::Kind::BF16:
-    train.precision = Precision::Bf16;
-    break;
+  // Without a config file, a key not given keeps the planner's default.
+  auto given = [&](StringRef key) {
+    return runDefaults || run.origins.count(key.str());
+  };
+  const ::llmc::PlanSection &estimated = run.plan;
+  if (!estimated.estimatedPrecision.empty()) {
+    train.precision = *parsePrecision(estimated.estimatedPrecision);
+  } else if (given("precision")) {
+    switch (run.precision.kind) {
+    case ::llmc::PrecisionConfig::Kind::FP32:
+      train.precision = Precision::Fp32;
+      break;
+    case ::llmc::PrecisionConfig::Kind::FP16:
+      train.precision = Precision::Fp16;
+      break;
+    case ::llmc::PrecisionConfig::Kind::BF16:
+      train.precision = Precision::Bf16;
+      break;
+    }
   }
-  train.optimizer = run.optimizer.kind == ::llmc::OptimizerConfig::Kind::SGD
-                        ? Optimizer::Sgd
-                        : Optimizer::AdamW;
+  if (!estimated.estimatedOptimizer.empty())
+    train.optimizer = *parseOptimizer(estimated.estimatedOptimizer);
+  else
+    train.optimizer = run.optimizer.kind == ::llmc::OptimizerConfig::Kind::SGD
+                          ? Optimizer::Sgd
+                          : Optimizer::AdamW;
   train.sgdMomentum = run.optimizer.momentum != 0;
-  // llmc run's optimizer step reads fp32 gradients.
-  train.fp32Gradients = true;
-  train.microBatch = run.microBatchSize;
-  train.globalBatch = run.globalBatchSize ? run.globalBatchSize
-                                          : run.microBatchSize;
-  train.seqLen = run.seqLen;
-  switch (run.remat.policy) {
-  case ::llmc::RematConfig::Policy::None:
-    train.remat = Remat::None;
-    break;
-  case ::llmc::RematConfig::Policy::Selective:
-    train.remat = Remat::Selective;
-    break;
-  case ::llmc::RematConfig::Policy::Full:
-    train.remat = Remat::Full;
-    break;
-  case ::llmc::RematConfig::Policy::Budget:
-    return layoutError(train.origins, "remat", "remat",
-                       "llmc plan has no estimate of the budget policy (it "
-                       "recomputes until the step fits remat_budget); plan "
-                       "none, selective or full with --remat");
+  // llmc run's optimizer step reads fp32 gradients; plan.grad_precision
+  // half estimates 16-bit ones.
+  train.fp32Gradients = estimated.fp32Gradients;
+  if (given("micro_batch_size"))
+    train.microBatch = run.microBatchSize;
+  if (given("global_batch_size") || given("micro_batch_size"))
+    train.globalBatch = run.origins.count("global_batch_size") || runDefaults
+                            ? run.globalBatchSize
+                            : 0;
+  if (given("seq_len"))
+    train.seqLen = run.seqLen;
+  if (!estimated.estimatedRemat.empty()) {
+    train.remat = *parseRemat(estimated.estimatedRemat);
+  } else {
+    switch (run.remat.policy) {
+    case ::llmc::RematConfig::Policy::None:
+      train.remat = Remat::None;
+      break;
+    case ::llmc::RematConfig::Policy::Selective:
+      train.remat = Remat::Selective;
+      break;
+    case ::llmc::RematConfig::Policy::Full:
+      train.remat = Remat::Full;
+      break;
+    case ::llmc::RematConfig::Policy::Budget:
+      return layoutError(train.origins, "remat", "remat",
+                         "llmc plan has no estimate of the budget policy (it "
+                         "recomputes until the step fits remat_budget); plan "
+                         "none, selective or full with --remat");
+    }
   }
   train.checkpointInterval = run.checkpointInterval;
   train.keepCheckpoints = run.keepCheckpoints;
@@ -216,121 +239,38 @@ Expected<TrainConfig> plan::trainConfigFromRun(const TrainingConfig &run) {
   return train;
 }
 
-namespace {
-constexpr StringRef kClusterKeys[] = {
-    "zero",          "tensor_parallel",    "pipeline_parallel",
-    "sequence_parallel",
-    "gpu",           "gpus_per_node",      "nodes",
-    "price_per_gpu_hour", "mfu",           "reserve_gib",
-    "restarts",      "restart_minutes",    "storage_write_gbps",
-    "storage_read_gbps", "observed_days",  "observed_step_time"};
-} // namespace
-
-ArrayRef<StringRef> plan::clusterConfigKeys() { return kClusterKeys; }
-
-Error plan::parseClusterConfig(StringRef text, StringRef bufferName,
-                               ClusterConfig &config) {
-  YamlFile file(text, bufferName);
-  Expected<const YNode *> root = file.root("cluster keys");
-  if (!root)
-    return root.takeError();
-  Fields fields(file, kClusterKeys);
-  if (Error err = fields.collect(**root))
-    return err;
-  constexpr int64_t kMax = 1ll << 31;
-  for (auto [key, field, max] :
-       {std::tuple<StringRef, int64_t *, int64_t>{
-            "tensor_parallel", &config.tensorParallel, kMax},
-        {"pipeline_parallel", &config.pipelineParallel, kMax}}) {
-    if (!fields.has(key))
-      continue;
-    Expected<int64_t> value = fields.getInt(key, 1, max);
-    if (!value)
-      return value.takeError();
-    *field = *value;
-    config.origins[key.str()] = fields.where(key);
+Expected<ClusterConfig> plan::clusterConfigFromRun(const TrainingConfig &run) {
+  ClusterConfig cluster;
+  static_cast<::llmc::PlanSection &>(cluster) = run.plan;
+  cluster.origins = run.origins;
+  cluster.zero = static_cast<int>(run.parallel.zero);
+  cluster.tensorParallel = run.parallel.tp;
+  cluster.sequenceParallel = run.parallel.sp;
+  cluster.pipelineParallel = run.parallel.pp;
+  if (!run.origins.count("parallel.dp"))
+    return cluster;
+  // A run's mesh sizes the cluster it plans on, unless the plan section
+  // says otherwise; then the two must agree.
+  int64_t world = run.parallel.dp * run.parallel.tp * run.parallel.pp;
+  bool sized = run.origins.count("plan.nodes") ||
+               run.origins.count("plan.gpus_per_node");
+  if (!sized) {
+    int64_t perNode = cluster.gpusPerNode;
+    if (world % perNode == 0) {
+      cluster.nodes = world / perNode;
+    } else {
+      cluster.gpusPerNode = world;
+      cluster.nodes = 1;
+    }
   }
-  if (fields.has("zero")) {
-    Expected<int64_t> value = fields.getInt("zero", 0, 3);
-    if (!value)
-      return value.takeError();
-    config.zero = static_cast<int>(*value);
-    config.origins["zero"] = fields.where("zero");
-  }
-  if (fields.has("sequence_parallel")) {
-    Expected<bool> value = fields.getEnum<bool>(
-        "sequence_parallel",
-        +[](StringRef text) -> std::optional<bool> {
-          if (text == "true")
-            return true;
-          if (text == "false")
-            return false;
-          return std::nullopt;
-        },
-        "true, false");
-    if (!value)
-      return value.takeError();
-    config.sequenceParallel = *value;
-    config.origins["sequence_parallel"] = fields.where("sequence_parallel");
-  }
-  if (fields.has("gpu")) {
-    Expected<std::string> value = fields.getString("gpu");
-    if (!value)
-      return value.takeError();
-    config.gpu = *value;
-    config.origins["gpu"] = fields.where("gpu");
-  }
-  for (auto [key, field, min] :
-       {std::tuple<StringRef, int64_t *, int64_t>{"gpus_per_node",
-                                                  &config.gpusPerNode, 1},
-        {"nodes", &config.nodes, 1},
-        {"restarts", &config.restarts, 0}}) {
-    if (!fields.has(key))
-      continue;
-    Expected<int64_t> value = fields.getInt(key, min, 1 << 20);
-    if (!value)
-      return value.takeError();
-    *field = *value;
-    config.origins[key.str()] = fields.where(key);
-  }
-  struct NumberKey {
-    StringRef key;
-    double *field;
-    double min;
-    bool inclusive;
-    double max;
-  } numbers[] = {
-      {"price_per_gpu_hour", &config.pricePerGpuHour, 0, true, HUGE_VAL},
-      {"mfu", &config.mfu, 0, false, 1},
-      {"reserve_gib", &config.reserveGiB, 0, true, HUGE_VAL},
-      {"restart_minutes", &config.restartMinutes, 0, true, HUGE_VAL},
-      {"storage_write_gbps", &config.storageWriteGBps, 0, false, HUGE_VAL},
-      {"storage_read_gbps", &config.storageReadGBps, 0, false, HUGE_VAL},
-      {"observed_days", &config.observedDays, 0, false, HUGE_VAL},
-      {"observed_step_time", &config.observedStepSeconds, 0, false, HUGE_VAL},
-  };
-  for (const NumberKey &n : numbers) {
-    if (!fields.has(n.key))
-      continue;
-    Expected<double> value = fields.getNumber(n.key, n.min, n.inclusive, n.max);
-    if (!value)
-      return value.takeError();
-    *n.field = *value;
-    config.origins[n.key.str()] = fields.where(n.key);
-  }
-  if (fields.has("observed_days") && fields.has("observed_step_time"))
-    return fields.error("observed_step_time",
-                        "give one observed figure, observed_days or "
-                        "observed_step_time, not both (observed_days is at " +
-                            fields.where("observed_days") + ")");
-  return Error::success();
-}
-
-Error plan::loadClusterConfigFile(StringRef path, ClusterConfig &config) {
-  auto buffer = readFile(path, "cluster config");
-  if (!buffer)
-    return buffer.takeError();
-  return parseClusterConfig((*buffer)->getBuffer(), path, config);
+  if (cluster.numGpus() != world)
+    return layoutError(
+        cluster.origins, "parallel.dp", "dp",
+        formatv("dp {0} x tp {1} x pp {2} = {3} ranks, but the plan section "
+                "gives {4} GPUs ({5} per node x {6} nodes)",
+                run.parallel.dp, run.parallel.tp, run.parallel.pp, world,
+                cluster.numGpus(), cluster.gpusPerNode, cluster.nodes));
+  return cluster;
 }
 
 bool plan::isHalf(Precision p) {
@@ -363,6 +303,6 @@ std::string plan::sourceOf(const Origins &origins, StringRef key, StringRef file
   return file.str();
 }
 
-int64_t plan::globalBatchOf(const TrainConfig &train) {
+int64_t plan::globalBatchOf(const TrainingFacts &train) {
   return train.globalBatch ? train.globalBatch : kDefaultGlobalBatch;
 }

@@ -1,8 +1,7 @@
-// The configs of `llmc plan`: the training facts it estimates, read from an
-// `llmc run` config (frontend/TrainConfig.h, the one training schema), and
-// the cluster schema: the parallel layout and the machines it runs on, read
-// from the --cluster YAML file (frontend/ConfigYaml.h) with file:line:col
-// errors.
+// What `llmc plan` estimates, read from an `llmc run` config and its flags
+// (frontend/TrainConfig.h, the one schema): the training facts, and the
+// cluster: the config's parallel layout and its `plan:` section (the
+// machines, their price, restarts, an observed run).
 #ifndef LLMC_FRONTEND_PLANCONFIG_H
 #define LLMC_FRONTEND_PLANCONFIG_H
 
@@ -55,15 +54,16 @@ using Origins = std::map<std::string, std::string>;
 
 /// Sizes in bytes.
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-/// Without a training config (no --train), the planner estimates a
-/// pretraining run of this global batch and micro-batch 1; with one, the
-/// config's values and `llmc run`'s defaults (frontend/TrainConfig.h) apply.
+/// Without a training config file (a model given alone), the planner
+/// estimates a pretraining run of this global batch, micro-batch 1 and
+/// bf16; with one, the config's values and `llmc run`'s defaults
+/// (frontend/TrainConfig.h) apply.
 constexpr int64_t kDefaultGlobalBatch = 512;
 
-/// The training facts the planner estimates: from an `llmc run` config
-/// (trainConfigFromRun), then the flags. Origins are keyed by the run
-/// schema's names (micro_batch_size, ...).
-struct TrainConfig {
+/// The training facts the planner estimates: from an `llmc run` config and
+/// its flags (trainingFactsFromRun). Origins are keyed by the config's paths
+/// (micro_batch_size, ...).
+struct TrainingFacts {
   Precision precision = Precision::Bf16;
   Optimizer optimizer = Optimizer::AdamW;
   /// SGD keeps a momentum buffer (fp32) unless llmc run's
@@ -81,15 +81,18 @@ struct TrainConfig {
   /// Steps between checkpoints and how many are kept (llmc run's
   /// checkpoint_interval, 0: only at the end; keep_checkpoints, 0: all).
   int64_t checkpointInterval = 0;
-  int64_t keepCheckpoints = 3;
+  int64_t keepCheckpoints = ::llmc::kDefaultKeepCheckpoints;
   Origins origins;
 };
 
 /// The training facts of an `llmc run` config (read with
 /// TrainingConfigUse::Plan): precision, optimizer, micro/global batch,
-/// seq_len, remat, max_tokens or max_steps, with llmc run's defaults. The
-/// budget policy has no estimate: an error at its key.
-llvm::Expected<TrainConfig> trainConfigFromRun(const TrainingConfig &run);
+/// seq_len, remat, max_tokens or max_steps, with llmc run's defaults
+/// (`runDefaults`, a config file was given) or, for keys not given, the
+/// planner's pretraining run (TrainingFacts's). The budget policy has no
+/// estimate: an error at its key.
+llvm::Expected<TrainingFacts> trainingFactsFromRun(const TrainingConfig &run,
+                                                   bool runDefaults = true);
 
 /// Whether `p` keeps weights and activations in 16 bits (fp16, bf16, fp8).
 bool isHalf(Precision p);
@@ -105,44 +108,27 @@ llvm::Error layoutError(const Origins &origins, llvm::StringRef key,
 std::string sourceOf(const Origins &origins, llvm::StringRef key,
                      llvm::StringRef file, llvm::StringRef fallback);
 /// The global batch of a train config, kDefaultGlobalBatch when not given.
-int64_t globalBatchOf(const TrainConfig &train);
+int64_t globalBatchOf(const TrainingFacts &train);
 
-/// The cluster schema: the parallel layout and the machines.
-struct ClusterConfig {
+/// The cluster: the config's parallel layout and its `plan:` section (the
+/// machines, their price, the run's overheads; defaults written once, in
+/// ::llmc::PlanSection). Origins are keyed by the config's paths
+/// (parallel.tp, plan.gpu, ...).
+struct ClusterConfig : ::llmc::PlanSection {
   int zero = 0; // ZeRO stage 0-3 over the data-parallel group
   int64_t tensorParallel = 1;
-  bool sequenceParallel = false; // with tensorParallel > 1 (llmc run --sp)
+  bool sequenceParallel = false; // with tensorParallel > 1
   int64_t pipelineParallel = 1;
-  std::string gpu; // a name in the hardware data file; empty: none
-  int64_t gpusPerNode = 8;
-  int64_t nodes = 1;
-  double pricePerGpuHour = 0; // USD; 0: no cost estimate
-  double mfu = 0.4;           // model FLOPs utilization of the kernels
-  double reserveGiB = 1.0;    // CUDA context, library workspaces, allocator
-  /// Run overheads (the goodput model of codegen/Plan/Goodput.h). The
-  /// defaults are assumptions, and the report says so.
-  int64_t restarts = 0;         // job restarts over the run
-  double restartMinutes = 10;   // re-launch per restart, before reloading
-  double storageWriteGBps = 10; // aggregate checkpoint write, GB/s
-  double storageReadGBps = 0;   // aggregate reload, GB/s; 0: the write's
-  /// An observed run, at most one of the two: its wall-clock days, or its
-  /// seconds per optimizer step; 0: not given.
-  double observedDays = 0;
-  double observedStepSeconds = 0;
   Origins origins;
 
   int64_t numGpus() const { return gpusPerNode * nodes; }
 };
 
-/// The keys of the cluster schema, for messages that point a key given in
-/// the wrong file here.
-llvm::ArrayRef<llvm::StringRef> clusterConfigKeys();
-
-/// Reads the keys given in a cluster YAML file over `config` (keys not
-/// given keep their value). Errors are "file:line:col: error: ...".
-llvm::Error parseClusterConfig(llvm::StringRef text, llvm::StringRef bufferName,
-                               ClusterConfig &config);
-llvm::Error loadClusterConfigFile(llvm::StringRef path, ClusterConfig &config);
+/// The cluster of a config: parallel.tp, .pp, .sp and .zero and the plan
+/// section. A parallel.dp given sizes the cluster when the plan section
+/// does not (nodes x gpus_per_node = dp x tp x pp), and must agree with it
+/// when it does.
+llvm::Expected<ClusterConfig> clusterConfigFromRun(const TrainingConfig &run);
 
 /// "80GB" (1e9), "80GiB" (2^30), "81920MiB", "0.5TB"; a bare number is GiB.
 llvm::Expected<double> parseMemorySize(llvm::StringRef text);

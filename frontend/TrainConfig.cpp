@@ -1,9 +1,12 @@
-// The training config: one table of keys for the YAML file, the command-line
-// flags and the help text; values from both go through the same checks.
+// The training config's parser: the values of the file and the flags are
+// collected by the table of keys (TrainConfigKeys.cpp), set by each section's
+// reader (TrainConfigApply.cpp) and checked together; the resolved config
+// printed back, and the sections a resume must agree with.
 #include "frontend/TrainConfig.h"
 
+#include "frontend/TrainConfigParser.h"
+
 #include "frontend/ConfigYaml.h"
-#include "frontend/PlanConfig.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
@@ -29,374 +32,9 @@ using ::llmc::PrecisionConfig;
 using ::llmc::RematConfig;
 using ::llmc::LrSchedule;
 
-namespace {
+using namespace mlir::llmc::trainconfig;
 
-//===----------------------------------------------------------------------===//
-// The table of keys
-//===----------------------------------------------------------------------===//
-
-enum class Key {
-  Model,
-  OptimizerName,
-  Lr,
-  Betas,
-  Eps,
-  WeightDecay,
-  Momentum,
-  Nesterov,
-  GradClip,
-  DecayNormsAndBiases,
-  ScheduleName,
-  WarmupSteps,
-  DecaySteps,
-  MinLr,
-  GlobalBatchSize,
-  MicroBatchSize,
-  SeqLen,
-  RampupStart,
-  RampupIncrement,
-  RampupSamples,
-  SeqLenWarmupStart,
-  SeqLenWarmupSteps,
-  MaxSteps,
-  MaxTokens,
-  DataTrain,
-  DataVal,
-  DataValFraction,
-  DataTokenizer,
-  LogInterval,
-  Progress,
-  EvalInterval,
-  EvalSteps,
-  SampleTokens,
-  CheckpointInterval,
-  KeepCheckpoints,
-  Seed,
-  Precision,
-  AmpAllow,
-  AmpDeny,
-  LossScaleInitialPower,
-  LossScaleWindow,
-  LossScaleHysteresis,
-  LossScaleMin,
-  LossScaleConsecutiveHysteresis,
-  Remat,
-  RematBudget,
-  SparsityPattern,
-  SparsityPruneAtStep,
-  SparsityParams,
-  ParallelDp,
-  ParallelTp,
-  ParallelSp,
-  ParallelPp,
-  ParallelZero,
-  ParallelBucketMb,
-  ParallelTimeout,
-  GuardAction,
-  GuardWindow,
-  GuardZscore,
-  GuardRatio,
-  GuardMaxGradNormRatio,
-  GuardSnapshotInterval,
-  GuardLrFactor,
-  GuardCooldown,
-  GuardMaxRollbacks,
-  Dropout,
-  Threads,
-  Device,
-  Out,
-  InitFrom,
-};
-
-/// How a value is read; the same reader serves YAML scalars and flags.
-enum class Kind {
-  Positive,    // integer >= 1
-  NonNegative, // integer >= 0
-  Number,      // finite double, range checked per key
-  Bool,
-  String,
-  Path,  // a string; relative paths in the file resolve against its dir
-  Paths, // a list of paths (YAML sequence, or comma separated in a flag)
-  Numbers, // a list of numbers
-  Names,   // a list of names (YAML sequence, or comma separated in a flag)
-  Bytes,   // a size: an integer with an optional KiB/MiB/GiB suffix
-  Model,   // scalar (preset or path) or an inline mapping
-};
-
-/// Whether a key of this kind takes a list (a YAML sequence, or comma
-/// separated in a flag).
-bool isListKind(Kind kind) {
-  return kind == Kind::Paths || kind == Kind::Numbers || kind == Kind::Names;
-}
-
-struct KeyInfo {
-  Key key;
-  StringRef path;   // YAML path, sections joined by '.'
-  Kind kind;
-  StringRef values; // for the help: what may be given
-  StringRef help;
-};
-
-// Sections whose keys are flags by their leaf name (when no other key has
-// the same leaf); keys of other sections are flags by their whole path
-// (`--batch-size-rampup-start`).
-constexpr StringRef kLeafFlagSections[] = {"optimizer", "schedule", "data",
-                                           "parallel"};
-
-const KeyInfo kKeys[] = {
-    {Key::Model, "model", Kind::Model, "PRESET|FILE|{...}",
-     "the model: a preset, a model .yaml or .mlir, or an inline mapping of "
-     "model config keys"},
-    {Key::OptimizerName, "optimizer.name", Kind::String, "adamw|sgd",
-     "the optimizer (default adamw)"},
-    {Key::Lr, "optimizer.lr", Kind::Number, "X", "peak learning rate (3e-4)"},
-    {Key::Betas, "optimizer.betas", Kind::Numbers, "B1,B2",
-     "AdamW betas (0.9, 0.95)"},
-    {Key::Eps, "optimizer.eps", Kind::Number, "X", "AdamW epsilon (1e-8)"},
-    {Key::WeightDecay, "optimizer.weight_decay", Kind::Number, "X",
-     "decoupled weight decay (0.1)"},
-    {Key::Momentum, "optimizer.momentum", Kind::Number, "X",
-     "SGD momentum (0.9)"},
-    {Key::Nesterov, "optimizer.nesterov", Kind::Bool, "BOOL",
-     "SGD Nesterov momentum (false)"},
-    {Key::GradClip, "optimizer.grad_clip", Kind::Number, "X",
-     "clip the global gradient norm to X; 0 turns clipping off (1.0)"},
-    {Key::DecayNormsAndBiases, "optimizer.decay_norms_and_biases", Kind::Bool,
-     "BOOL", "weight decay on biases and norm weights too (false)"},
-    {Key::ScheduleName, "schedule.name", Kind::String,
-     "constant|cosine|linear|one_cycle", "learning-rate schedule (cosine)"},
-    {Key::WarmupSteps, "schedule.warmup_steps", Kind::NonNegative, "N",
-     "linear warmup steps (Megatron --lr-warmup-iters; 0)"},
-    {Key::DecaySteps, "schedule.decay_steps", Kind::NonNegative, "N",
-     "step at which the decay reaches min_lr (--lr-decay-iters; default "
-     "max_steps)"},
-    {Key::MinLr, "schedule.min_lr", Kind::Number, "X",
-     "learning rate at the end of the decay (--min-lr; 0)"},
-    {Key::GlobalBatchSize, "global_batch_size", Kind::Positive, "N",
-     "sequences per optimizer step (default micro_batch_size)"},
-    {Key::MicroBatchSize, "micro_batch_size", Kind::Positive, "N",
-     "sequences per forward/backward; global / micro gradients are "
-     "accumulated (4)"},
-    {Key::SeqLen, "seq_len", Kind::Positive, "N",
-     "tokens per sequence (default the model's seq_len)"},
-    {Key::RampupStart, "batch_size_rampup.start", Kind::NonNegative, "N",
-     "batch-size ramp-up (Megatron --rampup-batch-size): first global "
-     "batch; 0 is off"},
-    {Key::RampupIncrement, "batch_size_rampup.increment", Kind::Positive, "N",
-     "batch-size ramp-up: growth of each increment"},
-    {Key::RampupSamples, "batch_size_rampup.samples", Kind::NonNegative, "N",
-     "batch-size ramp-up: samples over which it reaches global_batch_size"},
-    {Key::SeqLenWarmupStart, "seq_len_warmup.start", Kind::Positive, "N",
-     "sequence-length warmup: first length (grows in steps of 8)"},
-    {Key::SeqLenWarmupSteps, "seq_len_warmup.steps", Kind::NonNegative, "N",
-     "sequence-length warmup: steps to reach seq_len; 0 is off"},
-    {Key::MaxSteps, "max_steps", Kind::Positive, "N",
-     "optimizer steps to train (this or max_tokens)"},
-    {Key::MaxTokens, "max_tokens", Kind::Positive, "N",
-     "tokens to train on (this or max_steps)"},
-    {Key::DataTrain, "data.train", Kind::Paths, "FILE,...",
-     "training text files or llm.c token shards (globs allowed)"},
-    {Key::DataVal, "data.val", Kind::Paths, "FILE,...",
-     "validation files (default: val_fraction of the training data)"},
-    {Key::DataValFraction, "data.val_fraction", Kind::Number, "X",
-     "fraction of the training data held out for validation when no val "
-     "files are given (0)"},
-    {Key::DataTokenizer, "data.tokenizer", Kind::Path, "byte|DIR",
-     "byte, or a GPT-2 BPE directory (vocab.json, merges.txt) (byte)"},
-    {Key::LogInterval, "log_interval", Kind::Positive, "N",
-     "steps between progress lines and metrics (10)"},
-    {Key::Progress, "progress", Kind::String, "auto|bar|lines",
-     "how progress shows: a live bar with tokens/s, MFU, ETA and loss "
-     "above the logged lines (bar), the lines only (lines), or bar on a "
-     "terminal and lines elsewhere (auto)"},
-    {Key::EvalInterval, "eval_interval", Kind::NonNegative, "N",
-     "steps between evaluations; 0: only at the end (100)"},
-    {Key::EvalSteps, "eval_steps", Kind::NonNegative, "N",
-     "validation batches per evaluation; 0: no validation loss (10)"},
-    {Key::SampleTokens, "sample_tokens", Kind::NonNegative, "N",
-     "tokens sampled at each evaluation; 0: none (64)"},
-    {Key::CheckpointInterval, "checkpoint_interval", Kind::NonNegative, "N",
-     "steps between checkpoints; 0: only at the end (0)"},
-    {Key::KeepCheckpoints, "keep_checkpoints", Kind::NonNegative, "K",
-     "keep the last K checkpoints; 0 keeps all (3)"},
-    {Key::Seed, "seed", Kind::NonNegative, "N",
-     "initialization, data order, dropout and sampling (1337)"},
-    {Key::Precision, "precision", Kind::String, "fp32|fp16|bf16",
-     "fp32, or mixed precision (llmc-amp): allow-listed ops (matmuls, "
-     "attention) in fp16 or bf16, fp32 master weights and optimizer state "
-     "(fp32)"},
-    {Key::AmpAllow, "amp.allow", Kind::Names, "OP,...",
-     "ops moved onto the low-precision list, e.g. llmc.softmax"},
-    {Key::AmpDeny, "amp.deny", Kind::Names, "OP,...",
-     "ops moved onto the fp32 list, e.g. llmc.matmul"},
-    {Key::LossScaleInitialPower, "loss_scale.initial_scale_power",
-     Kind::Number, "X", "fp16: the loss scale starts at 2^X (16)"},
-    {Key::LossScaleWindow, "loss_scale.window", Kind::Positive, "N",
-     "fp16: clean steps in a row before the scale doubles (1000)"},
-    {Key::LossScaleHysteresis, "loss_scale.hysteresis", Kind::Positive, "N",
-     "fp16: overflows it takes to halve the scale (2)"},
-    {Key::LossScaleMin, "loss_scale.min_scale", Kind::Number, "X",
-     "fp16: the smallest scale; overflowing there stops the run (1)"},
-    {Key::LossScaleConsecutiveHysteresis, "loss_scale.consecutive_hysteresis",
-     Kind::Bool, "BOOL",
-     "fp16: a clean step restores the hysteresis (false)"},
-    {Key::Remat, "remat", Kind::String, "none|full|selective|budget",
-     "activation checkpointing (llmc-remat): none; full (keep each "
-     "transformer block's input, recompute the block); selective (keep "
-     "matmul and attention outputs, recompute the cheap ops); budget (fit "
-     "remat_budget) (none)"},
-    {Key::RematBudget, "remat_budget", Kind::Bytes, "SIZE",
-     "remat budget: the planned activation peak must fit, e.g. 512MiB"},
-    {Key::SparsityPattern, "sparsity.pattern", Kind::String, "2:4",
-     "structured sparsity (llmc-sparsify, Apex ASP's m4n2_1d): keep the 2 "
-     "largest magnitudes of every 4 along each selected weight's reduction "
-     "dimension; giving any sparsity key turns it on (2:4)"},
-    {Key::SparsityPruneAtStep, "sparsity.prune_at_step", Kind::NonNegative,
-     "N", "sparsity: train densely for N steps, then prune once and "
-          "fine-tune with the masks fixed; 0 prunes the initial (e.g. "
-          "init_from) weights (0)"},
-    {Key::SparsityParams, "sparsity.params", Kind::Names, "GLOB,...",
-     "sparsity: parameter-name patterns of the weights to prune, e.g. "
-     "h.*.mlp.* (default: every matmul weight inside the transformer "
-     "blocks, not the embeddings or the classifier)"},
-    {Key::ParallelDp, "parallel.dp", Kind::Positive, "N",
-     "data-parallel ranks (llmc-shard); dp * tp * pp must equal the "
-     "launcher's world size, e.g. mpirun -np N (default: world / (tp * pp))"},
-    {Key::ParallelTp, "parallel.tp", Kind::Positive, "N",
-     "tensor-parallel ranks (Megatron-LM, llmc-tensor-parallel): attention "
-     "heads, the MLP's hidden units and the vocabulary (embedding, "
-     "classifier, cross-entropy) are split over them; "
-     "the world size is dp * tp * pp, ranks tp-fastest (1)"},
-    {Key::ParallelSp, "parallel.sp", Kind::Bool, "BOOL",
-     "sequence parallelism (Korthikanti et al.) with tp above 1: norms, "
-     "dropout, biases and residual adds run on each tp rank's 1/tp of the "
-     "sequence (all-gather and reduce-scatter in place of the all-reduces); "
-     "seq_len must be a multiple of tp (false)"},
-    {Key::ParallelPp, "parallel.pp", Kind::Positive, "N",
-     "pipeline-parallel stages (llmc-pipeline-parallel): the transformer "
-     "blocks are cut into pp stages balanced by the planner's FLOPs (the "
-     "cut is printed; llmc plan shows the same) and run in the 1F1B order "
-     "over the micro-batches; pp at most n_layer (1)"},
-    {Key::ParallelZero, "parallel.zero", Kind::NonNegative, "0-3",
-     "ZeRO stage: 0 replicates all state (DDP), 1 shards the optimizer "
-     "state, 2 also the gradients, 3 also the parameters; with pp, over "
-     "each stage's dp ranks (0)"},
-    {Key::ParallelBucketMb, "parallel.bucket_mb", Kind::Number, "X",
-     "gradient all-reduce bucket cap in MiB, DDP's bucket_cap_mb (25)"},
-    {Key::ParallelTimeout, "parallel.timeout", Kind::Number, "SECONDS",
-     "a collective that makes no progress this long names the rank that "
-     "did not arrive and stops the job (30)"},
-    {Key::GuardAction, "guard.action", Kind::String, "off|warn|stop|rollback",
-     "on a loss or gradient-norm spike: nothing (off), log it (warn), stop "
-     "(stop), or go back to the last snapshot, skip the data since, lower "
-     "the lr and retry (rollback); a NaN/inf loss or gradient norm stops the "
-     "run unless rollback (warn)"},
-    {Key::GuardWindow, "guard.window", Kind::Positive, "N",
-     "steps of loss and gradient-norm history spikes are judged against; "
-     "none before it is full (50)"},
-    {Key::GuardZscore, "guard.zscore", Kind::Number, "Z",
-     "a spike: loss above the window's mean + Z standard deviations; 0 is "
-     "off (6)"},
-    {Key::GuardRatio, "guard.ratio", Kind::Number, "R",
-     "a spike: loss above R x the window's mean; 0 is off (0)"},
-    {Key::GuardMaxGradNormRatio, "guard.max_grad_norm_ratio", Kind::Number,
-     "R", "a spike: gradient norm above R x the window's median; 0 is off "
-     "(0)"},
-    {Key::GuardSnapshotInterval, "guard.snapshot_interval", Kind::Positive,
-     "N", "rollback: steps between in-memory snapshots of the training state "
-     "(checkpoints are snapshots too) (50)"},
-    {Key::GuardLrFactor, "guard.lr_factor", Kind::Number, "X",
-     "rollback: multiply the learning rate by X (0 < X <= 1) (0.5)"},
-    {Key::GuardCooldown, "guard.cooldown", Kind::NonNegative, "N",
-     "rollback: steps the lower learning rate lasts; 0: the rest of the "
-     "run (100)"},
-    {Key::GuardMaxRollbacks, "guard.max_rollbacks", Kind::Positive, "N",
-     "rollback: more rollbacks in a row without getting past the spike "
-     "stop the run (3)"},
-    {Key::Dropout, "dropout", Kind::Number, "X",
-     "overrides the model's dropout rate"},
-    {Key::Threads, "threads", Kind::NonNegative, "N",
-     "CPU threads; 0: all (0)"},
-    {Key::Device, "device", Kind::String, "cpu|cuda",
-     "where the steps run: cpu, or cuda (an NVIDIA GPU; driver loaded at run "
-     "time) (cpu)"},
-    {Key::Out, "out", Kind::String, "DIR",
-     "output directory: metrics.jsonl, loss.svg, checkpoints/ (default "
-     "runs/<config name>)"},
-    {Key::InitFrom, "init_from", Kind::Path, "FILE",
-     "start from these weights: an llm.c checkpoint or safetensors"},
-};
-
-const KeyInfo &info(Key key) {
-  for (const KeyInfo &k : kKeys)
-    if (k.key == key)
-      return k;
-  llvm_unreachable("key not in the table");
-}
-
-StringRef sectionOf(StringRef path) {
-  size_t dot = path.find('.');
-  return dot == StringRef::npos ? StringRef() : path.take_front(dot);
-}
-StringRef leafOf(StringRef path) { return path.rsplit('.').second.empty()
-                                              ? path
-                                              : path.rsplit('.').second; }
-
-std::string dashes(StringRef text) {
-  std::string result = text.str();
-  for (char &c : result)
-    if (c == '_' || c == '.')
-      c = '-';
-  return result;
-}
-
-/// The flag a key is given by: the section name for a section's `name`
-/// (`--optimizer sgd`), the leaf for keys of the optimizer, schedule and
-/// data sections when no other key ends the same, else the whole path.
-std::string primaryFlag(const KeyInfo &k) {
-  StringRef section = sectionOf(k.path);
-  if (section.empty())
-    return dashes(k.path);
-  StringRef leaf = leafOf(k.path);
-  if (leaf == "name")
-    return dashes(section);
-  if (is_contained(kLeafFlagSections, section) &&
-      count_if(kKeys, [&](const KeyInfo &o) {
-        return leafOf(o.path) == leaf;
-      }) == 1)
-    return dashes(leaf);
-  return dashes(k.path);
-}
-
-/// Every flag of a key: the primary one and the whole path.
-SmallVector<std::string, 2> flagsOf(const KeyInfo &k) {
-  SmallVector<std::string, 2> flags = {primaryFlag(k)};
-  if (dashes(k.path) != flags[0])
-    flags.push_back(dashes(k.path));
-  return flags;
-}
-
-const KeyInfo *lookupFlag(StringRef flag) {
-  for (const KeyInfo &k : kKeys)
-    for (const std::string &f : flagsOf(k))
-      if (f == flag)
-        return &k;
-  return nullptr;
-}
-
-//===----------------------------------------------------------------------===//
-// Values and where they came from
-//===----------------------------------------------------------------------===//
-
-struct Value {
-  SmallVector<std::string, 2> items; // one for scalars
-  bool isList = false;
-  SMRange range;    // in the file, when it came from there
-  std::string flag; // "--lr", when it came from the command line
-  /// An inline model: the config file's text with everything outside the
-  /// model mapping blanked out, so its diagnostics keep line and column.
-  std::optional<std::string> inlineModel;
-};
+namespace mlir::llmc::trainconfig {
 
 std::string formatDouble(double value) {
   char buf[40];
@@ -408,39 +46,12 @@ std::string formatDouble(double value) {
   return buf;
 }
 
-class Parser {
-public:
-  Parser(const config::YamlFile &file, StringRef baseDir,
-         TrainingConfigUse use)
-      : file(file), bufferName(file.bufferName()), baseDir(baseDir),
-        use(use) {}
-
-  Error collectFile(const config::YNode &root);
-  Error collectFlags(ArrayRef<std::string> flags);
-  Expected<TrainingConfig> apply();
-
-private:
-  Error errorAt(const Value &value, StringRef path, const Twine &message);
-  Error errorAtKey(Key key, const Twine &message);
-  Error collectMapping(const config::YNode &mapping, StringRef section);
-  Error collectValue(const KeyInfo &k, const config::YNode &node);
-  void closeInlineModel(const char *end);
-  Error applyKey(const KeyInfo &k, const Value &value, TrainingConfig &c);
-  Error validate(TrainingConfig &c);
-  std::string resolve(const Value &value, StringRef path) const;
-
-  const config::YamlFile &file;
-  StringRef bufferName;
-  StringRef baseDir;
-  TrainingConfigUse use;
-  std::map<Key, Value> values;
-  const char *inlineModelStart = nullptr;
-};
-
+namespace {
 Error makeError(StringRef text) {
   return createStringError(std::make_error_code(std::errc::invalid_argument),
                            text.rtrim());
 }
+} // namespace
 
 Error Parser::errorAt(const Value &value, StringRef path,
                       const Twine &message) {
@@ -528,7 +139,7 @@ Error Parser::collectMapping(const config::YNode &mapping, StringRef section) {
   // The names allowed here, each once: at the top level the keys without a
   // section and the section names, in a section its leaves.
   SmallVector<StringRef> known;
-  for (const KeyInfo &k : kKeys) {
+  for (const KeyInfo &k : keyTable()) {
     StringRef here = section.empty()
                          ? (sectionOf(k.path).empty() ? k.path
                                                       : sectionOf(k.path))
@@ -546,11 +157,8 @@ Error Parser::collectMapping(const config::YNode &mapping, StringRef section) {
   auto unknown = [&](StringRef name) {
     if (!section.empty())
       return section.str() + ": " + unknownKeyMessage(name, known);
-    if (is_contained(plan::clusterConfigKeys(), name))
-      return "'" + name.str() +
-             "' is a key of the cluster schema, not of the training "
-             "config: give it in the file of `llmc plan --cluster` (or "
-             "as a flag of llmc plan)";
+    if (std::optional<std::string> renamed = renamedKeyMessage(name))
+      return *renamed;
     return unknownKeyMessage(name, known);
   };
   auto duplicate = [&](StringRef name, const YNode &firstKey, const YNode &) {
@@ -572,14 +180,14 @@ Error Parser::collectMapping(const config::YNode &mapping, StringRef section) {
         // A section: a mapping of its keys, or a scalar naming it
         // (`optimizer: sgd` is `optimizer: {name: sgd}`).
         bool isSection =
-            section.empty() && any_of(kKeys, [&](const KeyInfo &k) {
+            section.empty() && any_of(keyTable(), [&](const KeyInfo &k) {
               return sectionOf(k.path) == name;
             });
         if (isSection) {
           if (node.kind == YNode::Kind::Mapping)
             return collectMapping(node, name);
           if (node.kind == YNode::Kind::Scalar)
-            for (const KeyInfo &k : kKeys)
+            for (const KeyInfo &k : keyTable())
               if (k.path == path + ".name")
                 return collectValue(k, node);
           Value where;
@@ -587,7 +195,7 @@ Error Parser::collectMapping(const config::YNode &mapping, StringRef section) {
           return errorAt(where, name,
                          "expected a mapping, got " + node.describe());
         }
-        for (const KeyInfo &k : kKeys)
+        for (const KeyInfo &k : keyTable())
           if (k.path == path)
             return collectValue(k, node);
         llvm_unreachable("forEachKey lets only known keys through");
@@ -617,10 +225,13 @@ Error Parser::collectFlags(ArrayRef<std::string> flags) {
       hasValue = true;
     }
     const KeyInfo *k = lookupFlag(name);
+    if (std::optional<std::string> renamed = renamedFlagMessage(name);
+        !k && renamed)
+      return makeError(*renamed);
     if (!k) {
       std::string best;
       unsigned bestDistance = 3;
-      for (const KeyInfo &key : kKeys)
+      for (const KeyInfo &key : keyTable())
         for (const std::string &f : flagsOf(key)) {
           unsigned d = name.edit_distance(f, true, bestDistance);
           if (d < bestDistance) {
@@ -630,7 +241,7 @@ Error Parser::collectFlags(ArrayRef<std::string> flags) {
         }
       return makeError(
           ("unknown option '--" + name + "'" +
-           (best.empty() ? std::string("; see 'llmc run --help'")
+           (best.empty() ? std::string("; see 'llmc help config'")
                          : " (did you mean '--" + best + "'?)"))
               .str());
     }
@@ -675,389 +286,6 @@ std::string Parser::resolve(const Value &value, StringRef path) const {
   sys::fs::make_absolute(joined);
   sys::path::remove_dots(joined, /*remove_dot_dot=*/true);
   return std::string(joined);
-}
-
-bool isInteger(StringRef text) {
-  return !text.empty() && all_of(text, isDigit);
-}
-
-Error Parser::applyKey(const KeyInfo &k, const Value &value,
-                       TrainingConfig &c) {
-  StringRef text = value.items.empty() ? StringRef() : value.items[0];
-  auto fail = [&](const Twine &message) {
-    return errorAt(value, k.path, message);
-  };
-  auto getInt = [&](int64_t &field, int64_t min) -> Error {
-    uint64_t parsed = 0;
-    // Accept integral numbers written as floats too (max_tokens: 1e6).
-    double asDouble = 0;
-    if (isInteger(text) && !text.getAsInteger(10, parsed) &&
-        parsed <= uint64_t(INT64_MAX)) {
-      asDouble = double(parsed);
-    } else if (!text.empty() && !text.getAsDouble(asDouble) &&
-               std::isfinite(asDouble) && asDouble == std::trunc(asDouble) &&
-               asDouble >= 0 && asDouble < 9.2e18) {
-      parsed = uint64_t(asDouble);
-    } else {
-      return fail("expected " +
-                  Twine(min > 0 ? "a positive" : "a non-negative") +
-                  " integer, got '" + text + "'");
-    }
-    if (int64_t(parsed) < min)
-      return fail("expected a positive integer, got '" + text + "'");
-    field = int64_t(parsed);
-    return Error::success();
-  };
-  auto getNumber = [&](StringRef item, double &field, double min, double max,
-                       bool maxOpen, StringRef range) -> Error {
-    double parsed = 0;
-    if (item.trim().empty() || item.getAsDouble(parsed) ||
-        !std::isfinite(parsed))
-      return fail("expected a number, got '" + item + "'");
-    if (parsed < min || parsed > max || (maxOpen && parsed == max))
-      return fail(item + " is out of range; expected " + range);
-    field = parsed;
-    return Error::success();
-  };
-  auto getBool = [&](bool &field) -> Error {
-    if (text == "true" || text == "1") {
-      field = true;
-      return Error::success();
-    }
-    if (text == "false" || text == "0") {
-      field = false;
-      return Error::success();
-    }
-    return fail("expected true or false, got '" + text + "'");
-  };
-  const double inf = INFINITY;
-
-  switch (k.key) {
-  case Key::Model: {
-    if (value.inlineModel) {
-      Expected<ModelConfig> model =
-          parseModelConfig(*value.inlineModel, bufferName);
-      if (!model)
-        return model.takeError();
-      c.model = std::move(*model);
-      c.modelSource = "(inline)";
-      return Error::success();
-    }
-    if (text.trim().starts_with("{")) {
-      // Inline keys on the command line: --model '{preset: gpt2, n_layer: 2}'.
-      Expected<ModelConfig> model =
-          parseModelConfig(text, "--" + value.flag);
-      if (!model)
-        return model.takeError();
-      c.model = std::move(*model);
-      c.modelSource = "(inline)";
-      return Error::success();
-    }
-    c.modelSource = text.str();
-    if (text.ends_with(".mlir") || text.ends_with(".yaml") ||
-        text.ends_with(".yml") || text.contains('/')) {
-      std::string path = resolve(value, text);
-      if (!sys::fs::exists(path))
-        return fail("no such file '" + path + "'");
-      if (text.ends_with(".mlir")) {
-        c.modelMlirPath = path;
-        return Error::success();
-      }
-      Expected<ModelConfig> model = loadModelConfigFile(path);
-      if (!model)
-        return model.takeError();
-      c.model = std::move(*model);
-      return Error::success();
-    }
-    std::optional<ModelConfig> preset = getModelPreset(text);
-    if (!preset)
-      return fail("'" + text +
-                  "' is neither a model file (.yaml, .mlir), inline keys "
-                  "({n_layer: 2, ...}) nor a preset; " +
-                  describePresetsFor(text));
-    c.model = std::move(*preset);
-    return Error::success();
-  }
-  case Key::OptimizerName:
-    if (text == "adamw")
-      c.optimizer.kind = OptimizerConfig::Kind::AdamW;
-    else if (text == "sgd")
-      c.optimizer.kind = OptimizerConfig::Kind::SGD;
-    else
-      return fail("unknown optimizer '" + text + "'; expected adamw or sgd");
-    return Error::success();
-  case Key::Lr:
-    return getNumber(text, c.schedule.lr, 0, inf, true, "a value >= 0");
-  case Key::Betas: {
-    if (value.items.size() != 2)
-      return fail("expected two numbers [beta1, beta2], got " +
-                  Twine(value.items.size()));
-    if (Error err = getNumber(value.items[0], c.optimizer.beta1, 0, 1, true,
-                              "a value in [0, 1)"))
-      return err;
-    return getNumber(value.items[1], c.optimizer.beta2, 0, 1, true,
-                     "a value in [0, 1)");
-  }
-  case Key::Eps:
-    return getNumber(text, c.optimizer.epsilon, 0, inf, true, "a value >= 0");
-  case Key::WeightDecay:
-    return getNumber(text, c.optimizer.weightDecay, 0, inf, true,
-                     "a value >= 0");
-  case Key::Momentum:
-    return getNumber(text, c.optimizer.momentum, 0, 1, true,
-                     "a value in [0, 1)");
-  case Key::Nesterov:
-    return getBool(c.optimizer.nesterov);
-  case Key::GradClip:
-    return getNumber(text, c.optimizer.maxGradNorm, 0, inf, true,
-                     "a value >= 0 (0 turns clipping off)");
-  case Key::DecayNormsAndBiases:
-    return getBool(c.optimizer.decayNormsAndBiases);
-  case Key::ScheduleName: {
-    std::optional<LrSchedule::Kind> kind =
-        ::llmc::parseLrScheduleKind(text);
-    if (!kind)
-      return fail("unknown schedule '" + text +
-                  "'; expected constant, cosine, linear or one_cycle");
-    c.schedule.kind = *kind;
-    return Error::success();
-  }
-  case Key::WarmupSteps:
-    return getInt(c.schedule.warmupSteps, 0);
-  case Key::DecaySteps:
-    return getInt(c.schedule.decaySteps, 0);
-  case Key::MinLr:
-    return getNumber(text, c.schedule.minLr, 0, inf, true, "a value >= 0");
-  case Key::GlobalBatchSize:
-    return getInt(c.globalBatchSize, 1);
-  case Key::MicroBatchSize:
-    return getInt(c.microBatchSize, 1);
-  case Key::SeqLen:
-    return getInt(c.seqLen, 1);
-  case Key::RampupStart:
-    return getInt(c.batchRampup.start, 0);
-  case Key::RampupIncrement:
-    return getInt(c.batchRampup.increment, 1);
-  case Key::RampupSamples:
-    return getInt(c.batchRampup.samples, 0);
-  case Key::SeqLenWarmupStart:
-    return getInt(c.seqLenWarmup.start, 1);
-  case Key::SeqLenWarmupSteps:
-    return getInt(c.seqLenWarmup.steps, 0);
-  case Key::MaxSteps:
-    return getInt(c.maxSteps, 1);
-  case Key::MaxTokens:
-    return getInt(c.maxTokens, 1);
-  case Key::DataTrain:
-  case Key::DataVal: {
-    std::vector<std::string> &files =
-        k.key == Key::DataTrain ? c.data.train : c.data.val;
-    files.clear();
-    for (const std::string &item : value.items) {
-      if (item.empty())
-        return fail("empty file name");
-      files.push_back(resolve(value, item));
-    }
-    if (k.key == Key::DataTrain && files.empty())
-      return fail("expected at least one file");
-    return Error::success();
-  }
-  case Key::DataValFraction:
-    return getNumber(text, c.data.valFraction, 0, 1, true,
-                     "a value in [0, 1)");
-  case Key::DataTokenizer:
-    if (text.empty())
-      return fail("expected 'byte' or a BPE tokenizer directory");
-    c.data.tokenizer = text == "byte" ? "byte" : resolve(value, text);
-    return Error::success();
-  case Key::LogInterval:
-    return getInt(c.logInterval, 1);
-  case Key::EvalInterval:
-    return getInt(c.evalInterval, 0);
-  case Key::EvalSteps:
-    return getInt(c.evalSteps, 0);
-  case Key::SampleTokens:
-    return getInt(c.sampleTokens, 0);
-  case Key::CheckpointInterval:
-    return getInt(c.checkpointInterval, 0);
-  case Key::KeepCheckpoints:
-    return getInt(c.keepCheckpoints, 0);
-  case Key::Seed: {
-    uint64_t seed = 0;
-    if (!isInteger(text) || text.getAsInteger(10, seed))
-      return fail("expected a non-negative integer, got '" + text + "'");
-    c.seed = seed;
-    return Error::success();
-  }
-  case Key::Precision:
-    if (text == "fp32")
-      c.precision.kind = PrecisionConfig::Kind::FP32;
-    else if (text == "fp16")
-      c.precision.kind = PrecisionConfig::Kind::FP16;
-    else if (text == "bf16")
-      c.precision.kind = PrecisionConfig::Kind::BF16;
-    else
-      return fail("unknown precision '" + text +
-                  "'; expected fp32, fp16 or bf16");
-    return Error::success();
-  case Key::AmpAllow:
-  case Key::AmpDeny: {
-    std::vector<std::string> &names = k.key == Key::AmpAllow
-                                          ? c.precision.allow
-                                          : c.precision.deny;
-    names.clear();
-    for (const std::string &item : value.items) {
-      StringRef name = StringRef(item).trim();
-      if (!name.starts_with("llmc.") || name.size() == 5)
-        return fail("'" + name + "' is not an llmc op name (e.g. llmc.softmax)");
-      names.push_back(name.str());
-    }
-    return Error::success();
-  }
-  case Key::LossScaleInitialPower:
-    return getNumber(text, c.lossScale.initialScalePower, 0, 127, false,
-                     "a value in [0, 127]");
-  case Key::LossScaleWindow:
-    return getInt(c.lossScale.window, 1);
-  case Key::LossScaleHysteresis:
-    return getInt(c.lossScale.hysteresis, 1);
-  case Key::LossScaleMin:
-    return getNumber(text, c.lossScale.minScale, 0x1p-126, 0x1p127, false,
-                     "a value in [2^-126, 2^127]");
-  case Key::LossScaleConsecutiveHysteresis:
-    return getBool(c.lossScale.consecutiveHysteresis);
-  case Key::Remat:
-    if (text == "none")
-      c.remat.policy = RematConfig::Policy::None;
-    else if (text == "full")
-      c.remat.policy = RematConfig::Policy::Full;
-    else if (text == "selective")
-      c.remat.policy = RematConfig::Policy::Selective;
-    else if (text == "budget")
-      c.remat.policy = RematConfig::Policy::Budget;
-    else
-      return fail("unknown remat policy '" + text +
-                  "'; expected none, full, selective or budget");
-    return Error::success();
-  case Key::RematBudget: {
-    std::optional<int64_t> bytes = ::llmc::parseByteSize(text);
-    if (!bytes)
-      return fail("expected a positive size such as 512MiB, 2GiB or 1000000, "
-                  "got '" + text + "'");
-    c.remat.budgetBytes = *bytes;
-    return Error::success();
-  }
-  case Key::SparsityPattern:
-    if (text != "2:4")
-      return fail("unknown sparsity pattern '" + text + "'; expected 2:4");
-    c.sparsity.enabled = true;
-    c.sparsity.pattern = text;
-    return Error::success();
-  case Key::SparsityPruneAtStep:
-    c.sparsity.enabled = true;
-    return getInt(c.sparsity.pruneAtStep, 0);
-  case Key::SparsityParams:
-    c.sparsity.enabled = true;
-    c.sparsity.params.clear();
-    for (const std::string &item : value.items)
-      c.sparsity.params.push_back(StringRef(item).trim().str());
-    return Error::success();
-  case Key::ParallelDp:
-    return getInt(c.parallel.dp, 1);
-  case Key::ParallelTp:
-    return getInt(c.parallel.tp, 1);
-  case Key::ParallelSp:
-    return getBool(c.parallel.sp);
-  case Key::ParallelPp:
-    return getInt(c.parallel.pp, 1);
-  case Key::ParallelZero:
-    if (Error err = getInt(c.parallel.zero, 0))
-      return err;
-    if (c.parallel.zero > 3)
-      return fail("ZeRO stage " + text + " does not exist; expected 0, 1, 2 "
-                  "or 3");
-    return Error::success();
-  case Key::ParallelBucketMb:
-    return getNumber(text, c.parallel.bucketMb, 1.0 / 1024, 1 << 20, false,
-                     "a size in MiB in [1/1024, 2^20]");
-  case Key::ParallelTimeout:
-    return getNumber(text, c.parallel.timeoutSeconds, 0.1, 86400, false,
-                     "seconds in [0.1, 86400]");
-  case Key::GuardAction:
-    if (text != "off" && text != "warn" && text != "stop" &&
-        text != "rollback")
-      return fail("unknown action '" + text +
-                  "'; expected off, warn, stop or rollback");
-    c.guard.action = text.str();
-    return Error::success();
-  case Key::GuardWindow:
-    if (Error err = getInt(c.guard.window, 1))
-      return err;
-    if (c.guard.window < 2)
-      return fail("expected at least 2 steps (a standard deviation needs "
-                  "two), got '" + text + "'");
-    return Error::success();
-  case Key::GuardZscore:
-    return getNumber(text, c.guard.zscore, 0, inf, true,
-                     "a value >= 0 (0 turns it off)");
-  case Key::GuardRatio:
-  case Key::GuardMaxGradNormRatio: {
-    double &field = k.key == Key::GuardRatio ? c.guard.ratio
-                                             : c.guard.maxGradNormRatio;
-    if (Error err = getNumber(text, field, 0, inf, true,
-                              "0 (off) or a value > 1"))
-      return err;
-    if (field > 0 && field <= 1)
-      return fail(text + " is out of range; expected 0 (off) or a value > 1");
-    return Error::success();
-  }
-  case Key::GuardSnapshotInterval:
-    return getInt(c.guard.snapshotInterval, 1);
-  case Key::GuardLrFactor:
-    if (Error err = getNumber(text, c.guard.lrFactor, 0, 1, false,
-                              "a value in (0, 1]"))
-      return err;
-    if (c.guard.lrFactor == 0)
-      return fail("0 is out of range; expected a value in (0, 1]");
-    return Error::success();
-  case Key::GuardCooldown:
-    return getInt(c.guard.cooldown, 0);
-  case Key::GuardMaxRollbacks:
-    return getInt(c.guard.maxRollbacks, 1);
-  case Key::Dropout: {
-    double rate = 0;
-    if (Error err = getNumber(text, rate, 0, 1, true, "a value in [0, 1)"))
-      return err;
-    c.dropout = rate;
-    return Error::success();
-  }
-  case Key::Progress:
-    if (text != "auto" && text != "bar" && text != "lines")
-      return fail("unknown progress display '" + text +
-                  "'; expected auto, bar or lines");
-    c.progress = text.str();
-    return Error::success();
-  case Key::Threads:
-    return getInt(c.threads, 0);
-  case Key::Device:
-    if (text != "cpu" && text != "cuda")
-      return fail("unknown device '" + text + "'; expected cpu or cuda");
-    c.device = text.str();
-    return Error::success();
-  case Key::Out:
-    if (text.empty())
-      return fail("expected a directory");
-    c.out = text.str();
-    return Error::success();
-  case Key::InitFrom:
-    if (text.empty())
-      return fail("expected a file");
-    c.initFrom = resolve(value, text);
-    if (!sys::fs::exists(c.initFrom))
-      return fail("no such file '" + c.initFrom + "'");
-    return Error::success();
-  }
-  llvm_unreachable("unknown key");
 }
 
 Error Parser::validate(TrainingConfig &c) {
@@ -1206,6 +434,8 @@ Error Parser::validate(TrainingConfig &c) {
     return errorAtKey(Key::SparsityPattern,
                       "2:4 sparsity needs parallel.zero 0 (the masks of "
                       "ZeRO-sharded optimizer state are not implemented)");
+  if (Error err = validatePlan(c))
+    return err;
   if (c.out.empty()) {
     StringRef stem = sys::path::stem(bufferName);
     c.out = ("runs/" + (stem.empty() ? StringRef("run") : stem)).str();
@@ -1213,10 +443,39 @@ Error Parser::validate(TrainingConfig &c) {
   return Error::success();
 }
 
+/// The plan section's keys that depend on each other: one observed figure
+/// (a flag replaces the file's figure of either kind).
+Error Parser::validatePlan(TrainingConfig &c) {
+  auto given = values.find(Key::PlanObservedDays);
+  auto step = values.find(Key::PlanObservedStepTime);
+  if (given == values.end() || step == values.end())
+    return Error::success();
+  bool daysFlag = !given->second.flag.empty();
+  bool stepFlag = !step->second.flag.empty();
+  if (daysFlag && !stepFlag) {
+    c.plan.observedStepSeconds = 0;
+    c.origins.erase(info(Key::PlanObservedStepTime).path.str());
+    values.erase(step);
+    return Error::success();
+  }
+  if (stepFlag && !daysFlag) {
+    c.plan.observedDays = 0;
+    c.origins.erase(info(Key::PlanObservedDays).path.str());
+    values.erase(given);
+    return Error::success();
+  }
+  std::string where = daysFlag ? "--" + given->second.flag
+                               : file.where(given->second.range.Start);
+  return errorAtKey(Key::PlanObservedStepTime,
+                    "give one observed figure, observed_days or "
+                    "observed_step_time, not both (observed_days is at " +
+                        where + ")");
+}
+
 Expected<TrainingConfig> Parser::apply() {
   TrainingConfig c;
   c.path = bufferName.str();
-  for (const KeyInfo &k : kKeys) {
+  for (const KeyInfo &k : keyTable()) {
     auto it = values.find(k.key);
     if (it == values.end())
       continue;
@@ -1233,8 +492,7 @@ Expected<TrainingConfig> Parser::apply() {
     return err;
   return c;
 }
-
-} // namespace
+} // namespace mlir::llmc::trainconfig
 
 ::llmc::TrainingOptions TrainingConfig::training() const {
   ::llmc::TrainingOptions options;
@@ -1284,19 +542,6 @@ mlir::llmc::loadTrainingConfig(StringRef path, ArrayRef<std::string> flags,
                              sys::path::parent_path(path), flags, use);
 }
 
-bool mlir::llmc::isTrainingConfigFlag(StringRef flag) {
-  return lookupFlag(flag.split('=').first) != nullptr;
-}
-
-void mlir::llmc::printTrainingConfigHelp(raw_ostream &os) {
-  os << "Config keys (YAML path; every key is also a flag that overrides the "
-        "file):\n";
-  for (const KeyInfo &k : kKeys) {
-    std::string flag = "--" + primaryFlag(k) + " " + k.values.str();
-    os << formatv("  {0,-36} {1}\n", flag, k.path);
-    os << formatv("  {0,-36}   {1}\n", "", k.help);
-  }
-}
 
 namespace {
 void printList(raw_ostream &os, StringRef key,
@@ -1306,6 +551,43 @@ void printList(raw_ostream &os, StringRef key,
       items, os, [&](const std::string &s) { os << '"' << yaml::escape(s) << '"'; },
       ", ");
   os << "]\n";
+}
+} // namespace
+
+namespace {
+/// The plan: section's keys that the config gives (llmc plan reads a run's
+/// resolved config as it reads the run's; defaults stay unwritten, so that
+/// the machines are sized as the run's were).
+void printPlanSection(const TrainingConfig &c, raw_ostream &os) {
+  const ::llmc::PlanSection &p = c.plan;
+  std::string text;
+  raw_string_ostream section(text);
+  auto given = [&](Key key) {
+    return c.origins.count(info(key).path.str()) != 0;
+  };
+  auto number = [&](Key key, double value) {
+    if (given(key))
+      section << "  " << leafOf(info(key).path) << ": "
+              << formatDouble(value) << "\n";
+  };
+  if (given(Key::PlanGpu))
+    section << "  gpu: \"" << yaml::escape(p.gpu) << "\"\n";
+  number(Key::PlanGpusPerNode, double(p.gpusPerNode));
+  number(Key::PlanNodes, double(p.nodes));
+  number(Key::PlanPricePerGpuHour, p.pricePerGpuHour);
+  number(Key::PlanMfu, p.mfu);
+  number(Key::PlanReserveGib, p.reserveGiB);
+  number(Key::PlanRestarts, double(p.restarts));
+  number(Key::PlanRestartMinutes, p.restartMinutes);
+  number(Key::PlanStorageWriteGbps, p.storageWriteGBps);
+  number(Key::PlanStorageReadGbps, p.storageReadGBps);
+  number(Key::PlanObservedDays, p.observedDays);
+  number(Key::PlanObservedStepTime, p.observedStepSeconds);
+  if (given(Key::PlanGradPrecision))
+    section << "  grad_precision: " << (p.fp32Gradients ? "fp32" : "half")
+            << "\n";
+  if (!text.empty())
+    os << "plan:\n" << text;
 }
 } // namespace
 
@@ -1409,6 +691,7 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
      << "out: \"" << yaml::escape(c.out) << "\"\n";
   if (!c.initFrom.empty())
     os << "init_from: \"" << yaml::escape(c.initFrom) << "\"\n";
+  printPlanSection(c, os);
 }
 
 std::map<std::string, std::string>
@@ -1542,3 +825,4 @@ llmc::parseRematPolicy(llvm::StringRef name) {
       return policy;
   return std::nullopt;
 }
+

@@ -12,9 +12,12 @@
 //
 // Paths in the file (model, data, init_from) are relative to the file's
 // directory; paths in flags and `out` are relative to the working directory.
-// `llmc plan --train` reads the same file (frontend/PlanConfig.h); the
-// parallel layout and the cluster are not keys here but the cluster schema's
-// (`llmc plan --cluster`), and a config that gives them is told so.
+// `llmc plan` reads the same file and flags (frontend/PlanConfig.h): a run's
+// config plans as it is, its layout from `parallel:`; what only the planner
+// needs (the GPUs, their price, restarts, an observed run) is the `plan:`
+// section of the same table, which `llmc run` reads and ignores.
+// docs/config-keys.md is generated from the table (`llmc help config
+// --markdown`).
 #ifndef LLMC_FRONTEND_TRAINCONFIG_H
 #define LLMC_FRONTEND_TRAINCONFIG_H
 
@@ -140,6 +143,40 @@ struct ParallelConfig {
   double timeoutSeconds = kDefaultCollectiveTimeoutSeconds;
 };
 
+/// Checkpoints `llmc run` keeps on disk unless keep_checkpoints says
+/// otherwise (0 keeps all); `llmc plan` sizes the disk by it.
+constexpr int64_t kDefaultKeepCheckpoints = 3;
+
+/// The `plan:` section of a training config: what `llmc plan` needs besides
+/// the run itself (the machines, their price and speed, restarts, an
+/// observed run) and the estimates it makes of what llmc run does not train.
+/// `llmc run` reads these keys and ignores them.
+struct PlanSection {
+  std::string gpu;            // a name in the hardware data file; empty: none
+  int64_t gpusPerNode = 8;
+  int64_t nodes = 1;
+  double pricePerGpuHour = 0; // USD; 0: no cost estimate
+  double mfu = 0.4;           // model FLOPs utilization of the kernels
+  double reserveGiB = 1.0;    // CUDA context, library workspaces, allocator
+  /// Run overheads (the goodput model of training/Plan/Goodput.h). The
+  /// defaults are assumptions, and the report says so.
+  int64_t restarts = 0;         // job restarts over the run
+  double restartMinutes = 10;   // re-launch per restart, before reloading
+  double storageWriteGBps = 10; // aggregate checkpoint write, GB/s
+  double storageReadGBps = 0;   // aggregate reload, GB/s; 0: the write's
+  /// An observed run, at most one of the two: its wall-clock days, or its
+  /// seconds per optimizer step; 0: not given.
+  double observedDays = 0;
+  double observedStepSeconds = 0;
+  /// Gradients accumulate in fp32 (llmc run's step); false: 16 bits, as
+  /// Megatron-LM's fp16 runs keep them.
+  bool fp32Gradients = true;
+  /// Values of precision, optimizer.name and remat that llmc plan estimates
+  /// and llmc run does not train (tf32, fp8; adamw-8bit; attention); empty
+  /// where the key holds one llmc run trains.
+  std::string estimatedPrecision, estimatedOptimizer, estimatedRemat;
+};
+
 /// Everything that shapes the compiled training step besides the model.
 struct TrainingOptions {
   OptimizerConfig optimizer;
@@ -208,7 +245,7 @@ struct TrainingConfig {
   int64_t evalSteps = 10;
   int64_t sampleTokens = 64; // 0: no sample at evaluations
   int64_t checkpointInterval = 0; // 0: only at the end
-  int64_t keepCheckpoints = 3;    // 0: keep every checkpoint
+  int64_t keepCheckpoints = ::llmc::kDefaultKeepCheckpoints; // 0: all
   uint64_t seed = 1337;
   ::llmc::PrecisionConfig precision;
   ::llmc::LossScaleConfig lossScale; // fp16 only
@@ -216,6 +253,7 @@ struct TrainingConfig {
   ::llmc::SparsityConfig sparsity;
   ::llmc::ParallelConfig parallel;
   ::llmc::GuardConfig guard;
+  ::llmc::PlanSection plan; // read by llmc plan, ignored by llmc run
   std::optional<double> dropout; // overrides the model's dropout
   int64_t threads = 0;           // 0: every hardware thread
   std::string device = "cpu";    // cpu or cuda
@@ -234,9 +272,9 @@ struct TrainingConfig {
 };
 
 /// What a config is read for. `llmc run` needs the model, the data and a
-/// step count; `llmc plan --train` reads the same file for its training
-/// facts and needs none of them (its model may come from the command line,
-/// its tokens default to Chinchilla's).
+/// step count; `llmc plan` reads the same file for its training facts and
+/// needs none of them (its tokens default to Chinchilla's), and accepts the
+/// values only it estimates (precision fp8, ...).
 enum class TrainingConfigUse { Run, Plan };
 
 /// Reads `path` and applies `flags` (`--key value` or `--key=value`, as
@@ -254,6 +292,11 @@ parseTrainingConfig(llvm::StringRef text, llvm::StringRef bufferName,
                     llvm::StringRef baseDir, llvm::ArrayRef<std::string> flags,
                     TrainingConfigUse use = TrainingConfigUse::Run);
 
+/// Whether a YAML text is a training config rather than a model config:
+/// it has a `model:` key or another key of the training table that a model
+/// config does not have (`llmc plan FILE.yaml` takes either).
+bool isTrainingConfigText(llvm::StringRef text, llvm::StringRef bufferName);
+
 /// Whether `flag` (without leading dashes, e.g. "lr" or "lr=3e-4") names a
 /// config key; the command line parser uses it to tell its own options from
 /// config overrides.
@@ -261,6 +304,10 @@ bool isTrainingConfigFlag(llvm::StringRef flag);
 
 /// The table of keys: YAML path, flags, value and default, what it does.
 void printTrainingConfigHelp(llvm::raw_ostream &os);
+
+/// The same table as a Markdown reference, section by section: what
+/// docs/config-keys.md holds (`llmc help config --markdown`).
+void printConfigKeyReference(llvm::raw_ostream &os);
 
 /// The resolved config as YAML that loadTrainingConfig reads back.
 void printTrainingConfig(const TrainingConfig &config, llvm::raw_ostream &os);

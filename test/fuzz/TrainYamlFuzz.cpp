@@ -1,5 +1,5 @@
 // libFuzzer target: training configs (parseTrainingConfig, what `llmc run`
-// and `llmc plan --train` read) and their command-line overrides. The input
+// and `llmc plan` read) and their command-line overrides. The input
 // is the YAML text, then optionally a NUL byte and one flag a line
 // (`--lr=3e-4`). It is read for both uses (run, plan); a refusal must have a
 // message. A config accepted for a run must print (printTrainingConfig, what

@@ -1,13 +1,16 @@
-// llmc plan: options of the subcommand, overlaying flags on the training
-// config (an `llmc run` config) and the cluster file, and printing the plan
-// codegen/Plan/ builds.
+// llmc plan: argument handling. The config keys (a training config, as
+// `llmc run` reads it, and its flags: frontend/TrainConfig.h's one table)
+// and the command's own options (--fit, --json, ...) go to the planner of
+// training/Plan/, whose report is printed.
 #include "tools/llmc/Plan.h"
 
-#include "codegen/Plan/Report.h"
+#include "training/Plan/Report.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/WithColor.h"
 
@@ -27,55 +30,33 @@ cl::SubCommand planCmd(
     "layout that fits");
 
 namespace {
-// Numbered so that --help lists them in this order.
-cl::OptionCategory modelCat("llmc plan (1): inputs and output");
-cl::OptionCategory trainCat(
-    "llmc plan (2): training; a flag overrides the --train key in brackets "
-    "(defaults without --train: a pretraining run of micro-batch 1, global "
-    "batch 512; with it, llmc run's)");
-cl::OptionCategory
-    clusterCat("llmc plan (3): cluster; a flag overrides the --cluster key in "
-               "brackets");
-cl::OptionCategory
-    runCat("llmc plan (4): restarts, checkpoints and an observed run; a flag "
-           "overrides the --cluster key in brackets");
+cl::OptionCategory planCat(
+    "llmc plan: options of the command (config keys: see below, or `llmc "
+    "help config`)");
 
-cl::opt<std::string>
-    planInput(cl::Positional, cl::Optional,
-              cl::desc("<model.mlir | config.yaml | preset> (default: the "
-                       "model of the --train config)"),
-              cl::sub(planCmd), cl::cat(modelCat));
-cl::opt<std::string> trainFile(
-    "train",
-    cl::desc("An `llmc run` training config, as it is: its model, precision, "
-             "optimizer, micro_batch_size, global_batch_size, seq_len, remat "
-             "and max_tokens or max_steps are planned; its other keys are "
-             "checked and ignored"),
-    cl::value_desc("file"), cl::sub(planCmd), cl::cat(modelCat));
-cl::opt<std::string> clusterFile(
-    "cluster",
-    cl::desc("Cluster YAML, the parallel layout and the machines (keys: "
-             "zero, tensor_parallel, pipeline_parallel, gpu, gpus_per_node, "
-             "nodes, price_per_gpu_hour, mfu, reserve_gib; restarts, "
-             "restart_minutes, storage_write_gbps, storage_read_gbps, "
-             "observed_days, observed_step_time)"),
-    cl::value_desc("file"), cl::sub(planCmd), cl::cat(modelCat));
+cl::opt<std::string> planInput(
+    cl::Positional, cl::Optional,
+    cl::desc("<config.yaml | model.mlir | model.yaml | preset>: an `llmc "
+             "run` config, planned as it is (its model, batch, precision, "
+             "remat, parallel layout and plan: section), or a model alone "
+             "(a pretraining run of micro-batch 1, global batch 512, bf16)"),
+    cl::sub(planCmd), cl::cat(planCat));
 cl::opt<std::string> hardwareFile(
     "hardware",
     cl::desc("GPU data file (default: $LLMC_HARDWARE, else the source "
              "tree's examples/hardware.yaml)"),
-    cl::value_desc("file"), cl::sub(planCmd), cl::cat(modelCat));
+    cl::value_desc("file"), cl::sub(planCmd), cl::cat(planCat));
 cl::opt<std::string>
     fitMemory("fit",
               cl::desc("Search tp, pp, ZeRO stage, micro-batch and remat "
                        "for the fastest plans whose most loaded device fits "
                        "in MEMORY (80GB = 80e9 bytes, 80GiB, 81920MiB; "
                        "'gpu': the GPU's memory)"),
-              cl::value_desc("MEMORY"), cl::sub(planCmd), cl::cat(modelCat));
+              cl::value_desc("MEMORY"), cl::sub(planCmd), cl::cat(planCat));
 cl::opt<bool> jsonOutput("json",
                          cl::desc("Print JSON: every number with its value "
                                   "in base units, unit and source"),
-                         cl::sub(planCmd), cl::cat(modelCat));
+                         cl::sub(planCmd), cl::cat(planCat));
 cl::opt<std::string> stepMemoryFlag(
     "step-memory",
     cl::desc("Where the activations of the planned layout come from: ir "
@@ -85,162 +66,21 @@ cl::opt<std::string> stepMemoryFlag(
              "(default) compiles models of up to 24 layers when llmc can "
              "compile the layout (tp 1, pp 1, no fp8, no remat attention)"),
     cl::value_desc("auto|ir|formula"), cl::init("auto"), cl::sub(planCmd),
-    cl::cat(modelCat));
+    cl::cat(planCat));
 cl::opt<bool> listGpus("list-gpus",
                        cl::desc("List the GPUs of the data file and exit"),
-                       cl::sub(planCmd), cl::cat(modelCat));
-
-cl::opt<std::string>
-    precisionFlag("precision",
-                  cl::desc("[precision] fp32, tf32, fp16, bf16 (default "
-                           "without --train) or fp8: GEMM precision; 16-bit "
-                           "ones keep fp32 master weights (tf32 and fp8 are "
-                           "flags only: llmc run has neither)"),
-                  cl::value_desc("fp32|tf32|fp16|bf16|fp8"), cl::sub(planCmd),
-                  cl::cat(trainCat));
-cl::opt<std::string>
-    optimizerFlag("optimizer",
-                  cl::desc("[optimizer.name] adamw (default), adamw-8bit "
-                           "(a flag only) or sgd (with momentum)"),
-                  cl::value_desc("adamw|adamw-8bit|sgd"), cl::sub(planCmd),
-                  cl::cat(trainCat));
-cl::opt<std::string> gradPrecisionFlag(
-    "grad-precision",
-    cl::desc("fp32 (default, as llmc run: gradients accumulate in fp32, "
-             "18 bytes/parameter with AdamW) or half (16 bytes)"),
-    cl::value_desc("fp32|half"), cl::sub(planCmd), cl::cat(trainCat));
-cl::opt<int64_t> microBatchFlag(
-    "micro-batch",
-    cl::desc("[micro_batch_size] sequences per device per "
-             "forward/backward (default 1 without --train; a model.mlir's "
-             "own batch)"),
-    cl::value_desc("n"), cl::sub(planCmd), cl::cat(trainCat));
-cl::opt<int64_t>
-    globalBatchFlag("global-batch",
-                    cl::desc("[global_batch_size] sequences per optimizer "
-                             "step (default 512 without --train)"),
-                    cl::value_desc("n"), cl::sub(planCmd), cl::cat(trainCat));
-cl::opt<int64_t>
-    seqLenFlag("seq-len",
-               cl::desc("[seq_len] tokens per sequence (default: the "
-                        "model's seq_len; a model.mlir's own)"),
-               cl::value_desc("n"), cl::sub(planCmd), cl::cat(trainCat));
-cl::opt<std::string>
-    rematFlag("remat",
-              cl::desc("[remat] llmc-remat's none (default), selective "
-                       "(keep matmul and attention outputs) or full "
-                       "(recompute each block); or attention (Korthikanti "
-                       "et al.'s selective: recompute the attention core; "
-                       "estimated, llmc run has no such policy)"),
-              cl::value_desc("none|selective|full|attention"), cl::sub(planCmd),
-              cl::cat(trainCat));
-cl::opt<int> zeroFlag("zero",
-                      cl::desc("[zero] ZeRO stage 0-3 over data parallelism "
-                               "(default 0)"),
-                      cl::value_desc("0-3"), cl::sub(planCmd),
-                      cl::cat(clusterCat));
-cl::opt<int64_t> tpFlag("tp",
-                        cl::desc("[tensor_parallel] tensor-parallel size "
-                                 "(default 1)"),
-                        cl::value_desc("n"), cl::sub(planCmd),
-                        cl::cat(clusterCat));
-cl::opt<bool> spFlag("sp",
-                     cl::desc("[sequence_parallel] sequence parallelism over "
-                              "the tp ranks, as llmc run --sp: norms, "
-                              "dropout and residual activations divided by "
-                              "tp (default false)"),
-                     cl::sub(planCmd), cl::cat(clusterCat));
-cl::opt<int64_t> ppFlag("pp",
-                        cl::desc("[pipeline_parallel] pipeline stages "
-                                 "(default 1)"),
-                        cl::value_desc("n"), cl::sub(planCmd),
-                        cl::cat(clusterCat));
+                       cl::sub(planCmd), cl::cat(planCat));
 cl::opt<int64_t> stageFlag("stage",
                            cl::desc("the pipeline stage whose memory the "
                                     "report shows (default: the most "
                                     "loaded)"),
                            cl::value_desc("s"), cl::sub(planCmd),
-                           cl::cat(clusterCat));
-cl::opt<std::string>
-    tokensFlag("tokens",
-               cl::desc("[max_tokens] training tokens, e.g. 10e9, 300B, 1.4T "
-                        "(default: max_steps x global batch x seq_len, else "
-                        "Chinchilla's 20 x parameters)"),
-               cl::value_desc("count"), cl::sub(planCmd), cl::cat(trainCat));
+                           cl::cat(planCat));
 
-cl::opt<std::string> gpuFlag("gpu",
-                             cl::desc("[gpu] GPU name from the data file, "
-                                      "e.g. a100-80gb, h100-sxm"),
-                             cl::value_desc("name"), cl::sub(planCmd),
-                             cl::cat(clusterCat));
-cl::opt<int64_t> gpusPerNodeFlag("gpus-per-node",
-                                 cl::desc("[gpus_per_node] (default 8)"),
-                                 cl::value_desc("n"), cl::sub(planCmd),
-                                 cl::cat(clusterCat));
-cl::opt<int64_t> nodesFlag("nodes", cl::desc("[nodes] (default 1)"),
-                           cl::value_desc("n"), cl::sub(planCmd),
-                           cl::cat(clusterCat));
-cl::opt<double> priceFlag("price",
-                          cl::desc("[price_per_gpu_hour] USD per GPU-hour "
-                                   "(default: no cost)"),
-                          cl::value_desc("USD"), cl::sub(planCmd),
-                          cl::cat(clusterCat));
-cl::opt<double>
-    mfuFlag("mfu",
-            cl::desc("[mfu] fraction of peak the kernels reach on the "
-                     "model's FLOPs, assumed or measured (default 0.4); "
-                     "bubbles, recompute and communication come on top"),
-            cl::value_desc("fraction"), cl::sub(planCmd), cl::cat(clusterCat));
-cl::opt<int64_t> checkpointIntervalFlag(
-    "checkpoint-interval",
-    cl::desc("[checkpoint_interval] steps between checkpoints (default "
-             "llmc run's 0: only at the end)"),
-    cl::value_desc("steps"), cl::sub(planCmd), cl::cat(trainCat));
-cl::opt<int64_t> keepCheckpointsFlag(
-    "keep-checkpoints",
-    cl::desc("[keep_checkpoints] checkpoints kept on disk, 0: all "
-             "(default 3)"),
-    cl::value_desc("n"), cl::sub(planCmd), cl::cat(trainCat));
-
-cl::opt<int64_t> restartsFlag(
-    "restarts",
-    cl::desc("[restarts] job restarts over the run: each re-launches, "
-             "reloads the last checkpoint and redoes the work since it "
-             "(default 0)"),
-    cl::value_desc("n"), cl::sub(planCmd), cl::cat(runCat));
-cl::opt<double> restartMinutesFlag(
-    "restart-minutes",
-    cl::desc("[restart_minutes] re-launch per restart before the reload: "
-             "scheduling, process start, NCCL init (default 10, assumed)"),
-    cl::value_desc("min"), cl::sub(planCmd), cl::cat(runCat));
-cl::opt<double> storageWriteFlag(
-    "storage-write-gbps",
-    cl::desc("[storage_write_gbps] aggregate checkpoint write bandwidth "
-             "(default 10 GB/s, assumed)"),
-    cl::value_desc("GB/s"), cl::sub(planCmd), cl::cat(runCat));
-cl::opt<double> storageReadFlag(
-    "storage-read-gbps",
-    cl::desc("[storage_read_gbps] aggregate reload bandwidth (default: the "
-             "write bandwidth)"),
-    cl::value_desc("GB/s"), cl::sub(planCmd), cl::cat(runCat));
-cl::opt<double> observedDaysFlag(
-    "observed-days",
-    cl::desc("[observed_days] wall-clock days a real run of this plan took: "
-             "prints its implied MFU and the gap to the plan, split into "
-             "checkpoints, restarts, lost work and what is unexplained"),
-    cl::value_desc("days"), cl::sub(planCmd), cl::cat(runCat));
-cl::opt<double> observedStepFlag(
-    "observed-step-time",
-    cl::desc("[observed_step_time] measured seconds per optimizer step: "
-             "prints its implied MFU, the gap to the plan's step time and "
-             "the wall-clock time at that speed with the overheads"),
-    cl::value_desc("s"), cl::sub(planCmd), cl::cat(runCat));
-
-cl::opt<double> reserveFlag(
-    "reserve-gib",
-    cl::desc("[reserve_gib] per-device memory for the CUDA context and "
-             "library workspaces (default 1)"),
-    cl::value_desc("GiB"), cl::sub(planCmd), cl::cat(clusterCat));
+/// The config-key flags of the command line (`--tp 2`, `--gpu=a100-80gb`),
+/// set aside by splitPlanArguments for the config parser.
+std::vector<std::string> configFlags;
+bool helpRequested = false;
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "llmc") << message << "\n";
@@ -257,182 +97,6 @@ int fail(llvm::Error error) {
   return fail(message);
 }
 
-/// Sets `field` from `flag` when it was given, recording the flag as the
-/// value's origin (so errors name it instead of a file line).
-template <typename T, typename F>
-bool overlay(cl::opt<T> &flag, F &field, Origins &origins,
-             llvm::StringRef key) {
-  if (!flag.getNumOccurrences())
-    return false;
-  field = flag;
-  origins.erase(key.str());
-  return true;
-}
-
-template <typename E>
-llvm::Error overlayEnum(cl::opt<std::string> &flag, E &field, Origins &origins,
-                        llvm::StringRef key,
-                        std::optional<E> (*parse)(llvm::StringRef),
-                        llvm::StringRef allowed) {
-  if (!flag.getNumOccurrences())
-    return llvm::Error::success();
-  std::optional<E> value = parse(flag);
-  if (!value)
-    return llvm::createStringError("--" + flag.ArgStr + ": unknown value '" +
-                                   flag + "'; expected one of " + allowed);
-  field = *value;
-  origins.erase(key.str());
-  return llvm::Error::success();
-}
-
-llvm::Error positive(cl::opt<int64_t> &flag, int64_t min = 1) {
-  if (flag.getNumOccurrences() && flag < min)
-    return llvm::createStringError("--" + flag.ArgStr + ": expected an " +
-                                   "integer >= " + llvm::Twine(min) + ", got " +
-                                   llvm::Twine(flag.getValue()));
-  return llvm::Error::success();
-}
-
-llvm::Error applyTrainFlags(TrainConfig &train) {
-  Origins &o = train.origins;
-  if (llvm::Error err =
-          overlayEnum(precisionFlag, train.precision, o, "precision",
-                      parsePrecision, "fp32, tf32, fp16, bf16, fp8"))
-    return err;
-  if (llvm::Error err =
-          overlayEnum(optimizerFlag, train.optimizer, o, "optimizer.name",
-                      parseOptimizer, "adamw, adamw-8bit, sgd"))
-    return err;
-  if (llvm::Error err =
-          overlayEnum(rematFlag, train.remat, o, "remat", parseRemat,
-                      "none, selective, full, attention"))
-    return err;
-  if (gradPrecisionFlag.getNumOccurrences()) {
-    if (gradPrecisionFlag != "fp32" && gradPrecisionFlag != "half")
-      return llvm::createStringError("--grad-precision: unknown value '" +
-                                     gradPrecisionFlag +
-                                     "'; expected fp32 or half");
-    train.fp32Gradients = gradPrecisionFlag == "fp32";
-  }
-  for (cl::opt<int64_t> *flag : {&microBatchFlag, &globalBatchFlag, &seqLenFlag})
-    if (llvm::Error err = positive(*flag))
-      return err;
-  overlay(microBatchFlag, train.microBatch, o, "micro_batch_size");
-  overlay(globalBatchFlag, train.globalBatch, o, "global_batch_size");
-  overlay(seqLenFlag, train.seqLen, o, "seq_len");
-  for (cl::opt<int64_t> *flag : {&checkpointIntervalFlag, &keepCheckpointsFlag})
-    if (llvm::Error err = positive(*flag, 0))
-      return err;
-  if (overlay(checkpointIntervalFlag, train.checkpointInterval, o,
-              "checkpoint_interval"))
-    o["checkpoint_interval"] = "--checkpoint-interval";
-  if (overlay(keepCheckpointsFlag, train.keepCheckpoints, o,
-              "keep_checkpoints"))
-    o["keep_checkpoints"] = "--keep-checkpoints";
-  if (tokensFlag.getNumOccurrences()) {
-    llvm::Expected<double> tokens = parseCount(tokensFlag);
-    if (!tokens)
-      return llvm::createStringError("--tokens: " +
-                                     llvm::toString(tokens.takeError()));
-    train.tokens = *tokens;
-    train.steps = 0;
-    o["max_tokens"] = "--tokens";
-  }
-  return llvm::Error::success();
-}
-
-/// `flag` must be > 0 (or >= 0 with `orZero`) when given.
-llvm::Error positiveNumber(cl::opt<double> &flag, llvm::StringRef what,
-                           bool orZero = false) {
-  if (flag.getNumOccurrences() &&
-      (!std::isfinite(flag.getValue()) || flag < 0 || (!orZero && flag == 0)))
-    return llvm::createStringError(
-        llvm::formatv("--{0}: expected {1} {2} 0, got {3}", flag.ArgStr, what,
-                      orZero ? ">=" : ">",
-                      llvm::format("%g", flag.getValue()))
-            .str());
-  return llvm::Error::success();
-}
-
-/// The restart, storage and observed-run flags over the cluster file.
-llvm::Error applyRunFlags(ClusterConfig &cluster) {
-  Origins &o = cluster.origins;
-  if (observedDaysFlag.getNumOccurrences() &&
-      observedStepFlag.getNumOccurrences())
-    return llvm::createStringError(
-        "--observed-days and --observed-step-time: give one observed "
-        "figure, the run's wall-clock days or its seconds per step, not "
-        "both");
-  if (llvm::Error err = positive(restartsFlag, 0))
-    return err;
-  for (auto [flag, what, orZero] :
-       {std::tuple<cl::opt<double> *, llvm::StringRef, bool>{
-            &restartMinutesFlag, "minutes", true},
-        {&storageWriteFlag, "a bandwidth in GB/s", false},
-        {&storageReadFlag, "a bandwidth in GB/s", false},
-        {&observedDaysFlag, "a number of days", false},
-        {&observedStepFlag, "seconds per step", false}})
-    if (llvm::Error err = positiveNumber(*flag, what, orZero))
-      return err;
-  // These keep the flag as their origin: the report names it as the
-  // source of the value.
-  auto set = [&](auto &flag, auto &field, llvm::StringRef key) {
-    if (overlay(flag, field, o, key))
-      o[key.str()] = ("--" + flag.ArgStr).str();
-  };
-  set(restartsFlag, cluster.restarts, "restarts");
-  set(restartMinutesFlag, cluster.restartMinutes, "restart_minutes");
-  set(storageWriteFlag, cluster.storageWriteGBps, "storage_write_gbps");
-  set(storageReadFlag, cluster.storageReadGBps, "storage_read_gbps");
-  // One observed figure: a flag replaces the file's figure of either kind.
-  if (observedDaysFlag.getNumOccurrences()) {
-    cluster.observedStepSeconds = 0;
-    o.erase("observed_step_time");
-  }
-  if (observedStepFlag.getNumOccurrences()) {
-    cluster.observedDays = 0;
-    o.erase("observed_days");
-  }
-  set(observedDaysFlag, cluster.observedDays, "observed_days");
-  set(observedStepFlag, cluster.observedStepSeconds, "observed_step_time");
-  return llvm::Error::success();
-}
-
-llvm::Error applyClusterFlags(ClusterConfig &cluster) {
-  Origins &o = cluster.origins;
-  for (cl::opt<int64_t> *flag : {&gpusPerNodeFlag, &nodesFlag, &tpFlag, &ppFlag})
-    if (llvm::Error err = positive(*flag))
-      return err;
-  overlay(tpFlag, cluster.tensorParallel, o, "tensor_parallel");
-  overlay(spFlag, cluster.sequenceParallel, o, "sequence_parallel");
-  overlay(ppFlag, cluster.pipelineParallel, o, "pipeline_parallel");
-  if (zeroFlag.getNumOccurrences() && (zeroFlag < 0 || zeroFlag > 3))
-    return llvm::createStringError("--zero: expected a stage 0 to 3, got " +
-                                   llvm::Twine(zeroFlag.getValue()));
-  overlay(zeroFlag, cluster.zero, o, "zero");
-  overlay(gpuFlag, cluster.gpu, o, "gpu");
-  overlay(gpusPerNodeFlag, cluster.gpusPerNode, o, "gpus_per_node");
-  overlay(nodesFlag, cluster.nodes, o, "nodes");
-  if (priceFlag.getNumOccurrences() && priceFlag < 0)
-    return llvm::createStringError("--price: expected a price >= 0");
-  if (mfuFlag.getNumOccurrences() && (mfuFlag <= 0 || mfuFlag > 1))
-    return llvm::createStringError(
-        llvm::formatv("--mfu: expected a fraction in (0, 1], got {0}",
-                      mfuFlag.getValue())
-            .str());
-  if (reserveFlag.getNumOccurrences() && reserveFlag < 0)
-    return llvm::createStringError("--reserve-gib: expected a size >= 0");
-  // These keep the flag as their origin: the report names it as the
-  // source of the value.
-  if (overlay(priceFlag, cluster.pricePerGpuHour, o, "price_per_gpu_hour"))
-    o["price_per_gpu_hour"] = "--price";
-  if (overlay(mfuFlag, cluster.mfu, o, "mfu"))
-    o["mfu"] = "--mfu";
-  if (overlay(reserveFlag, cluster.reserveGiB, o, "reserve_gib"))
-    o["reserve_gib"] = "--reserve-gib";
-  return applyRunFlags(cluster);
-}
-
 int printGpus(const HardwareTable &table) {
   llvm::outs() << table.path << ":\n";
   for (const GpuSpec &gpu : table.gpus) {
@@ -446,32 +110,162 @@ int printGpus(const HardwareTable &table) {
   }
   return 0;
 }
+
+/// The config (`llmc run`'s, read for planning) and the planner's view of
+/// it. A positional config file gives llmc run's defaults for keys it does
+/// not set; a model given alone plans a pretraining run.
+struct PlanInputs {
+  TrainingConfig run;
+  bool fromFile = false;
+  std::string modelInput; // a model given as the positional argument
+  std::string configName; // the config file's name, for the report
+};
+
+llvm::Expected<PlanInputs> readPlanInputs() {
+  PlanInputs inputs;
+  llvm::StringRef input = planInput;
+  bool yaml = input.ends_with(".yaml") || input.ends_with(".yml");
+  if (yaml && llvm::sys::fs::exists(input)) {
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+        llvm::MemoryBuffer::getFile(input);
+    // With --model, the file can only be a training config.
+    bool modelFlag = llvm::any_of(configFlags, [](llvm::StringRef flag) {
+      return flag == "--model" || flag.starts_with("--model=");
+    });
+    inputs.fromFile =
+        modelFlag ||
+        (buffer && isTrainingConfigText((*buffer)->getBuffer(), input));
+  }
+  llvm::Expected<TrainingConfig> run =
+      inputs.fromFile
+          ? loadTrainingConfig(input, configFlags, TrainingConfigUse::Plan)
+          : parseTrainingConfig("{}", "the command line", "", configFlags,
+                                TrainingConfigUse::Plan);
+  if (!run)
+    return run.takeError();
+  inputs.run = std::move(*run);
+  if (inputs.fromFile) {
+    inputs.configName = llvm::sys::path::filename(input).str();
+  } else if (!input.empty()) {
+    if (inputs.run.origins.count("model"))
+      return llvm::createStringError("the model is given twice: '" + input +
+                                     "' and " + inputs.run.origins["model"] +
+                                     "; give one");
+    inputs.modelInput = input.str();
+  }
+  return inputs;
+}
+
+/// The model: the positional argument, else the config's `model`.
+llvm::Expected<PlanModel> loadModel(MLIRContext &context,
+                                    const PlanInputs &inputs) {
+  const TrainingConfig &run = inputs.run;
+  if (!inputs.modelInput.empty())
+    return loadPlanModel(context, inputs.modelInput);
+  auto origin = run.origins.find("model");
+  if (origin == run.origins.end())
+    return llvm::createStringError(
+        "no model: give a training config with 'model:', a model (a "
+        "model.mlir, a model .yaml or a preset) or --model");
+  if (!run.modelMlirPath.empty())
+    return loadPlanModel(context, run.modelMlirPath);
+  // A preset or file named by --model is named as it was given.
+  if (llvm::StringRef(origin->second).starts_with("--") &&
+      run.modelSource != "(inline)")
+    return loadPlanModel(context, run.modelSource);
+  llvm::Expected<PlanModel> analyzed = analyzeModel(context, run.model);
+  if (analyzed) {
+    analyzed->input = run.modelSource;
+    analyzed->irSource =
+        "IR of @forward built from the model of " + inputs.configName;
+  }
+  return analyzed;
+}
+
+/// The former --cluster file and `--train CONFIG.yaml`: say where they went.
+llvm::Error checkFormerOptions() {
+  for (size_t i = 0; i < configFlags.size(); ++i) {
+    llvm::StringRef flag = configFlags[i];
+    if (flag == "--cluster" || flag.starts_with("--cluster="))
+      return llvm::createStringError(
+          "--cluster: the cluster's keys are the config's now: the "
+          "layout in parallel: (tp, pp, sp, zero), the machines in "
+          "plan: (gpu, nodes, gpus_per_node, ...); give them in the "
+          "training config or as flags (--tp 2, --gpu a100-80gb); "
+          "see docs/config-keys.md");
+    llvm::StringRef value =
+        flag.contains('=')
+            ? flag.split('=').second
+            : (i + 1 < configFlags.size() ? llvm::StringRef(configFlags[i + 1])
+                                          : llvm::StringRef());
+    if ((flag == "--train" || flag.starts_with("--train=")) &&
+        (value.ends_with(".yaml") || value.ends_with(".yml")))
+      return llvm::createStringError(
+          "--train is data.train (training data files); llmc plan "
+          "reads a training config as its argument: llmc plan " +
+          value);
+  }
+  return llvm::Error::success();
+}
+
 } // namespace
 
+std::vector<char *> splitPlanArguments(int argc, char **argv) {
+  // The command's own options stay for the command-line parser; every
+  // other --flag is a config key (or an unknown one, which the config
+  // parser names with a suggestion).
+  static const llvm::StringRef ownOptions[] = {
+      "hardware", "fit",         "json",      "step-memory", "list-gpus",
+      "stage",    "help-hidden", "help-list", "version"};
+  std::vector<char *> kept = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    llvm::StringRef arg = argv[i];
+    if (arg == "--help" || arg == "-help" || arg == "-h") {
+      helpRequested = true;
+      continue;
+    }
+    llvm::StringRef name = arg;
+    if (!name.consume_front("--") &&
+        !(name.size() > 1 && name.consume_front("-"))) {
+      kept.push_back(argv[i]);
+      continue;
+    }
+    name = name.split('=').first;
+    if (llvm::is_contained(ownOptions, name)) {
+      kept.push_back(argv[i]);
+      continue;
+    }
+    configFlags.push_back(("--" + arg.ltrim('-')).str());
+    if (!arg.contains('=') && i + 1 < argc &&
+        !llvm::StringRef(argv[i + 1]).starts_with("--"))
+      configFlags.push_back(argv[++i]);
+  }
+  return kept;
+}
+
 int runPlan(MLIRContext &context) {
+  if (helpRequested) {
+    cl::PrintHelpMessage();
+    llvm::outs() << "\n";
+    printTrainingConfigHelp(llvm::outs());
+    return 0;
+  }
+  if (llvm::Error err = checkFormerOptions())
+    return fail(std::move(err));
   std::string hardwarePath =
       hardwareFile.empty() ? getDefaultHardwarePath() : hardwareFile.getValue();
-  TrainConfig train;
-  ClusterConfig cluster;
-  std::optional<TrainingConfig> run;
-  if (!trainFile.empty()) {
-    llvm::Expected<TrainingConfig> loaded =
-        loadTrainingConfig(trainFile, {}, TrainingConfigUse::Plan);
-    if (!loaded)
-      return fail(loaded.takeError());
-    run = std::move(*loaded);
-    llvm::Expected<TrainConfig> facts = trainConfigFromRun(*run);
-    if (!facts)
-      return fail(facts.takeError());
-    train = std::move(*facts);
-  }
-  if (!clusterFile.empty())
-    if (llvm::Error err = loadClusterConfigFile(clusterFile, cluster))
-      return fail(std::move(err));
-  if (llvm::Error err = applyTrainFlags(train))
-    return fail(std::move(err));
-  if (llvm::Error err = applyClusterFlags(cluster))
-    return fail(std::move(err));
+  llvm::Expected<PlanInputs> inputs = readPlanInputs();
+  if (!inputs)
+    return fail(inputs.takeError());
+  llvm::Expected<TrainingFacts> facts =
+      trainingFactsFromRun(inputs->run, /*runDefaults=*/inputs->fromFile);
+  if (!facts)
+    return fail(facts.takeError());
+  TrainingFacts train = std::move(*facts);
+  llvm::Expected<ClusterConfig> layout = clusterConfigFromRun(inputs->run);
+  if (!layout)
+    return fail(layout.takeError());
+  ClusterConfig cluster = std::move(*layout);
 
   std::optional<HardwareTable> hardware;
   if (!cluster.gpu.empty() || listGpus) {
@@ -490,40 +284,22 @@ int runPlan(MLIRContext &context) {
     gpu = *found;
   }
   if (!gpu && (cluster.observedDays > 0 || cluster.observedStepSeconds > 0))
-    return fail(llvm::Twine(cluster.observedDays > 0
-                                ? originOf(cluster.origins, "observed_days",
-                                           "observed-days")
-                                : originOf(cluster.origins,
-                                           "observed_step_time",
-                                           "observed-step-time")) +
-                ": an observed run is compared with the GPUs' peak: give "
-                "--gpu NAME or a --cluster file with 'gpu:'");
+    return fail(
+        llvm::Twine(cluster.observedDays > 0
+                        ? originOf(cluster.origins, "plan.observed_days",
+                                   "observed-days")
+                        : originOf(cluster.origins, "plan.observed_step_time",
+                                   "observed-step-time")) +
+        ": an observed run is compared with the GPUs' peak: give "
+        "--gpu NAME or plan.gpu in the config");
 
-  // The model: the positional argument, else the training config's.
-  llvm::Expected<PlanModel> model = [&]() -> llvm::Expected<PlanModel> {
-    if (!planInput.empty())
-      return loadPlanModel(context, planInput);
-    if (!run || !run->origins.count("model"))
-      return llvm::createStringError(
-          "no model: give one (a model.mlir, a config .yaml or a preset) or "
-          "a --train config with 'model:'");
-    if (!run->modelMlirPath.empty())
-      return loadPlanModel(context, run->modelMlirPath);
-    llvm::Expected<PlanModel> analyzed = analyzeModel(context, run->model);
-    if (analyzed) {
-      analyzed->input = run->modelSource;
-      analyzed->irSource = "IR of @forward built from the model of " +
-                           llvm::sys::path::filename(trainFile).str();
-    }
-    return analyzed;
-  }();
+  llvm::Expected<PlanModel> model = loadModel(context, *inputs);
   if (!model)
     return fail(model.takeError());
   // A model.mlir was compiled for one token shape; plan that one unless
   // told otherwise.
   if (model->mlirBatch) {
-    if (!train.origins.count("micro_batch_size") &&
-        !microBatchFlag.getNumOccurrences())
+    if (!train.origins.count("micro_batch_size"))
       train.microBatch = model->mlirBatch;
     if (!train.seqLen)
       train.seqLen = model->mlirSeqLen;
@@ -536,8 +312,8 @@ int runPlan(MLIRContext &context) {
     request.gpu = &*gpu;
   if (!fitMemory.empty()) {
     if (!gpu)
-      return fail("--fit needs a GPU: give --gpu NAME or a --cluster file "
-                  "with 'gpu:'");
+      return fail("--fit needs a GPU: give --gpu NAME or plan.gpu in the "
+                  "config");
     if (fitMemory == "gpu") {
       request.fitBudget = gpu->memoryGiB * 1024.0 * 1024.0 * 1024.0;
     } else {
@@ -552,8 +328,8 @@ int runPlan(MLIRContext &context) {
                                        getConfiguredLayout(train, cluster)))
     return fail(std::move(err));
   int64_t seqLen = train.seqLen ? train.seqLen : model->config.seqLen;
-  llvm::Expected<ForwardPlan> forward =
-      planForward(context, *model, train.microBatch, seqLen);
+  llvm::Expected<ForwardMemory> forward =
+      compileForwardMemory(context, *model, train.microBatch, seqLen);
   if (!forward)
     return fail(forward.takeError());
   request.forward = *forward;
@@ -582,7 +358,7 @@ int runPlan(MLIRContext &context) {
   if (stepMemoryFlag == "ir" ||
       (stepMemoryFlag == "auto" && compilable &&
        model->config.nLayer <= kAutoStepLayers)) {
-    llvm::Expected<StepPlan> step = planTrainingStep(
+    llvm::Expected<StepMemory> step = compileStepMemory(
         context, *model, train.microBatch, seqLen, train.precision,
         train.optimizer, configured.dp, configured.zero);
     if (!step)

@@ -4,8 +4,8 @@
 // a checkpoint or initializes the weights and runs the Trainer.
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "codegen/Plan/Estimate.h"
-#include "codegen/Plan/ModelAnalysis.h"
+#include "training/Plan/Estimate.h"
+#include "training/Plan/ModelAnalysis.h"
 #include "codegen/Training.h"
 #include "frontend/Dataset.h"
 #include "frontend/GptBuilder.h"

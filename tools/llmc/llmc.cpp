@@ -11,6 +11,7 @@
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "frontend/ModelInfo.h"
+#include "frontend/TrainConfig.h"
 #include "frontend/Tokenizer.h"
 #include "ir/LlmcDialect.h"
 #include "ir/ParseModule.h"
@@ -1073,10 +1074,10 @@ int runTrainCommand(int argc, char **argv);
 static bool checkCommandName(llvm::StringRef word) {
   if (word.empty() || word.starts_with("-") || word.starts_with("@"))
     return true;
-  // `run` and `tokenizer` are dispatched before cl parses; the rest are
+  // `help`, `run` and `tokenizer` are dispatched before cl parses; the rest are
   // cl's subcommands (sorted: the suggestion must not depend on the order
   // of a pointer set).
-  std::vector<llvm::StringRef> commands = {"run", "tokenizer"};
+  std::vector<llvm::StringRef> commands = {"help", "run", "tokenizer"};
   for (cl::SubCommand *sub : cl::getRegisteredSubcommands())
     if (!sub->getName().empty())
       commands.push_back(sub->getName());
@@ -1101,6 +1102,22 @@ static bool checkCommandName(llvm::StringRef word) {
   return false;
 }
 
+/// `llmc help config [--markdown]`: the config keys of llmc run and llmc
+/// plan from their one table; --markdown prints docs/config-keys.md.
+static int runHelpCommand(int argc, char **argv) {
+  llvm::StringRef usage = "usage: llmc help config [--markdown]\n";
+  if (argc < 2 || llvm::StringRef(argv[1]) != "config" || argc > 3 ||
+      (argc == 3 && llvm::StringRef(argv[2]) != "--markdown")) {
+    llvm::errs() << usage;
+    return 1;
+  }
+  if (argc == 3)
+    printConfigKeyReference(llvm::outs());
+  else
+    printTrainingConfigHelp(llvm::outs());
+  return 0;
+}
+
 int main(int argc, char **argv) {
   ::llmc::installCrashWatchdog(); // before InitLLVM's stack trace
   llvm::InitLLVM init(argc, argv);
@@ -1108,8 +1125,17 @@ int main(int argc, char **argv) {
     return runTokenizerCommand(argc - 1, argv + 1);
   if (argc > 1 && llvm::StringRef(argv[1]) == "run")
     return runTrainCommand(argc - 1, argv + 1);
+  if (argc > 1 && llvm::StringRef(argv[1]) == "help")
+    return runHelpCommand(argc - 1, argv + 1);
   if (argc > 1 && !checkCommandName(argv[1]))
     return 1;
+  // llmc plan's config-key flags go to the config parser, as llmc run's do.
+  std::vector<char *> planArgs;
+  if (argc > 1 && llvm::StringRef(argv[1]) == "plan") {
+    planArgs = splitPlanArguments(argc, argv);
+    argc = static_cast<int>(planArgs.size());
+    argv = planArgs.data();
+  }
   // The top level has no options of its own: hide the ones libLLVM and
   // libMLIR register there (hundreds of backend flags), so `llmc --help`
   // lists the subcommands and --help/--version only. Subcommands list only
@@ -1126,10 +1152,11 @@ int main(int argc, char **argv) {
       "  llmc export model.llmc -o NAME         a standalone inference binary\n"
       "  llmc convert CKPT -o OUT.safetensors   trained weights out (HF names; .bin: llm.c)\n"
       "  llmc info MODEL                        parameters and ops\n"
-      "  llmc plan MODEL                        memory, time, cost, layouts\n"
+      "  llmc plan train.yaml | MODEL           memory, time, cost, layouts\n"
       "  llmc presets [NAME]                    built-in model configs\n"
       "  llmc tokenizer train|encode ...        BPE vocabularies, token shards\n"
-      "  llmc run train.yaml                    train (config keys as --flags)\n\n"
+      "  llmc run train.yaml                    train (config keys as --flags)\n"
+      "  llmc help config [--markdown]          the config keys of run and plan\n\n"
       "Run 'llmc SUBCOMMAND --help' for a subcommand's options.\n");
   MLIRContext context;
   registerDialects(context);

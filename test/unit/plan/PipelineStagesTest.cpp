@@ -1,6 +1,6 @@
 // The pipeline cut (ir/PipelineStages.h) against brute force over every
 // cut, and the planner's costs of a model against those read from its IR.
-#include "codegen/Plan/Estimate.h"
+#include "training/Plan/Estimate.h"
 #include "frontend/GptBuilder.h"
 #include "ir/PipelineStages.h"
 

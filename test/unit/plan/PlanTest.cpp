@@ -2,8 +2,8 @@
 // 1872 GB of model states, OPT-175B at 180B tokens, ZeRO's and Korthikanti
 // et al.'s memory figures, Chinchilla's 20 tokens per parameter), and its
 // configs, data file, layout checks, --fit search and report.
-#include "codegen/Plan/Goodput.h"
-#include "codegen/Plan/Report.h"
+#include "training/Plan/Goodput.h"
+#include "training/Plan/Report.h"
 
 #include "frontend/GptBuilder.h"
 
@@ -130,7 +130,7 @@ TEST(PlanPublished, WideGpt104BModelStates) {
   EXPECT_NEAR(states.total() / 1872e9, 1.0, 1e-3);
 
   // The same through the whole plan of one device.
-  TrainConfig train;
+  TrainingFacts train;
   train.seqLen = 2048;
   Layout layout;
   Estimate est = estimate(model, train, cluster("", 1, 1), nullptr, layout);
@@ -146,7 +146,7 @@ TEST(PlanPublished, Opt175BAt180BTokens) {
   PlanModel model = analyze(context, config);
   EXPECT_NEAR(model.numParameters / 175e9, 1.0, 5e-3);
 
-  TrainConfig train;
+  TrainingFacts train;
   train.tokens = 180e9;
   train.globalBatch = 992;
   train.microBatch = 1;
@@ -237,7 +237,7 @@ TEST(PlanPublished, ChinchillaTokens) {
   MLIRContext context;
   PlanModel model = preset(context, "gpt2");
   Estimate est =
-      estimate(model, TrainConfig(), cluster("", 1, 1), nullptr, Layout());
+      estimate(model, TrainingFacts(), cluster("", 1, 1), nullptr, Layout());
   EXPECT_TRUE(est.tokensFromChinchilla);
   EXPECT_EQ(est.tokens, 20.0 * model.numParameters);
 }
@@ -388,7 +388,7 @@ TEST(PlanGoodput, Opt175BImpliedMfu) {
   ModelConfig config = gptConfig("opt-175b", 96, 96, 12288, 2048, 50272);
   config.activation = Activation::Relu;
   PlanModel model = analyze(context, config);
-  TrainConfig train;
+  TrainingFacts train;
   train.tokens = 300e9;
   train.globalBatch = 992;
   train.microBatch = 8;
@@ -426,7 +426,7 @@ TEST(PlanLayout, TensorParallelSplitsMatrices) {
 TEST(PlanLayout, TensorParallelPadsTheVocabulary) {
   MLIRContext context;
   PlanModel model = preset(context, "gpt2");
-  TrainConfig train;
+  TrainingFacts train;
   int64_t h = 768;
   auto parameters = [&](int64_t tp) {
     Layout layout;
@@ -444,7 +444,7 @@ TEST(PlanLayout, TensorParallelPadsTheVocabulary) {
 TEST(PlanLayout, PipelineFirstStageHoldsMicroBatchesInFlight) {
   MLIRContext context;
   PlanModel model = preset(context, "gpt2");
-  TrainConfig train;
+  TrainingFacts train;
   Layout layout;
   layout.pp = 4;
   layout.dp = 2;
@@ -465,16 +465,16 @@ TEST(PlanLayout, InvalidLayoutsNameTheirOrigin) {
   MLIRContext context;
   PlanModel model = preset(context, "gpt2"); // 12 heads, 12 layers
   ClusterConfig eight = cluster("", 8, 1);
-  TrainConfig train;
+  TrainingFacts train;
   Layout layout = getConfiguredLayout(train, eight);
   EXPECT_FALSE(static_cast<bool>(validateLayout(model, train, eight, layout)));
 
   ClusterConfig tp = eight;
   tp.tensorParallel = 5;
-  tp.origins["tensor_parallel"] = "cluster.yaml:3:18";
+  tp.origins["parallel.tp"] = "train.yaml:3:7";
   EXPECT_EQ(errorText(validateLayout(model, train, tp,
                                      getConfiguredLayout(train, tp))),
-            "cluster.yaml:3:18: error: tensor_parallel: 5 does not divide "
+            "train.yaml:3:7: error: parallel.tp: 5 does not divide "
             "n_head (12) of model 'gpt2': each rank needs whole heads");
   tp.origins.clear();
   EXPECT_THAT(errorText(validateLayout(model, train, tp,
@@ -504,14 +504,14 @@ TEST(PlanLayout, InvalidLayoutsNameTheirOrigin) {
   EXPECT_FALSE(static_cast<bool>(zeroWithPp))
       << llvm::toString(std::move(zeroWithPp));
 
-  TrainConfig batch = train;
+  TrainingFacts batch = train;
   batch.microBatch = 3;
   EXPECT_THAT(errorText(validateLayout(model, batch, eight,
                                        getConfiguredLayout(batch, eight))),
               HasSubstr("global batch 512 is not a multiple of micro-batch x "
                         "data-parallel size = 3 x 8 = 24"));
 
-  TrainConfig seq = train;
+  TrainingFacts seq = train;
   seq.seqLen = 4096;
   EXPECT_THAT(errorText(validateLayout(model, seq, eight,
                                        getConfiguredLayout(seq, eight))),
@@ -521,7 +521,7 @@ TEST(PlanLayout, InvalidLayoutsNameTheirOrigin) {
 TEST(PlanLayout, ZeroShardsStates) {
   MLIRContext context;
   PlanModel model = preset(context, "gpt2");
-  TrainConfig train;
+  TrainingFacts train;
   double previous = INFINITY;
   for (int zero = 0; zero <= 3; ++zero) {
     Layout layout;
@@ -540,7 +540,7 @@ TEST(PlanLayout, ZeroShardsStates) {
 TEST(PlanLayout, TrafficPerAxis) {
   MLIRContext context;
   PlanModel model = preset(context, "gpt2");
-  TrainConfig train;
+  TrainingFacts train;
   const double bth = 1024.0 * 768;
   auto traffic = [&](Layout layout, int64_t gpus) {
     return estimate(model, train, cluster("", gpus, 1), nullptr, layout)
@@ -656,9 +656,9 @@ TEST(PlanConfig, TrainAndClusterFiles) {
       "selective\nmax_tokens: 300e9\nglobal_batch_size: 64\n",
       "train.yaml", "", {}, TrainingConfigUse::Plan);
   ASSERT_TRUE(static_cast<bool>(run)) << llvm::toString(run.takeError());
-  llvm::Expected<TrainConfig> facts = trainConfigFromRun(*run);
+  llvm::Expected<TrainingFacts> facts = trainingFactsFromRun(*run);
   ASSERT_TRUE(static_cast<bool>(facts)) << llvm::toString(facts.takeError());
-  TrainConfig train = *facts;
+  TrainingFacts train = *facts;
   EXPECT_EQ(train.precision, Precision::Fp16);
   EXPECT_EQ(train.optimizer, Optimizer::Sgd);
   EXPECT_EQ(train.microBatch, 8);
@@ -672,7 +672,7 @@ TEST(PlanConfig, TrainAndClusterFiles) {
   llvm::Expected<TrainingConfig> bare = parseTrainingConfig(
       "max_steps: 10\n", "t.yaml", "", {}, TrainingConfigUse::Plan);
   ASSERT_TRUE(static_cast<bool>(bare));
-  llvm::Expected<TrainConfig> defaults = trainConfigFromRun(*bare);
+  llvm::Expected<TrainingFacts> defaults = trainingFactsFromRun(*bare);
   ASSERT_TRUE(static_cast<bool>(defaults));
   EXPECT_EQ(defaults->microBatch, 4);
   EXPECT_EQ(defaults->globalBatch, 4);
@@ -683,50 +683,61 @@ TEST(PlanConfig, TrainAndClusterFiles) {
       "remat: budget\nremat_budget: 1GiB\n", "t.yaml", "", {},
       TrainingConfigUse::Plan);
   ASSERT_TRUE(static_cast<bool>(budget));
-  EXPECT_THAT(errorText(trainConfigFromRun(*budget)),
+  EXPECT_THAT(errorText(trainingFactsFromRun(*budget)),
               StartsWith("t.yaml:1:8: error: remat: llmc plan has no "
                          "estimate of the budget policy"));
   EXPECT_THAT(errorText(parseTrainingConfig("tensor_parallel: 2\n", "t.yaml",
                                             "", {}, TrainingConfigUse::Plan)),
-              StartsWith("t.yaml:1:1: error: 'tensor_parallel' is a key of "
-                         "the cluster schema"));
+              StartsWith("t.yaml:1:1: error: 'tensor_parallel' is now "
+                         "'parallel.tp'"));
 
-  ClusterConfig layout;
-  ASSERT_FALSE(static_cast<bool>(parseClusterConfig(
-      "zero: 2\ntensor_parallel: 2\npipeline_parallel: 4\n", "c.yaml",
-      layout)));
-  EXPECT_EQ(layout.zero, 2);
-  EXPECT_EQ(layout.tensorParallel, 2);
-  EXPECT_EQ(layout.pipelineParallel, 4);
-  EXPECT_EQ(layout.origins["tensor_parallel"], "c.yaml:2:18");
+  // The cluster: the config's parallel layout and its plan: section.
+  llvm::Expected<TrainingConfig> mesh = parseTrainingConfig(
+      "parallel: {zero: 2, tp: 2, pp: 4}\n", "c.yaml", "", {},
+      TrainingConfigUse::Plan);
+  ASSERT_TRUE(static_cast<bool>(mesh)) << llvm::toString(mesh.takeError());
+  llvm::Expected<ClusterConfig> layout = clusterConfigFromRun(*mesh);
+  ASSERT_TRUE(static_cast<bool>(layout));
+  EXPECT_EQ(layout->zero, 2);
+  EXPECT_EQ(layout->tensorParallel, 2);
+  EXPECT_EQ(layout->pipelineParallel, 4);
+  EXPECT_EQ(layout->origins["parallel.tp"], "c.yaml:1:25");
 
-  ClusterConfig bad;
-  EXPECT_EQ(errorText(parseClusterConfig("zero: 5\n", "t.yaml", bad)),
-            "t.yaml:1:7: error: zero: 5 is out of range; expected 0 to 3\n"
-            "zero: 5\n"
-            "      ^");
-  EXPECT_THAT(errorText(parseClusterConfig("zeros: 4\n", "t.yaml", bad)),
-              StartsWith("t.yaml:1:1: error: unknown key 'zeros' (did "
-                         "you mean 'zero'?)"));
-  EXPECT_THAT(errorText(parseClusterConfig("zero: 1\nzero: 2\n", "t.yaml", bad)),
-              StartsWith("t.yaml:2:1: error: duplicate key 'zero' (first "
-                         "given at t.yaml:1:7)"));
-  EXPECT_THAT(errorText(parseClusterConfig("- 1\n", "t.yaml", bad)),
-              StartsWith("t.yaml:1:1: error: expected a mapping of cluster "
-                         "keys"));
+  EXPECT_THAT(errorText(parseTrainingConfig("parallel: {zero: 5}\n", "t.yaml",
+                                            "", {}, TrainingConfigUse::Plan)),
+              StartsWith("t.yaml:1:18: error: parallel.zero: ZeRO stage 5 "
+                         "does not exist"));
+  EXPECT_THAT(errorText(parseTrainingConfig("plan: {gpus: 4}\n", "t.yaml",
+                                            "", {}, TrainingConfigUse::Plan)),
+              StartsWith("t.yaml:1:8: error: plan: unknown key 'gpus' (did "
+                         "you mean 'gpu'?)"));
+  EXPECT_THAT(errorText(parseTrainingConfig("zero: 1\n", "t.yaml", "", {},
+                                            TrainingConfigUse::Plan)),
+              StartsWith("t.yaml:1:1: error: 'zero' is now 'parallel.zero'"));
 
-  ClusterConfig c;
-  ASSERT_FALSE(static_cast<bool>(parseClusterConfig(
-      "gpu: h100-sxm\ngpus_per_node: 4\nnodes: 2\nprice_per_gpu_hour: 2.5\n"
-      "mfu: 0.5\n",
-      "c.yaml", c)));
-  EXPECT_EQ(c.gpu, "h100-sxm");
-  EXPECT_EQ(c.numGpus(), 8);
-  EXPECT_EQ(c.pricePerGpuHour, 2.5);
-  EXPECT_EQ(c.mfu, 0.5);
-  EXPECT_THAT(errorText(parseClusterConfig("mfu: 1.5\n", "c.yaml", c)),
-              StartsWith("c.yaml:1:6: error: mfu: 1.5 is out of range; "
+  llvm::Expected<TrainingConfig> machines = parseTrainingConfig(
+      "plan:\n  gpu: h100-sxm\n  gpus_per_node: 4\n  nodes: 2\n"
+      "  price_per_gpu_hour: 2.5\n  mfu: 0.5\n",
+      "c.yaml", "", {}, TrainingConfigUse::Plan);
+  ASSERT_TRUE(static_cast<bool>(machines));
+  llvm::Expected<ClusterConfig> c = clusterConfigFromRun(*machines);
+  ASSERT_TRUE(static_cast<bool>(c));
+  EXPECT_EQ(c->gpu, "h100-sxm");
+  EXPECT_EQ(c->numGpus(), 8);
+  EXPECT_EQ(c->pricePerGpuHour, 2.5);
+  EXPECT_EQ(c->mfu, 0.5);
+  EXPECT_THAT(errorText(parseTrainingConfig("plan: {mfu: 1.5}\n", "c.yaml",
+                                            "", {}, TrainingConfigUse::Plan)),
+              StartsWith("c.yaml:1:13: error: plan.mfu: 1.5 is out of range; "
                          "expected a value > 0 and <= 1"));
+  // llmc run reads the plan section and ignores it; it has no fp8.
+  EXPECT_TRUE(static_cast<bool>(parseTrainingConfig(
+      "plan: {gpu: a100-80gb}\nprecision: fp8\n", "c.yaml", "", {},
+      TrainingConfigUse::Plan)));
+  EXPECT_THAT(errorText(parseTrainingConfig("precision: fp8\n", "c.yaml", "",
+                                            {}, TrainingConfigUse::Run)),
+              StartsWith("c.yaml:1:12: error: precision: unknown precision "
+                         "'fp8'; expected fp32, fp16 or bf16"));
 }
 
 TEST(PlanConfig, Units) {
@@ -756,7 +767,7 @@ TEST(PlanIR, ForwardArenaOfConfigAndModuleAgree) {
       loadModelConfigFile(LLMC_SOURCE_DIR "/examples/tiny.yaml");
   ASSERT_TRUE(static_cast<bool>(tiny)) << llvm::toString(tiny.takeError());
   PlanModel model = analyze(context, *tiny);
-  llvm::Expected<ForwardPlan> forward = planForward(context, model, 2, 32);
+  llvm::Expected<ForwardMemory> forward = compileForwardMemory(context, model, 2, 32);
   ASSERT_TRUE(static_cast<bool>(forward))
       << llvm::toString(forward.takeError());
   // The logits (B, T, V) in f32 are an output, alive at the end.
@@ -781,7 +792,7 @@ TEST(PlanIR, ForwardArenaOfConfigAndModuleAgree) {
   EXPECT_EQ(fromMlir->numParameters, model.numParameters);
   EXPECT_EQ(fromMlir->mlirBatch, 2);
   EXPECT_EQ(fromMlir->mlirSeqLen, 32);
-  llvm::Expected<ForwardPlan> again = planForward(context, *fromMlir, 2, 32);
+  llvm::Expected<ForwardMemory> again = compileForwardMemory(context, *fromMlir, 2, 32);
   ASSERT_TRUE(static_cast<bool>(again)) << llvm::toString(again.takeError());
   EXPECT_EQ(again->arenaBytes, forward->arenaBytes);
   EXPECT_THAT(again->source, HasSubstr("'s @forward"));
@@ -804,7 +815,7 @@ TEST(PlanFit, FastestFirstAndWithinBudget) {
   HardwareTable hardware = loadExampleHardware();
   const GpuSpec *gpu = hardware.find("a100-80gb");
   ASSERT_TRUE(gpu);
-  TrainConfig train;
+  TrainingFacts train;
   ClusterConfig eight = cluster("a100-80gb", 8, 1);
   FitResult fit = searchFit(model, train, eight, *gpu, 80e9);
   ASSERT_FALSE(fit.fitting.empty());
@@ -853,7 +864,7 @@ TEST(PlanReport, JsonLabelsEveryNumber) {
   request.gpu = hardware.find("a100-80gb");
   request.hardwarePath = hardware.path;
   request.train.microBatch = 16;
-  llvm::Expected<ForwardPlan> forward = planForward(context, model, 16, 1024);
+  llvm::Expected<ForwardMemory> forward = compileForwardMemory(context, model, 16, 1024);
   ASSERT_TRUE(static_cast<bool>(forward));
   request.forward = *forward;
   llvm::Expected<Report> report = buildReport(request);

@@ -5,7 +5,7 @@
 #ifndef LLMC_CODEGEN_PLAN_GOODPUT_H
 #define LLMC_CODEGEN_PLAN_GOODPUT_H
 
-#include "codegen/Plan/Estimate.h"
+#include "training/Plan/Estimate.h"
 
 #include <cstdint>
 

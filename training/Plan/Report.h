@@ -3,7 +3,7 @@
 #ifndef LLMC_CODEGEN_PLAN_REPORT_H
 #define LLMC_CODEGEN_PLAN_REPORT_H
 
-#include "codegen/Plan/Search.h"
+#include "training/Plan/Search.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringRef.h"
@@ -57,15 +57,15 @@ struct Report {
 
 struct PlanRequest {
   const PlanModel *model = nullptr;
-  TrainConfig train;
+  TrainingFacts train;
   ClusterConfig cluster;
   const GpuSpec *gpu = nullptr; // null: memory and FLOPs only
   std::string hardwarePath;
-  std::optional<ForwardPlan> forward;
+  std::optional<ForwardMemory> forward;
   /// The compiled training step, when the layout allows it (tp 1, pp 1;
-  /// see planTrainingStep): its memory plan replaces the activation and
+  /// see compileStepMemory): its memory plan replaces the activation and
   /// workspace formulas of the configured layout.
-  std::optional<StepPlan> step;
+  std::optional<StepMemory> step;
   std::optional<double> fitBudget; // --fit
   /// --stage: the pipeline stage whose memory the report shows (default
   /// the most loaded).

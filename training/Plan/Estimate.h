@@ -4,8 +4,8 @@
 #ifndef LLMC_CODEGEN_PLAN_ESTIMATE_H
 #define LLMC_CODEGEN_PLAN_ESTIMATE_H
 
-#include "codegen/Plan/Hardware.h"
-#include "codegen/Plan/ModelAnalysis.h"
+#include "training/Plan/Hardware.h"
+#include "training/Plan/ModelAnalysis.h"
 #include "frontend/PlanConfig.h"
 #include "ir/PipelineStages.h"
 
@@ -172,7 +172,7 @@ struct Estimate {
 
 /// The layout a train config and cluster ask for (dp = GPUs / (tp * pp),
 /// rounded down; validateLayout reports a remainder).
-Layout getConfiguredLayout(const TrainConfig &train,
+Layout getConfiguredLayout(const TrainingFacts &train,
                            const ClusterConfig &cluster);
 
 /// Checks the layout against the model and cluster: tp divides the heads
@@ -180,13 +180,13 @@ Layout getConfiguredLayout(const TrainConfig &train,
 /// tp * pp * dp, the
 /// global batch a multiple of micro-batch * dp, ZeRO-2/3 not with pp.
 /// Errors name where the offending value was given.
-llvm::Error validateLayout(const PlanModel &model, const TrainConfig &train,
+llvm::Error validateLayout(const PlanModel &model, const TrainingFacts &train,
                            const ClusterConfig &cluster, const Layout &layout);
 
 /// The estimate of a valid layout; `gpu` null for memory only. The memory
 /// is the most loaded pipeline stage's, or with `stage` >= 0 (below pp)
 /// that stage's; the step time is paced by the slowest stage either way.
-Estimate estimate(const PlanModel &model, const TrainConfig &train,
+Estimate estimate(const PlanModel &model, const TrainingFacts &train,
                   const ClusterConfig &cluster, const GpuSpec *gpu,
                   const Layout &layout, int64_t stage = -1);
 

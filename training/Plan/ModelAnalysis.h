@@ -63,13 +63,13 @@ llvm::Expected<PlanModel> analyzeModel(MLIRContext &context,
 
 /// The compiled forward pass of one micro-batch: the memory planner's peak
 /// of its intermediates (f32, whole model on one device) and its FLOPs.
-struct ForwardPlan {
+struct ForwardMemory {
   int64_t batch = 0, seqLen = 0;
   int64_t arenaBytes = 0;
   int64_t flops = 0;
   std::string source;
 };
-llvm::Expected<ForwardPlan> planForward(MLIRContext &context,
+llvm::Expected<ForwardMemory> compileForwardMemory(MLIRContext &context,
                                         const PlanModel &model, int64_t batch,
                                         int64_t seqLen);
 
@@ -78,7 +78,7 @@ llvm::Expected<ForwardPlan> planForward(MLIRContext &context,
 /// through the training pipeline (llmc-amp in the plan's precision,
 /// llmc-shard at the plan's dp and ZeRO stage, llmc-remat under each of
 /// its policies none, selective and full), lowered, its memory planned.
-struct StepPlan {
+struct StepMemory {
   int64_t batch = 0, seqLen = 0, dp = 1;
   int zero = 0;
   Precision precision = Precision::Fp32;
@@ -90,12 +90,12 @@ struct StepPlan {
   std::array<int64_t, kNumRemats> arenaBytes{}, storedBytes{};
   std::string source;
 };
-/// Whether planTrainingStep can compile a step of this precision and
+/// Whether compileStepMemory can compile a step of this precision and
 /// layout: the training pipeline has fp32 (tf32 only changes GEMMs), fp16
 /// and bf16, data parallelism and ZeRO, but no tensor or pipeline
 /// parallelism and no fp8.
 bool canCompileStep(Precision precision, int64_t tp, int64_t pp);
-llvm::Expected<StepPlan> planTrainingStep(MLIRContext &context,
+llvm::Expected<StepMemory> compileStepMemory(MLIRContext &context,
                                           const PlanModel &model,
                                           int64_t batch, int64_t seqLen,
                                           Precision precision,

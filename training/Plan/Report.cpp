@@ -1,7 +1,7 @@
 // `llmc plan`'s report, as a table and as JSON.
-#include "codegen/Plan/Report.h"
+#include "training/Plan/Report.h"
 
-#include "codegen/Plan/Goodput.h"
+#include "training/Plan/Goodput.h"
 
 #include "frontend/ConfigYaml.h"
 
@@ -105,7 +105,7 @@ std::string formatValue(const Quantity &q) {
   return withCommas(q.value) + " " + q.unit;
 }
 
-std::string precisionLabel(const TrainConfig &train) {
+std::string precisionLabel(const TrainingFacts &train) {
   switch (train.precision) {
   case Precision::Fp32:
     return "fp32";
@@ -128,7 +128,7 @@ std::string layoutLabel(const Layout &l) {
 /// The layouts compared in the default (non --fit) report: every ZeRO
 /// stage of the configured layout, then other tp and pp sizes.
 std::vector<Layout> comparedLayouts(const PlanModel &model,
-                                    const TrainConfig &train,
+                                    const TrainingFacts &train,
                                     const ClusterConfig &cluster,
                                     const Layout &base) {
   std::vector<Layout> layouts;
@@ -164,7 +164,7 @@ std::vector<Layout> comparedLayouts(const PlanModel &model,
 void addCheckpointSections(const PlanRequest &request, const Estimate &est,
                            const StateBytes &perParameter, StringRef data,
                            Report &report) {
-  const TrainConfig &train = request.train;
+  const TrainingFacts &train = request.train;
   const ClusterConfig &cluster = request.cluster;
   const Origins &o = train.origins, &co = cluster.origins;
   const Layout &layout = est.layout;
@@ -215,7 +215,9 @@ void addCheckpointSections(const PlanRequest &request, const Estimate &est,
          formatv("disk keeping the last {0}", train.keepCheckpoints).str(),
          train.keepCheckpoints * size.bytes, "bytes",
          sourceOf(o, "keep_checkpoints", "train config",
-                  "default: llmc run's keep_checkpoints 3")});
+                  formatv("default: llmc run's keep_checkpoints {0}",
+                          ::llmc::kDefaultKeepCheckpoints)
+                      .str())});
   report.sections.push_back(std::move(ckpt));
   if (!est.hasGpu)
     return;
@@ -234,12 +236,12 @@ void addCheckpointSections(const PlanRequest &request, const Estimate &est,
   in.relaunchSeconds = cluster.restartMinutes * 60;
   Goodput g = computeGoodput(in);
   std::string writeSource =
-      sourceOf(co, "storage_write_gbps", "cluster config",
+      sourceOf(co, "plan.storage_write_gbps", "cluster config",
                "default: assumed 10 GB/s, a parallel file system's aggregate "
-               "write rate; set storage_write_gbps");
+               "write rate; set plan.storage_write_gbps");
   std::string readSource =
       cluster.storageReadGBps > 0
-          ? sourceOf(co, "storage_read_gbps", "cluster config",
+          ? sourceOf(co, "plan.storage_read_gbps", "cluster config",
                      "cluster config")
           : "default: the write bandwidth";
   Section run{"goodput", "Run overheads and goodput", {}};
@@ -252,13 +254,13 @@ void addCheckpointSections(const PlanRequest &request, const Estimate &est,
                       "bytes/s", readSource});
   run.rows.push_back({"restarts", "restarts",
                       static_cast<double>(cluster.restarts), "restarts",
-                      sourceOf(co, "restarts", "cluster config",
+                      sourceOf(co, "plan.restarts", "cluster config",
                                "default 0")});
   run.rows.push_back(
       {"relaunch", "re-launch per restart (scheduler, processes, NCCL init)",
        cluster.restartMinutes * 60, "s",
-       sourceOf(co, "restart_minutes", "cluster config",
-                "default: assumed 10 min; set restart_minutes")});
+       sourceOf(co, "plan.restart_minutes", "cluster config",
+                "default: assumed 10 min; set plan.restart_minutes")});
   run.rows.push_back({"reload", "reload per restart",
                       cluster.restarts ? g.reloadSeconds / cluster.restarts
                                        : size.bytes / (in.readBytesPerSecond > 0
@@ -310,9 +312,9 @@ void addCheckpointSections(const PlanRequest &request, const Estimate &est,
                             est.trainingFlops, gpus, peak, est.seconds,
                             g.overheadSeconds());
   std::string observedSource =
-      fromStep ? sourceOf(co, "observed_step_time", "cluster config",
+      fromStep ? sourceOf(co, "plan.observed_step_time", "cluster config",
                           "--observed-step-time")
-               : sourceOf(co, "observed_days", "cluster config",
+               : sourceOf(co, "plan.observed_days", "cluster config",
                           "--observed-days");
   Section obs{"observed", "Observed run against the plan", {}};
   obs.rows.push_back({"observed",
@@ -355,7 +357,7 @@ void addCheckpointSections(const PlanRequest &request, const Estimate &est,
 
 Expected<Report> plan::buildReport(const PlanRequest &request) {
   const PlanModel &model = *request.model;
-  const TrainConfig &train = request.train;
+  const TrainingFacts &train = request.train;
   const ClusterConfig &cluster = request.cluster;
   const ModelConfig &c = model.config;
   const GpuSpec *gpu = request.gpu;
@@ -373,13 +375,13 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
                                request.hardwarePath, gpu->location));
   if (request.stage && (*request.stage < 0 || *request.stage >= layout.pp))
     return createStringError(formatv("--stage: {0} is not a stage of "
-                                     "pipeline_parallel {1} (0 to {2})",
+                                     "pp {1} (0 to {2})",
                                      *request.stage, layout.pp, layout.pp - 1));
   Estimate est = estimate(model, train, cluster, gpu, layout,
                           request.stage.value_or(-1));
   // The compiled step of this layout, when there is one: its activations
   // and arena replace the formulas (the layouts compared stay formulas).
-  const StepPlan *step = nullptr;
+  const StepMemory *step = nullptr;
   if (request.step && request.step->batch == layout.microBatch &&
       request.step->seqLen == est.seqLen && request.step->dp == layout.dp &&
       request.step->zero == (layout.dp > 1 ? layout.zero : request.step->zero) &&
@@ -420,7 +422,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
         cluster.gpusPerNode, gpu->memoryGiB, data));
   } else {
     report.header.push_back(
-        formatv("cluster: {0} device(s), no GPU given (--gpu or --cluster for "
+        formatv("cluster: {0} device(s), no GPU given (--gpu or plan.gpu for "
                 "capacity, time and cost)",
                 cluster.numGpus()));
   }
@@ -540,7 +542,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
   memory.rows.push_back({"reserve",
                          "reserve (CUDA context, library workspaces)",
                          mem.reserve, "bytes",
-                         sourceOf(cluster.origins, "reserve_gib",
+                         sourceOf(cluster.origins, "plan.reserve_gib",
                                   "cluster config", "default 1 GiB")});
   memory.rows.push_back({"total", "total", mem.total(), "bytes", "sum"});
   if (gpu) {
@@ -562,7 +564,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
                   .str(),
               {}};
   if (request.forward) {
-    const ForwardPlan &fwd = *request.forward;
+    const ForwardMemory &fwd = *request.forward;
     act.rows.push_back(
         {"forward_arena",
          formatv("forward pass only, f32, one device ({0} x {1})", fwd.batch,
@@ -626,7 +628,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
       {"tokens", "training tokens", est.tokens, "tokens",
        est.tokensFromChinchilla
            ? "default: Chinchilla 20 x P"
-           : sourceOf(train.origins, "max_tokens", "train config", "--tokens")});
+           : sourceOf(train.origins, "max_tokens", "train config", "--max-tokens")});
   compute.rows.push_back({"training_flops", "training FLOPs", est.trainingFlops,
                           "FLOP", "formula"});
   compute.rows.push_back({"steps", "optimizer steps", est.steps, "steps",
@@ -695,7 +697,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
          gpu->peakFlops(train.precision), "FLOP/s", data});
     time.rows.push_back(
         {"mfu_assumed", "MFU of the kernels (assumed)", cluster.mfu, "fraction",
-         sourceOf(cluster.origins, "mfu", "cluster config", "default 0.4")});
+         sourceOf(cluster.origins, "plan.mfu", "cluster config", "default 0.4")});
     const StepTime &step = est.step;
     struct Part {
       StringRef key, label;
@@ -734,7 +736,7 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
     if (cluster.pricePerGpuHour > 0) {
       time.rows.push_back({"price", "price per GPU-hour",
                            cluster.pricePerGpuHour, "USD",
-                           sourceOf(cluster.origins, "price_per_gpu_hour",
+                           sourceOf(cluster.origins, "plan.price_per_gpu_hour",
                                     "cluster config", "cluster config")});
       time.rows.push_back(
           {"cost", "cost", est.cost, "USD", "GPU-hours x price"});
@@ -763,8 +765,8 @@ Expected<Report> plan::buildReport(const PlanRequest &request) {
     report.tables.push_back(std::move(table));
   } else {
     if (!gpu)
-      return makeError("--fit needs a GPU: give --gpu or a --cluster file "
-                       "with gpu:");
+      return makeError("--fit needs a GPU: give --gpu NAME or plan.gpu in the "
+                       "config");
     FitResult fit = searchFit(model, train, cluster, *gpu, *request.fitBudget);
     LayoutTable table;
     table.key = "fit";

@@ -1,5 +1,5 @@
 // `llmc plan`'s hardware data file.
-#include "codegen/Plan/Hardware.h"
+#include "training/Plan/Hardware.h"
 
 #include "frontend/ConfigYaml.h"
 

@@ -1,5 +1,5 @@
 // `llmc plan`'s model analysis: parameters and the forward pass from the IR.
-#include "codegen/Plan/ModelAnalysis.h"
+#include "training/Plan/ModelAnalysis.h"
 
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "codegen/Training.h"
@@ -242,12 +242,12 @@ Expected<PlanModel> plan::loadPlanModel(MLIRContext &context, StringRef input) {
   return model;
 }
 
-Expected<ForwardPlan> plan::planForward(MLIRContext &context,
+Expected<ForwardMemory> plan::compileForwardMemory(MLIRContext &context,
                                         const PlanModel &model, int64_t batch,
                                         int64_t seqLen) {
   registerPlanDialects(context);
   OwningOpRef<ModuleOp> module;
-  ForwardPlan result;
+  ForwardMemory result;
   result.batch = batch;
   result.seqLen = seqLen;
   if (!model.mlirText.empty() && batch == model.mlirBatch &&
@@ -287,7 +287,7 @@ bool plan::canCompileStep(Precision precision, int64_t tp, int64_t pp) {
   return tp == 1 && pp == 1 && precision != Precision::Fp8;
 }
 
-Expected<StepPlan> plan::planTrainingStep(MLIRContext &context,
+Expected<StepMemory> plan::compileStepMemory(MLIRContext &context,
                                           const PlanModel &model,
                                           int64_t batch, int64_t seqLen,
                                           Precision precision,
@@ -297,7 +297,7 @@ Expected<StepPlan> plan::planTrainingStep(MLIRContext &context,
   auto module = buildForwardModule(context, model.config, {batch, seqLen});
   if (!module)
     return module.takeError();
-  StepPlan step;
+  StepMemory step;
   step.batch = batch;
   step.seqLen = seqLen;
   step.dp = dp;

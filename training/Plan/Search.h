@@ -3,7 +3,7 @@
 #ifndef LLMC_CODEGEN_PLAN_SEARCH_H
 #define LLMC_CODEGEN_PLAN_SEARCH_H
 
-#include "codegen/Plan/Estimate.h"
+#include "training/Plan/Estimate.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringRef.h"
@@ -37,7 +37,7 @@ struct FitResult {
 /// dividing the per-rank batch) and remat policy; keeps those whose most
 /// loaded device fits in `budgetBytes`, fastest step first (ties: larger
 /// micro-batch, lower ZeRO stage, less memory).
-FitResult searchFit(const PlanModel &model, const TrainConfig &train,
+FitResult searchFit(const PlanModel &model, const TrainingFacts &train,
                     const ClusterConfig &cluster, const GpuSpec &gpu,
                     double budgetBytes);
 

@@ -1,5 +1,5 @@
 // `llmc plan --fit`: the layout search.
-#include "codegen/Plan/Search.h"
+#include "training/Plan/Search.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -30,7 +30,7 @@ bool fasterThan(const Estimate &a, const Estimate &b) {
 }
 } // namespace
 
-FitResult plan::searchFit(const PlanModel &model, const TrainConfig &train,
+FitResult plan::searchFit(const PlanModel &model, const TrainingFacts &train,
                           const ClusterConfig &cluster, const GpuSpec &gpu,
                           double budgetBytes) {
   FitResult result;

@@ -1,5 +1,5 @@
 // `llmc plan`'s memory and time model of one layout.
-#include "codegen/Plan/Estimate.h"
+#include "training/Plan/Estimate.h"
 #include "ir/TensorParallelSplit.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -158,7 +158,7 @@ PipelineCut plan::pipelineCutOf(const PlanModel &model, int64_t seqLen,
 }
 
 
-Layout plan::getConfiguredLayout(const TrainConfig &train,
+Layout plan::getConfiguredLayout(const TrainingFacts &train,
                                  const ClusterConfig &cluster) {
   Layout layout;
   layout.tp = cluster.tensorParallel;
@@ -171,7 +171,7 @@ Layout plan::getConfiguredLayout(const TrainConfig &train,
   return layout;
 }
 
-Error plan::validateLayout(const PlanModel &model, const TrainConfig &train,
+Error plan::validateLayout(const PlanModel &model, const TrainingFacts &train,
                            const ClusterConfig &cluster, const Layout &layout) {
   const ModelConfig &c = model.config;
   const Origins &o = train.origins, &co = cluster.origins;
@@ -181,31 +181,31 @@ Error plan::validateLayout(const PlanModel &model, const TrainConfig &train,
                        formatv("{0} is longer than the model's seq_len {1}",
                                seqLen, c.seqLen));
   if (c.nHead % layout.tp)
-    return layoutError(co, "tensor_parallel", "tp",
+    return layoutError(co, "parallel.tp", "tp",
                        formatv("{0} does not divide n_head ({1}) of model "
                                "'{2}': each rank needs whole heads",
                                layout.tp, c.nHead, c.name));
   if (c.ffnHidden % layout.tp)
-    return layoutError(co, "tensor_parallel", "tp",
+    return layoutError(co, "parallel.tp", "tp",
                        formatv("{0} does not divide the MLP width "
                                "ffn_hidden ({1}) of model '{2}'",
                                layout.tp, c.ffnHidden, c.name));
   if (layout.sp && seqLen % layout.tp)
-    return layoutError(co, "sequence_parallel", "sp",
+    return layoutError(co, "parallel.sp", "sp",
                        formatv("the sequence of {0} tokens does not split "
-                               "over tensor_parallel {1} ranks",
+                               "over tp {1} ranks",
                                seqLen, layout.tp));
   if (layout.pp > c.nLayer)
-    return layoutError(co, "pipeline_parallel", "pp",
+    return layoutError(co, "parallel.pp", "pp",
                        formatv("{0} is more than n_layer ({1}) of model "
                                "'{2}': every stage needs at least one block",
                                layout.pp, c.nLayer, c.name));
   int64_t gpus = cluster.numGpus();
   if (gpus % (layout.tp * layout.pp))
     return layoutError(
-        co, layout.tp > 1 ? "tensor_parallel" : "pipeline_parallel",
+        co, layout.tp > 1 ? "parallel.tp" : "parallel.pp",
         layout.tp > 1 ? "tp" : "pp",
-        formatv("tensor_parallel {0} x pipeline_parallel {1} = {2} does not "
+        formatv("tp {0} x pp {1} = {2} does not "
                 "divide the cluster's {3} GPUs ({4} per node x {5} nodes)",
                 layout.tp, layout.pp, layout.tp * layout.pp, gpus,
                 cluster.gpusPerNode, cluster.nodes));
@@ -213,7 +213,7 @@ Error plan::validateLayout(const PlanModel &model, const TrainConfig &train,
   if (global % (layout.microBatch * layout.dp))
     return layoutError(
         o, train.globalBatch ? "global_batch_size" : "micro_batch_size",
-        train.globalBatch ? "global-batch" : "micro-batch",
+        train.globalBatch ? "global-batch-size" : "micro-batch-size",
         formatv("global batch {0} is not a multiple of micro-batch x "
                 "data-parallel size = {1} x {2} = {3}",
                 global, layout.microBatch, layout.dp,
@@ -233,7 +233,7 @@ double vocabShare(const PlanModel &model, int64_t elements, int64_t tp) {
 }
 
 /// The memory of pipeline stage `stage` under `layout`.
-DeviceMemory stageMemory(const PlanModel &model, const TrainConfig &train,
+DeviceMemory stageMemory(const PlanModel &model, const TrainingFacts &train,
                          const ClusterConfig &cluster, const Layout &layout,
                          const PipelineCut &cut, const BlockActivations &block,
                          double extraFirst, double extraLast,
@@ -283,7 +283,7 @@ DeviceMemory stageMemory(const PlanModel &model, const TrainConfig &train,
 
 /// The most loaded stage (the earliest of equals: under an uneven cut a
 /// middle stage may hold more blocks than either end), or stage `only`.
-DeviceMemory deviceMemory(const PlanModel &model, const TrainConfig &train,
+DeviceMemory deviceMemory(const PlanModel &model, const TrainingFacts &train,
                           const ClusterConfig &cluster, const Layout &layout,
                           const PipelineCut &cut, const BlockActivations &block,
                           double extraFirst, double extraLast,
@@ -304,7 +304,7 @@ DeviceMemory deviceMemory(const PlanModel &model, const TrainConfig &train,
 }
 } // namespace
 
-Estimate plan::estimate(const PlanModel &model, const TrainConfig &train,
+Estimate plan::estimate(const PlanModel &model, const TrainingFacts &train,
                         const ClusterConfig &cluster, const GpuSpec *gpu,
                         const Layout &layout, int64_t stage) {
   const ModelConfig &c = model.config;

@@ -1,5 +1,5 @@
 // `llmc plan`'s checkpoints, run overheads and observed-run comparison.
-#include "codegen/Plan/Goodput.h"
+#include "training/Plan/Goodput.h"
 
 #include <algorithm>
 #include <cmath>
