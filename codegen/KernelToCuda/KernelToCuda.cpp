@@ -9,7 +9,7 @@
 //    column loops strided by the 32 lanes, reductions by xor shuffles.
 //  - BlockRow (longer rows): one block per row, column loops strided by the
 //    block, reductions by shuffles then across warps in shared memory.
-// Row kernels run the row like the CPU emitter (KernelToCpu.cpp): row-level
+// Row kernels run the row like the CPU emitter (KernelToCpu/): row-level
 // values once per row, one column loop per reduction phase, a last column
 // loop for the stores, then the row-level stores.
 //
