@@ -18,7 +18,7 @@
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "codegen/Plan/Estimate.h"
 #include "codegen/Plan/ModelAnalysis.h"
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -197,8 +197,8 @@ int main(int argc, char **argv) {
   options.forCuda = true;
   if (precision == "bf16")
     options.precision.kind = PrecisionConfig::Kind::BF16;
-  TrainingPrograms programs =
-      bench::orDie(compileTraining(*module, options), "compiling");
+  TrainingStepPrograms programs =
+      bench::orDie(training::compileTrainingStep(*module, options), "compiling");
   mlir::llmc::plan::PlanModel planModel = bench::orDie(
       mlir::llmc::plan::analyzeModel(context, *config), "counting FLOPs");
   int64_t tokens = batchSize * seqLen;

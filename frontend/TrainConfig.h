@@ -35,8 +35,8 @@
 
 namespace llmc {
 
-// What shapes the compiled training step besides the model; codegen/Training
-// compiles it (compileTraining fills the passes' options from it).
+// What shapes the compiled training step besides the model; codegen/TrainingStep
+// compiles it (training/Programs.h maps it to the passes' options).
 
 /// The optimizer compiled into @update_step. Names follow PyTorch's
 /// AdamW/SGD; `maxGradNorm` is clip_grad_norm_'s max_norm.
@@ -226,7 +226,7 @@ struct TrainingConfig {
   /// the file, "--lr" for a flag (`llmc plan` names them in its errors).
   std::map<std::string, std::string> origins;
 
-  /// What the compiled training step is built with (compileTraining).
+  /// What the compiled training step is built with (compileTrainingStep).
   ::llmc::TrainingOptions training() const;
 
   /// The batch schedule this config describes (after resolution).

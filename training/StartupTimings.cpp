@@ -1,5 +1,5 @@
 // Start-up phase timings of llmc run.
-#include "tools/llmc/StartupTimings.h"
+#include "training/StartupTimings.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"

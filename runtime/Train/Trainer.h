@@ -46,8 +46,8 @@ struct StepShape {
 
 /// What the trainer runs. The values come from the training config, whose
 /// schema holds every default (frontend/TrainConfig.h and
-/// frontend/Schedule.h); `llmc run` fills this struct in one function
-/// (trainerOptions in tools/llmc/RunCommand.cpp). The runtime knows no
+/// frontend/Schedule.h); the training session fills this struct in one
+/// function (Session::trainerOptions in training/Session.cpp). The runtime knows no
 /// schedule: it asks for each step's shape and learning rate.
 struct TrainerOptions {
   /// The shape of step `step` after `consumedSamples` sequences (batch-size
@@ -155,9 +155,9 @@ struct TrainerOptions {
   /// boundary and the first non-zero one in rank order counts, so all
   /// ranks stop after the same step whichever got the signal.
   std::function<int()> stopRequested;
-  /// The end-of-run memory table (planned against resident memory, by
-  /// category); false: only the "memory per rank" line. metrics.jsonl gets
-  /// the breakdown either way.
+  /// The end-of-run memory table (planned against resident memory, a row
+  /// per category); false: its summary line only. metrics.jsonl gets the
+  /// whole breakdown either way.
   bool reportMemory = true;
 };
 

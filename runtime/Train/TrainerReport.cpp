@@ -120,8 +120,8 @@ llvm::Error Trainer::reportMemory() {
   if (data.describeMemory)
     data.describeMemory(ledger);
   MemoryBreakdown breakdown = measureMemory(ledger, &phases());
-  if (options.log && options.reportMemory)
-    printMemoryBreakdown(*options.log, breakdown);
+  if (options.log)
+    printMemoryBreakdown(*options.log, breakdown, options.reportMemory);
   return appendMetrics(memoryBreakdownJson(breakdown, &phases()));
 }
 

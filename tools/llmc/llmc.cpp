@@ -6,7 +6,8 @@
 #include "codegen/KernelToCuda/CudaTarget.h"
 #endif
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "codegen/Training.h"
+#include "codegen/TrainingStep.h"
+#include "frontend/TrainConfig.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "frontend/ModelInfo.h"

@@ -38,7 +38,7 @@
 #include "codegen/KernelToCuda/MultiTensor.h"
 #include "codegen/KernelToCuda/Nvrtc.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -93,7 +93,7 @@ llvm::Expected<NamedPrograms> forwardProgram(const char *yaml, int64_t batch,
   return NamedPrograms{{"forward", std::move(*program)}};
 }
 
-/// The programs of a training step (compileTraining, AdamW; with
+/// The programs of a training step (compileTrainingStep, AdamW; with
 /// `options`' tensor parallelism, one tp rank's programs): forward, grad
 /// step, update step, and in mixed precision first @cast_weights.
 llvm::Expected<NamedPrograms>
@@ -109,7 +109,7 @@ trainingPrograms(const char *yaml, int64_t batch, int64_t seq,
     return module.takeError();
   TrainingOptions cuda = options;
   cuda.forCuda = true;
-  auto programs = compileTraining(**module, cuda);
+  auto programs = training::compileTrainingStep(**module, cuda);
   if (!programs)
     return programs.takeError();
   NamedPrograms named;
