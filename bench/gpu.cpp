@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
   auto module = bench::orDie(
       mlir::llmc::buildForwardModule(context, *config, {batchSize, seqLen}),
       "building the model");
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.forCuda = true;
   if (precision == "bf16")
     options.precision.kind = PrecisionConfig::Kind::BF16;

@@ -98,7 +98,7 @@ static int64_t persistentBytes(const TrainingStepPrograms &programs) {
 /// `store` (every policy of one precision shares the parameters) and
 /// measures the arena high-water mark of one gradient step.
 static llvm::Expected<Variant>
-prepare(const mlir::llmc::ModelConfig &config, const TrainingOptions &options,
+prepare(const mlir::llmc::ModelConfig &config, const TrainingStepOptions &options,
         const std::shared_ptr<runtime::PersistentStore> &store) {
   mlir::MLIRContext context;
   context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
@@ -206,7 +206,7 @@ int main(int argc, char **argv) {
       continue;
     llvm::outs() << "\n" << name << ":\n";
     llvm::outs().flush();
-    TrainingOptions options;
+    TrainingStepOptions options;
     options.precision.kind = kind;
     auto store = std::make_shared<runtime::PersistentStore>();
     std::vector<Variant> variants;

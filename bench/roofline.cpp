@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
         mlir::llmc::buildForwardModule(*context, *config, {batchSize, seqLen});
     if (!module)
       die(llvm::toString(module.takeError()));
-    auto training = ::llmc::training::compileTrainingStep(**module, TrainingOptions());
+    auto training = ::llmc::training::compileTrainingStep(**module, TrainingStepOptions());
     if (!training)
       die(llvm::toString(training.takeError()));
 

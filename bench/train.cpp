@@ -653,7 +653,7 @@ int main(int argc, char **argv) {
     auto start = Clock::now();
     auto module = check(
         mlir::llmc::buildForwardModule(context, c.config, {c.batch, c.seq}));
-    TrainingOptions options;
+    TrainingStepOptions options;
     options.precision.kind = precisionKind;
     TrainingStepPrograms programs = check(training::compileTrainingStep(*module, options));
     double compileSeconds = seconds(start);

@@ -1236,8 +1236,8 @@ Expected<TrainingConfig> Parser::apply() {
 
 } // namespace
 
-::llmc::TrainingOptions TrainingConfig::training() const {
-  ::llmc::TrainingOptions options;
+::llmc::TrainingStepOptions TrainingConfig::stepOptions() const {
+  ::llmc::TrainingStepOptions options;
   options.optimizer = optimizer;
   options.precision = precision;
   options.lossScale = lossScale;

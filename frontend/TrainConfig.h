@@ -141,7 +141,7 @@ struct ParallelConfig {
 };
 
 /// Everything that shapes the compiled training step besides the model.
-struct TrainingOptions {
+struct TrainingStepOptions {
   OptimizerConfig optimizer;
   PrecisionConfig precision;
   LossScaleConfig lossScale;
@@ -226,8 +226,9 @@ struct TrainingConfig {
   /// the file, "--lr" for a flag (`llmc plan` names them in its errors).
   std::map<std::string, std::string> origins;
 
-  /// What the compiled training step is built with (compileTrainingStep).
-  ::llmc::TrainingOptions training() const;
+  /// What the compiled training step is built with (training/Programs.h
+  /// maps it to the passes' options for compileTrainingStep).
+  ::llmc::TrainingStepOptions stepOptions() const;
 
   /// The batch schedule this config describes (after resolution).
   ::llmc::BatchSchedule batchSchedule() const;

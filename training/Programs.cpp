@@ -18,7 +18,7 @@
 
 using namespace mlir;
 using namespace mlir::llmc;
-using ::llmc::TrainingOptions;
+using ::llmc::TrainingStepOptions;
 namespace training = ::llmc::training;
 
 namespace {
@@ -58,7 +58,7 @@ sparsifyOptions(const ::llmc::SparsityConfig &sparsity) {
 
 /// llmc-tensor-parallel's options; none without tensor parallelism.
 std::optional<mlir::llmc::TensorParallelPassOptions>
-tensorParallelOptions(const ::llmc::TrainingOptions &training) {
+tensorParallelOptions(const ::llmc::TrainingStepOptions &training) {
   if (training.parallel.tp <= 1)
     return std::nullopt;
   mlir::llmc::TensorParallelPassOptions options;
@@ -73,7 +73,7 @@ tensorParallelOptions(const ::llmc::TrainingOptions &training) {
 /// every program it compiles) or else the balanced cut of the whole model,
 /// taken before llmc-tensor-parallel splits its parameters.
 std::optional<mlir::llmc::PipelineParallelPassOptions>
-pipelineParallelOptions(const ::llmc::TrainingOptions &training,
+pipelineParallelOptions(const ::llmc::TrainingStepOptions &training,
                         mlir::ModuleOp module) {
   if (training.parallel.pp <= 1)
     return std::nullopt;
@@ -96,7 +96,7 @@ pipelineParallelOptions(const ::llmc::TrainingOptions &training,
 
 
 mlir::llmc::TrainingPipelineOptions
-training::trainingPipelineOptions(const TrainingOptions &training,
+training::trainingPipelineOptions(const TrainingStepOptions &training,
                                   mlir::ModuleOp module) {
   using namespace ::llmc;
   mlir::llmc::TrainingPipelineOptions pipeline;
@@ -144,7 +144,7 @@ training::trainingPipelineOptions(const TrainingOptions &training,
 }
 
 ::llmc::ForwardPipelineOptions
-training::forwardPipelineOptions(const TrainingOptions &training,
+training::forwardPipelineOptions(const TrainingStepOptions &training,
                                  mlir::ModuleOp module) {
   ::llmc::ForwardPipelineOptions options;
   options.amp = ampOptions(training.precision);
@@ -159,14 +159,14 @@ training::forwardPipelineOptions(const TrainingOptions &training,
 
 llvm::Expected<::llmc::TrainingStepPrograms>
 training::compileTrainingStep(mlir::ModuleOp module,
-                              const TrainingOptions &training) {
+                              const TrainingStepOptions &training) {
   return ::llmc::compileTrainingStep(
       module, trainingPipelineOptions(training, module));
 }
 
 llvm::Expected<::llmc::kir::Program>
 training::compileForward(mlir::ModuleOp module,
-                         const TrainingOptions &training) {
+                         const TrainingStepOptions &training) {
   return ::llmc::compileForward(module,
                                 forwardPipelineOptions(training, module));
 }
@@ -220,7 +220,7 @@ void training::registerDialects(MLIRContext &context) {
 
 llvm::Expected<std::vector<std::string>>
 training::cutPipeline(ModuleOp module, const TrainingConfig &config,
-                      TrainingOptions &training, llvm::raw_ostream &out) {
+                      TrainingStepOptions &training, llvm::raw_ostream &out) {
   const int64_t ppSize = config.parallel.pp;
   std::vector<std::string> ppTiedParams;
   // The cut, once for every program of the run (its FLOPs per block

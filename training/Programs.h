@@ -28,21 +28,21 @@ using mlir::llmc::TrainingConfig;
 /// rank's tp rank and pp stage). The pipeline cut is the one in
 /// `training.ppStageBlocks`, else the balanced cut of `module`'s @forward.
 mlir::llmc::TrainingPipelineOptions
-trainingPipelineOptions(const TrainingOptions &training,
+trainingPipelineOptions(const TrainingStepOptions &training,
                         mlir::ModuleOp module);
 
 /// The compile pipeline's options for a forward alone in the run's
 /// precision and layout (with ZeRO-3, on the rank's parameter blocks).
-ForwardPipelineOptions forwardPipelineOptions(const TrainingOptions &training,
+ForwardPipelineOptions forwardPipelineOptions(const TrainingStepOptions &training,
                                               mlir::ModuleOp module);
 
 /// compileTrainingStep with the options of `training`.
 llvm::Expected<TrainingStepPrograms>
-compileTrainingStep(mlir::ModuleOp module, const TrainingOptions &training);
+compileTrainingStep(mlir::ModuleOp module, const TrainingStepOptions &training);
 
 /// compileForward with the options of `training`.
 llvm::Expected<kir::Program> compileForward(mlir::ModuleOp module,
-                                            const TrainingOptions &training);
+                                            const TrainingStepOptions &training);
 
 /// Builds the modules a run compiles: @forward for (micro-batch, length),
 /// from the config or (one length only) the .mlir file.
@@ -71,7 +71,7 @@ void registerDialects(mlir::MLIRContext &context);
 /// pass marks them on the last stage. Logs the cut to `out`.
 llvm::Expected<std::vector<std::string>>
 cutPipeline(mlir::ModuleOp module, const TrainingConfig &config,
-            TrainingOptions &training, llvm::raw_ostream &out);
+            TrainingStepOptions &training, llvm::raw_ostream &out);
 
 /// Tensor parallelism: the parameters llmc-tensor-parallel split in
 /// `module` (compiled), and how.

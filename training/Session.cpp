@@ -153,7 +153,7 @@ llvm::Error Session::openDeviceAndMesh() {
 llvm::Error Session::buildTrainingStep() {
   // What shapes the compiled programs; under tensor parallelism each rank
   // compiles its own (its block of the vocabulary).
-  training = cfg.training();
+  training = cfg.stepOptions();
   training.tpRank = layout.tp ? layout.tp->rank() : 0;
   training.ppStage = layout.pp ? layout.pp->rank() : 0;
   training.forCuda = cfg.device != "cpu";

@@ -114,7 +114,7 @@ private:
   std::unique_ptr<ModelSource> source;
   Device device;
   std::unique_ptr<runtime::comm::Communicator> deviceDp, deviceTp;
-  TrainingOptions training;
+  TrainingStepOptions training;
   mlir::llmc::ModelInfo info;
   std::vector<std::string> ppTiedParams;
   std::map<std::string, runtime::TpShard> tpShards;

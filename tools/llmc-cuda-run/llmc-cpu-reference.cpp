@@ -142,7 +142,7 @@ static llvm::Error compileArtifact() {
     if (updatePath.empty())
       return llvm::createStringError("--function train needs --update");
     // The programs llmc-cuda-run runs, as `llmc run` compiles for CUDA.
-    TrainingOptions cuda;
+    TrainingStepOptions cuda;
     cuda.forCuda = true;
     llvm::Expected<TrainingStepPrograms> programs = training::compileTrainingStep(**module, cuda);
     if (!programs)

@@ -98,7 +98,7 @@ llvm::Expected<NamedPrograms> forwardProgram(const char *yaml, int64_t batch,
 /// step, update step, and in mixed precision first @cast_weights.
 llvm::Expected<NamedPrograms>
 trainingPrograms(const char *yaml, int64_t batch, int64_t seq,
-                 const TrainingOptions &options = TrainingOptions()) {
+                 const TrainingStepOptions &options = TrainingStepOptions()) {
   auto config = mlir::llmc::parseModelConfig(yaml, "test.yaml");
   if (!config)
     return config.takeError();
@@ -107,7 +107,7 @@ trainingPrograms(const char *yaml, int64_t batch, int64_t seq,
   auto module = mlir::llmc::buildForwardModule(context, *config, {batch, seq});
   if (!module)
     return module.takeError();
-  TrainingOptions cuda = options;
+  TrainingStepOptions cuda = options;
   cuda.forCuda = true;
   auto programs = training::compileTrainingStep(**module, cuda);
   if (!programs)
@@ -147,8 +147,8 @@ llvm::Expected<NamedPrograms> inferencePrograms(const char *yaml,
 }
 
 /// Mixed precision (llmc-amp; fp16 with loss scaling) for a training case.
-TrainingOptions amp(PrecisionConfig::Kind kind) {
-  TrainingOptions options;
+TrainingStepOptions amp(PrecisionConfig::Kind kind) {
+  TrainingStepOptions options;
   options.precision.kind = kind;
   return options;
 }
@@ -1574,7 +1574,7 @@ TEST(CudaProgramTest, TensorParallelProgramsCompileWithNvrtc) {
   std::string why;
   if (!cuda::nvrtcAvailable(&why))
     GTEST_SKIP() << why;
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.parallel.tp = 2;
   options.tpRank = 1;
   auto programs = trainingPrograms(

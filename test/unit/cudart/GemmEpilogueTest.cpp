@@ -63,7 +63,7 @@ trainingPrograms(const std::string &yaml, PrecisionConfig::Kind precision) {
   context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
   auto module = mlir::llmc::buildForwardModule(context, *parsed, {2, 8});
   EXPECT_TRUE(bool(module));
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.precision.kind = precision;
   options.forCuda = true;
   auto programs = training::compileTrainingStep(**module, options);

@@ -45,7 +45,7 @@ trainingPrograms(const mlir::llmc::ModelConfig &config,
   context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
   auto module = mlir::llmc::buildForwardModule(context, config, {batch, seq});
   EXPECT_TRUE(bool(module));
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.precision.kind = precision;
   options.forCuda = true;
   auto programs = training::compileTrainingStep(**module, options);

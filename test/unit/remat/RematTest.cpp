@@ -50,7 +50,7 @@ runGradStep(const mlir::llmc::ModelConfig &config, int64_t batch, int64_t seq,
   auto module = mlir::llmc::buildForwardModule(context, config, {batch, seq});
   if (!module)
     return module.takeError();
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.remat = remat;
   options.precision.kind = precision;
   auto programs = training::compileTrainingStep(**module, options);
@@ -240,7 +240,7 @@ TEST(RematBudget, BelowEveryPolicyIsAnErrorNamingTheSmallestPeak) {
   });
   auto module = mlir::llmc::buildForwardModule(context, *config, {2, 16});
   ASSERT_TRUE(bool(module)) << llvm::toString(module.takeError());
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.remat.policy = RematConfig::Policy::Budget;
   options.remat.budgetBytes = 100000; // below the logits and their gradient
   auto programs = training::compileTrainingStep(**module, options);

@@ -56,7 +56,7 @@ TEST_P(GradientGolden, GradStepMatchesPyTorchFloat64) {
   context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
   auto module = mlir::llmc::buildForwardModule(context, *config, {batch, seq});
   ASSERT_TRUE(bool(module)) << llvm::toString(module.takeError());
-  auto programs = training::compileTrainingStep(**module, TrainingOptions());
+  auto programs = training::compileTrainingStep(**module, TrainingStepOptions());
   ASSERT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
   std::vector<kir::Kernel> kernels = programs->gradStep.kernels;
   auto executor = runtime::createCpuExecutor(

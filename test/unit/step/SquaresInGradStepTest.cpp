@@ -48,7 +48,7 @@ llvm::Expected<Trained> train(bool forCuda) {
       mlir::llmc::buildForwardModule(context, *config, {kBatch, kSeq});
   if (!module)
     return module.takeError();
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.forCuda = forCuda;
   auto programs = training::compileTrainingStep(**module, options);
   if (!programs)
