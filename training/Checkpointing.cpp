@@ -26,18 +26,19 @@ std::string joinPath(llvm::StringRef dir, llvm::StringRef name) {
 llvm::Error removeInterruptedOutputFiles(const std::string &dir,
                                          std::vector<std::string> &removed) {
   std::error_code ec;
-  for (llvm::sys::fs::directory_iterator it(dir, ec), end;
-       !ec && it != end; it.increment(ec)) {
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
     llvm::StringRef name = llvm::sys::path::filename(it->path());
-    if (!llvm::any_of(std::initializer_list<llvm::StringRef>{
-                          "config.yaml", "metrics.jsonl", "loss.svg"},
+    if (!llvm::any_of(std::initializer_list<llvm::StringRef>{"config.yaml",
+                                                             "metrics.jsonl",
+                                                             "loss.svg"},
                       [&](llvm::StringRef target) {
                         return kir::isTemporaryFileOf(name, target);
                       }))
       continue;
     if (std::error_code removeEc = llvm::sys::fs::remove(it->path()))
-      return llvm::createStringError("cannot remove '" + it->path() + "': " +
-                                     removeEc.message());
+      return llvm::createStringError("cannot remove '" + it->path() +
+                                     "': " + removeEc.message());
     removed.push_back(it->path());
   }
   return llvm::Error::success();
@@ -68,8 +69,8 @@ training::findResumePoint(const TrainingConfig &config,
       for (const rt::DamagedCheckpoint &d : point.damaged)
         llvm::WithColor::warning(llvm::errs(), "llmc run")
             << "--resume: skipping the damaged checkpoint " << d.path << ": "
-            << d.reason << "; resuming from the newest good one, "
-            << point.path << "\n";
+            << d.reason << "; resuming from the newest good one, " << point.path
+            << "\n";
   }
   if (!point.path.empty()) {
     llvm::Expected<rt::Checkpoint> read =

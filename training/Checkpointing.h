@@ -34,7 +34,7 @@ struct ResumePoint {
 /// How a run starts: fresh, from a checkpoint file, or from the latest
 /// good checkpoint in OUT.
 struct ResumeRequest {
-  std::string path;   // a checkpoint file
+  std::string path;    // a checkpoint file
   bool latest = false; // the newest good one in OUT/checkpoints
 };
 

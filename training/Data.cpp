@@ -25,12 +25,12 @@ training::loadTrainingData(const TrainingConfig &config) {
     return tokenizer.takeError();
   if (config.modelMlirPath.empty() &&
       (*tokenizer)->vocabSize() > config.model.vocabSize)
-    return llvm::createStringError(llvm::formatv("the tokenizer ({0}) has {1} tokens, more than "
-                              "the model's vocab_size ({2})",
-                              (*tokenizer)->describe(),
-                              (*tokenizer)->vocabSize(),
-                              config.model.vocabSize)
-                    .str());
+    return llvm::createStringError(
+        llvm::formatv("the tokenizer ({0}) has {1} tokens, more than "
+                      "the model's vocab_size ({2})",
+                      (*tokenizer)->describe(), (*tokenizer)->vocabSize(),
+                      config.model.vocabSize)
+            .str());
   data::DataOptions dataOptions;
   dataOptions.trainFiles = config.data.train;
   dataOptions.valFiles = config.data.val;
@@ -48,16 +48,18 @@ training::loadTrainingData(const TrainingConfig &config) {
       result.trainTokens, config.microBatchSize, config.seqLen, config.seed,
       /*shuffle=*/true);
   if (!trainLoader)
-    return llvm::createStringError("training data (" + llvm::join(config.data.train, ", ") +
-                "): " + llvm::toString(trainLoader.takeError()));
+    return llvm::createStringError(
+        "training data (" + llvm::join(config.data.train, ", ") +
+        "): " + llvm::toString(trainLoader.takeError()));
   result.train = std::make_shared<data::BatchLoader>(std::move(*trainLoader));
-  if (int64_t(result.valTokens->size()) > config.microBatchSize * config.seqLen) {
+  if (int64_t(result.valTokens->size()) >
+      config.microBatchSize * config.seqLen) {
     llvm::Expected<data::BatchLoader> valLoader = data::BatchLoader::create(
         result.valTokens, config.microBatchSize, config.seqLen, config.seed,
         /*shuffle=*/false);
     if (!valLoader)
       return llvm::createStringError("validation data: " +
-                  llvm::toString(valLoader.takeError()));
+                                     llvm::toString(valLoader.takeError()));
     result.val = std::make_shared<data::BatchLoader>(std::move(*valLoader));
   } else if (config.evalSteps > 0) {
     llvm::errs() << "llmc run: warning: "
@@ -75,9 +77,9 @@ training::loadTrainingData(const TrainingConfig &config) {
 runtime::TrainerData training::bindTrainerData(const TrainingData &data,
                                                int64_t fullSeqLen) {
   runtime::TrainerData trainerData;
-  trainerData.next = [train = data.train, fullSeqLen](int64_t seqLen,
-                                         std::vector<int32_t> &tokens,
-                                         std::vector<int32_t> &targets) {
+  trainerData.next = [train = data.train,
+                      fullSeqLen](int64_t seqLen, std::vector<int32_t> &tokens,
+                                  std::vector<int32_t> &targets) {
     data::Batch batch;
     train->next(batch);
     tokens.clear();
@@ -94,7 +96,8 @@ runtime::TrainerData training::bindTrainerData(const TrainingData &data,
   trainerData.savePosition = [train = data.train]() {
     return jsonText(train->position().toJson());
   };
-  trainerData.restorePosition = [train = data.train](llvm::StringRef text) -> llvm::Error {
+  trainerData.restorePosition =
+      [train = data.train](llvm::StringRef text) -> llvm::Error {
     llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
     if (!json)
       return json.takeError();
@@ -108,8 +111,7 @@ runtime::TrainerData training::bindTrainerData(const TrainingData &data,
     trainerData.valBatches = val->batchesPerEpoch();
     trainerData.valBatch = [val](int64_t index, std::vector<int32_t> &tokens,
                                  std::vector<int32_t> &targets) {
-      llvm::consumeError(val->setPosition(
-          {0, uint64_t(index * val->batch())}));
+      llvm::consumeError(val->setPosition({0, uint64_t(index * val->batch())}));
       data::Batch batch;
       val->next(batch);
       tokens = std::move(batch.tokens);
@@ -122,11 +124,13 @@ runtime::TrainerData training::bindTrainerData(const TrainingData &data,
   else
     trainerData.samplePrompt = tok.encode("\n");
   trainerData.decode = [&tok](int32_t id) { return tok.decodeToken(id); };
-  trainerData.describeMemory = [trainTokens = data.trainTokens, valTokens = data.valTokens](runtime::MemoryLedger &ledger) {
-    for (const auto &tokens : {trainTokens, valTokens})
-      ledger.add("data loader (token buffers)",
-                 runtime::MemoryLedger::Source::Malloc, tokens->data(),
-                 int64_t(tokens->capacity() * sizeof(int32_t)));
-  };
+  trainerData.describeMemory =
+      [trainTokens = data.trainTokens,
+       valTokens = data.valTokens](runtime::MemoryLedger &ledger) {
+        for (const auto &tokens : {trainTokens, valTokens})
+          ledger.add("data loader (token buffers)",
+                     runtime::MemoryLedger::Source::Malloc, tokens->data(),
+                     int64_t(tokens->capacity() * sizeof(int32_t)));
+      };
   return trainerData;
 }

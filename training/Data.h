@@ -4,8 +4,8 @@
 #define LLMC_TRAINING_DATA_H
 
 #include "frontend/Dataset.h"
-#include "frontend/TrainConfig.h"
 #include "frontend/Tokenizer.h"
+#include "frontend/TrainConfig.h"
 #include "runtime/Train/Trainer.h"
 
 #include "llvm/Support/Error.h"

@@ -45,8 +45,7 @@ llvm::Expected<Device> training::openDevice(const TrainingConfig &config) {
   }
 #ifdef LLMC_HAVE_NVRTC
   // One GPU per rank of a machine: local rank r takes device r mod count.
-  llvm::Expected<const cuda::DriverApi *> driver =
-      cuda::loadDriver();
+  llvm::Expected<const cuda::DriverApi *> driver = cuda::loadDriver();
   if (!driver)
     return driver.takeError();
   int count = 0;
@@ -67,11 +66,11 @@ llvm::Expected<Device> training::openDevice(const TrainingConfig &config) {
 
 /// The memory left where the run's tensors go: the GPU's free memory, or
 /// the host's; nullopt when it cannot be told.
-std::optional<runtime::AvailableMemory> training::availableMemory(const Device &device) {
+std::optional<runtime::AvailableMemory>
+training::availableMemory(const Device &device) {
 #ifdef LLMC_HAVE_NVRTC
   if (device.cudaStore) {
-    llvm::Expected<const cuda::DriverApi *> driver =
-        cuda::loadDriver();
+    llvm::Expected<const cuda::DriverApi *> driver = cuda::loadDriver();
     if (!driver) {
       llvm::consumeError(driver.takeError());
       return std::nullopt;
@@ -91,7 +90,7 @@ std::optional<runtime::AvailableMemory> training::availableMemory(const Device &
 /// or loading them from the kernel cache (JIT on the CPU, NVRTC on a GPU).
 llvm::Expected<std::unique_ptr<runtime::Executor>>
 training::makeExecutor(kir::Program program, const Device &device,
-             llvm::StringRef what) {
+                       llvm::StringRef what) {
 #ifdef LLMC_HAVE_NVRTC
   if (device.cudaStore) {
     runtime::CudaExecutorOptions options;
@@ -110,8 +109,7 @@ training::makeExecutor(kir::Program program, const Device &device,
     *device.log << llvm::format(
         "llmc run: %-24s %3zu kernels for the GPU (%.2f s)\n",
         what.str().c_str(), numKernels,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                      start)
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count());
     return std::unique_ptr<runtime::Executor>(std::move(*executor));
   }
@@ -131,8 +129,8 @@ training::makeExecutor(kir::Program program, const Device &device,
       return objects.takeError();
     return cpu::bundleObjects(*objects);
   };
-  auto executor = runtime::createCpuExecutor(std::move(program), compile, threads,
-                                        &stats, {}, std::move(store));
+  auto executor = runtime::createCpuExecutor(
+      std::move(program), compile, threads, &stats, {}, std::move(store));
   if (!executor)
     return executor.takeError();
   if (llvm::Error err = (*executor)->setMesh(device.mesh))
@@ -150,4 +148,3 @@ training::makeExecutor(kir::Program program, const Device &device,
     llvm::errs() << "llmc run: warning: " << stats.warning << "\n";
   return std::unique_ptr<runtime::Executor>(std::move(*executor));
 }
-

@@ -57,8 +57,7 @@ std::optional<runtime::AvailableMemory> availableMemory(const Device &device);
 /// or loading them from the kernel cache (JIT on the CPU, NVRTC on a GPU).
 /// `what` names it in the progress line and the timings.
 llvm::Expected<std::unique_ptr<runtime::Executor>>
-makeExecutor(kir::Program program, const Device &device,
-             llvm::StringRef what);
+makeExecutor(kir::Program program, const Device &device, llvm::StringRef what);
 
 } // namespace llmc::training
 

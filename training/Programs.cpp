@@ -94,7 +94,6 @@ pipelineParallelOptions(const ::llmc::TrainingStepOptions &training,
 }
 } // namespace
 
-
 mlir::llmc::TrainingPipelineOptions
 training::trainingPipelineOptions(const TrainingStepOptions &training,
                                   mlir::ModuleOp module) {
@@ -160,8 +159,8 @@ training::forwardPipelineOptions(const TrainingStepOptions &training,
 llvm::Expected<::llmc::TrainingStepPrograms>
 training::compileTrainingStep(mlir::ModuleOp module,
                               const TrainingStepOptions &training) {
-  return ::llmc::compileTrainingStep(
-      module, trainingPipelineOptions(training, module));
+  return ::llmc::compileTrainingStep(module,
+                                     trainingPipelineOptions(training, module));
 }
 
 llvm::Expected<::llmc::kir::Program>
@@ -172,14 +171,13 @@ training::compileForward(mlir::ModuleOp module,
 }
 
 llvm::Expected<OwningOpRef<ModuleOp>>
-training::ModelSource::build(int64_t seqLen, bool withDropout,
-                             int64_t batch) {
+training::ModelSource::build(int64_t seqLen, bool withDropout, int64_t batch) {
   if (config.modelMlirPath.empty()) {
     ModelConfig model = config.model;
     if (!withDropout)
       model.dropout = 0;
-    return buildForwardModule(
-        context, model, {batch ? batch : config.microBatchSize, seqLen});
+    return buildForwardModule(context, model,
+                              {batch ? batch : config.microBatchSize, seqLen});
   }
   std::string error;
   std::unique_ptr<llvm::MemoryBuffer> buffer =
@@ -188,8 +186,7 @@ training::ModelSource::build(int64_t seqLen, bool withDropout,
     return llvm::createStringError("cannot read '" + config.modelMlirPath +
                                    "': " + error);
   sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
-  OwningOpRef<ModuleOp> module =
-      parseModuleSource(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module = parseModuleSource(sourceMgr, &context);
   if (!module)
     return llvm::createStringError(config.modelMlirPath +
                                    ": cannot parse the model");
@@ -229,12 +226,13 @@ training::cutPipeline(ModuleOp module, const TrainingConfig &config,
   mlir::llmc::PipelineCosts costs = mlir::llmc::pipelineCostsOf(whole);
   int64_t blocks = static_cast<int64_t>(costs.blocks.size());
   if (blocks < ppSize)
-    return llvm::createStringError(llvm::formatv(
-        "--pp {0} is more than the {1} transformer blocks (parameters "
-        "h.<i>.*) of {2}: every pipeline stage needs at least one",
-        ppSize, blocks,
-        config.modelMlirPath.empty() ? "the model" : config.modelMlirPath)
-                    .str());
+    return llvm::createStringError(
+        llvm::formatv(
+            "--pp {0} is more than the {1} transformer blocks (parameters "
+            "h.<i>.*) of {2}: every pipeline stage needs at least one",
+            ppSize, blocks,
+            config.modelMlirPath.empty() ? "the model" : config.modelMlirPath)
+            .str());
   mlir::llmc::PipelineCut cut = mlir::llmc::balancePipeline(costs, ppSize);
   training.ppStageBlocks = cut.firstBlocks;
   out << "llmc run: pipeline cut by FLOPs per token: "
@@ -244,12 +242,12 @@ training::cutPipeline(ModuleOp module, const TrainingConfig &config,
   mlir::llmc::PipelineParallelPassOptions lastStage;
   lastStage.pp = ppSize;
   lastStage.stage = ppSize - 1;
-  lastStage.stageBlocks.assign(cut.firstBlocks.begin(),
-                               cut.firstBlocks.end());
+  lastStage.stageBlocks.assign(cut.firstBlocks.begin(), cut.firstBlocks.end());
   pm.addPass(mlir::llmc::createPipelineParallelPass(lastStage));
   if (failed(pm.run(*last)))
-    return llvm::createStringError("cutting the model into pipeline stages failed (see the "
-                "diagnostics above)");
+    return llvm::createStringError(
+        "cutting the model into pipeline stages failed (see the "
+        "diagnostics above)");
   auto forward = last.get().lookupSymbol<func::FuncOp>("forward");
   for (unsigned i = 0; i < forward.getNumArguments(); ++i)
     if (forward.getArgAttr(i, "llmc.pp_tied"))

@@ -33,16 +33,17 @@ trainingPipelineOptions(const TrainingStepOptions &training,
 
 /// The compile pipeline's options for a forward alone in the run's
 /// precision and layout (with ZeRO-3, on the rank's parameter blocks).
-ForwardPipelineOptions forwardPipelineOptions(const TrainingStepOptions &training,
-                                              mlir::ModuleOp module);
+ForwardPipelineOptions
+forwardPipelineOptions(const TrainingStepOptions &training,
+                       mlir::ModuleOp module);
 
 /// compileTrainingStep with the options of `training`.
 llvm::Expected<TrainingStepPrograms>
 compileTrainingStep(mlir::ModuleOp module, const TrainingStepOptions &training);
 
 /// compileForward with the options of `training`.
-llvm::Expected<kir::Program> compileForward(mlir::ModuleOp module,
-                                            const TrainingStepOptions &training);
+llvm::Expected<kir::Program>
+compileForward(mlir::ModuleOp module, const TrainingStepOptions &training);
 
 /// Builds the modules a run compiles: @forward for (micro-batch, length),
 /// from the config or (one length only) the .mlir file.

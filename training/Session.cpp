@@ -42,8 +42,7 @@ llvm::Error prefixed(const llvm::Twine &prefix, llvm::Error error) {
 }
 } // namespace
 
-Session::Session(TrainingConfig config, Layout &layout,
-                 SessionOptions options)
+Session::Session(TrainingConfig config, Layout &layout, SessionOptions options)
     : cfg(std::move(config)), layout(layout), options(std::move(options)),
       timings(this->options.timings ? *this->options.timings : ownTimings),
       sourceMgr(std::make_shared<llvm::SourceMgr>()) {}
@@ -51,8 +50,7 @@ Session::Session(TrainingConfig config, Layout &layout,
 Session::~Session() = default;
 
 llvm::Expected<std::unique_ptr<Session>>
-Session::create(TrainingConfig config, Layout &layout,
-                SessionOptions options) {
+Session::create(TrainingConfig config, Layout &layout, SessionOptions options) {
   std::unique_ptr<Session> session(
       new Session(std::move(config), layout, std::move(options)));
   if (llvm::Error err = session->prepare())
@@ -80,8 +78,8 @@ llvm::Error Session::prepare() {
   // 3. Compile: the training step at the full length, evaluation without
   //    dropout, and grad steps for shorter lengths when they are needed.
   registerDialects(context);
-  diagnostics = std::make_unique<mlir::SourceMgrDiagnosticHandler>(
-      *sourceMgr, &context);
+  diagnostics =
+      std::make_unique<mlir::SourceMgrDiagnosticHandler>(*sourceMgr, &context);
   source = std::make_unique<ModelSource>(context, cfg, sourceMgr);
   if (llvm::Error err = openDeviceAndMesh())
     return err;
@@ -196,14 +194,14 @@ llvm::Error Session::buildTrainingStep() {
   // Before any kernel is compiled: a run that cannot fit fails now.
   std::vector<const kir::Program *> planned = {
       &programs->gradStep, &programs->updateStep, &programs->forward};
-  for (const auto *optional : {&programs->gradStepNoSync,
-                               &programs->shardInit, &programs->castWeights})
+  for (const auto *optional : {&programs->gradStepNoSync, &programs->shardInit,
+                               &programs->castWeights})
     if (optional->has_value())
       planned.push_back(&**optional);
   if (std::optional<rt::AvailableMemory> available = availableMemory(device))
-    if (llvm::Error error = rt::checkMemoryFits(
-            rt::memoryNeed(planned), *available, "the training step",
-            /*training=*/true))
+    if (llvm::Error error = rt::checkMemoryFits(rt::memoryNeed(planned),
+                                                *available, "the training step",
+                                                /*training=*/true))
       return error;
   timings.end("memory check");
   return llvm::Error::success();
@@ -290,8 +288,8 @@ llvm::Error Session::initializeWeights() {
   if (!fromCheckpoint && (zero3 || !tpShards.empty() || layout.pp)) {
     std::vector<rt::ParamSpec> specs;
     for (const ParameterInfo &param : info.parameters)
-      specs.push_back({param.name,
-                       std::vector<int64_t>(param.type.getShape().begin(),
+      specs.push_back(
+          {param.name, std::vector<int64_t>(param.type.getShape().begin(),
                                             param.type.getShape().end())});
     llvm::Expected<rt::TensorMap> params =
         rt::readWeights(specs, eval->program(), cfg.initFrom, cfg.seed);
@@ -324,7 +322,7 @@ llvm::Error Session::initializeWeights() {
       return err;
   }
   memoryPhases.end("weights");
-  timings.end(fromCheckpoint      ? "weights (from the checkpoint, later)"
+  timings.end(fromCheckpoint         ? "weights (from the checkpoint, later)"
               : cfg.initFrom.empty() ? "weights: seeded initialization"
                                      : "weights: --init-from");
   return llvm::Error::success();
@@ -409,8 +407,7 @@ llvm::Error Session::setUpMfu(rt::TrainerOptions &options) {
                    .str();
   } else {
     peak = rt::machineSgemmPeak(kPeakSgemmSize, peakThreads, /*reps=*/3);
-    measured =
-        llvm::formatv("measured now: {0:f1}", peak.measuredGflops).str();
+    measured = llvm::formatv("measured now: {0:f1}", peak.measuredGflops).str();
   }
   options.peakFlops = peak.bestGflops * 1e9;
   if (peak.measuredGflops == 0) // a record: a step faster than it re-measures
@@ -423,8 +420,8 @@ llvm::Error Session::setUpMfu(rt::TrainerOptions &options) {
       "llmc run: MFU is model FLOPs ({0:e2} per token: 6N + 12 L h s) "
       "against this machine's sgemm peak: {1:f1} GFLOP/s ({2}^3 on {3} "
       "thread(s) per rank, {4}; {5})\n",
-      options.modelFlopsPerToken, peak.bestGflops, kPeakSgemmSize,
-      peakThreads, measured, rt::describeBlas());
+      options.modelFlopsPerToken, peak.bestGflops, kPeakSgemmSize, peakThreads,
+      measured, rt::describeBlas());
   timings.end("sgemm peak");
   return llvm::Error::success();
 }
@@ -441,8 +438,7 @@ rt::TrainerPrograms Session::trainerPrograms() {
       std::make_shared<std::unique_ptr<rt::Executor>>(std::move(grad));
   auto firstNoSync = std::make_shared<std::optional<kir::Program>>(
       std::move(programs->gradStepNoSync));
-  bound.gradStepFor = [this, firstGrad, firstNoSync](int64_t seqLen,
-                                                     bool sync)
+  bound.gradStepFor = [this, firstGrad, firstNoSync](int64_t seqLen, bool sync)
       -> llvm::Expected<std::unique_ptr<rt::Executor>> {
     std::string what =
         llvm::formatv("grad step{0} (T={1})", sync ? "" : " no_sync", seqLen)
@@ -500,8 +496,8 @@ llvm::Error Session::makeTrainer() {
     trainerOptions.ppTiedParams = ppTiedParams;
   }
   for (const rt::comm::Communicator *comm :
-       {layout.dp.get(), layout.tp.get(), layout.pp.get(),
-        layout.ppTied.get(), deviceDp.get(), deviceTp.get()})
+       {layout.dp.get(), layout.tp.get(), layout.pp.get(), layout.ppTied.get(),
+        deviceDp.get(), deviceTp.get()})
     if (comm)
       trainerOptions.meshComms.push_back(comm);
   trainerOptions.tpShards = tpShards;
@@ -521,8 +517,8 @@ llvm::Error Session::makeTrainer() {
     bound.shardInit = std::move(*created);
   }
   if (programs->castWeights) {
-    auto created = makeExecutor(std::move(*programs->castWeights), device,
-                                "weight casts");
+    auto created =
+        makeExecutor(std::move(*programs->castWeights), device, "weight casts");
     if (!created)
       return created.takeError();
     bound.castWeights = std::move(*created);
@@ -556,8 +552,7 @@ void Session::logRunSummary() {
       (long long)config.maxSteps, (long long)config.globalBatchSize,
       (long long)config.seqLen, (long long)microBatches,
       microBatches == 1 ? "" : "es", (long long)config.microBatchSize,
-      config.optimizer.kind == OptimizerConfig::Kind::AdamW ? "adamw"
-                                                                    : "sgd",
+      config.optimizer.kind == OptimizerConfig::Kind::AdamW ? "adamw" : "sgd",
       stringifyLrScheduleKind(config.schedule.kind).str().c_str(),
       config.schedule.lr, config.schedule.minLr, data.trainTokens->size(),
       data.valTokens->size(), tok.describe().c_str(), config.out.c_str());

@@ -32,16 +32,13 @@ std::string scratchDir(llvm::StringRef name) {
 /// a checkpoint every 4 steps, no evaluation or samples.
 mlir::llmc::TrainingConfig tinyConfig(const std::string &out,
                                       int64_t maxSteps) {
+  // clang-format off
   std::vector<std::string> flags = {
-      "--max-steps",     std::to_string(maxSteps),
-      "--warmup-steps",  "2",
-      "--log-interval",  "1",
-      "--eval-interval", "0",
-      "--eval-steps",    "0",
-      "--sample-tokens", "0",
-      "--checkpoint-interval", "4",
-      "--progress",      "lines",
-      "--out",           out};
+      "--max-steps", std::to_string(maxSteps), "--warmup-steps", "2",
+      "--log-interval", "1", "--eval-interval", "0", "--eval-steps", "0",
+      "--sample-tokens", "0", "--checkpoint-interval", "4",
+      "--progress", "lines", "--out", out};
+  // clang-format on
   llvm::Expected<mlir::llmc::TrainingConfig> config =
       mlir::llmc::loadTrainingConfig(
           LLMC_SOURCE_DIR "/examples/train-tiny.yaml", flags);
@@ -144,8 +141,9 @@ TEST(SessionTest, RefusesAFreshRunIntoADirectoryWithCheckpoints) {
   llvm::Expected<std::unique_ptr<training::Session>> session =
       training::Session::create(config, layout, options);
   ASSERT_FALSE(bool(session));
-  EXPECT_NE(llvm::toString(session.takeError()).find("already holds "
-                                                     "checkpoints"),
+  EXPECT_NE(llvm::toString(session.takeError())
+                .find("already holds "
+                      "checkpoints"),
             std::string::npos);
   llvm::sys::fs::remove_directories(out);
 }
