@@ -18,7 +18,7 @@
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "training/Plan/Estimate.h"
 #include "training/Plan/ModelAnalysis.h"
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -193,12 +193,12 @@ int main(int argc, char **argv) {
   auto module = bench::orDie(
       mlir::llmc::buildForwardModule(context, *config, {batchSize, seqLen}),
       "building the model");
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.forCuda = true;
   if (precision == "bf16")
     options.precision.kind = PrecisionConfig::Kind::BF16;
-  TrainingPrograms programs =
-      bench::orDie(compileTraining(*module, options), "compiling");
+  TrainingStepPrograms programs =
+      bench::orDie(training::compileTrainingStep(*module, options), "compiling");
   mlir::llmc::plan::PlanModel planModel = bench::orDie(
       mlir::llmc::plan::analyzeModel(context, *config), "counting FLOPs");
   int64_t tokens = batchSize * seqLen;

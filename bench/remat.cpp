@@ -18,7 +18,7 @@
 #include "bench/CpuBench.h"
 #include "bench/Options.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -79,7 +79,7 @@ struct Variant {
 
 /// The bytes of the Param and State buffers of the programs, each name
 /// once (they share one store).
-static int64_t persistentBytes(const TrainingPrograms &programs) {
+static int64_t persistentBytes(const TrainingStepPrograms &programs) {
   std::map<std::string, int64_t> bytes;
   for (const kir::Program *program :
        {&programs.forward, &programs.gradStep, &programs.updateStep}) {
@@ -98,7 +98,7 @@ static int64_t persistentBytes(const TrainingPrograms &programs) {
 /// `store` (every policy of one precision shares the parameters) and
 /// measures the arena high-water mark of one gradient step.
 static llvm::Expected<Variant>
-prepare(const mlir::llmc::ModelConfig &config, const TrainingOptions &options,
+prepare(const mlir::llmc::ModelConfig &config, const TrainingStepOptions &options,
         const std::shared_ptr<runtime::PersistentStore> &store) {
   mlir::MLIRContext context;
   context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
@@ -111,7 +111,7 @@ prepare(const mlir::llmc::ModelConfig &config, const TrainingOptions &options,
       mlir::llmc::buildForwardModule(context, config, {batch, seqLen});
   if (!module)
     return module.takeError();
-  auto programs = compileTraining(**module, options);
+  auto programs = training::compileTrainingStep(**module, options);
   if (!programs)
     return llvm::createStringError(llvm::toString(programs.takeError()) + ": " +
                                    diagnostics);
@@ -206,7 +206,7 @@ int main(int argc, char **argv) {
       continue;
     llvm::outs() << "\n" << name << ":\n";
     llvm::outs().flush();
-    TrainingOptions options;
+    TrainingStepOptions options;
     options.precision.kind = kind;
     auto store = std::make_shared<runtime::PersistentStore>();
     std::vector<Variant> variants;

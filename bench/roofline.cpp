@@ -23,7 +23,7 @@
 #include "bench/Roofline.h"
 #include "bench/Options.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
         mlir::llmc::buildForwardModule(*context, *config, {batchSize, seqLen});
     if (!module)
       die(llvm::toString(module.takeError()));
-    auto training = compileTraining(**module, TrainingOptions());
+    auto training = ::llmc::training::compileTrainingStep(**module, TrainingStepOptions());
     if (!training)
       die(llvm::toString(training.takeError()));
 

@@ -1,5 +1,5 @@
 // Training-step benchmark: compiles the training step of GPT-2 124M and a
-// small model (compileTraining: autodiff, AdamW with clipping, fusion),
+// small model (compileTrainingStep: autodiff, AdamW with clipping, fusion),
 // runs it on the CPU and prints tokens/s, achieved GFLOP/s and that as a
 // fraction of this machine's sgemm peak measured in the same run (the
 // highest reading so far: one at the start and one after each model's
@@ -39,7 +39,7 @@
 #include "bench/Options.h"
 #include "bench/Roofline.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -653,9 +653,9 @@ int main(int argc, char **argv) {
     auto start = Clock::now();
     auto module = check(
         mlir::llmc::buildForwardModule(context, c.config, {c.batch, c.seq}));
-    TrainingOptions options;
+    TrainingStepOptions options;
     options.precision.kind = precisionKind;
-    TrainingPrograms programs = check(compileTraining(*module, options));
+    TrainingStepPrograms programs = check(training::compileTrainingStep(*module, options));
     double compileSeconds = seconds(start);
 
     auto store = std::make_shared<runtime::PersistentStore>();

@@ -494,8 +494,8 @@ Expected<TrainingConfig> Parser::apply() {
 }
 } // namespace mlir::llmc::trainconfig
 
-::llmc::TrainingOptions TrainingConfig::training() const {
-  ::llmc::TrainingOptions options;
+::llmc::TrainingStepOptions TrainingConfig::stepOptions() const {
+  ::llmc::TrainingStepOptions options;
   options.optimizer = optimizer;
   options.precision = precision;
   options.lossScale = lossScale;

@@ -38,8 +38,8 @@
 
 namespace llmc {
 
-// What shapes the compiled training step besides the model; codegen/Training
-// compiles it (compileTraining fills the passes' options from it).
+// What shapes the compiled training step besides the model; codegen/TrainingStep
+// compiles it (training/Programs.h maps it to the passes' options).
 
 /// The optimizer compiled into @update_step. Names follow PyTorch's
 /// AdamW/SGD; `maxGradNorm` is clip_grad_norm_'s max_norm.
@@ -178,7 +178,7 @@ struct PlanSection {
 };
 
 /// Everything that shapes the compiled training step besides the model.
-struct TrainingOptions {
+struct TrainingStepOptions {
   OptimizerConfig optimizer;
   PrecisionConfig precision;
   LossScaleConfig lossScale;
@@ -264,8 +264,9 @@ struct TrainingConfig {
   /// the file, "--lr" for a flag (`llmc plan` names them in its errors).
   std::map<std::string, std::string> origins;
 
-  /// What the compiled training step is built with (compileTraining).
-  ::llmc::TrainingOptions training() const;
+  /// What the compiled training step is built with (training/Programs.h
+  /// maps it to the passes' options for compileTrainingStep).
+  ::llmc::TrainingStepOptions stepOptions() const;
 
   /// The batch schedule this config describes (after resolution).
   ::llmc::BatchSchedule batchSchedule() const;

@@ -23,7 +23,7 @@ namespace mlir::llmc {
 LogicalResult fuseFunction(func::FuncOp func);
 
 /// The planned peak (arena bytes) of a fused function, as code generation
-/// plans its memory (codegen/Training.h: plannedPeakBytes). llmc-remat's
+/// plans its memory (codegen/TrainingStep.h: plannedPeakBytes). llmc-remat's
 /// budget policy needs it; passes do not lower, so drivers supply it.
 using PlannedPeakFn = std::function<FailureOr<int64_t>(func::FuncOp fused)>;
 

@@ -52,7 +52,7 @@ struct TrainingPipelineOptions {
   /// Activation checkpointing; unset (policy none): llmc-remat does not run.
   std::optional<RematPassOptions> remat;
   /// The planned peak llmc-remat's budget policy fits into the budget: code
-  /// generation's (codegen/Training.h: plannedPeakBytes); empty, the one
+  /// generation's (codegen/TrainingStep.h: plannedPeakBytes); empty, the one
   /// registered with registerRematPlannedPeak.
   PlannedPeakFn plannedPeak;
 };

@@ -1,6 +1,6 @@
 // What llmc-remat (passes/Remat.cpp) leaves on @grad_step for drivers to
 // print, and the FLOP count it charges recomputation with (the policies
-// compared side by side, which needs lowering, are in codegen/Training.h).
+// compared side by side, which needs lowering, are in codegen/TrainingStep.h).
 #ifndef LLMC_PASSES_REMAT_H
 #define LLMC_PASSES_REMAT_H
 

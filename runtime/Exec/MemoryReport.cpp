@@ -316,7 +316,8 @@ std::string mib(int64_t bytes) {
 } // namespace
 
 void llmc::runtime::printMemoryBreakdown(llvm::raw_ostream &os,
-                                         const MemoryBreakdown &b) {
+                                         const MemoryBreakdown &b,
+                                         bool table) {
   if (!b.available) {
     os << "memory: resident memory is not measured on this system (no "
           "/proc/self/smaps)\n";
@@ -333,6 +334,8 @@ void llmc::runtime::printMemoryBreakdown(llvm::raw_ostream &os,
      << mib(plannedResident) << "; above the plan " << mib(above)
      << " resident at the end + " << mib(b.transient())
      << " transient\n";
+  if (!table)
+    return;
   auto row = [&](llvm::StringRef name, llvm::StringRef planned,
                  int64_t resident, llvm::StringRef how) {
     os << llvm::format("  %-66s %12s %12s", name.str().c_str(),

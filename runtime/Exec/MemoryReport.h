@@ -110,8 +110,10 @@ struct MemoryBreakdown {
 MemoryBreakdown measureMemory(const MemoryLedger &ledger,
                               const MemoryPhases *phases = nullptr);
 
-/// The breakdown as aligned text lines (MiB).
-void printMemoryBreakdown(llvm::raw_ostream &os, const MemoryBreakdown &b);
+/// The breakdown as aligned text lines (MiB): the summary line, then
+/// (`table`) a row per category planned and above the plan.
+void printMemoryBreakdown(llvm::raw_ostream &os, const MemoryBreakdown &b,
+                          bool table = true);
 /// The breakdown as one JSON object (bytes).
 std::string memoryBreakdownJson(const MemoryBreakdown &b,
                                 const MemoryPhases *phases = nullptr);

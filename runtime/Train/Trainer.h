@@ -25,6 +25,7 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -45,8 +46,8 @@ struct StepShape {
 
 /// What the trainer runs. The values come from the training config, whose
 /// schema holds every default (frontend/TrainConfig.h and
-/// frontend/Schedule.h); `llmc run` fills this struct in one function
-/// (trainerOptions in tools/llmc/RunCommand.cpp). The runtime knows no
+/// frontend/Schedule.h); the training session fills this struct in one
+/// function (Session::trainerOptions in training/Session.cpp). The runtime knows no
 /// schedule: it asks for each step's shape and learning rate.
 struct TrainerOptions {
   /// The shape of step `step` after `consumedSamples` sequences (batch-size
@@ -154,6 +155,10 @@ struct TrainerOptions {
   /// boundary and the first non-zero one in rank order counts, so all
   /// ranks stop after the same step whichever got the signal.
   std::function<int()> stopRequested;
+  /// The end-of-run memory table (planned against resident memory, a row
+  /// per category); false: its summary line only. metrics.jsonl gets the
+  /// whole breakdown either way.
+  bool reportMemory = true;
 };
 
 /// The data, through callbacks (the command adapts its loader).
@@ -250,6 +255,10 @@ public:
   /// The state a checkpoint holds now.
   llvm::Expected<Checkpoint> checkpoint() const;
 
+  /// The validation loss over evalSteps batches (NaN without validation
+  /// data) and, with sampleTokens, a text sample into `sample`.
+  llvm::Expected<double> evaluate(std::string &sample);
+
   int64_t step() const { return currentStep; }
   /// The signal that stopped run() early (stopRequested), 0 if none.
   int stopSignal() const { return stoppedBy; }
@@ -288,7 +297,6 @@ private:
                            TensorMap &tensors);
   /// Every rank's `local` values, rank 0's first (one process: `local`).
   llvm::Expected<std::vector<float>> gatherFloats(std::vector<float> local);
-  llvm::Expected<double> evaluate(std::string &sample);
   /// Prunes the 2:4 weights (TrainerOptions::pruneAtStep) and logs it.
   llvm::Error pruneNow();
   /// Writes the checkpoint of the current step (rank 0 the main file; with
@@ -323,6 +331,80 @@ private:
   llvm::Error gatherPrunedOverStages(std::vector<PrunedTensor> &pruned);
   llvm::Error appendMetrics(const std::string &line);
   llvm::Error writePlot();
+  /// What one run() carries from step to step: the loss scaler's
+  /// counters, the clocks and sums behind the rates, the micro-batches'
+  /// buffers. Evaluations, pruning and compiling grad steps for new
+  /// lengths are not in the rates: their seconds are excluded.
+  struct RunState {
+    using Clock = std::chrono::steady_clock;
+    bool lossScaling = false;  // fp16: the update step reports overflows
+    int64_t skippedSteps = 0;  // updates skipped before currentStep
+    int64_t skippedInARow = 0; // overflows since the last applied update
+    double firstScale = 0;     // the loss scale this run() started with
+    int64_t maxMicroBatches = 0;
+    int64_t firstStep = 0, firstTokens = 0;
+    Clock::time_point runStart, intervalStart, lastStatus;
+    double excludedSeconds = 0, intervalExcludedSeconds = 0;
+    int64_t intervalTokens = 0;
+    double intervalFlops = 0;
+    bool checkpointWritten = false;
+    bool peakRemeasured = false; // options.remeasurePeakFlops was called
+    std::map<const Executor *, int64_t> flops;
+    std::vector<int32_t> tokens, targets;
+    void excludeSeconds(double seconds) {
+      excludedSeconds += seconds;
+      intervalExcludedSeconds += seconds;
+    }
+  };
+  /// One step's outcome: its shape, loss, learning rate, gradient norm and,
+  /// with loss scaling, what the scaler did.
+  struct StepResult {
+    StepShape shape;
+    int64_t microBatches = 0;
+    Executor *grad = nullptr; // the grad step of the step's length
+    double loss = 0, lr = 0, gradNorm = 0;
+    bool skipped = false, atMinScale = false;
+    double usedScale = 0, nextScale = 0, hysteresis = 0,
+           hysteresisBefore = 0;
+  };
+  /// run()'s parts, in the order of a step.
+  llvm::Error startRun(RunState &run);
+  /// A stop asked for: checkpoint, plot, true.
+  llvm::Expected<bool> stopIfAsked(RunState &run);
+  /// Evaluation and pruning when due, the test hook, guard snapshots.
+  llvm::Error beforeStep(RunState &run);
+  /// The micro-batches (or the pipeline's 1F1B) and the update.
+  llvm::Expected<StepResult> trainStep(RunState &run, double lrScale);
+  llvm::Error runMicroBatches(RunState &run, const StepResult &result,
+                              int64_t first, int64_t mine, Executor &noSync,
+                              std::vector<float> &losses);
+  llvm::Error pipelineMicroBatches(RunState &run, const StepResult &result,
+                                   int64_t first, int64_t mine,
+                                   Executor &noSync,
+                                   std::vector<float> &losses);
+  /// The step's mean loss over every rank's micro-batches.
+  llvm::Expected<double> stepLoss(std::vector<float> losses,
+                                  int64_t microBatches);
+  /// Pipeline parallelism: the tied parameters' gradients summed over the
+  /// first and the last stage.
+  llvm::Error sumTiedGradients();
+  llvm::Error runUpdate(RunState &run, double lrScale, StepResult &result);
+  /// The guard's verdict on the step; true: rolled back (the step is
+  /// redone from the snapshot).
+  llvm::Expected<bool> judgeStep(RunState &run, const StepResult &result);
+  std::string divergenceMessage(const RunState &run,
+                                const StepResult &result) const;
+  /// Counters, the progress line and status, a checkpoint when due.
+  llvm::Error finishStep(RunState &run, const StepResult &result);
+  llvm::Error logStep(RunState &run, const StepResult &result, int64_t step);
+  /// The last evaluation and checkpoint, the plot and the reports.
+  llvm::Error finishRun(RunState &run);
+  void reportCommunication(const RunState &run) const;
+  llvm::Error evaluateAndLog();
+  bool evalDue(int64_t step) const;
+  bool checkpointDue(int64_t step) const;
+  bool snapshotDue(int64_t step) const;
+  int64_t flopsOf(RunState &run, const Executor &executor);
   /// The end-of-run memory report: the persistent tensors by kind (the
   /// "memory per rank" line), then planned against resident memory with
   /// every byte above the plan by category; into metrics.jsonl too.

@@ -14,7 +14,7 @@
 
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -78,7 +78,7 @@ static cl::opt<std::string> functionName(
     "function",
     cl::cat(toolOptions), cl::desc("Function to compile (--compile): forward, grad_step (the "
              "training pipeline's gradient step), update_step, or train "
-             "(compileTraining: the grad step to <model.llmc>, the update "
+             "(compileTrainingStep: the grad step to <model.llmc>, the update "
              "step to --update)"),
     cl::init("forward"));
 static cl::opt<int64_t> batch("batch", cl::cat(toolOptions), cl::desc("Batch size (--compile)"),
@@ -142,9 +142,9 @@ static llvm::Error compileArtifact() {
     if (updatePath.empty())
       return llvm::createStringError("--function train needs --update");
     // The programs llmc-cuda-run runs, as `llmc run` compiles for CUDA.
-    TrainingOptions cuda;
+    TrainingStepOptions cuda;
     cuda.forCuda = true;
-    llvm::Expected<TrainingPrograms> programs = compileTraining(**module, cuda);
+    llvm::Expected<TrainingStepPrograms> programs = training::compileTrainingStep(**module, cuda);
     if (!programs)
       return programs.takeError();
     if (llvm::Error error = writeArtifact(artifactPath, programs->gradStep))

@@ -1,5 +1,5 @@
 // llmc-opt: the pass driver lit tests run; the llmc registry and MlirOptMain.
-#include "codegen/Training.h"
+#include "codegen/TrainingStep.h"
 #include "ir/LlmcDialect.h"
 #include "ir/ParseModule.h"
 #include "passes/Passes.h"

@@ -6,7 +6,7 @@
 #include "codegen/KernelToCuda/CudaTarget.h"
 #endif
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "codegen/Training.h"
+#include "codegen/TrainingStep.h"
 #include "frontend/ConfigYaml.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"

@@ -2,7 +2,7 @@
 #include "training/Plan/ModelAnalysis.h"
 
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "codegen/Training.h"
+#include "codegen/TrainingStep.h"
 #include "frontend/ConfigYaml.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelInfo.h"

@@ -38,7 +38,7 @@
 #include "codegen/KernelToCuda/MultiTensor.h"
 #include "codegen/KernelToCuda/Nvrtc.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -93,12 +93,12 @@ llvm::Expected<NamedPrograms> forwardProgram(const char *yaml, int64_t batch,
   return NamedPrograms{{"forward", std::move(*program)}};
 }
 
-/// The programs of a training step (compileTraining, AdamW; with
+/// The programs of a training step (compileTrainingStep, AdamW; with
 /// `options`' tensor parallelism, one tp rank's programs): forward, grad
 /// step, update step, and in mixed precision first @cast_weights.
 llvm::Expected<NamedPrograms>
 trainingPrograms(const char *yaml, int64_t batch, int64_t seq,
-                 const TrainingOptions &options = TrainingOptions()) {
+                 const TrainingStepOptions &options = TrainingStepOptions()) {
   auto config = mlir::llmc::parseModelConfig(yaml, "test.yaml");
   if (!config)
     return config.takeError();
@@ -107,9 +107,9 @@ trainingPrograms(const char *yaml, int64_t batch, int64_t seq,
   auto module = mlir::llmc::buildForwardModule(context, *config, {batch, seq});
   if (!module)
     return module.takeError();
-  TrainingOptions cuda = options;
+  TrainingStepOptions cuda = options;
   cuda.forCuda = true;
-  auto programs = compileTraining(**module, cuda);
+  auto programs = training::compileTrainingStep(**module, cuda);
   if (!programs)
     return programs.takeError();
   NamedPrograms named;
@@ -147,8 +147,8 @@ llvm::Expected<NamedPrograms> inferencePrograms(const char *yaml,
 }
 
 /// Mixed precision (llmc-amp; fp16 with loss scaling) for a training case.
-TrainingOptions amp(PrecisionConfig::Kind kind) {
-  TrainingOptions options;
+TrainingStepOptions amp(PrecisionConfig::Kind kind) {
+  TrainingStepOptions options;
   options.precision.kind = kind;
   return options;
 }
@@ -1574,7 +1574,7 @@ TEST(CudaProgramTest, TensorParallelProgramsCompileWithNvrtc) {
   std::string why;
   if (!cuda::nvrtcAvailable(&why))
     GTEST_SKIP() << why;
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.parallel.tp = 2;
   options.tpRank = 1;
   auto programs = trainingPrograms(

@@ -20,7 +20,7 @@ constexpr const char *kGpt2TwoLayers =
 
 /// Each GEMM with an epilogue kernel, in schedule order, of the llmc-amp
 /// programs of kGpt2TwoLayers: @forward (the inference forward of
-/// compileTraining) and @grad_step. The products cast back up to f32 (the
+/// compileTrainingStep) and @grad_step. The products cast back up to f32 (the
 /// logits for the loss, the f32 dX of the residual stream) have an f32 C
 /// whose kernel rounds it to the narrow type as it loads it: not fused.
 using EpilogueTable = std::vector<std::pair<std::string, kir::EpilogueKind>>;

@@ -9,7 +9,7 @@
 // sum's to C's type). No GPU needed: matching reads the kernel IR only.
 #include "codegen/LlmcToKernel/GemmEpilogue.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -63,10 +63,10 @@ trainingPrograms(const std::string &yaml, PrecisionConfig::Kind precision) {
   context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
   auto module = mlir::llmc::buildForwardModule(context, *parsed, {2, 8});
   EXPECT_TRUE(bool(module));
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.precision.kind = precision;
   options.forCuda = true;
-  auto programs = compileTraining(**module, options);
+  auto programs = training::compileTrainingStep(**module, options);
   EXPECT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
   return {std::move(programs->forward), std::move(programs->gradStep)};
 }

@@ -15,7 +15,7 @@
 #include "runtime/Cuda/GemmDescription.h"
 
 #include "codegen/KernelToCuda/MultiTensor.h"
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -45,10 +45,10 @@ trainingPrograms(const mlir::llmc::ModelConfig &config,
   context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
   auto module = mlir::llmc::buildForwardModule(context, config, {batch, seq});
   EXPECT_TRUE(bool(module));
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.precision.kind = precision;
   options.forCuda = true;
-  auto programs = compileTraining(**module, options);
+  auto programs = training::compileTrainingStep(**module, options);
   EXPECT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
   std::vector<std::pair<std::string, kir::Program>> out;
   out.push_back({"forward", std::move(programs->forward)});

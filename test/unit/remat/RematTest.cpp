@@ -6,7 +6,7 @@
 // gives bitwise the gradients and loss of the step without remat, and the
 // arena high-water mark the executor measures is the peak the memory plan
 // promised (Program::arenaBytes).
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -50,10 +50,10 @@ runGradStep(const mlir::llmc::ModelConfig &config, int64_t batch, int64_t seq,
   auto module = mlir::llmc::buildForwardModule(context, config, {batch, seq});
   if (!module)
     return module.takeError();
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.remat = remat;
   options.precision.kind = precision;
-  auto programs = compileTraining(**module, options);
+  auto programs = training::compileTrainingStep(**module, options);
   if (!programs)
     return programs.takeError();
 
@@ -240,10 +240,10 @@ TEST(RematBudget, BelowEveryPolicyIsAnErrorNamingTheSmallestPeak) {
   });
   auto module = mlir::llmc::buildForwardModule(context, *config, {2, 16});
   ASSERT_TRUE(bool(module)) << llvm::toString(module.takeError());
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.remat.policy = RematConfig::Policy::Budget;
   options.remat.budgetBytes = 100000; // below the logits and their gradient
-  auto programs = compileTraining(**module, options);
+  auto programs = training::compileTrainingStep(**module, options);
   ASSERT_FALSE(bool(programs));
   llvm::consumeError(programs.takeError());
   EXPECT_NE(messages.find("a budget of 100000 bytes is below the smallest "

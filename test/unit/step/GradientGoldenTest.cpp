@@ -1,9 +1,9 @@
-// The compiled gradient step (compileTraining: llmc-autodiff, llmc-optimizer,
+// The compiled gradient step (compileTrainingStep: llmc-autodiff, llmc-optimizer,
 // fusion, the backward kernels, CPU execution) against PyTorch float64
 // gradients of the same models, weights and tokens
 // (scripts/make_golden.py writes test/golden/<case>.grads.safetensors).
 #include "codegen/KernelToCpu/KernelToCpu.h"
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -56,7 +56,7 @@ TEST_P(GradientGolden, GradStepMatchesPyTorchFloat64) {
   context.loadDialect<mlir::llmc::LlmcDialect, mlir::func::FuncDialect>();
   auto module = mlir::llmc::buildForwardModule(context, *config, {batch, seq});
   ASSERT_TRUE(bool(module)) << llvm::toString(module.takeError());
-  auto programs = compileTraining(**module, TrainingOptions());
+  auto programs = training::compileTrainingStep(**module, TrainingStepOptions());
   ASSERT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
   std::vector<kir::Kernel> kernels = programs->gradStep.kernels;
   auto executor = runtime::createCpuExecutor(

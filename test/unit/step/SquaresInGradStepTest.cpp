@@ -5,7 +5,7 @@
 // parameters and moments after three steps of AdamW with clipping active,
 // one of them of two micro-batches (the last micro-batch's sums are the
 // ones the update reads).
-#include "codegen/Training.h"
+#include "training/Programs.h"
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
@@ -48,9 +48,9 @@ llvm::Expected<Trained> train(bool forCuda) {
       mlir::llmc::buildForwardModule(context, *config, {kBatch, kSeq});
   if (!module)
     return module.takeError();
-  TrainingOptions options;
+  TrainingStepOptions options;
   options.forCuda = forCuda;
-  auto programs = compileTraining(**module, options);
+  auto programs = training::compileTrainingStep(**module, options);
   if (!programs)
     return programs.takeError();
   Trained result;

@@ -217,7 +217,7 @@ TEST(TrainConfigTest, MixedPrecisionAndRematReadBack) {
                       "1", "--loss-scale-min-scale", "0.25", "--remat",
                       "budget", "--remat-budget", "3MiB"});
   ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
-  ::llmc::TrainingOptions options = c->training();
+  ::llmc::TrainingStepOptions options = c->stepOptions();
   EXPECT_EQ(options.precision.kind, ::llmc::PrecisionConfig::Kind::FP16);
   EXPECT_EQ(options.precision.deny, std::vector<std::string>{"llmc.matmul"});
   EXPECT_EQ(options.precision.allow,

@@ -1,7 +1,7 @@
 // The wall and CPU time of each phase of `llmc run`'s start-up, for
 // `llmc run --timings`.
-#ifndef LLMC_TOOLS_LLMC_STARTUPTIMINGS_H
-#define LLMC_TOOLS_LLMC_STARTUPTIMINGS_H
+#ifndef LLMC_TRAINING_STARTUPTIMINGS_H
+#define LLMC_TRAINING_STARTUPTIMINGS_H
 
 #include "llvm/ADT/StringRef.h"
 
@@ -52,4 +52,4 @@ double secondsSinceProcessStart();
 
 } // namespace llmc
 
-#endif // LLMC_TOOLS_LLMC_STARTUPTIMINGS_H
+#endif // LLMC_TRAINING_STARTUPTIMINGS_H

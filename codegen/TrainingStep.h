@@ -1,5 +1,6 @@
 // Compiling a training step: from a module with @forward to the three
-// programs a training run executes. The passes do the work (llmc-autodiff
+// programs a training run executes, given the passes' options (the
+// training layer maps a config to them: training/Programs.h). The passes do the work (llmc-autodiff
 // adds @grad_step, llmc-optimizer makes it accumulate and adds
 // @update_step, the compile pipeline fuses); this is the one place that
 // runs them in order and lowers each function.
@@ -27,10 +28,9 @@
 //                                 loss_scale* states (see
 //                                 passes/LossScaling.cpp)
 //   evaluation:       forward    inputs tokens, targets; outputs loss, logits
-#ifndef LLMC_CODEGEN_TRAINING_H
-#define LLMC_CODEGEN_TRAINING_H
+#ifndef LLMC_CODEGEN_TRAININGSTEP_H
+#define LLMC_CODEGEN_TRAININGSTEP_H
 
-#include "frontend/TrainConfig.h"
 #include "ir/kernel/Program.h"
 #include "passes/Pipelines.h"
 #include "passes/Remat.h"
@@ -44,7 +44,7 @@
 
 namespace llmc {
 
-struct TrainingPrograms {
+struct TrainingStepPrograms {
   kir::Program forward, gradStep, updateStep;
   /// With data parallelism (dp > 1): @grad_step_no_sync, the grad step
   /// without gradient communication, for the micro-batches before a step's
@@ -61,19 +61,30 @@ struct TrainingPrograms {
   std::optional<kir::Program> castWeights;
 };
 
-/// Runs llmc-autodiff, llmc-optimizer and the compile pipeline on `module`
-/// (which holds @forward built for one batch size and sequence length) and
-/// lowers @forward, @grad_step and @update_step. Diagnostics go to the
-/// context's handler; the error says which phase failed.
-llvm::Expected<TrainingPrograms>
-compileTraining(mlir::ModuleOp module, const TrainingOptions &options);
+/// The options of the compile pipeline a forward alone goes through
+/// (passes/Pipelines.h: buildCompilePipeline); unset: the pass does not run.
+struct ForwardPipelineOptions {
+  std::optional<mlir::llmc::AmpPassOptions> amp;
+  std::optional<mlir::llmc::ShardPassOptions> shard;
+  std::optional<mlir::llmc::SparsifyPassOptions> sparsify;
+  std::optional<mlir::llmc::TensorParallelPassOptions> tensorParallel;
+  std::optional<mlir::llmc::PipelineParallelPassOptions> pipelineParallel;
+};
 
-/// @forward alone, in the run's precision (the compile pipeline with
-/// llmc-amp for fp16/bf16) and, with ZeRO-3, on the rank's parameter
-/// blocks: what a training run evaluates and samples with when it needs a
-/// forward of another shape or without dropout.
-llvm::Expected<kir::Program> compileForward(mlir::ModuleOp module,
-                                            const TrainingOptions &training);
+/// Runs the training pipeline with `options` on `module` (which holds
+/// @forward built for one batch size and sequence length) and lowers
+/// @forward, @grad_step and @update_step (and the functions sharding and
+/// mixed precision add). Diagnostics go to the context's handler; the error
+/// says which phase failed. `options.plannedPeak` unset: plannedPeakBytes.
+llvm::Expected<TrainingStepPrograms>
+compileTrainingStep(mlir::ModuleOp module,
+                    mlir::llmc::TrainingPipelineOptions options);
+
+/// @forward alone through the compile pipeline with `options`, lowered:
+/// what a training run evaluates and samples with when it needs a forward
+/// of another shape or without dropout.
+llvm::Expected<kir::Program>
+compileForward(mlir::ModuleOp module, const ForwardPipelineOptions &options);
 
 } // namespace llmc
 
@@ -103,4 +114,4 @@ compareRematPolicies(ModuleOp module, const TrainingPipelineOptions &options,
 
 } // namespace mlir::llmc
 
-#endif // LLMC_CODEGEN_TRAINING_H
+#endif // LLMC_CODEGEN_TRAININGSTEP_H

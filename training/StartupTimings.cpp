@@ -1,5 +1,5 @@
 // Start-up phase timings of llmc run.
-#include "tools/llmc/StartupTimings.h"
+#include "training/StartupTimings.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -30,10 +30,9 @@ StartupTimings::StartupTimings() : last(now()) {}
 
 void StartupTimings::end(llvm::StringRef name) {
   Point point = now();
-  list.push_back(
-      {name.str(),
-       std::chrono::duration<double>(point.wall - last.wall).count(),
-       point.user - last.user, point.system - last.system});
+  list.push_back({name.str(),
+                  std::chrono::duration<double>(point.wall - last.wall).count(),
+                  point.user - last.user, point.system - last.system});
   last = point;
 }
 
@@ -59,8 +58,8 @@ void StartupTimings::print(llvm::raw_ostream &os) const {
     os << llvm::format("  %-44s %8.3f %8.3f %8.3f\n", phase.name.c_str(),
                        phase.wall, phase.user, phase.system);
   }
-  os << llvm::format("  %-44s %8.3f %8.3f %8.3f\n", "to the first step",
-                     wall, user, system);
+  os << llvm::format("  %-44s %8.3f %8.3f %8.3f\n", "to the first step", wall,
+                     user, system);
 }
 
 double llmc::secondsSinceProcessStart() {
