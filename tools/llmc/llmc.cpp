@@ -24,6 +24,7 @@
 #include "runtime/Serve/Generate.h"
 #include "runtime/Weights/Weights.h"
 #include "tools/common/GenerateOutput.h"
+#include "tools/llmc/CommandNames.h"
 #include "tools/llmc/CrashWatchdog.h"
 #include "tools/llmc/Inference.h"
 #ifdef LLMC_HAVE_NVRTC
@@ -1067,56 +1068,6 @@ static int runInfo(MLIRContext &context) {
 int runTokenizerCommand(int argc, char **argv);
 int runTrainCommand(int argc, char **argv);
 
-/// `llmc WORD ...` where WORD is no command: the command it is a near miss
-/// of, or the one a word users reach for means (`train` is `run`), instead
-/// of cl's "Unknown subcommand". Returns whether `word` names a command (or
-/// is a flag, or an @response-file cl expands).
-static bool checkCommandName(llvm::StringRef word) {
-  if (word.empty() || word.starts_with("-") || word.starts_with("@"))
-    return true;
-  // `help`, `run` and `tokenizer` are dispatched before cl parses; the rest are
-  // cl's subcommands (sorted: the suggestion must not depend on the order
-  // of a pointer set).
-  std::vector<llvm::StringRef> commands = {"help", "run", "tokenizer"};
-  for (cl::SubCommand *sub : cl::getRegisteredSubcommands())
-    if (!sub->getName().empty())
-      commands.push_back(sub->getName());
-  llvm::sort(commands);
-  if (llvm::is_contained(commands, word))
-    return true;
-  static const std::pair<llvm::StringRef, llvm::StringRef> synonyms[] = {
-      {"train", "run"},    {"fit", "run"},       {"finetune", "run"},
-      {"fine-tune", "run"}, {"pretrain", "run"}, {"sample", "generate"}};
-  // The synonyms only as they are: their near misses would catch unrelated
-  // short words ('foo' is two edits from 'fit').
-  llvm::StringRef suggestion = closestName(word, commands);
-  for (auto [synonym, command] : synonyms)
-    if (word.equals_insensitive(synonym))
-      suggestion = command;
-  if (!suggestion.empty())
-    fail("unknown command '" + word + "'; did you mean '" + suggestion +
-         "'? (llmc --help lists the commands)");
-  else
-    fail("unknown command '" + word + "'; commands: " +
-         llvm::join(commands, ", ") + " (llmc --help says what each does)");
-  return false;
-}
-
-/// `llmc help config [--markdown]`: the config keys of llmc run and llmc
-/// plan from their one table; --markdown prints docs/config-keys.md.
-static int runHelpCommand(int argc, char **argv) {
-  llvm::StringRef usage = "usage: llmc help config [--markdown]\n";
-  if (argc < 2 || llvm::StringRef(argv[1]) != "config" || argc > 3 ||
-      (argc == 3 && llvm::StringRef(argv[2]) != "--markdown")) {
-    llvm::errs() << usage;
-    return 1;
-  }
-  if (argc == 3)
-    printConfigKeyReference(llvm::outs());
-  else
-    printTrainingConfigHelp(llvm::outs());
-  return 0;
-}
 
 int main(int argc, char **argv) {
   ::llmc::installCrashWatchdog(); // before InitLLVM's stack trace
@@ -1126,8 +1077,8 @@ int main(int argc, char **argv) {
   if (argc > 1 && llvm::StringRef(argv[1]) == "run")
     return runTrainCommand(argc - 1, argv + 1);
   if (argc > 1 && llvm::StringRef(argv[1]) == "help")
-    return runHelpCommand(argc - 1, argv + 1);
-  if (argc > 1 && !checkCommandName(argv[1]))
+    return ::llmc::runHelpCommand(argc - 1, argv + 1);
+  if (argc > 1 && !::llmc::checkCommandName(argv[1]))
     return 1;
   // llmc plan's config-key flags go to the config parser, as llmc run's do.
   std::vector<char *> planArgs;
