@@ -47,38 +47,6 @@ HostTensor tokenTensor(const std::vector<int32_t> &ids, int64_t batch,
   return tensor;
 }
 
-bool hasInput(const Executor &executor, llvm::StringRef name) {
-  for (const kir::Binding &b : executor.program().inputs)
-    if (b.name == name)
-      return true;
-  return false;
-}
-
-/// Sets an f32 scalar input the program has; one it lacks (SGD has no bias
-/// corrections) is skipped.
-llvm::Error setScalar(Executor &executor, llvm::StringRef name,
-                      double value) {
-  if (!hasInput(executor, name))
-    return llvm::Error::success();
-  return executor.setTensor(name,
-                            HostTensor::fromF32({float(value)}, {}));
-}
-
-llvm::Expected<double> scalarOutput(const Executor &executor,
-                                    llvm::StringRef name) {
-  llvm::Expected<HostTensor> out = executor.output(name);
-  if (!out)
-    return out.takeError();
-  return double(out->toF32()[0]);
-}
-
-bool hasOutput(const Executor &executor, llvm::StringRef name) {
-  for (const kir::Binding &b : executor.program().outputs)
-    if (b.name == name)
-      return true;
-  return false;
-}
-
 /// The value of an f32 scalar in the store.
 llvm::Expected<double> storedScalar(const TensorStore &store,
                                     llvm::StringRef name) {
@@ -97,10 +65,6 @@ std::string formatScale(double scale) {
     std::snprintf(text, sizeof(text), "%g", scale);
   return text;
 }
-
-// The persistent state of dynamic loss scaling (passes/LossScaling.cpp).
-constexpr const char *kLossScaleHysteresis = "loss_scale.hysteresis";
-constexpr const char *kLossScaleSkippedSteps = "loss_scale.skipped_steps";
 
 std::string formatDuration(double seconds) {
   long long s = (long long)(seconds + 0.5);
@@ -251,7 +215,8 @@ llvm::Error Trainer::runPipelineStep(
     Executor &step = i == m - 1 ? grad : noSync;
     if (llvm::Error err = setBatch(step, i))
       return err;
-    if (llvm::Error err = setScalar(step, "dloss", 1.0 / double(m)))
+    if (llvm::Error err =
+            step.setScalar(kir::StepScalar::DLoss, 1.0 / double(m)))
       return err;
     if (stage > 0) {
       if (llvm::Error err = step.setTensor("stage_input", stash.at(i)))
@@ -262,7 +227,7 @@ llvm::Error Trainer::runPipelineStep(
       return err;
     if (stage != stages - 1)
       return llvm::Error::success();
-    llvm::Expected<double> loss = scalarOutput(step, "loss");
+    llvm::Expected<double> loss = step.scalarOutput(kir::StepScalar::Loss);
     if (!loss)
       return loss.takeError();
     losses.push_back(float(*loss));
@@ -972,8 +937,9 @@ llvm::Expected<bool> Trainer::handleGuardEvent(
       return p.step >= currentStep;
     });
     std::string scale;
-    if (store->contains("loss_scale")) {
-      llvm::Expected<double> value = storedScalar(*store, "loss_scale");
+    if (store->contains(kir::stepScalarName(kir::StepScalar::LossScale))) {
+      llvm::Expected<double> value =
+          storedScalar(*store, kir::stepScalarName(kir::StepScalar::LossScale));
       if (!value)
         return value.takeError();
       scale = ", loss scale reset to " + formatScale(*value);
@@ -1077,7 +1043,7 @@ llvm::Expected<double> Trainer::evaluate(std::string &sample) {
         return err;
       if (llvm::Error err = eval.run())
         return err;
-      llvm::Expected<double> value = scalarOutput(eval, "loss");
+      llvm::Expected<double> value = eval.scalarOutput(kir::StepScalar::Loss);
       if (!value)
         return value.takeError();
       mine[j] = float(*value);
@@ -1144,11 +1110,11 @@ llvm::Error Trainer::run() {
   // Dynamic loss scaling (fp16): the update step reports an overflow and
   // then skips the update, which Adam's step count t must not count.
   Executor &update = *programs.updateStep;
-  const bool lossScaling = hasOutput(update, "overflow");
+  const bool lossScaling = update.hasOutput(kir::StepScalar::Overflow);
   int64_t skippedSteps = 0; // updates skipped before currentStep
   if (lossScaling) {
-    llvm::Expected<double> skipped =
-        storedScalar(*store, kLossScaleSkippedSteps);
+    llvm::Expected<double> skipped = storedScalar(
+        *store, kir::stepScalarName(kir::StepScalar::LossScaleSkippedSteps));
     if (!skipped)
       return skipped.takeError();
     skippedSteps = int64_t(*skipped);
@@ -1156,7 +1122,8 @@ llvm::Error Trainer::run() {
   int64_t skippedInARow = 0; // overflows since the last applied update
   double firstScale = 0;     // the loss scale this run() started with
   if (lossScaling) {
-    llvm::Expected<double> scale = storedScalar(*store, "loss_scale");
+    llvm::Expected<double> scale =
+        storedScalar(*store, kir::stepScalarName(kir::StepScalar::LossScale));
     if (!scale)
       return scale.takeError();
     firstScale = *scale;
@@ -1342,14 +1309,15 @@ llvm::Error Trainer::run() {
         return err;
       // Each rank averages its own micro-batches; the gradient all-reduce
       // averages over the ranks.
-      if (llvm::Error err = setScalar(step, "dloss", 1.0 / double(mine)))
+      if (llvm::Error err =
+              step.setScalar(kir::StepScalar::DLoss, 1.0 / double(mine)))
         return err;
       // Each micro-batch of each step gets its own dropout masks (numbered
       // globally, so that data parallelism draws the same ones).
       step.setRng(options.seed, uint64_t(currentStep * maxMicroBatches + m));
       if (llvm::Error err = step.run())
         return err;
-      llvm::Expected<double> loss = scalarOutput(step, "loss");
+      llvm::Expected<double> loss = step.scalarOutput(kir::StepScalar::Loss);
       if (!loss)
         return loss.takeError();
       losses.push_back(float(*loss));
@@ -1392,27 +1360,25 @@ llvm::Error Trainer::run() {
     // A rollback lowers the rate for its cooldown.
     double lr =
         options.learningRate(currentStep) * guard.state().lrFactor * lrScale;
-    double t = double(currentStep - skippedSteps + 1);
-    double bc1 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta1, t)) : 1;
-    double bc2 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta2, t)) : 1;
-    for (auto [name, value] : {std::pair<const char *, double>{"lr", lr},
-                               {"bias_correction1", bc1},
-                               {"bias_correction2", bc2}})
-      if (llvm::Error err = setScalar(update, name, value))
-        return err;
+    if (llvm::Error err = update.setScalar(kir::StepScalar::Lr, lr))
+      return err;
+    if (llvm::Error err =
+            update.setBiasCorrections(currentStep - skippedSteps + 1))
+      return err;
     // Whether an overflow may still lower the scale: DeepSpeed's rule, the
     // hysteresis left before this update.
     double hysteresisBefore = 0;
     if (lossScaling) {
-      llvm::Expected<double> hysteresis =
-          storedScalar(*store, kLossScaleHysteresis);
+      llvm::Expected<double> hysteresis = storedScalar(
+          *store, kir::stepScalarName(kir::StepScalar::LossScaleHysteresis));
       if (!hysteresis)
         return hysteresis.takeError();
       hysteresisBefore = *hysteresis;
     }
     if (llvm::Error err = update.run())
       return err;
-    llvm::Expected<double> gradNorm = scalarOutput(update, "grad_norm");
+    llvm::Expected<double> gradNorm =
+        update.scalarOutput(kir::StepScalar::GradNorm);
     if (!gradNorm)
       return gradNorm.takeError();
     for (auto &[axis, traffic] : meshTraffic()) {
@@ -1427,11 +1393,12 @@ llvm::Error Trainer::run() {
     if (lossScaling) {
       double overflow = 0;
       for (auto [name, value] :
-           {std::pair<const char *, double *>{"overflow", &overflow},
-            {"used_loss_scale", &usedScale},
-            {"loss_scale", &nextScale},
-            {kLossScaleHysteresis, &hysteresis}}) {
-        llvm::Expected<double> output = scalarOutput(update, name);
+           {std::pair<kir::StepScalar, double *>{kir::StepScalar::Overflow,
+                                                 &overflow},
+            {kir::StepScalar::UsedLossScale, &usedScale},
+            {kir::StepScalar::LossScale, &nextScale},
+            {kir::StepScalar::LossScaleHysteresis, &hysteresis}}) {
+        llvm::Expected<double> output = update.scalarOutput(name);
         if (!output)
           return output.takeError();
         *value = *output;

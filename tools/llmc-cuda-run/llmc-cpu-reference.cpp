@@ -94,16 +94,9 @@ static cl::opt<std::string> updatePath(
 static cl::opt<int> trainSteps("train-steps",
                                cl::cat(toolOptions), cl::desc("Training steps (--update)"),
                                cl::init(1));
-static cl::opt<double> learningRate("lr", cl::cat(toolOptions), cl::desc("Learning rate (--update)"),
+static cl::opt<double> learningRate("lr", cl::cat(toolOptions),
+                                    cl::desc("Learning rate (--update)"),
                                     cl::init(1e-3));
-static cl::opt<double> beta1("beta1",
-                             cl::cat(toolOptions), cl::desc("AdamW beta1 the update step was "
-                                      "compiled with (bias corrections)"),
-                             cl::init(::llmc::OptimizerConfig().beta1));
-static cl::opt<double> beta2("beta2",
-                             cl::cat(toolOptions), cl::desc("AdamW beta2 the update step was "
-                                      "compiled with (bias corrections)"),
-                             cl::init(::llmc::OptimizerConfig().beta2));
 static cl::opt<int64_t> tokenRange(
     "token-range",
     cl::cat(toolOptions), cl::desc("Training batches draw ids from [0, min(N, bound)): a small "
@@ -243,17 +236,21 @@ static int runTraining() {
       }
       inputs[stepInputName("tokens", step)] = std::move(tokens);
       inputs[stepInputName("targets", step)] = std::move(targets);
-      double t = double(step + 1);
-      float scalars[3] = {float(learningRate.getValue()),
-                          float(1.0 / (1.0 - std::pow(beta1.getValue(), t))),
-                          float(1.0 / (1.0 - std::pow(beta2.getValue(), t)))};
-      for (int i = 0; i < 3; ++i) {
-        inputs[stepInputName(updateScalarInputs[i], step)] =
-            HostTensor::fromF32({scalars[i]}, {});
+      // The bias corrections from the betas the update was compiled with.
+      for (kir::StepScalar scalar : updateScalarInputs) {
+        llvm::Expected<double> value =
+            scalar == kir::StepScalar::Lr
+                ? llvm::Expected<double>(learningRate.getValue())
+                : kir::biasCorrection((*update)->program(), scalar, step + 1);
+        if (!value)
+          return fail(value.takeError());
+        std::string name = kir::stepScalarName(scalar).str();
+        inputs[stepInputName(name, step)] =
+            HostTensor::fromF32({float(*value)}, {});
         // Step 0's scalars under the plain names too: what a run of the
         // update program alone reads.
         if (step == 0)
-          inputs[updateScalarInputs[i]] = HostTensor::fromF32({scalars[i]}, {});
+          inputs[name] = HostTensor::fromF32({float(*value)}, {});
       }
     }
     if (llvm::Error error = writeSafetensors(makeInputs, inputs))
@@ -265,8 +262,7 @@ static int runTraining() {
     inputs = std::move(*read);
   }
 
-  if (llvm::Error error =
-          (*grad)->setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
+  if (llvm::Error error = (*grad)->setScalar(kir::StepScalar::DLoss, 1.0))
     return fail(std::move(error));
   std::vector<float> losses, gradNorms;
   for (int64_t step = 0; step < trainSteps; ++step) {
@@ -277,30 +273,33 @@ static int runTraining() {
     (*grad)->setRng(seed, step);
     if (llvm::Error error = (*grad)->run())
       return fail(std::move(error));
-    for (const char *input : updateScalarInputs)
-      if (llvm::Error error = setStepInput(**update, input, inputs, step))
+    for (kir::StepScalar input : updateScalarInputs)
+      if (llvm::Error error =
+              setStepInput(**update, kir::stepScalarName(input), inputs, step))
         return fail(std::move(error));
     if (llvm::Error error = (*update)->run())
       return fail(std::move(error));
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
-    llvm::Expected<HostTensor> loss = (*grad)->output("loss");
+    llvm::Expected<double> loss = (*grad)->scalarOutput(kir::StepScalar::Loss);
     if (!loss)
       return fail(loss.takeError());
-    llvm::Expected<HostTensor> gradNorm = (*update)->output("grad_norm");
+    llvm::Expected<double> gradNorm =
+        (*update)->scalarOutput(kir::StepScalar::GradNorm);
     if (!gradNorm)
       return fail(gradNorm.takeError());
-    losses.push_back(loss->f32()[0]);
-    gradNorms.push_back(gradNorm->f32()[0]);
+    losses.push_back(float(*loss));
+    gradNorms.push_back(float(*gradNorm));
     llvm::outs() << llvm::format(
         "cpu step %lld: loss %.7f grad_norm %.7f (%.1f ms)\n", (long long)step,
         losses.back(), gradNorms.back(), seconds * 1e3);
   }
 
   TensorMap outputs;
-  outputs["loss"] = HostTensor::fromF32(losses, {int64_t(losses.size())});
-  outputs["grad_norm"] =
+  outputs[kir::stepScalarName(kir::StepScalar::Loss).str()] =
+      HostTensor::fromF32(losses, {int64_t(losses.size())});
+  outputs[kir::stepScalarName(kir::StepScalar::GradNorm).str()] =
       HostTensor::fromF32(gradNorms, {int64_t(gradNorms.size())});
   for (auto &[name, tensor] : (*grad)->params())
     addReduced(outputs, "param." + name, tensor, sampleElements);
@@ -356,8 +355,8 @@ int main(int argc, char **argv) {
   }
   // A gradient step's seed: d(loss) = 1.
   for (const kir::Binding &input : prog.inputs)
-    if (input.name == "dloss" && !inputs.count("dloss")) {
-      inputs["dloss"] = HostTensor::fromF32({1.0f}, {});
+    if (input.scalar == kir::StepScalar::DLoss && !inputs.count(input.name)) {
+      inputs[input.name] = HostTensor::fromF32({1.0f}, {});
       if (!makeInputs.empty())
         if (llvm::Error error = writeSafetensors(makeInputs, inputs))
           return fail(std::move(error));
@@ -374,7 +373,8 @@ int main(int argc, char **argv) {
     llvm::Expected<HostTensor> tensor = cpu.output(output.name);
     if (!tensor)
       return fail(tensor.takeError());
-    if (output.name == "loss" && tensor->dtype == kir::DType::F32)
+    if (output.scalar == kir::StepScalar::Loss &&
+        tensor->dtype == kir::DType::F32)
       llvm::outs() << llvm::format("cpu loss: %.7f\n", tensor->f32()[0]);
     if (maxElements > 0 && tensor->numElements() > maxElements &&
         tensor->isFloat()) {

@@ -284,24 +284,23 @@ static int runTraining(kir::ArtifactContents gradContents) {
   llvm::Expected<TensorMap> inputs = readSafetensors(inputsPath);
   if (!inputs)
     return fail(inputs.takeError());
-  auto setStepInput = [&](CudaExecutor &executor, const char *name,
+  auto setStepInput = [&](CudaExecutor &executor, llvm::StringRef name,
                           int64_t step) -> llvm::Error {
-    auto it = inputs->find(stepInputName(name, step));
+    auto it = inputs->find(stepInputName(name.str(), step));
     if (it == inputs->end())
       return llvm::createStringError(llvm::Twine("the inputs have no ") + name +
                                      "." + llvm::Twine(step));
     return executor.setTensor(name, it->second);
   };
-  if (llvm::Error error =
-          (*grad)->setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
+  if (llvm::Error error = (*grad)->setScalar(kir::StepScalar::DLoss, 1.0))
     return fail(std::move(error));
 
   llvm::Expected<TensorMap> reference =
       referencePath.empty() ? TensorMap() : readSafetensors(referencePath);
   if (!reference)
     return fail(reference.takeError());
-  auto referenceAt = [&](const char *name, int64_t step) -> double {
-    auto it = reference->find(name);
+  auto referenceAt = [&](kir::StepScalar scalar, int64_t step) -> double {
+    auto it = reference->find(kir::stepScalarName(scalar).str());
     if (it == reference->end() || step >= it->second.numElements())
       return NAN;
     return it->second.f32()[step];
@@ -314,8 +313,8 @@ static int runTraining(kir::ArtifactContents gradContents) {
   auto report = [&](int64_t step, double gpuLoss, double gpuNorm,
                     const std::string &times) {
     if (step < trainSteps) {
-      double cpuLoss = referenceAt("loss", step),
-             cpuNorm = referenceAt("grad_norm", step);
+      double cpuLoss = referenceAt(kir::StepScalar::Loss, step),
+             cpuNorm = referenceAt(kir::StepScalar::GradNorm, step);
       maxLossDiff = std::max(maxLossDiff, std::fabs(gpuLoss - cpuLoss));
       maxNormRelDiff =
           std::max(maxNormRelDiff, std::fabs(gpuNorm - cpuNorm) / cpuNorm);
@@ -338,16 +337,18 @@ static int runTraining(kir::ArtifactContents gradContents) {
     // memory after them; step N's line is printed once step N+1 is
     // enqueued.
     llvm::Expected<std::unique_ptr<CudaStepReadback>> readback =
-        CudaStepReadback::create({{grad->get(), "loss"},
-                                  {update->get(), "grad_norm"}});
+        CudaStepReadback::create(
+            {{grad->get(), kir::stepScalarName(kir::StepScalar::Loss).str()},
+             {update->get(),
+              kir::stepScalarName(kir::StepScalar::GradNorm).str()}});
     if (!readback)
       return fail(readback.takeError());
     bool hasRng = false;
     for (const kir::Binding &input : (*grad)->program().inputs)
-      hasRng |= input.name == kir::kRngInputName;
-    auto stageInput = [&](CudaExecutor &executor, const char *name,
+      hasRng |= input.scalar == kir::StepScalar::Rng;
+    auto stageInput = [&](CudaExecutor &executor, llvm::StringRef name,
                           int64_t step) -> llvm::Error {
-      auto it = inputs->find(stepInputName(name, step));
+      auto it = inputs->find(stepInputName(name.str(), step));
       if (it == inputs->end())
         return llvm::createStringError(llvm::Twine("the inputs have no ") +
                                        name + "." + llvm::Twine(step));
@@ -382,14 +383,15 @@ static int runTraining(kir::ArtifactContents gradContents) {
         HostTensor rng = HostTensor::zeros(kir::DType::I64, {2});
         rng.i64()[0] = int64_t(seed);
         rng.i64()[1] = step;
-        if (llvm::Error error =
-                (*grad)->setInputAsync(kir::kRngInputName, rng))
+        if (llvm::Error error = (*grad)->setInputAsync(
+                kir::stepScalarName(kir::StepScalar::Rng), rng))
           return fail(std::move(error));
       }
       if (llvm::Error error = (*grad)->enqueue())
         return fail(std::move(error));
-      for (const char *input : updateScalarInputs)
-        if (llvm::Error error = stageInput(**update, input, batch))
+      for (kir::StepScalar input : updateScalarInputs)
+        if (llvm::Error error =
+                stageInput(**update, kir::stepScalarName(input), batch))
           return fail(std::move(error));
       if (llvm::Error error = (*update)->enqueue())
         return fail(std::move(error));
@@ -440,8 +442,9 @@ static int runTraining(kir::ArtifactContents gradContents) {
     (*grad)->setRng(seed, step);
     if (llvm::Error error = (*grad)->run())
       return fail(std::move(error));
-    for (const char *input : updateScalarInputs)
-      if (llvm::Error error = setStepInput(**update, input, batch))
+    for (kir::StepScalar input : updateScalarInputs)
+      if (llvm::Error error =
+              setStepInput(**update, kir::stepScalarName(input), batch))
         return fail(std::move(error));
     if (llvm::Error error = (*update)->run())
       return fail(std::move(error));
@@ -449,13 +452,14 @@ static int runTraining(kir::ArtifactContents gradContents) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count() *
         1e3;
-    llvm::Expected<HostTensor> loss = (*grad)->output("loss");
+    llvm::Expected<double> loss = (*grad)->scalarOutput(kir::StepScalar::Loss);
     if (!loss)
       return fail(loss.takeError());
-    llvm::Expected<HostTensor> gradNorm = (*update)->output("grad_norm");
+    llvm::Expected<double> gradNorm =
+        (*update)->scalarOutput(kir::StepScalar::GradNorm);
     if (!gradNorm)
       return fail(gradNorm.takeError());
-    double gpuLoss = loss->f32()[0], gpuNorm = gradNorm->f32()[0];
+    double gpuLoss = *loss, gpuNorm = *gradNorm;
     double g = (*grad)->lastRunMilliseconds(),
            u = (*update)->lastRunMilliseconds();
     if (replay) {
@@ -600,9 +604,8 @@ int main(int argc, char **argv) {
 
   // A gradient step's seed, unless the inputs file sets it: d(loss) = 1.
   for (const kir::Binding &input : prog.inputs)
-    if (input.name == "dloss" && inputsPath.empty())
-      if (llvm::Error error =
-              executor.setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
+    if (input.scalar == kir::StepScalar::DLoss && inputsPath.empty())
+      if (llvm::Error error = executor.setScalar(kir::StepScalar::DLoss, 1.0))
         return fail(std::move(error));
 
   // The first run is eager (and checks every step); graphs replay after it.
@@ -673,7 +676,8 @@ int main(int argc, char **argv) {
     llvm::Expected<HostTensor> tensor = executor.output(output.name);
     if (!tensor)
       return fail(tensor.takeError());
-    if (output.name == "loss" && tensor->dtype == kir::DType::F32)
+    if (output.scalar == kir::StepScalar::Loss &&
+        tensor->dtype == kir::DType::F32)
       llvm::outs() << llvm::format("loss: %.7f\n", tensor->f32()[0]);
     outputs[output.name] = std::move(*tensor);
   }
