@@ -81,7 +81,7 @@ struct TrainConfig {
   /// Steps between checkpoints and how many are kept (llmc run's
   /// checkpoint_interval, 0: only at the end; keep_checkpoints, 0: all).
   int64_t checkpointInterval = 0;
-  int64_t keepCheckpoints = 3;
+  int64_t keepCheckpoints = kDefaultKeepCheckpoints;
   Origins origins;
 };
 

@@ -167,6 +167,12 @@ struct TrainingOptions {
 
 namespace mlir::llmc {
 
+/// Checkpoints a run keeps on disk unless `keep_checkpoints` says otherwise:
+/// `llmc run` (TrainingConfig) and `llmc plan` (plan::TrainConfig) both
+/// default to it, and the runtime gets the configured value through
+/// TrainerOptions.
+constexpr int64_t kDefaultKeepCheckpoints = 3;
+
 struct TrainDataConfig {
   /// Text files or llm.c token shards; globs allowed.
   std::vector<std::string> train;
@@ -208,7 +214,7 @@ struct TrainingConfig {
   int64_t evalSteps = 10;
   int64_t sampleTokens = 64; // 0: no sample at evaluations
   int64_t checkpointInterval = 0; // 0: only at the end
-  int64_t keepCheckpoints = 3;    // 0: keep every checkpoint
+  int64_t keepCheckpoints = kDefaultKeepCheckpoints; // 0: keep every one
   uint64_t seed = 1337;
   ::llmc::PrecisionConfig precision;
   ::llmc::LossScaleConfig lossScale; // fp16 only

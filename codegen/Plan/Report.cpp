@@ -215,7 +215,9 @@ void addCheckpointSections(const PlanRequest &request, const Estimate &est,
          formatv("disk keeping the last {0}", train.keepCheckpoints).str(),
          train.keepCheckpoints * size.bytes, "bytes",
          sourceOf(o, "keep_checkpoints", "train config",
-                  "default: llmc run's keep_checkpoints 3")});
+                  formatv("default: llmc run's keep_checkpoints {0}",
+                          kDefaultKeepCheckpoints)
+                      .str())});
   report.sections.push_back(std::move(ckpt));
   if (!est.hasGpu)
     return;
