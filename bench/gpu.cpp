@@ -255,13 +255,14 @@ int main(int argc, char **argv) {
     ids.i32()[i] = int32_t(rng() % config->vocabSize);
   bench::orDie(grad->setTensor("tokens", ids), "tokens");
   bench::orDie(grad->setTensor("targets", ids), "targets");
-  bench::orDie(grad->setTensor("dloss", HostTensor::fromF32({1.0f}, {})),
-               "dloss");
-  for (auto [name, value] : {std::pair<const char *, float>{"lr", 3e-4f},
-                             {"bias_correction1", 10.0f},
-                             {"bias_correction2", 20.0f}})
-    bench::orDie(update->setTensor(name, HostTensor::fromF32({value}, {})),
-                 name);
+  bench::orDie(grad->setScalar(kir::StepScalar::DLoss, 1.0),
+               kir::stepScalarName(kir::StepScalar::DLoss).data());
+  for (auto [scalar, value] :
+       {std::pair<kir::StepScalar, double>{kir::StepScalar::Lr, 3e-4},
+        {kir::StepScalar::BiasCorrection1, 10.0},
+        {kir::StepScalar::BiasCorrection2, 20.0}})
+    bench::orDie(update->setScalar(scalar, value),
+                 kir::stepScalarName(scalar).data());
 
   const CudaExecutorInfo &info = grad->info();
   double peak = bf16Peak(info.deviceName);
@@ -276,10 +277,12 @@ int main(int argc, char **argv) {
 
   // Timed steps: both programs enqueued, no host wait, losses read back
   // one step late; step 0 runs eagerly and captures the graphs.
-  auto readback =
-      bench::orDie(CudaStepReadback::create(
-                       {{grad.get(), "loss"}, {update.get(), "grad_norm"}}),
-                   "read-back");
+  auto readback = bench::orDie(
+      CudaStepReadback::create(
+          {{grad.get(), kir::stepScalarName(kir::StepScalar::Loss).str()},
+           {update.get(),
+            kir::stepScalarName(kir::StepScalar::GradNorm).str()}}),
+      "read-back");
   std::vector<double> stepMs;
   float firstLoss = 0, lastLoss = 0;
   auto readOne = [&] {

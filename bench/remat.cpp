@@ -164,15 +164,13 @@ prepare(const mlir::llmc::ModelConfig &config, const TrainingStepOptions &option
     if (llvm::Error error = variant.grad->setTensor(name, ids))
       return error;
   }
-  auto scalar = [](float value) {
-    return runtime::HostTensor::fromF32({value}, {});
-  };
-  for (auto [executor, name, value] :
-       {std::tuple{variant.grad.get(), "dloss", 1.0f},
-        std::tuple{variant.update.get(), "lr", 1e-4f},
-        std::tuple{variant.update.get(), "bias_correction1", 10.0f},
-        std::tuple{variant.update.get(), "bias_correction2", 20.0f}})
-    if (llvm::Error error = executor->setTensor(name, scalar(value)))
+  using kir::StepScalar;
+  for (auto [executor, scalar, value] :
+       {std::tuple{variant.grad.get(), StepScalar::DLoss, 1.0},
+        std::tuple{variant.update.get(), StepScalar::Lr, 1e-4},
+        std::tuple{variant.update.get(), StepScalar::BiasCorrection1, 10.0},
+        std::tuple{variant.update.get(), StepScalar::BiasCorrection2, 20.0}})
+    if (llvm::Error error = executor->setScalar(scalar, value))
       return error;
   variant.grad->setRng(1337, 1);
 

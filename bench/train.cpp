@@ -565,10 +565,6 @@ static void printBound(llvm::ArrayRef<const kir::Program *> programs,
       100 * bound / measuredSeconds);
 }
 
-static runtime::HostTensor scalar(float value) {
-  return runtime::HostTensor::fromF32({value}, {});
-}
-
 int main(int argc, char **argv) {
   llmc::bench::parseOptions(argc, argv, "llmc training-step benchmark\n");
   PrecisionConfig::Kind precisionKind;
@@ -681,10 +677,10 @@ int main(int argc, char **argv) {
       check(e->setTensor("tokens", tokens));
       check(e->setTensor("targets", targets));
     }
-    check(grad->setTensor("dloss", scalar(1.0f)));
-    check(update->setTensor("lr", scalar(1e-4f)));
-    check(update->setTensor("bias_correction1", scalar(10.0f)));
-    check(update->setTensor("bias_correction2", scalar(20.0f)));
+    check(grad->setScalar(kir::StepScalar::DLoss, 1.0));
+    check(update->setScalar(kir::StepScalar::Lr, 1e-4));
+    check(update->setScalar(kir::StepScalar::BiasCorrection1, 10.0));
+    check(update->setScalar(kir::StepScalar::BiasCorrection2, 20.0));
 
     double forwardSeconds = bestOf([&] { check(forward->run()); });
     // One run of each before its profile starts: a first run pays the
@@ -801,7 +797,7 @@ int main(int argc, char **argv) {
         auto executor = executorFor(programs.gradStep, store);
         check(executor->setTensor("tokens", tokens));
         check(executor->setTensor("targets", targets));
-        check(executor->setTensor("dloss", scalar(1.0f)));
+        check(executor->setScalar(kir::StepScalar::DLoss, 1.0));
         return executor;
       });
     if (!peers)

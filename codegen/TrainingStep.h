@@ -7,7 +7,8 @@
 //
 // How a runtime uses the programs (all three share one PersistentStore, so
 // parameters, gradients and optimizer state are bound by name, never
-// copied):
+// copied; the scalars below are the rows of ir/kernel/StepScalar.h, which
+// the runtime binds by role):
 //   per micro-batch:  gradStep   inputs tokens, targets [B, T] i32,
 //                                 dloss (f32 scalar: 1 / micro-batches),
 //                                 rng [2] i64 (seed, step) if it has dropout
@@ -18,7 +19,8 @@
 //                                 the last micro-batch's is the one read)
 //   per step:         updateStep inputs lr, bias_correction1 (1 / (1 -
 //                                 beta1^t)), bias_correction2 (1 / (1 -
-//                                 beta2^t)), f32 scalars
+//                                 beta2^t)), f32 scalars, from the betas
+//                                 the program records (adamBetas)
 //                                 outputs grad_norm (before clipping);
 //                                 updates params and state in place and
 //                                 zeroes grad.<p>; fp16 (loss scaling):

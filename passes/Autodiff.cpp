@@ -1,6 +1,7 @@
 // The llmc-autodiff pass: builds @grad_step, the reverse-mode gradient of
 // @forward, from the VJP rules of the ops (ir/LlmcVjp.cpp).
 #include "ir/LlmcOps.h"
+#include "ir/kernel/StepScalar.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -19,6 +20,8 @@ namespace mlir::llmc {
 
 using namespace mlir;
 using namespace mlir::llmc;
+using ::llmc::kir::StepScalar;
+using ::llmc::kir::stepScalarName;
 
 namespace {
 
@@ -241,8 +244,10 @@ LogicalResult buildGradStep(func::FuncOp forward) {
   for (unsigned i = 0, e = forwardType.getNumInputs(); i < e; ++i)
     gradStep.setArgAttrs(i, forward.getArgAttrDict(i));
   unsigned dlossIndex = forwardType.getNumInputs();
-  gradStep.setArgAttr(dlossIndex, "llmc.input", b.getStringAttr("dloss"));
-  gradStep.setResultAttr(0, "llmc.output", b.getStringAttr("loss"));
+  gradStep.setArgAttr(dlossIndex, "llmc.input",
+                      b.getStringAttr(stepScalarName(StepScalar::DLoss)));
+  gradStep.setResultAttr(0, "llmc.output",
+                         b.getStringAttr(stepScalarName(StepScalar::Loss)));
   for (auto [index, arg] : llvm::enumerate(params)) {
     auto name = cast<StringAttr>(forward.getArgAttr(arg, "llmc.param"));
     gradStep.setResultAttr(index + 1, "llmc.output",
@@ -310,7 +315,7 @@ LogicalResult buildGradStep(func::FuncOp forward) {
   return success();
 }
 
-struct AutodiffPass : llmc::impl::AutodiffPassBase<AutodiffPass> {
+struct AutodiffPass : mlir::llmc::impl::AutodiffPassBase<AutodiffPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto forward = module.lookupSymbol<func::FuncOp>("forward");

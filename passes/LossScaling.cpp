@@ -35,6 +35,7 @@
 // 2^k commutes with rounding) as long as nothing overflows or becomes
 // subnormal, so f32 training with loss scaling equals training without it.
 #include "ir/LlmcOps.h"
+#include "ir/kernel/StepScalar.h"
 #include "passes/NamedArguments.h"
 #include "passes/Passes.h"
 
@@ -53,10 +54,16 @@ using namespace mlir::llmc;
 
 namespace {
 
-constexpr const char *kScale = "loss_scale";
-constexpr const char *kCleanSteps = "loss_scale.clean_steps";
-constexpr const char *kHysteresis = "loss_scale.hysteresis";
-constexpr const char *kSkippedSteps = "loss_scale.skipped_steps";
+using ::llmc::kir::StepScalar;
+using ::llmc::kir::stepScalarName;
+
+const llvm::StringRef kScale = stepScalarName(StepScalar::LossScale);
+const llvm::StringRef kCleanSteps =
+    stepScalarName(StepScalar::LossScaleCleanSteps);
+const llvm::StringRef kHysteresis =
+    stepScalarName(StepScalar::LossScaleHysteresis);
+const llvm::StringRef kSkippedSteps =
+    stepScalarName(StepScalar::LossScaleSkippedSteps);
 
 /// Builds f32 scalar arithmetic at one place.
 class Scalars {
@@ -103,7 +110,7 @@ std::optional<BlockArgument> namedArgument(func::FuncOp func, StringRef name) {
 }
 
 class LossScalingPass
-    : public llmc::impl::LossScalingPassBase<LossScalingPass> {
+    : public mlir::llmc::impl::LossScalingPassBase<LossScalingPass> {
 public:
   using LossScalingPassBase::LossScalingPassBase;
 
@@ -184,11 +191,11 @@ private:
     for (BlockArgument arg : gradStep.getArguments())
       if (auto name = gradStep.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                             "llmc.input"))
-        if (name.getValue() == "dloss")
+        if (name.getValue() == stepScalarName(StepScalar::DLoss))
           dloss = arg;
     if (!dloss)
-      return gradStep.emitError("@grad_step has no llmc.input = \"dloss\" "
-                                "argument to scale");
+      return gradStep.emitError("@grad_step has no llmc.input = \"")
+             << stepScalarName(StepScalar::DLoss) << "\" argument to scale";
     BlockArgument scale = addState(gradStep, kScale, initialScale());
     OpBuilder b = OpBuilder::atBlockBegin(&gradStep.getBody().front());
     Value seed = MulOp::create(b, gradStep.getLoc(), *dloss, scale);
@@ -202,11 +209,12 @@ private:
     std::optional<unsigned> normIndex;
     for (unsigned i = 0; i < update.getNumResults(); ++i)
       if (auto name = update.getResultAttrOfType<StringAttr>(i, "llmc.output"))
-        if (name.getValue() == "grad_norm")
+        if (name.getValue() == stepScalarName(StepScalar::GradNorm))
           normIndex = i;
     if (!normIndex)
-      return update.emitError("@update_step has no grad_norm result to test "
-                              "for overflow");
+      return update.emitError("@update_step has no ")
+             << stepScalarName(StepScalar::GradNorm)
+             << " result to test for overflow";
 
     BlockArgument scale = addState(update, kScale, initialScale());
     BlockArgument clean = addState(update, kCleanSteps, 0.0);
@@ -312,8 +320,8 @@ private:
     addResult(newClean, kCleanSteps, true);
     addResult(newHyst, kHysteresis, true);
     addResult(newSkipped, kSkippedSteps, true);
-    addResult(overflow, "overflow", false);
-    addResult(scale, "used_loss_scale", false);
+    addResult(overflow, stepScalarName(StepScalar::Overflow), false);
+    addResult(scale, stepScalarName(StepScalar::UsedLossScale), false);
     return success();
   }
 };

@@ -3,7 +3,8 @@
 // `llmc.updates`): finding an argument by name and the result that
 // updates a name, adding a state where the passes put them (after the last
 // parameter or state argument, before the inputs), and appending a named
-// result. Shared by llmc-shard,
+// result; the module attribute that carries AdamW's betas to the
+// program. Shared by llmc-optimizer, llmc-shard,
 // llmc-sparsify, llmc-loss-scaling, llmc-persistent-casts and
 // llmc-pipeline-parallel.
 #ifndef LLMC_PASSES_NAMEDARGUMENTS_H
@@ -15,6 +16,12 @@
 #include <optional>
 
 namespace mlir::llmc {
+
+/// The module attribute in which llmc-optimizer records AdamW's betas
+/// (array<f64: beta1, beta2>). The lowering copies it into the program
+/// that takes the bias corrections (kir::Program::adamBetas), so that the
+/// runtime derives them from the betas the kernels were compiled with.
+constexpr llvm::StringLiteral kAdamBetasAttr = "llmc.adam_betas";
 
 /// The argument of `func` named `name` by `attr`, if any.
 inline std::optional<BlockArgument>

@@ -11,7 +11,11 @@
 //   @update_step(params..., grad.<p>..., <optimizer state>..., lr[,
 //                bias_correction1, bias_correction2])
 //       -> (grad_norm, p'..., state'..., zeroed grad.<p>...)
-// whose results all update their buffers in place except grad_norm.
+// whose results all update their buffers in place except grad_norm. The
+// scalar inputs and outputs are named by ir/kernel/StepScalar.h; under
+// AdamW the module records the betas (`llmc.adam_betas`), which the
+// lowering copies into the update program, so that the runtime computes
+// bc1 and bc2 from the betas the kernels were built with.
 //
 // The arithmetic follows PyTorch, operation for operation, so that a run can
 // be checked against torch.optim step by step:
@@ -27,6 +31,8 @@
 // Weight decay skips rank-1 parameters (biases, norm weights) unless
 // decay-norms-and-biases is set, as GPT-2/nanoGPT/Megatron configure it.
 #include "ir/LlmcOps.h"
+#include "ir/kernel/StepScalar.h"
+#include "passes/NamedArguments.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -40,6 +46,8 @@ namespace mlir::llmc {
 
 using namespace mlir;
 using namespace mlir::llmc;
+using ::llmc::kir::StepScalar;
+using ::llmc::kir::stepScalarName;
 
 namespace {
 
@@ -100,7 +108,8 @@ private:
   Location loc;
 };
 
-class OptimizerPass : public llmc::impl::OptimizerPassBase<OptimizerPass> {
+class OptimizerPass
+    : public mlir::llmc::impl::OptimizerPassBase<OptimizerPass> {
 public:
   using OptimizerPassBase::OptimizerPassBase;
 
@@ -237,11 +246,16 @@ private:
     for (const std::string &prefix : stateNames)
       for (const Parameter &param : params)
         addArg(param.type, "llmc.state", prefix + "." + param.name);
-    SmallVector<std::string> scalarNames = {"lr"};
+    SmallVector<StepScalar> scalarInputs = {StepScalar::Lr};
     if (adamw)
-      scalarNames.append({"bias_correction1", "bias_correction2"});
-    for (const std::string &name : scalarNames)
-      addArg(scalar, "llmc.input", name);
+      scalarInputs.append(
+          {StepScalar::BiasCorrection1, StepScalar::BiasCorrection2});
+    for (StepScalar input : scalarInputs)
+      addArg(scalar, "llmc.input", stepScalarName(input).str());
+    // The runtime derives the bias corrections from the betas the kernels
+    // are built with: the lowering copies them into the program.
+    if (adamw)
+      module->setAttr(kAdamBetasAttr, b.getDenseF64ArrayAttr({beta1, beta2}));
 
     auto func = func::FuncOp::create(b, loc, "update_step",
                                      b.getFunctionType(argTypes, {}));
@@ -312,7 +326,7 @@ private:
 
     SmallVector<Value> results = {gradNorm};
     SmallVector<std::pair<std::string, std::string>> resultNames = {
-        {"llmc.output", "grad_norm"}};
+        {"llmc.output", stepScalarName(StepScalar::GradNorm).str()}};
 
     // The scalars every parameter's update shares, built once: constants
     // (f32; the update of a low-precision parameter would need its own),

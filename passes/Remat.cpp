@@ -21,6 +21,7 @@
 // peak the runtime then measures); passes cannot include codegen.
 #include "passes/Remat.h"
 #include "ir/LlmcOps.h"
+#include "ir/kernel/StepScalar.h"
 #include "passes/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -40,6 +41,8 @@ namespace mlir::llmc {
 
 using namespace mlir;
 using namespace mlir::llmc;
+using ::llmc::kir::StepScalar;
+using ::llmc::kir::stepScalarName;
 
 namespace {
 
@@ -120,11 +123,13 @@ FailureOr<StepStructure> StepStructure::analyze(func::FuncOp func) {
   Value loss;
   for (auto [index, value] : llvm::enumerate(ret.getOperands()))
     if (auto name = func.getResultAttrOfType<StringAttr>(index, "llmc.output"))
-      if (name.getValue() == "loss")
+      if (name.getValue() == stepScalarName(StepScalar::Loss))
         loss = value;
   if (!loss)
     return func.emitError("llmc-remat: @grad_step has no result with "
-                          "llmc.output = \"loss\" to tell its forward ops by");
+                          "llmc.output = \"")
+           << stepScalarName(StepScalar::Loss)
+           << "\" to tell its forward ops by";
 
   StepStructure step;
   SmallVector<Operation *> worklist;

@@ -23,6 +23,7 @@
 // step stays as @grad_step_no_sync (local accumulation, DDP's no_sync) for
 // the micro-batches before the last of a step.
 #include "ir/LlmcOps.h"
+#include "ir/kernel/StepScalar.h"
 #include "passes/NamedArguments.h"
 #include "passes/Passes.h"
 
@@ -39,6 +40,8 @@ namespace mlir::llmc {
 
 using namespace mlir;
 using namespace mlir::llmc;
+using ::llmc::kir::StepScalar;
+using ::llmc::kir::stepScalarName;
 
 namespace {
 
@@ -77,7 +80,7 @@ int64_t bytesOf(Type type) {
          std::max<int64_t>(1, tensor.getElementTypeBitWidth() / 8);
 }
 
-class ShardPass : public llmc::impl::ShardPassBase<ShardPass> {
+class ShardPass : public mlir::llmc::impl::ShardPassBase<ShardPass> {
 public:
   using ShardPassBase::ShardPassBase;
 
@@ -474,8 +477,9 @@ private:
       auto output = gradStep.getResultAttrOfType<StringAttr>(index,
                                                              "llmc.output");
       results.push_back(value);
-      names.push_back({output ? output.str() : "loss",
-                       bool(gradStep.getResultAttr(index, "llmc.updates"))});
+      names.push_back(
+          {output ? output.str() : stepScalarName(StepScalar::Loss).str(),
+           bool(gradStep.getResultAttr(index, "llmc.updates"))});
     }
     for (auto [index, bucket] : llvm::enumerate(buckets)) {
       OpBuilder b = afterBucket(body, bucket, /*moveSums=*/zero == 1);
@@ -774,7 +778,8 @@ private:
       if (!update) {
         // The gradient norm: the blocks' sums of squares are summed over
         // the ranks before the square root.
-        if (output && output.getValue() == "grad_norm") {
+        if (output &&
+            output.getValue() == stepScalarName(StepScalar::GradNorm)) {
           auto root = mapped.getDefiningOp<SqrtOp>();
           if (!root)
             return old.emitError("llmc-shard: grad_norm is not a square root");

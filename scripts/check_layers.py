@@ -52,7 +52,7 @@ ALLOWED = {
     "ir/kernel": [],
     **{f: runtime_below(f) + ["ir/kernel"] for f in RUNTIME},
     "ir": [],
-    "passes": ["ir"],
+    "passes": ["ir", "ir/kernel"],
     "frontend": ["ir", "ir/kernel"],
     "codegen": ["passes", "ir", "ir/kernel"],
     "training": ["frontend", "codegen", "passes", "ir", "ir/kernel"] + RUNTIME,

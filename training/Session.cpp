@@ -344,9 +344,6 @@ rt::TrainerOptions Session::trainerOptions() {
   };
   options.microBatch = batches.microBatch;
   options.maxGlobalBatch = batches.globalBatch;
-  options.adamw = config.optimizer.kind == OptimizerConfig::Kind::AdamW;
-  options.beta1 = config.optimizer.beta1;
-  options.beta2 = config.optimizer.beta2;
   options.maxSteps = config.maxSteps;
   options.pruneAtStep =
       config.sparsity.enabled ? config.sparsity.pruneAtStep : -1;

@@ -65,6 +65,7 @@
 #include "codegen/LlmcToKernel/GemmEpilogue.h"
 #include "codegen/LlmcToKernel/LoweringState.h"
 #include "ir/kernel/MemoryPlan.h"
+#include "passes/NamedArguments.h"
 
 #include "llvm/Support/JSON.h"
 
@@ -160,7 +161,10 @@ LogicalResult Lowering::lowerOp(Operation *op) {
 }
 
 LogicalResult Lowering::lowerResults(func::ReturnOp ret) {
-  static const char *names[] = {"loss", "logits"};
+  // An unnamed result 0 is the loss (a hand-written @forward), 1 the logits.
+  const std::string names[] = {
+      ::llmc::kir::stepScalarName(::llmc::kir::StepScalar::Loss).str(),
+      "logits"};
   // Updates whose kernel could not store in place: (source, target), copied
   // after everything else, when no step reads the old values any more.
   SmallVector<std::pair<Value, BlockArgument>> copies;
@@ -246,6 +250,24 @@ LogicalResult Lowering::lowerResults(func::ReturnOp ret) {
   return success();
 }
 
+LogicalResult Lowering::recordAdamBetas() {
+  using ::llmc::kir::StepScalar;
+  if (!::llmc::kir::findStepScalar(program.inputs,
+                                   StepScalar::BiasCorrection1) &&
+      !::llmc::kir::findStepScalar(program.inputs, StepScalar::BiasCorrection2))
+    return success();
+  auto module = func->getParentOfType<ModuleOp>();
+  auto betas = module->getAttrOfType<DenseF64ArrayAttr>(kAdamBetasAttr);
+  if (!betas) // a hand-written update: the runtime says what it lacks
+    return success();
+  if (betas.size() != 2)
+    return module.emitError() << kAdamBetasAttr << " holds " << betas.size()
+                              << " values, not (beta1, beta2)";
+  program.adamBetas.assign(betas.asArrayRef().begin(),
+                           betas.asArrayRef().end());
+  return success();
+}
+
 FailureOr<Program> Lowering::run() {
   program.function = func.getName().str();
   program.modelJson = modelConfigJson(func->getParentOfType<ModuleOp>());
@@ -324,6 +346,9 @@ FailureOr<Program> Lowering::run() {
   completeCollectives();
   for (auto [buffer, bound] : idBounds)
     program.buffers[buffer].idBound = bound;
+  ::llmc::kir::assignStepScalars(program);
+  if (failed(recordAdamBetas()))
+    return failure();
   ::llmc::kir::planMemory(program);
   ::llmc::classifyGemmEpilogues(program);
   std::string error = ::llmc::kir::verifyProgram(program);

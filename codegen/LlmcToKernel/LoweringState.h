@@ -313,6 +313,9 @@ private:
   /// Outputs (named by `llmc.output`, else loss, logits, resultN) and the
   /// copies of `llmc.updates` results not stored in place.
   LogicalResult lowerResults(func::ReturnOp ret);
+  /// Copies the module's AdamW betas (kAdamBetasAttr) into a program that
+  /// takes bias corrections.
+  LogicalResult recordAdamBetas();
 
   /// Scalar expansion of one op inside a kernel: dispatches to one helper
   /// per op category (each returns nothing for an op not of its category).

@@ -232,9 +232,12 @@ TensorView Lowering::reshaped(TensorView view, ArrayRef<int64_t> shape,
 
 TensorView Lowering::rngElement(int64_t index) {
   if (rngBuffer < 0) {
-    rngBuffer = newBuffer(::llmc::kir::kRngInputName, BufferKind::Input,
-                          DType::I64, {2});
-    program.inputs.push_back({::llmc::kir::kRngInputName, rngBuffer});
+    rngBuffer = newBuffer(
+        ::llmc::kir::stepScalarName(::llmc::kir::StepScalar::Rng).str(),
+        BufferKind::Input, DType::I64, {2});
+    program.inputs.push_back(
+        {::llmc::kir::stepScalarName(::llmc::kir::StepScalar::Rng).str(),
+         rngBuffer});
   }
   TensorView view;
   view.buffer = rngBuffer;

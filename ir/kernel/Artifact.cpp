@@ -67,6 +67,23 @@ static_assert(same(fb::BufferKind::Param, kir::BufferKind::Param) &&
               same(fb::BufferKind::Arena, kir::BufferKind::Arena) &&
               same(fb::BufferKind::State, kir::BufferKind::State) &&
               same(fb::BufferKind::MAX, kir::BufferKind::State));
+static_assert(
+    same(fb::StepScalar::None, kir::StepScalar::None) &&
+    same(fb::StepScalar::DLoss, kir::StepScalar::DLoss) &&
+    same(fb::StepScalar::Lr, kir::StepScalar::Lr) &&
+    same(fb::StepScalar::BiasCorrection1, kir::StepScalar::BiasCorrection1) &&
+    same(fb::StepScalar::BiasCorrection2, kir::StepScalar::BiasCorrection2) &&
+    same(fb::StepScalar::Rng, kir::StepScalar::Rng) &&
+    same(fb::StepScalar::Loss, kir::StepScalar::Loss) &&
+    same(fb::StepScalar::GradNorm, kir::StepScalar::GradNorm) &&
+    same(fb::StepScalar::Overflow, kir::StepScalar::Overflow) &&
+    same(fb::StepScalar::UsedLossScale, kir::StepScalar::UsedLossScale) &&
+    same(fb::StepScalar::LossScale, kir::StepScalar::LossScale) &&
+    same(fb::StepScalar::LossScaleCleanSteps,
+         kir::StepScalar::LossScaleCleanSteps) &&
+    same(fb::StepScalar::LossScaleHysteresis,
+         kir::StepScalar::LossScaleHysteresis) &&
+    same(fb::StepScalar::MAX, kir::StepScalar::LossScaleSkippedSteps));
 static_assert(same(fb::EpilogueKind::None, kir::EpilogueKind::None) &&
               same(fb::EpilogueKind::Bias, kir::EpilogueKind::Bias) &&
               same(fb::EpilogueKind::GeluBias, kir::EpilogueKind::GeluBias) &&
@@ -110,11 +127,12 @@ static Offset<fb::View> encodeView(FlatBufferBuilder &b, const kir::View &v) {
 
 static Offset<fb::Binding> encodeBinding(FlatBufferBuilder &b,
                                          const kir::Binding &binding) {
-  const auto &[name, buffer] = binding;
+  const auto &[name, buffer, scalar] = binding;
   auto nameString = b.CreateString(name);
   fb::BindingBuilder out(b);
   out.add_name(nameString);
   out.add_buffer(buffer);
+  out.add_step_scalar(fb::StepScalar(scalar));
   return out.Finish();
 }
 
@@ -351,7 +369,7 @@ static Offset<fb::Step> encodeStep(FlatBufferBuilder &b,
 static Offset<fb::ProgramDef> encodeProgram(FlatBufferBuilder &b,
                                             const kir::Program &program) {
   const auto &[function, modelJson, params, inputs, outputs, states, updates,
-               buffers, kernels, steps, arenaBytes] = program;
+               buffers, kernels, steps, arenaBytes, adamBetas] = program;
   auto functionString = b.CreateString(function);
   auto modelJsonString = b.CreateString(modelJson);
   auto bindings = [&](const std::vector<kir::Binding> &list) {
@@ -377,6 +395,9 @@ static Offset<fb::ProgramDef> encodeProgram(FlatBufferBuilder &b,
   for (const kir::Step &step : steps)
     stepOffsets.push_back(encodeStep(b, step));
   auto stepVector = b.CreateVector(stepOffsets);
+  Offset<flatbuffers::Vector<double>> betaVector;
+  if (!adamBetas.empty())
+    betaVector = b.CreateVector(adamBetas);
   fb::ProgramDefBuilder out(b);
   out.add_function(functionString);
   out.add_model_json(modelJsonString);
@@ -389,6 +410,8 @@ static Offset<fb::ProgramDef> encodeProgram(FlatBufferBuilder &b,
   out.add_arena_bytes(arenaBytes);
   out.add_states(stateVector);
   out.add_updates(updateVector);
+  if (!adamBetas.empty())
+    out.add_adam_betas(betaVector);
   return out.Finish();
 }
 
@@ -531,6 +554,8 @@ Decoder::decodeBindings(const flatbuffers::Vector<Offset<fb::Binding>> *list) {
     kir::Binding binding;
     binding.name = toString(def->name());
     binding.buffer = def->buffer();
+    // Out of range reads as an unknown value that verifyProgram refuses.
+    binding.scalar = kir::StepScalar(def->step_scalar());
     out.push_back(std::move(binding));
   }
   return out;
@@ -749,6 +774,9 @@ llvm::Expected<kir::Program> Decoder::decode(const fb::ProgramDef &def) {
   program.outputs = decodeBindings(def.outputs());
   program.states = decodeBindings(def.states());
   program.updates = decodeBindings(def.updates());
+  if (def.adam_betas())
+    program.adamBetas.assign(def.adam_betas()->begin(),
+                             def.adam_betas()->end());
   if (def.buffers())
     for (auto [index, buffer] : llvm::enumerate(*def.buffers())) {
       llvm::Expected<kir::Buffer> out = decodeBuffer(index, *buffer);

@@ -34,7 +34,9 @@ namespace llmc::kir {
 /// 9: GEMM steps' sparse_weight (B may run from a 2:4 copy).
 /// 10: attention steps' kv_seq and positions (attention over a KV cache)
 /// and stores at computed indices (the cache writes).
-constexpr uint32_t kArtifactFormatVersion = 10;
+/// 11: bindings' step_scalar (the step's interface, ir/kernel/StepScalar.h)
+/// and the program's adam_betas.
+constexpr uint32_t kArtifactFormatVersion = 11;
 
 /// The FlatBuffers file identifier (bytes 8-11 of a file) and the usual
 /// file extension, without the dot.

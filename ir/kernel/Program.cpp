@@ -1,17 +1,90 @@
-// Program utilities: the verifier, the printer and FLOP counts.
+// Program utilities: step-scalar bindings, the verifier, the printer and
+// FLOP counts.
 #include "ir/kernel/Program.h"
 
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/ADT/Twine.h"
+#include "llvm/Support/CheckedArithmetic.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <initializer_list>
 #include <optional>
 
 using namespace llmc::kir;
+
+namespace {
+/// The lists of a program's bindings.
+enum class BindingList { Params, Inputs, Outputs, States, Updates };
+
+/// The step scalar a binding named `name` in `list` is, by the table.
+StepScalar scalarFor(llvm::StringRef name, BindingList list) {
+  std::optional<StepScalar> scalar = stepScalarNamed(name);
+  if (!scalar)
+    return StepScalar::None;
+  StepScalarDirection direction = stepScalarInfo(*scalar).direction;
+  bool fits = false;
+  switch (list) {
+  case BindingList::Inputs:
+    fits = direction == StepScalarDirection::Input;
+    break;
+  case BindingList::Outputs:
+    fits = direction != StepScalarDirection::Input;
+    break;
+  case BindingList::States:
+    fits = direction == StepScalarDirection::State;
+    break;
+  case BindingList::Params:
+  case BindingList::Updates:
+    break;
+  }
+  return fits ? *scalar : StepScalar::None;
+}
+
+/// Each list of `program` with what it is, for walks over all bindings.
+template <typename P> auto bindingLists(P &program) {
+  using List = decltype(&program.params);
+  return std::array<std::pair<List, BindingList>, 5>{
+      {{&program.params, BindingList::Params},
+       {&program.inputs, BindingList::Inputs},
+       {&program.outputs, BindingList::Outputs},
+       {&program.states, BindingList::States},
+       {&program.updates, BindingList::Updates}}};
+}
+} // namespace
+
+void llmc::kir::assignStepScalars(Program &program) {
+  for (auto [list, which] : bindingLists(program))
+    for (Binding &binding : *list)
+      binding.scalar = scalarFor(binding.name, which);
+}
+
+const Binding *llmc::kir::findStepScalar(const std::vector<Binding> &list,
+                                         StepScalar scalar) {
+  for (const Binding &binding : list)
+    if (binding.scalar == scalar)
+      return &binding;
+  return nullptr;
+}
+
+llvm::Expected<double> llmc::kir::biasCorrection(const Program &program,
+                                                 StepScalar scalar, int64_t t) {
+  size_t which = scalar == StepScalar::BiasCorrection1   ? 0
+                 : scalar == StepScalar::BiasCorrection2 ? 1
+                                                         : 2;
+  if (which == 2)
+    return llvm::createStringError(
+        llvm::formatv("{0} is no bias correction", stepScalarName(scalar)));
+  if (program.adamBetas.size() != 2)
+    return llvm::createStringError(llvm::formatv(
+        "program '{0}' takes {1} but records no AdamW betas: it was "
+        "compiled without llmc-optimizer's `llmc.adam_betas`",
+        program.function, stepScalarName(scalar)));
+  return 1.0 / (1.0 - std::pow(program.adamBetas[which], double(t)));
+}
 
 int64_t Buffer::numElements() const {
   int64_t n = 1;
@@ -415,6 +488,19 @@ std::string ProgramVerifier::run() {
     for (const Binding &binding : *list)
       if (!checkBuffer(binding.buffer, "'" + binding.name + "'"))
         return message;
+  for (auto [list, which] : bindingLists(program))
+    for (const Binding &binding : *list)
+      if (binding.scalar != scalarFor(binding.name, which)) {
+        os << "binding '" << binding.name << "' is marked as step scalar "
+           << unsigned(binding.scalar) << ", which its name and list are not "
+           << "(ir/kernel/StepScalar.h)";
+        return message;
+      }
+  if (!program.adamBetas.empty() && program.adamBetas.size() != 2) {
+    os << "the program records " << program.adamBetas.size()
+       << " AdamW betas, not 2";
+    return message;
+  }
   for (const Binding &binding : program.states)
     if (program.buffers[binding.buffer].kind != BufferKind::State) {
       os << "state '" << binding.name << "' is bound to a buffer that is not "

@@ -6,6 +6,9 @@
 #define LLMC_IR_KERNEL_PROGRAM_H
 
 #include "ir/kernel/KernelIR.h"
+#include "ir/kernel/StepScalar.h"
+
+#include "llvm/Support/Error.h"
 
 #include <cstdint>
 #include <string>
@@ -330,17 +333,16 @@ template <typename S, typename Fn> void forEachView(S &step, Fn &&fn) {
 struct Binding {
   std::string name;
   int32_t buffer = -1;
+  // The step scalar it is (ir/kernel/StepScalar.h), None for the others;
+  // assignStepScalars sets it from the name.
+  StepScalar scalar = StepScalar::None;
 };
-
-/// The implicit input of a program with random ops (dropout): i64 [2],
-/// the run's seed and step, which the runtime sets before each run.
-constexpr const char *kRngInputName = "rng";
 
 struct Program {
   std::string function;   // the MLIR function it was compiled from
   std::string modelJson;  // the `llmc.model` config, as JSON (may be empty)
   std::vector<Binding> params;  // in function argument order
-  std::vector<Binding> inputs;  // tokens, targets, ... (and `rng`, see below)
+  std::vector<Binding> inputs;  // tokens, targets, step scalars (rng, ...)
   std::vector<Binding> outputs; // loss, logits, ...
   // Persistent non-parameter buffers (BufferKind::State), in argument order.
   std::vector<Binding> states;
@@ -351,7 +353,27 @@ struct Program {
   std::vector<Kernel> kernels;
   std::vector<Step> steps;
   int64_t arenaBytes = 0; // the planned peak: max over buffers of offset+bytes
+  // AdamW's (beta1, beta2) that the update's kernels were compiled with,
+  // recorded when the program takes bias corrections (the runtime derives
+  // them from these: biasCorrection); empty otherwise.
+  std::vector<double> adamBetas;
 };
+
+/// Sets each binding's `scalar` from its name and list (inputs: the
+/// table's Input rows; outputs: Output and State rows; states: State
+/// rows). The one place that tells a step scalar by its name: the lowering
+/// calls it on every program it builds.
+void assignStepScalars(Program &program);
+
+/// The binding of `scalar` in `list`, or null when the program lacks it.
+const Binding *findStepScalar(const std::vector<Binding> &list,
+                              StepScalar scalar);
+
+/// The value of the bias-correction input `scalar` (BiasCorrection1 or 2)
+/// at step `t` (1-based): 1 / (1 - beta^t) with the beta `program` records.
+/// An error when the program records no betas.
+llvm::Expected<double> biasCorrection(const Program &program, StepScalar scalar,
+                                      int64_t t);
 
 /// Checks every index, shape and view against its buffer bounds and every
 /// kernel with verifyKernel. Empty when well formed, else what is wrong.

@@ -310,7 +310,7 @@ llvm::Error CpuExecutor::writeTensor(
 
 void CpuExecutor::setRng(uint64_t seed, uint64_t step) {
   for (const kir::Binding &input : prog.inputs)
-    if (input.name == kir::kRngInputName) {
+    if (input.scalar == kir::StepScalar::Rng) {
       auto *words = reinterpret_cast<uint64_t *>(base(input.buffer));
       words[0] = seed;
       words[1] = step;

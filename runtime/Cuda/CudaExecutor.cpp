@@ -272,7 +272,7 @@ llvm::Error CudaExecutor::setTensor(llvm::StringRef name,
 
 void CudaExecutor::setRng(uint64_t seed, uint64_t step) {
   for (const kir::Binding &input : prog.inputs)
-    if (input.name == kir::kRngInputName) {
+    if (input.scalar == kir::StepScalar::Rng) {
       HostTensor rng = HostTensor::zeros(kir::DType::I64, {2});
       rng.i64()[0] = int64_t(seed);
       rng.i64()[1] = int64_t(step);

@@ -1,5 +1,6 @@
 // The interfaces' shared methods: reading a stored tensor, writing a
-// parameter or state through a staging tensor, the parameters and states.
+// parameter or state through a staging tensor, the parameters and states,
+// the step scalars.
 #include "runtime/Exec/Executor.h"
 
 namespace llmc::runtime {
@@ -27,6 +28,47 @@ llvm::Error Executor::writeTensor(
       }
   return llvm::createStringError(
       "the model has no parameter or state '" + name + "'");
+}
+
+bool Executor::hasInput(kir::StepScalar scalar) const {
+  return kir::findStepScalar(program().inputs, scalar) != nullptr;
+}
+
+bool Executor::hasOutput(kir::StepScalar scalar) const {
+  return kir::findStepScalar(program().outputs, scalar) != nullptr;
+}
+
+llvm::Error Executor::setScalar(kir::StepScalar scalar, double value) {
+  const kir::Binding *input = kir::findStepScalar(program().inputs, scalar);
+  if (!input)
+    return llvm::Error::success();
+  return setTensor(input->name, HostTensor::fromF32({float(value)}, {}));
+}
+
+llvm::Error Executor::setBiasCorrections(int64_t t) {
+  for (kir::StepScalar scalar :
+       {kir::StepScalar::BiasCorrection1, kir::StepScalar::BiasCorrection2}) {
+    if (!hasInput(scalar))
+      continue;
+    llvm::Expected<double> value = kir::biasCorrection(program(), scalar, t);
+    if (!value)
+      return value.takeError();
+    if (llvm::Error err = setScalar(scalar, *value))
+      return err;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<double> Executor::scalarOutput(kir::StepScalar scalar) const {
+  const kir::Binding *out = kir::findStepScalar(program().outputs, scalar);
+  if (!out)
+    return llvm::createStringError("program '" + program().function +
+                                   "' has no output " +
+                                   kir::stepScalarName(scalar).str());
+  llvm::Expected<HostTensor> tensor = output(out->name);
+  if (!tensor)
+    return tensor.takeError();
+  return double(tensor->toF32()[0]);
 }
 
 llvm::Error Executor::setParams(const TensorMap &tensors,

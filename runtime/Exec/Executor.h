@@ -91,6 +91,21 @@ public:
   /// output().
   TensorMap params() const;
   TensorMap states() const;
+  /// Whether the program takes the step scalar `scalar` as an input, or
+  /// gives it (an output or an updated state), by the bindings' roles
+  /// (ir/kernel/StepScalar.h), never by name.
+  bool hasInput(kir::StepScalar scalar) const;
+  bool hasOutput(kir::StepScalar scalar) const;
+  /// Sets the f32 step-scalar input `scalar` when the program takes it; one
+  /// it lacks (SGD has no bias corrections) is skipped.
+  llvm::Error setScalar(kir::StepScalar scalar, double value);
+  /// Sets AdamW's bias-correction inputs for update number `t` (1-based,
+  /// skipped updates not counted) from the betas the program was compiled
+  /// with (kir::biasCorrection); nothing for a program without them (SGD).
+  llvm::Error setBiasCorrections(int64_t t);
+  /// The f32 step-scalar output `scalar`; an error naming it when the
+  /// program does not give it.
+  llvm::Expected<double> scalarOutput(kir::StepScalar scalar) const;
   /// The (seed, step) of the program's random ops; none: nothing to do.
   virtual void setRng(uint64_t seed, uint64_t step) = 0;
   /// The communicators the program's collective steps run on (checked by

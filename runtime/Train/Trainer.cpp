@@ -245,7 +245,7 @@ llvm::Expected<double> Trainer::evaluate(std::string &sample) {
         return err;
       if (llvm::Error err = eval.run())
         return err;
-      llvm::Expected<double> value = scalarOutput(eval, "loss");
+      llvm::Expected<double> value = eval.scalarOutput(kir::StepScalar::Loss);
       if (!value)
         return value.takeError();
       mine[j] = float(*value);
@@ -341,14 +341,14 @@ llvm::Error Trainer::startRun(RunState &run) {
   run.maxMicroBatches = options.maxGlobalBatch / options.microBatch;
   // Dynamic loss scaling (fp16): the update step reports an overflow and
   // then skips the update, which Adam's step count t must not count.
-  run.lossScaling = hasOutput(*programs.updateStep, "overflow");
+  run.lossScaling = programs.updateStep->hasOutput(kir::StepScalar::Overflow);
   if (run.lossScaling) {
     llvm::Expected<double> skipped =
-        storedScalar(*store, kLossScaleSkippedSteps);
+        storedScalar(*store, kir::StepScalar::LossScaleSkippedSteps);
     if (!skipped)
       return skipped.takeError();
     run.skippedSteps = int64_t(*skipped);
-    llvm::Expected<double> scale = storedScalar(*store, "loss_scale");
+    llvm::Expected<double> scale = storedScalar(*store, kir::StepScalar::LossScale);
     if (!scale)
       return scale.takeError();
     run.firstScale = *scale;
@@ -542,7 +542,7 @@ llvm::Error Trainer::runMicroBatches(RunState &run, const StepResult &result,
       return err;
     // Each rank averages its own micro-batches; the gradient all-reduce
     // averages over the ranks.
-    if (llvm::Error err = setScalar(step, "dloss", 1.0 / double(mine)))
+    if (llvm::Error err = step.setScalar(kir::StepScalar::DLoss, 1.0 / double(mine)))
       return err;
     // Each micro-batch of each step gets its own dropout masks (numbered
     // globally, so that data parallelism draws the same ones).
@@ -550,7 +550,7 @@ llvm::Error Trainer::runMicroBatches(RunState &run, const StepResult &result,
                 uint64_t(currentStep * run.maxMicroBatches + m));
     if (llvm::Error err = step.run())
       return err;
-    llvm::Expected<double> loss = scalarOutput(step, "loss");
+    llvm::Expected<double> loss = step.scalarOutput(kir::StepScalar::Loss);
     if (!loss)
       return loss.takeError();
     losses.push_back(float(*loss));
@@ -628,38 +628,39 @@ llvm::Error Trainer::runUpdate(RunState &run, double lrScale,
   // A rollback lowers the rate for its cooldown.
   result.lr =
       options.learningRate(currentStep) * guard.state().lrFactor * lrScale;
-  double t = double(currentStep - run.skippedSteps + 1);
-  double bc1 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta1, t)) : 1;
-  double bc2 = options.adamw ? 1.0 / (1.0 - std::pow(options.beta2, t)) : 1;
-  for (auto [name, value] : {std::pair<const char *, double>{"lr", result.lr},
-                             {"bias_correction1", bc1},
-                             {"bias_correction2", bc2}})
-    if (llvm::Error err = setScalar(update, name, value))
-      return err;
+  if (llvm::Error err = update.setScalar(kir::StepScalar::Lr, result.lr))
+    return err;
+  // AdamW's bias corrections from the betas the update was compiled with
+  // (the program's; none for SGD), at its step count, which skipped
+  // updates do not advance.
+  if (llvm::Error err =
+          update.setBiasCorrections(currentStep - run.skippedSteps + 1))
+    return err;
   // Whether an overflow may still lower the scale: DeepSpeed's rule, the
   // hysteresis left before this update.
   if (run.lossScaling) {
     llvm::Expected<double> hysteresis =
-        storedScalar(*store, kLossScaleHysteresis);
+        storedScalar(*store, kir::StepScalar::LossScaleHysteresis);
     if (!hysteresis)
       return hysteresis.takeError();
     result.hysteresisBefore = *hysteresis;
   }
   if (llvm::Error err = update.run())
     return err;
-  llvm::Expected<double> gradNorm = scalarOutput(update, "grad_norm");
+  llvm::Expected<double> gradNorm = update.scalarOutput(kir::StepScalar::GradNorm);
   if (!gradNorm)
     return gradNorm.takeError();
   result.gradNorm = *gradNorm;
   if (!run.lossScaling)
     return llvm::Error::success();
   double overflow = 0;
-  for (auto [name, value] :
-       {std::pair<const char *, double *>{"overflow", &overflow},
-        {"used_loss_scale", &result.usedScale},
-        {"loss_scale", &result.nextScale},
-        {kLossScaleHysteresis, &result.hysteresis}}) {
-    llvm::Expected<double> output = scalarOutput(update, name);
+  for (auto [scalar, value] :
+       {std::pair<kir::StepScalar, double *>{kir::StepScalar::Overflow,
+                                             &overflow},
+        {kir::StepScalar::UsedLossScale, &result.usedScale},
+        {kir::StepScalar::LossScale, &result.nextScale},
+        {kir::StepScalar::LossScaleHysteresis, &result.hysteresis}}) {
+    llvm::Expected<double> output = update.scalarOutput(scalar);
     if (!output)
       return output.takeError();
     *value = *output;

@@ -59,9 +59,6 @@ struct TrainerOptions {
   /// (micro-batches per step bound the dropout streams).
   int64_t microBatch = 0;
   int64_t maxGlobalBatch = 0;
-  /// AdamW's bias corrections need the betas; SGD has none.
-  bool adamw = false;
-  double beta1 = 0, beta2 = 0;
   int64_t maxSteps = 0;
   int64_t logInterval = 0;
   int64_t evalInterval = 0; // 0: at the end only

@@ -479,8 +479,8 @@ llvm::Expected<bool> Trainer::handleGuardEvent(
       return p.step >= currentStep;
     });
     std::string scale;
-    if (store->contains("loss_scale")) {
-      llvm::Expected<double> value = storedScalar(*store, "loss_scale");
+    if (store->contains(kir::stepScalarName(kir::StepScalar::LossScale))) {
+      llvm::Expected<double> value = storedScalar(*store, kir::StepScalar::LossScale);
       if (!value)
         return value.takeError();
       scale = ", loss scale reset to " + formatScale(*value);

@@ -74,7 +74,7 @@ llvm::Error Trainer::runPipelineStep(
     Executor &step = i == m - 1 ? grad : noSync;
     if (llvm::Error err = setBatch(step, i))
       return err;
-    if (llvm::Error err = setScalar(step, "dloss", 1.0 / double(m)))
+    if (llvm::Error err = step.setScalar(kir::StepScalar::DLoss, 1.0 / double(m)))
       return err;
     if (stage > 0) {
       if (llvm::Error err = step.setTensor("stage_input", stash.at(i)))
@@ -85,7 +85,7 @@ llvm::Error Trainer::runPipelineStep(
       return err;
     if (stage != stages - 1)
       return llvm::Error::success();
-    llvm::Expected<double> loss = scalarOutput(step, "loss");
+    llvm::Expected<double> loss = step.scalarOutput(kir::StepScalar::Loss);
     if (!loss)
       return loss.takeError();
     losses.push_back(float(*loss));

@@ -3,6 +3,7 @@
 #ifndef LLMC_RUNTIME_TRAIN_TRAINERSUPPORT_H
 #define LLMC_RUNTIME_TRAIN_TRAINERSUPPORT_H
 
+#include "ir/kernel/StepScalar.h"
 #include "runtime/Exec/Executor.h"
 #include "runtime/Exec/HostTensor.h"
 #include "runtime/Serve/Generate.h"
@@ -41,42 +42,11 @@ inline HostTensor tokenTensor(const std::vector<int32_t> &ids, int64_t batch,
   return tensor;
 }
 
-inline bool hasInput(const Executor &executor, llvm::StringRef name) {
-  for (const kir::Binding &b : executor.program().inputs)
-    if (b.name == name)
-      return true;
-  return false;
-}
-
-/// Sets an f32 scalar input the program has; one it lacks (SGD has no bias
-/// corrections) is skipped.
-inline llvm::Error setScalar(Executor &executor, llvm::StringRef name,
-                      double value) {
-  if (!hasInput(executor, name))
-    return llvm::Error::success();
-  return executor.setTensor(name,
-                            HostTensor::fromF32({float(value)}, {}));
-}
-
-inline llvm::Expected<double> scalarOutput(const Executor &executor,
-                                    llvm::StringRef name) {
-  llvm::Expected<HostTensor> out = executor.output(name);
-  if (!out)
-    return out.takeError();
-  return double(out->toF32()[0]);
-}
-
-inline bool hasOutput(const Executor &executor, llvm::StringRef name) {
-  for (const kir::Binding &b : executor.program().outputs)
-    if (b.name == name)
-      return true;
-  return false;
-}
-
-/// The value of an f32 scalar in the store.
+/// The value of an f32 step scalar kept in the store (the loss scale's
+/// states).
 inline llvm::Expected<double> storedScalar(const TensorStore &store,
-                                    llvm::StringRef name) {
-  llvm::Expected<HostTensor> tensor = store.get(name);
+                                           kir::StepScalar scalar) {
+  llvm::Expected<HostTensor> tensor = store.get(kir::stepScalarName(scalar));
   if (!tensor)
     return tensor.takeError();
   return double(tensor->toF32()[0]);
@@ -91,10 +61,6 @@ inline std::string formatScale(double scale) {
     std::snprintf(text, sizeof(text), "%g", scale);
   return text;
 }
-
-// The persistent state of dynamic loss scaling (passes/LossScaling.cpp).
-inline constexpr const char *kLossScaleHysteresis = "loss_scale.hysteresis";
-inline constexpr const char *kLossScaleSkippedSteps = "loss_scale.skipped_steps";
 
 inline std::string formatDuration(double seconds) {
   long long s = (long long)(seconds + 0.5);

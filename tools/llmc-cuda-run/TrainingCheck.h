@@ -7,6 +7,7 @@
 #ifndef LLMC_TOOLS_LLMC_CUDA_RUN_TRAININGCHECK_H
 #define LLMC_TOOLS_LLMC_CUDA_RUN_TRAININGCHECK_H
 
+#include "ir/kernel/StepScalar.h"
 #include "runtime/Weights/Weights.h"
 
 #include <cmath>
@@ -22,9 +23,10 @@ inline std::string stepInputName(const std::string &input, int64_t step) {
   return input + "." + std::to_string(step);
 }
 
-/// The grad step's and the update step's scalar inputs besides the batch.
-inline const char *const updateScalarInputs[] = {"lr", "bias_correction1",
-                                                 "bias_correction2"};
+/// The update step's scalar inputs (AdamW's).
+inline const kir::StepScalar updateScalarInputs[] = {
+    kir::StepScalar::Lr, kir::StepScalar::BiasCorrection1,
+    kir::StepScalar::BiasCorrection2};
 
 /// `count` elements of `tensor` (widened to f32) at flat indices
 /// i * n / count, i < count: the whole tensor when it has no more.

@@ -96,14 +96,6 @@ static cl::opt<int> trainSteps("train-steps",
                                cl::init(1));
 static cl::opt<double> learningRate("lr", cl::cat(toolOptions), cl::desc("Learning rate (--update)"),
                                     cl::init(1e-3));
-static cl::opt<double> beta1("beta1",
-                             cl::cat(toolOptions), cl::desc("AdamW beta1 the update step was "
-                                      "compiled with (bias corrections)"),
-                             cl::init(::llmc::OptimizerConfig().beta1));
-static cl::opt<double> beta2("beta2",
-                             cl::cat(toolOptions), cl::desc("AdamW beta2 the update step was "
-                                      "compiled with (bias corrections)"),
-                             cl::init(::llmc::OptimizerConfig().beta2));
 static cl::opt<int64_t> tokenRange(
     "token-range",
     cl::cat(toolOptions), cl::desc("Training batches draw ids from [0, min(N, bound)): a small "
@@ -202,8 +194,10 @@ loadTrainingProgram(llvm::StringRef path,
 
 /// --make-inputs for --update: one seeded batch per step, rows of T+1 ids
 /// from a small alphabet (tokens the first T, targets the last T), then
-/// the step's optimizer scalars; written to the file and returned.
-static llvm::Expected<TensorMap> makeTrainingInputs(const kir::Program &grad) {
+/// the step's optimizer scalars (the bias corrections from the betas the
+/// update was compiled with); written to the file and returned.
+static llvm::Expected<TensorMap>
+makeTrainingInputs(const kir::Program &grad, const kir::Program &update) {
   using namespace training_check;
   std::vector<int64_t> shape;
   int64_t bound = 0;
@@ -232,17 +226,20 @@ static llvm::Expected<TensorMap> makeTrainingInputs(const kir::Program &grad) {
     }
     inputs[stepInputName("tokens", step)] = std::move(tokens);
     inputs[stepInputName("targets", step)] = std::move(targets);
-    double t = double(step + 1);
-    float scalars[3] = {float(learningRate.getValue()),
-                        float(1.0 / (1.0 - std::pow(beta1.getValue(), t))),
-                        float(1.0 / (1.0 - std::pow(beta2.getValue(), t)))};
-    for (int i = 0; i < 3; ++i) {
-      inputs[stepInputName(updateScalarInputs[i], step)] =
-          HostTensor::fromF32({scalars[i]}, {});
+    for (kir::StepScalar scalar : updateScalarInputs) {
+      llvm::Expected<double> value =
+          scalar == kir::StepScalar::Lr
+              ? llvm::Expected<double>(learningRate.getValue())
+              : kir::biasCorrection(update, scalar, step + 1);
+      if (!value)
+        return value.takeError();
+      std::string name = kir::stepScalarName(scalar).str();
+      inputs[stepInputName(name, step)] =
+          HostTensor::fromF32({float(*value)}, {});
       // Step 0's scalars under the plain names too: what a run of the
       // update program alone reads.
       if (step == 0)
-        inputs[updateScalarInputs[i]] = HostTensor::fromF32({scalars[i]}, {});
+        inputs[name] = HostTensor::fromF32({float(*value)}, {});
     }
   }
   if (llvm::Error error = writeSafetensors(makeInputs, inputs))
@@ -258,8 +255,7 @@ static llvm::Expected<TensorMap> makeTrainingInputs(const kir::Program &grad) {
 static llvm::Error runTrainingSteps(CpuExecutor &grad, CpuExecutor &update,
                                     const TensorMap &inputs) {
   using namespace training_check;
-  if (llvm::Error error =
-          grad.setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
+  if (llvm::Error error = grad.setScalar(kir::StepScalar::DLoss, 1.0))
     return error;
   std::vector<float> losses, gradNorms;
   for (int64_t step = 0; step < trainSteps; ++step) {
@@ -270,30 +266,33 @@ static llvm::Error runTrainingSteps(CpuExecutor &grad, CpuExecutor &update,
     grad.setRng(seed, step);
     if (llvm::Error error = grad.run())
       return error;
-    for (const char *input : updateScalarInputs)
-      if (llvm::Error error = setStepInput(update, input, inputs, step))
+    for (kir::StepScalar input : updateScalarInputs)
+      if (llvm::Error error = setStepInput(update, kir::stepScalarName(input),
+                                           inputs, step))
         return error;
     if (llvm::Error error = update.run())
       return error;
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
-    llvm::Expected<HostTensor> loss = grad.output("loss");
+    llvm::Expected<double> loss = grad.scalarOutput(kir::StepScalar::Loss);
     if (!loss)
       return loss.takeError();
-    llvm::Expected<HostTensor> gradNorm = update.output("grad_norm");
+    llvm::Expected<double> gradNorm =
+        update.scalarOutput(kir::StepScalar::GradNorm);
     if (!gradNorm)
       return gradNorm.takeError();
-    losses.push_back(loss->f32()[0]);
-    gradNorms.push_back(gradNorm->f32()[0]);
+    losses.push_back(float(*loss));
+    gradNorms.push_back(float(*gradNorm));
     llvm::outs() << llvm::format(
         "cpu step %lld: loss %.7f grad_norm %.7f (%.1f ms)\n", (long long)step,
         losses.back(), gradNorms.back(), seconds * 1e3);
   }
 
   TensorMap outputs;
-  outputs["loss"] = HostTensor::fromF32(losses, {int64_t(losses.size())});
-  outputs["grad_norm"] =
+  outputs[kir::stepScalarName(kir::StepScalar::Loss).str()] =
+      HostTensor::fromF32(losses, {int64_t(losses.size())});
+  outputs[kir::stepScalarName(kir::StepScalar::GradNorm).str()] =
       HostTensor::fromF32(gradNorms, {int64_t(gradNorms.size())});
   for (auto &[name, tensor] : grad.params())
     addReduced(outputs, "param." + name, tensor, sampleElements);
@@ -320,7 +319,8 @@ static llvm::Error runTraining() {
     return update.takeError();
   llvm::Expected<TensorMap> inputs = makeInputs.empty()
                                          ? readSafetensors(inputsPath)
-                                         : makeTrainingInputs((*grad)->program());
+                                         : makeTrainingInputs((*grad)->program(),
+                                                            (*update)->program());
   if (!inputs)
     return inputs.takeError();
   return runTrainingSteps(**grad, **update, *inputs);
@@ -373,8 +373,8 @@ int main(int argc, char **argv) {
   }
   // A gradient step's seed: d(loss) = 1.
   for (const kir::Binding &input : prog.inputs)
-    if (input.name == "dloss" && !inputs.count("dloss")) {
-      inputs["dloss"] = HostTensor::fromF32({1.0f}, {});
+    if (input.scalar == kir::StepScalar::DLoss && !inputs.count(input.name)) {
+      inputs[input.name] = HostTensor::fromF32({1.0f}, {});
       if (!makeInputs.empty())
         if (llvm::Error error = writeSafetensors(makeInputs, inputs))
           return fail(std::move(error));
@@ -391,7 +391,8 @@ int main(int argc, char **argv) {
     llvm::Expected<HostTensor> tensor = cpu.output(output.name);
     if (!tensor)
       return fail(tensor.takeError());
-    if (output.name == "loss" && tensor->dtype == kir::DType::F32)
+    if (output.scalar == kir::StepScalar::Loss &&
+        tensor->dtype == kir::DType::F32)
       llvm::outs() << llvm::format("cpu loss: %.7f\n", tensor->f32()[0]);
     if (maxElements > 0 && tensor->numElements() > maxElements &&
         tensor->isFloat()) {

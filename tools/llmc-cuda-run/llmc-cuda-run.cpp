@@ -302,18 +302,19 @@ struct TrainingRun {
   TensorMap finalParams, finalStates;
 
   /// The training inputs' entry for `name` at `step`.
-  llvm::Expected<const HostTensor *> stepInput(const char *name,
+  llvm::Expected<const HostTensor *> stepInput(llvm::StringRef name,
                                                int64_t step) const {
-    auto it = inputs.find(training_check::stepInputName(name, step));
+    auto it = inputs.find(training_check::stepInputName(name.str(), step));
     if (it == inputs.end())
       return llvm::createStringError(llvm::Twine("the inputs have no ") +
                                      name + "." + llvm::Twine(step));
     return &it->second;
   }
 
-  /// The reference's per-step value `name` at `step`; NaN if it has none.
-  double referenceAt(const char *name, int64_t step) const {
-    auto it = reference.find(name);
+  /// The reference's per-step value of `scalar` at `step`; NaN if it has
+  /// none.
+  double referenceAt(kir::StepScalar scalar, int64_t step) const {
+    auto it = reference.find(kir::stepScalarName(scalar).str());
     if (it == reference.end() || step >= it->second.numElements())
       return NAN;
     return it->second.f32()[step];
@@ -323,8 +324,8 @@ struct TrainingRun {
   void report(int64_t step, double gpuLoss, double gpuNorm,
               const std::string &times) {
     if (step < trainSteps) {
-      double cpuLoss = referenceAt("loss", step),
-             cpuNorm = referenceAt("grad_norm", step);
+      double cpuLoss = referenceAt(kir::StepScalar::Loss, step),
+             cpuNorm = referenceAt(kir::StepScalar::GradNorm, step);
       maxLossDiff = std::max(maxLossDiff, std::fabs(gpuLoss - cpuLoss));
       maxNormRelDiff =
           std::max(maxNormRelDiff, std::fabs(gpuNorm - cpuNorm) / cpuNorm);
@@ -359,7 +360,8 @@ static llvm::Error enqueueTrainingStep(TrainingRun &run,
   int64_t batch = step % trainSteps;
   if (llvm::Error error = readback.beginStep(step))
     return error;
-  auto stage = [&](CudaExecutor &executor, const char *name) -> llvm::Error {
+  auto stage = [&](CudaExecutor &executor,
+                   llvm::StringRef name) -> llvm::Error {
     llvm::Expected<const HostTensor *> input = run.stepInput(name, batch);
     if (!input)
       return input.takeError();
@@ -372,13 +374,14 @@ static llvm::Error enqueueTrainingStep(TrainingRun &run,
     HostTensor rng = HostTensor::zeros(kir::DType::I64, {2});
     rng.i64()[0] = int64_t(seed);
     rng.i64()[1] = step;
-    if (llvm::Error error = run.grad.setInputAsync(kir::kRngInputName, rng))
+    if (llvm::Error error = run.grad.setInputAsync(
+            kir::stepScalarName(kir::StepScalar::Rng), rng))
       return error;
   }
   if (llvm::Error error = run.grad.enqueue())
     return error;
-  for (const char *input : training_check::updateScalarInputs)
-    if (llvm::Error error = stage(run.update, input))
+  for (kir::StepScalar input : training_check::updateScalarInputs)
+    if (llvm::Error error = stage(run.update, kir::stepScalarName(input)))
       return error;
   if (llvm::Error error = run.update.enqueue())
     return error;
@@ -390,13 +393,15 @@ static llvm::Error enqueueTrainingStep(TrainingRun &run,
 /// after --train-steps.
 static llvm::Error runEnqueuedSteps(TrainingRun &run) {
   llvm::Expected<std::unique_ptr<CudaStepReadback>> readback =
-      CudaStepReadback::create({{&run.grad, "loss"},
-                                {&run.update, "grad_norm"}});
+      CudaStepReadback::create(
+          {{&run.grad, kir::stepScalarName(kir::StepScalar::Loss).str()},
+           {&run.update,
+            kir::stepScalarName(kir::StepScalar::GradNorm).str()}});
   if (!readback)
     return readback.takeError();
   bool hasRng = false;
   for (const kir::Binding &input : run.grad.program().inputs)
-    hasRng |= input.name == kir::kRngInputName;
+    hasRng |= input.scalar == kir::StepScalar::Rng;
   auto readOne = [&]() -> llvm::Error {
     llvm::Expected<CudaStepReadback::Landed> landed = (*readback)->pop();
     if (!landed)
@@ -453,7 +458,7 @@ static llvm::Error runEnqueuedSteps(TrainingRun &run) {
 /// The steps with --sync-steps: each program's run waited for, so each has
 /// its own device time.
 static llvm::Error runSyncedSteps(TrainingRun &run) {
-  auto setInput = [&](CudaExecutor &executor, const char *name,
+  auto setInput = [&](CudaExecutor &executor, llvm::StringRef name,
                       int64_t batch) -> llvm::Error {
     llvm::Expected<const HostTensor *> input = run.stepInput(name, batch);
     if (!input)
@@ -470,8 +475,9 @@ static llvm::Error runSyncedSteps(TrainingRun &run) {
     run.grad.setRng(seed, step);
     if (llvm::Error error = run.grad.run())
       return error;
-    for (const char *input : training_check::updateScalarInputs)
-      if (llvm::Error error = setInput(run.update, input, batch))
+    for (kir::StepScalar input : training_check::updateScalarInputs)
+      if (llvm::Error error =
+              setInput(run.update, kir::stepScalarName(input), batch))
         return error;
     if (llvm::Error error = run.update.run())
       return error;
@@ -479,10 +485,11 @@ static llvm::Error runSyncedSteps(TrainingRun &run) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count() *
         1e3;
-    llvm::Expected<HostTensor> loss = run.grad.output("loss");
+    llvm::Expected<double> loss = run.grad.scalarOutput(kir::StepScalar::Loss);
     if (!loss)
       return loss.takeError();
-    llvm::Expected<HostTensor> gradNorm = run.update.output("grad_norm");
+    llvm::Expected<double> gradNorm =
+        run.update.scalarOutput(kir::StepScalar::GradNorm);
     if (!gradNorm)
       return gradNorm.takeError();
     double g = run.grad.lastRunMilliseconds(),
@@ -493,7 +500,7 @@ static llvm::Error runSyncedSteps(TrainingRun &run) {
       run.deviceMs.push_back(g + u);
       run.wallMs.push_back(wall);
     }
-    run.report(step, loss->f32()[0], gradNorm->f32()[0],
+    run.report(step, *loss, *gradNorm,
                llvm::formatv("grad {0:F3} ms, update {1:F3} ms, wall {2:F3} "
                              "ms ({3})",
                              g, u, wall, replay ? "graph replay" : "eager")
@@ -563,8 +570,7 @@ static llvm::Error runTraining(kir::ArtifactContents gradContents) {
   if (!inputs)
     return inputs.takeError();
   run.inputs = std::move(*inputs);
-  if (llvm::Error error =
-          run.grad.setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
+  if (llvm::Error error = run.grad.setScalar(kir::StepScalar::DLoss, 1.0))
     return error;
   llvm::Expected<TensorMap> reference =
       referencePath.empty() ? TensorMap() : readSafetensors(referencePath);
@@ -641,9 +647,8 @@ static llvm::Error bindInputs(CudaExecutor &executor) {
     }
   }
   for (const kir::Binding &input : prog.inputs)
-    if (input.name == "dloss" && inputsPath.empty())
-      if (llvm::Error error =
-              executor.setTensor("dloss", HostTensor::fromF32({1.0f}, {})))
+    if (input.scalar == kir::StepScalar::DLoss && inputsPath.empty())
+      if (llvm::Error error = executor.setScalar(kir::StepScalar::DLoss, 1.0))
         return error;
   return llvm::Error::success();
 }
@@ -728,7 +733,8 @@ static llvm::Error compareAndWriteOutputs(CudaExecutor &executor) {
     llvm::Expected<HostTensor> tensor = executor.output(output.name);
     if (!tensor)
       return tensor.takeError();
-    if (output.name == "loss" && tensor->dtype == kir::DType::F32)
+    if (output.scalar == kir::StepScalar::Loss &&
+        tensor->dtype == kir::DType::F32)
       llvm::outs() << llvm::format("loss: %.7f\n", tensor->f32()[0]);
     outputs[output.name] = std::move(*tensor);
   }

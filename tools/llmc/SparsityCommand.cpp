@@ -14,8 +14,9 @@ llvm::Expected<bool> llmc::checkSparsity(llvm::StringRef path,
     return checkpoint.takeError();
   const rt::TensorMap &tensors = checkpoint->tensors;
   auto isState = [](llvm::StringRef name) {
-    for (llvm::StringRef prefix :
-         {"adam_m.", "adam_v.", "momentum.", "loss_scale"})
+    for (llvm::StringRef prefix : std::initializer_list<llvm::StringRef>{
+             "adam_m.", "adam_v.", "momentum.",
+             llmc::kir::stepScalarName(llmc::kir::StepScalar::LossScale)})
       if (name.starts_with(prefix))
         return true;
     return name.starts_with(rt::kSparsityMaskPrefix);

@@ -848,10 +848,10 @@ static int runInspect() {
       return fail(executor.takeError());
     if (llvm::Error error = (*executor)->run())
       return fail(std::move(error));
-    auto loss = (*executor)->output("loss");
+    auto loss = (*executor)->scalarOutput(::llmc::kir::StepScalar::Loss);
     if (!loss)
       return fail(loss.takeError());
-    llvm::outs() << llvm::format("loss: %.6f\n", loss->f32()[0]);
+    llvm::outs() << llvm::format("loss: %.6f\n", *loss);
     return 0;
   }
   if (inspectRun) {
@@ -864,8 +864,8 @@ static int runInspect() {
       return fail(measured.takeError());
     llvm::outs() << "measured arena high-water mark: " << *measured
                  << " bytes (planned " << program->arenaBytes << ")\n";
-    if (auto loss = (*executor)->output("loss"))
-      llvm::outs() << llvm::format("loss: %.6f\n", loss->f32()[0]);
+    if (auto loss = (*executor)->scalarOutput(::llmc::kir::StepScalar::Loss))
+      llvm::outs() << llvm::format("loss: %.6f\n", *loss);
     else
       llvm::consumeError(loss.takeError());
     return 0;

@@ -352,9 +352,10 @@ void expectSameBindings(const std::vector<kir::Binding> &x,
                         const std::vector<kir::Binding> &y) {
   ASSERT_EQ(x.size(), y.size());
   for (size_t i = 0; i < x.size(); ++i) {
-    const auto &[name, buffer] = x[i];
+    const auto &[name, buffer, scalar] = x[i];
     EXPECT_EQ(name, y[i].name);
     EXPECT_EQ(buffer, y[i].buffer);
+    EXPECT_EQ(scalar, y[i].scalar) << name;
   }
 }
 
@@ -496,8 +497,9 @@ void expectSameStep(const kir::Step &x, const kir::Step &y) {
 
 void expectSameProgram(const kir::Program &x, const kir::Program &y) {
   const auto &[function, modelJson, params, inputs, outputs, states, updates,
-               buffers, kernels, steps, arenaBytes] = x;
+               buffers, kernels, steps, arenaBytes, adamBetas] = x;
   EXPECT_EQ(function, y.function);
+  EXPECT_EQ(adamBetas, y.adamBetas);
   EXPECT_EQ(modelJson, y.modelJson);
   EXPECT_EQ(arenaBytes, y.arenaBytes);
   expectSameBindings(params, y.params);
@@ -889,6 +891,15 @@ TEST_F(ArtifactTest, WrongFormatVersion) {
   error = errorOf(deserializeProgram(bytes, "old"));
   EXPECT_THAT(error, StartsWith("old: the artifact has format version 0, "));
   EXPECT_THAT(error, HasSubstr("older llmc: recompile the model"));
+
+  // The format before bindings' step_scalar: read as None, its bindings
+  // would not bind, so it is refused by its version too.
+  fb::GetMutableSizePrefixedArtifact(bytes.data())
+      ->mutate_format_version(kArtifactFormatVersion - 1);
+  reseal(bytes);
+  EXPECT_EQ(errorOf(deserializeProgram(bytes, "v10")),
+            "v10: the artifact has format version 10, this llmc reads format "
+            "version 11; it was written by an older llmc: recompile the model");
 }
 
 TEST_F(ArtifactTest, SealedButMalformedProgram) {

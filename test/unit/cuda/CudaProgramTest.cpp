@@ -292,7 +292,7 @@ void fillInputs(const kir::Program &program, Memory &memory, unsigned seed) {
       for (int64_t i = 0; i < n; ++i) {
         int64_t value = buffer.idBound > 0 ? int64_t(rng() % buffer.idBound)
                                            : int64_t(rng() % 7);
-        if (name == kir::kRngInputName)
+        if (name == kir::stepScalarName(kir::StepScalar::Rng))
           value = i == 0 ? 0x5eed5eed1234 : 3; // seed, step
         // Positions [B, P] of a KV-cache program: distinct in a row (the
         // cache writes of a row must not collide), a different start per

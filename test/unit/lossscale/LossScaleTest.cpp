@@ -449,10 +449,7 @@ struct TrainerRun {
     options.learningRate = [](int64_t) { return kLr; };
     options.microBatch = 2;
     options.maxGlobalBatch = 4;
-    options.adamw = true;
     options.seed = 1337;
-    options.beta1 = kBeta1;
-    options.beta2 = kBeta2;
     options.maxSteps = maxSteps;
     options.logInterval = 1000;
     options.checkpointInterval = checkpointInterval;
