@@ -304,22 +304,23 @@ DeviceMemory deviceMemory(const PlanModel &model, const TrainingFacts &train,
 }
 } // namespace
 
-Estimate plan::estimate(const PlanModel &model, const TrainingFacts &train,
-                        const ClusterConfig &cluster, const GpuSpec *gpu,
-                        const Layout &layout, int64_t stage) {
+namespace {
+/// The memory phase: activations per block (formula) and the embedding's
+/// and logits' extras, the pipeline cut, the device's memory under the
+/// layout's remat and each other's. Returns the parameters of the most
+/// loaded stage: their traffic and update pace the step whichever stage
+/// the memory shows.
+double estimateMemory(const PlanModel &model, const TrainingFacts &train,
+                      const ClusterConfig &cluster, int64_t stage,
+                      Estimate &est) {
   const ModelConfig &c = model.config;
-  Estimate est;
-  est.layout = layout;
-  est.seqLen = train.seqLen ? train.seqLen : c.seqLen;
-  est.globalBatch = globalBatchOf(train);
-  est.microBatchesPerStep = est.globalBatch / (layout.microBatch * layout.dp);
+  const Layout &layout = est.layout;
   int64_t m = est.microBatchesPerStep;
   double s = static_cast<double>(est.seqLen);
   double b = static_cast<double>(layout.microBatch);
   double t = static_cast<double>(layout.tp);
   double e = activationElementBytes(train.precision);
   double sbh = s * b * c.nEmbd;
-
   // Activations: blocks by formula, plus the embedding's dropout mask on
   // the first stage and, on the last, the final norm's and classifier's
   // inputs and the fp32 logits the loss keeps (Korthikanti et al.:
@@ -344,16 +345,20 @@ Estimate plan::estimate(const PlanModel &model, const TrainingFacts &train,
         deviceMemory(model, train, cluster, layout, est.cut, est.block,
                      est.extraFirst, est.extraLast, m, r, stage)
             .activations;
-  // The most loaded stage's parameters: their traffic and update pace the
-  // step whichever stage the memory shows.
-  double pacedParameters =
-      stage < 0 ? est.memory.parameters
-                : deviceMemory(model, train, cluster, layout, est.cut,
-                               est.block, est.extraFirst, est.extraLast, m,
-                               layout.remat)
-                      .parameters;
+  return stage < 0
+             ? est.memory.parameters
+             : deviceMemory(model, train, cluster, layout, est.cut, est.block,
+                            est.extraFirst, est.extraLast, m, layout.remat)
+                   .parameters;
+}
 
-  // FLOPs and tokens.
+/// The FLOPs phase: model and recompute FLOPs per token, the tokens (given,
+/// from steps, or Chinchilla's), training FLOPs and steps.
+void estimateFlops(const PlanModel &model, const TrainingFacts &train,
+                   Estimate &est) {
+  const ModelConfig &c = model.config;
+  const Layout &layout = est.layout;
+  double s = static_cast<double>(est.seqLen);
   est.modelFlopsPerToken = modelFlopsPerToken(model, est.seqLen);
   double attentionCore = 4.0 * c.nLayer * c.nEmbd * s; // QK^T and AV
   // llmc-remat's selective recomputes no matmul, only the two norms (about
@@ -374,10 +379,21 @@ Estimate plan::estimate(const PlanModel &model, const TrainingFacts &train,
                              : chinchillaTokens(model.numParameters);
   est.trainingFlops = est.modelFlopsPerToken * est.tokens;
   est.steps = std::ceil(est.tokens / tokensPerStep);
+}
 
-  // Bytes per step and device on each axis. A ring moves 2(n-1)/n of the
-  // data per GPU for an all-reduce and half that for a reduce-scatter or
-  // all-gather.
+/// The traffic phase: bytes per step and device on each axis. A ring
+/// moves 2(n-1)/n of the data per GPU for an all-reduce and half that for
+/// a reduce-scatter or all-gather.
+void estimateTraffic(const PlanModel &model, const TrainingFacts &train,
+                     double pacedParameters, Estimate &est) {
+  const ModelConfig &c = model.config;
+  const Layout &layout = est.layout;
+  int64_t m = est.microBatchesPerStep;
+  double s = static_cast<double>(est.seqLen);
+  double b = static_cast<double>(layout.microBatch);
+  double t = static_cast<double>(layout.tp);
+  double e = activationElementBytes(train.precision);
+  double sbh = s * b * c.nEmbd;
   StepTraffic &traffic = est.traffic;
   // The slowest stage: its blocks' all-reduces pace the step, and whether
   // it is the first or the last decides the embedding's and classifier's.
@@ -456,13 +472,21 @@ Estimate plan::estimate(const PlanModel &model, const TrainingFacts &train,
       break;
     }
   }
-  if (!gpu)
-    return est;
+}
 
-  // Time of one step on each device.
+/// The time phase (needs a GPU): one step's parts on each device, then
+/// time to train, cost and the MFU achieved.
+void estimateStepTime(const TrainingFacts &train, const ClusterConfig &cluster,
+                      const GpuSpec &gpu, double pacedParameters,
+                      Estimate &est) {
+  const Layout &layout = est.layout;
+  const StepTraffic &traffic = est.traffic;
+  int64_t m = est.microBatchesPerStep;
+  double tokensPerStep =
+      static_cast<double>(est.globalBatch) * static_cast<double>(est.seqLen);
   est.hasGpu = true;
   double gpus = static_cast<double>(cluster.numGpus());
-  double rate = gpu->peakFlops(train.precision) * cluster.mfu;
+  double rate = gpu.peakFlops(train.precision) * cluster.mfu;
   StepTime &step = est.step;
   step.compute = tokensPerStep * est.modelFlopsPerToken / (gpus * rate);
   step.recompute = tokensPerStep * est.recomputeFlopsPerToken / (gpus * rate);
@@ -476,7 +500,7 @@ Estimate plan::estimate(const PlanModel &model, const TrainingFacts &train,
     step.bubble = work * pace * (layout.pp - 1) / m;
   }
   // Datasheets give NVLink in both directions, a ring uses one.
-  double nvlink = gpu->nvlinkGBps / 2 * 1e9, ib = gpu->ibGBps * 1e9;
+  double nvlink = gpu.nvlinkGBps / 2 * 1e9, ib = gpu.ibGBps * 1e9;
   if (layout.tp > 1)
     step.tpComm =
         traffic.tp / (layout.tp <= cluster.gpusPerNode ? nvlink : ib);
@@ -508,16 +532,32 @@ Estimate plan::estimate(const PlanModel &model, const TrainingFacts &train,
   // The optimizer update streams its states through HBM once per step:
   // reads the gradient, reads and writes master weights and moments, and
   // writes the weights the next forward uses. ZeRO-1+ updates 1/dp of them.
-  {
-    double updated = pacedParameters / (layout.zero >= 1 ? layout.dp : 1);
-    double bytes = perParameter.gradients +
-                   2 * (perParameter.master + perParameter.optimizer) +
-                   perParameter.weights * (perParameter.master ? 1 : 2);
-    step.optimizer = updated * bytes / (gpu->hbmTBps * 1e12);
-  }
+  StateBytes perParameter = getStateBytes(
+      train.precision, train.optimizer, train.fp32Gradients, train.sgdMomentum);
+  double updated = pacedParameters / (layout.zero >= 1 ? layout.dp : 1);
+  double bytes = perParameter.gradients +
+                 2 * (perParameter.master + perParameter.optimizer) +
+                 perParameter.weights * (perParameter.master ? 1 : 2);
+  step.optimizer = updated * bytes / (gpu.hbmTBps * 1e12);
   est.seconds = est.steps * step.total();
   est.cost = est.seconds / 3600 * gpus * cluster.pricePerGpuHour;
   est.achievedMfu = tokensPerStep * est.modelFlopsPerToken /
-                    (step.total() * gpus * gpu->peakFlops(train.precision));
+                    (step.total() * gpus * gpu.peakFlops(train.precision));
+}
+} // namespace
+
+Estimate plan::estimate(const PlanModel &model, const TrainingFacts &train,
+                        const ClusterConfig &cluster, const GpuSpec *gpu,
+                        const Layout &layout, int64_t stage) {
+  Estimate est;
+  est.layout = layout;
+  est.seqLen = train.seqLen ? train.seqLen : model.config.seqLen;
+  est.globalBatch = globalBatchOf(train);
+  est.microBatchesPerStep = est.globalBatch / (layout.microBatch * layout.dp);
+  double pacedParameters = estimateMemory(model, train, cluster, stage, est);
+  estimateFlops(model, train, est);
+  estimateTraffic(model, train, pacedParameters, est);
+  if (gpu)
+    estimateStepTime(train, cluster, *gpu, pacedParameters, est);
   return est;
 }
