@@ -219,6 +219,54 @@ private:
            (decayNormsAndBiases || param.type.getRank() >= 2);
   }
 
+  /// The sum of the squares of every gradient, over the tp ranks and the
+  /// pipeline's stages where they split the parameters: the square of the
+  /// global gradient norm.
+  Value sumOfSquares(OpBuilder &b, ModuleOp module,
+                     ArrayRef<Parameter> params, ArrayRef<Value> grads) {
+    Location loc = module.getLoc();
+    Arith arith(b, loc);
+    Type f32 = b.getF32Type();
+    size_t n = params.size();
+    // Under tensor parallelism a split parameter's squares are summed over
+    // its ranks (each holds a share); a whole one is counted once.
+    // Under pipeline parallelism each stage sums its own parameters' and
+    // the stages' sums are added over "pp" (a tied copy counted once).
+    Value sumSquares, splitSquares;
+    int64_t tpSize = 1;
+    for (size_t i = 0; i < n; ++i) {
+      if (params[i].ppTied)
+        continue;
+      Value squares = arith.mul(grads[i], grads[i]);
+      Value sum = arith.sumAll(squares);
+      Value &total = params[i].tpSize > 1 ? splitSquares : sumSquares;
+      tpSize = std::max(tpSize, params[i].tpSize);
+      total = total ? arith.add(total, sum) : sum;
+    }
+    if (splitSquares) {
+      Value reduced = AllReduceOp::create(
+          b, loc, splitSquares,
+          CollectiveReductionAttr::get(b.getContext(), CollectiveReduction::Sum),
+          b.getStringAttr("tp"), b.getI64IntegerAttr(tpSize), UnitAttr());
+      sumSquares = sumSquares ? arith.add(sumSquares, reduced) : reduced;
+    }
+    if (auto pipeline =
+            module.lookupSymbol<func::FuncOp>("grad_step")
+                ->getAttrOfType<DictionaryAttr>("llmc.pipeline")) {
+      auto stages = pipeline.getAs<IntegerAttr>("stages");
+      if (!sumSquares)
+        sumSquares = arith.constant(0.0, f32);
+      if (stages && stages.getInt() > 1)
+        sumSquares = AllReduceOp::create(
+            b, loc, sumSquares,
+            CollectiveReductionAttr::get(b.getContext(),
+                                         CollectiveReduction::Sum),
+            b.getStringAttr("pp"), b.getI64IntegerAttr(stages.getInt()),
+            UnitAttr());
+    }
+    return sumSquares;
+  }
+
   void buildUpdateStep(ModuleOp module, ArrayRef<Parameter> params) {
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
     Location loc = module.getLoc();
@@ -278,42 +326,10 @@ private:
     // Each op is built in its own statement: C++ leaves the order of
     // argument evaluation open, and the IR must not depend on the compiler.
     // The global gradient norm, then the clipping coefficient.
-    // Under tensor parallelism a split parameter's squares are summed over
-    // its ranks (each holds a share); a whole one is counted once.
-    // Under pipeline parallelism each stage sums its own parameters' and
-    // the stages' sums are added over "pp" (a tied copy counted once).
-    Value sumSquares, splitSquares;
-    int64_t tpSize = 1;
-    for (size_t i = 0; i < n; ++i) {
-      if (params[i].ppTied)
-        continue;
-      Value squares = arith.mul(grad(i), grad(i));
-      Value sum = arith.sumAll(squares);
-      Value &total = params[i].tpSize > 1 ? splitSquares : sumSquares;
-      tpSize = std::max(tpSize, params[i].tpSize);
-      total = total ? arith.add(total, sum) : sum;
-    }
-    if (splitSquares) {
-      Value reduced = AllReduceOp::create(
-          b, loc, splitSquares,
-          CollectiveReductionAttr::get(b.getContext(), CollectiveReduction::Sum),
-          b.getStringAttr("tp"), b.getI64IntegerAttr(tpSize), UnitAttr());
-      sumSquares = sumSquares ? arith.add(sumSquares, reduced) : reduced;
-    }
-    if (auto pipeline =
-            module.lookupSymbol<func::FuncOp>("grad_step")
-                ->getAttrOfType<DictionaryAttr>("llmc.pipeline")) {
-      auto stages = pipeline.getAs<IntegerAttr>("stages");
-      if (!sumSquares)
-        sumSquares = arith.constant(0.0, f32);
-      if (stages && stages.getInt() > 1)
-        sumSquares = AllReduceOp::create(
-            b, loc, sumSquares,
-            CollectiveReductionAttr::get(b.getContext(),
-                                         CollectiveReduction::Sum),
-            b.getStringAttr("pp"), b.getI64IntegerAttr(stages.getInt()),
-            UnitAttr());
-    }
+    SmallVector<Value> grads;
+    for (size_t i = 0; i < n; ++i)
+      grads.push_back(grad(i));
+    Value sumSquares = sumOfSquares(b, module, params, grads);
     Value gradNorm = arith.sqrt(sumSquares);
     Value clip;
     if (maxGradNorm > 0.0) {
