@@ -25,7 +25,7 @@ namespace {
 constexpr const char *kConfig = "name: interface\nn_layer: 1\nn_head: 2\n"
                                 "n_embd: 16\nseq_len: 8\nvocab_size: 32\n";
 
-llvm::Expected<TrainingPrograms> compile(const TrainingStepOptions &options) {
+llvm::Expected<TrainingStepPrograms> compile(const TrainingStepOptions &options) {
   auto config = mlir::llmc::parseModelConfig(kConfig, "interface.yaml");
   if (!config)
     return config.takeError();
@@ -75,7 +75,7 @@ TEST(StepInterface, AdamWProgramsBindByTheTable) {
   TrainingStepOptions options;
   options.optimizer.beta1 = 0.8;
   options.optimizer.beta2 = 0.99;
-  llvm::Expected<TrainingPrograms> programs = compile(options);
+  llvm::Expected<TrainingStepPrograms> programs = compile(options);
   ASSERT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
   expectResolved(programs->forward, kir::kForwardProgram);
   expectResolved(programs->gradStep, kir::kGradStepProgram);
@@ -110,7 +110,7 @@ TEST(StepInterface, AdamWProgramsBindByTheTable) {
 TEST(StepInterface, SgdHasNoBiasCorrections) {
   TrainingStepOptions options;
   options.optimizer.kind = OptimizerConfig::Kind::SGD;
-  llvm::Expected<TrainingPrograms> programs = compile(options);
+  llvm::Expected<TrainingStepPrograms> programs = compile(options);
   ASSERT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
   const kir::Program &update = programs->updateStep;
   expectResolved(update, kir::kUpdateStepProgram);
@@ -132,7 +132,7 @@ TEST(StepInterface, SgdHasNoBiasCorrections) {
 TEST(StepInterface, LossScalingScalarsInFp16Programs) {
   TrainingStepOptions options;
   options.precision.kind = PrecisionConfig::Kind::FP16;
-  llvm::Expected<TrainingPrograms> programs = compile(options);
+  llvm::Expected<TrainingStepPrograms> programs = compile(options);
   ASSERT_TRUE(bool(programs)) << llvm::toString(programs.takeError());
   expectResolved(programs->gradStep, kir::kGradStepProgram);
   expectResolved(programs->updateStep, kir::kUpdateStepProgram);
