@@ -3,7 +3,7 @@
 // lowered and run with parameters shared through one PersistentStore, the
 // gradients checked against central differences of the forward loss. It
 // depends on the autodiff pass; the op-level tests are in TrainingTest.cpp.
-#include "CompileUtil.h"
+#include "test/unit/codegen/LlmcToKernel/CompileUtil.h"
 
 #include "frontend/ModelConfig.h"
 

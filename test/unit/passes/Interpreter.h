@@ -2,8 +2,8 @@
 // gradient tests: every forward and backward op written plainly from its
 // definition in ir/LlmcOps.td, independent of code generation and of the
 // VJP rules.
-#ifndef LLMC_TEST_UNIT_AUTODIFF_INTERPRETER_H
-#define LLMC_TEST_UNIT_AUTODIFF_INTERPRETER_H
+#ifndef LLMC_TEST_UNIT_PASSES_INTERPRETER_H
+#define LLMC_TEST_UNIT_PASSES_INTERPRETER_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/ArrayRef.h"
@@ -45,4 +45,4 @@ interpret(mlir::func::FuncOp func, llvm::ArrayRef<Tensor> args,
 
 } // namespace llmc::test
 
-#endif // LLMC_TEST_UNIT_AUTODIFF_INTERPRETER_H
+#endif // LLMC_TEST_UNIT_PASSES_INTERPRETER_H

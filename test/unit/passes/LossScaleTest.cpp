@@ -8,9 +8,9 @@
 // DynamicLossScaler) and the Trainer's side: a skipped update does not
 // advance Adam's step count, an overflow at the minimum scale stops the
 // run without a checkpoint, and a resumed run continues exactly.
-#include "CompileUtil.h"
+#include "test/unit/codegen/LlmcToKernel/CompileUtil.h"
 #ifdef LLMC_LOSSSCALE_CUDA
-#include "EmulationRunner.h"
+#include "test/unit/codegen/KernelToCuda/EmulationRunner.h"
 #include "codegen/KernelToCuda/KernelToCuda.h"
 #include "codegen/KernelToCuda/Nvrtc.h"
 #endif

@@ -12,7 +12,7 @@
 #include "ir/LlmcDialect.h"
 #include "passes/Remat.h"
 #include "runtime/Cpu/CpuExecutor.h"
-#include "test/unit/kernel/CompileUtil.h"
+#include "test/unit/codegen/LlmcToKernel/CompileUtil.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"

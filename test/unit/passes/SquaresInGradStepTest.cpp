@@ -10,7 +10,7 @@
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
 #include "runtime/Cpu/CpuExecutor.h"
-#include "test/unit/kernel/CompileUtil.h"
+#include "test/unit/codegen/LlmcToKernel/CompileUtil.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"

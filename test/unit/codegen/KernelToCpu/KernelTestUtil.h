@@ -1,6 +1,6 @@
 // Building kernel IR by hand and running it compiled, for the CPU tests.
-#ifndef LLMC_TEST_UNIT_CPU_KERNELTESTUTIL_H
-#define LLMC_TEST_UNIT_CPU_KERNELTESTUTIL_H
+#ifndef LLMC_TEST_UNIT_CODEGEN_KERNELTOCPU_KERNELTESTUTIL_H
+#define LLMC_TEST_UNIT_CODEGEN_KERNELTOCPU_KERNELTESTUTIL_H
 
 #include "ir/kernel/KernelIR.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"
@@ -145,4 +145,4 @@ inline Compiled compileKernels(const std::vector<kir::Kernel> &kernels,
 
 } // namespace llmc::test
 
-#endif // LLMC_TEST_UNIT_CPU_KERNELTESTUTIL_H
+#endif // LLMC_TEST_UNIT_CODEGEN_KERNELTOCPU_KERNELTESTUTIL_H

@@ -3,7 +3,7 @@
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "runtime/Cpu/CpuKernels.h"
 #include "runtime/Weights/Weights.h"
-#include "test/unit/cpu/KernelTestUtil.h"
+#include "test/unit/codegen/KernelToCpu/KernelTestUtil.h"
 
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Host.h"

@@ -10,9 +10,9 @@
 // glibc); reductions within 1e-5 relative to the row's magnitude (the
 // summation orders differ); f16/bf16 stores exactly (round to nearest even
 // on both sides); Random bit-identical.
-#include "test/unit/cpu/KernelTestUtil.h"
-#include "test/unit/cuda/CudaTestUtil.h"
-#include "test/unit/cuda/EmulationRunner.h"
+#include "test/unit/codegen/KernelToCpu/KernelTestUtil.h"
+#include "test/unit/codegen/KernelToCuda/CudaTestUtil.h"
+#include "test/unit/codegen/KernelToCuda/EmulationRunner.h"
 
 #include "codegen/KernelToCuda/KernelToCuda.h"
 #include "codegen/KernelToCuda/CudaTarget.h"

@@ -32,8 +32,8 @@
 // timing or occupancy, that the launch fits the device's register and
 // shared-memory limits (NVRTC's compile checks some of this), or the exact
 // bits of CUDA's math library (expf etc. are glibc's here).
-#ifndef LLMC_TEST_UNIT_CUDA_CUDAEMULATION_H
-#define LLMC_TEST_UNIT_CUDA_CUDAEMULATION_H
+#ifndef LLMC_TEST_UNIT_CODEGEN_KERNELTOCUDA_CUDAEMULATION_H
+#define LLMC_TEST_UNIT_CODEGEN_KERNELTOCUDA_CUDAEMULATION_H
 
 #include <ucontext.h>
 
@@ -519,4 +519,4 @@ inline void llmc_emu_mma_m16n8k16(bool f16, float d[4], const unsigned a[4],
   mmaAccumulate(d, lane, 16, aAt, bAt);
 }
 
-#endif // LLMC_TEST_UNIT_CUDA_CUDAEMULATION_H
+#endif // LLMC_TEST_UNIT_CODEGEN_KERNELTOCUDA_CUDAEMULATION_H

@@ -1,6 +1,6 @@
 // f16/bf16 code for CUDA, without a GPU:
 //  - the RoundF16/RoundBF16 ops and f16/bf16 stores under the CPU emulation
-//    of CUDA (test/unit/cuda/CudaEmulation.h) give the CPU kernels' bits:
+//    of CUDA (CudaEmulation.h beside this file) give the CPU kernels' bits:
 //    every non-NaN input exactly, RoundF16/RoundBF16 of a NaN 0x7FC00000;
 //  - every kernel of the tiny GPT's training programs under llmc-amp
 //    (fp16 and bf16: forward, grad_step, update_step) and of the f16/bf16
@@ -14,11 +14,11 @@
 //    tables): f32 results within 1e-4 (absolute and relative: the math
 //    functions and reduction orders differ), f16/bf16 results within one
 //    unit in the last place of their type plus that.
-#include "test/unit/cpu/KernelTestUtil.h"
-#include "test/unit/cuda/CudaTestUtil.h"
-#include "test/unit/cuda/EmulationRunner.h"
-#include "test/unit/lowp/LowPrecisionTestUtil.h"
-#include "test/unit/lowp/TinyGptAmp.h"
+#include "test/unit/codegen/KernelToCpu/KernelTestUtil.h"
+#include "test/unit/codegen/KernelToCuda/CudaTestUtil.h"
+#include "test/unit/codegen/KernelToCuda/EmulationRunner.h"
+#include "test/unit/codegen/LlmcToKernel/LowPrecisionTestUtil.h"
+#include "test/unit/codegen/LlmcToKernel/TinyGptAmp.h"
 
 #include "codegen/KernelToCuda/FlashAttention.h"
 #include "codegen/KernelToCuda/KernelToCuda.h"
@@ -208,9 +208,10 @@ TEST_P(CudaAmpPrograms, NvrtcCompilesEveryKernelForSm80AndSm90) {
 TEST_P(CudaAmpPrograms, NarrowEpiloguesAreCublasLtKindsOnNarrowC) {
   // An epilogue on a narrow C whose bias or aux is of C's type is one
   // cuBLASLt runs for a 16BF/16F D (bias, bias + GELU, the GELU gradient,
-  // per GEMM in test/unit/cudart/GemmPlanTest.cpp). One that rounds an f32
-  // C to the product's type as it loads it (a product cast back up to f32)
-  // is not: cuBLASLt would not round it, so its kernel runs after the GEMM.
+  // per GEMM in test/unit/runtime/Cuda/GemmPlanTest.cpp). One that rounds
+  // an f32 C to the product's type as it loads it (a product cast back up
+  // to f32) is not: cuBLASLt would not round it, so its kernel runs after
+  // the GEMM.
   const char *precision = GetParam();
   DType type = llvm::StringRef(precision) == "fp16" ? DType::F16 : DType::BF16;
   auto programs = tinyPrograms(precision, {"forward", "grad_step"});

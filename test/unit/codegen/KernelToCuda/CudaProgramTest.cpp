@@ -28,9 +28,9 @@
 // end to end within ProgramCase::fusedRtol.
 //
 // To add a program: one line in kPrograms.
-#include "test/unit/cpu/KernelTestUtil.h"
-#include "test/unit/cuda/CudaTestUtil.h"
-#include "test/unit/cuda/EmulationRunner.h"
+#include "test/unit/codegen/KernelToCpu/KernelTestUtil.h"
+#include "test/unit/codegen/KernelToCuda/CudaTestUtil.h"
+#include "test/unit/codegen/KernelToCuda/EmulationRunner.h"
 
 #include "codegen/Inference.h"
 #include "codegen/KernelToCpu/KernelToCpu.h"

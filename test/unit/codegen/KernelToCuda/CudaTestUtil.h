@@ -1,7 +1,7 @@
 // Test helpers for the CUDA emitter: guarded host buffers and comparisons
 // of what a kernel wrote, CPU backend against emulated CUDA.
-#ifndef LLMC_TEST_UNIT_CUDA_CUDATESTUTIL_H
-#define LLMC_TEST_UNIT_CUDA_CUDATESTUTIL_H
+#ifndef LLMC_TEST_UNIT_CODEGEN_KERNELTOCUDA_CUDATESTUTIL_H
+#define LLMC_TEST_UNIT_CODEGEN_KERNELTOCUDA_CUDATESTUTIL_H
 
 #include "ir/kernel/KernelIR.h"
 #include "ir/kernel/Program.h"
@@ -176,4 +176,4 @@ inline std::vector<uint64_t> deviceBases(const kir::Program &program) {
 
 } // namespace llmc::test
 
-#endif // LLMC_TEST_UNIT_CUDA_CUDATESTUTIL_H
+#endif // LLMC_TEST_UNIT_CODEGEN_KERNELTOCUDA_CUDATESTUTIL_H

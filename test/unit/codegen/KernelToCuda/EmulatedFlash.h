@@ -1,10 +1,10 @@
 // The flash attention library module (codegen/KernelToCuda/FlashAttention.h)
 // compiled with the host compiler against CudaEmulation.h, with a launch
 // wrapper per kernel that takes the kernel's one argument block.
-#ifndef LLMC_TEST_UNIT_CUDA_EMULATEDFLASH_H
-#define LLMC_TEST_UNIT_CUDA_EMULATEDFLASH_H
+#ifndef LLMC_TEST_UNIT_CODEGEN_KERNELTOCUDA_EMULATEDFLASH_H
+#define LLMC_TEST_UNIT_CODEGEN_KERNELTOCUDA_EMULATEDFLASH_H
 
-#include "test/unit/cuda/EmulationRunner.h"
+#include "test/unit/codegen/KernelToCuda/EmulationRunner.h"
 
 #include "codegen/KernelToCuda/FlashAttention.h"
 
@@ -70,4 +70,4 @@ private:
 
 } // namespace llmc::test
 
-#endif // LLMC_TEST_UNIT_CUDA_EMULATEDFLASH_H
+#endif // LLMC_TEST_UNIT_CODEGEN_KERNELTOCUDA_EMULATEDFLASH_H

@@ -1,8 +1,8 @@
 // Running emitted CUDA kernels on the CPU under CudaEmulation.h: the module
 // source is compiled with the host C++ compiler into a shared library,
 // loaded, and each kernel launched with its emitted configuration.
-#ifndef LLMC_TEST_UNIT_CUDA_EMULATIONRUNNER_H
-#define LLMC_TEST_UNIT_CUDA_EMULATIONRUNNER_H
+#ifndef LLMC_TEST_UNIT_CODEGEN_KERNELTOCUDA_EMULATIONRUNNER_H
+#define LLMC_TEST_UNIT_CODEGEN_KERNELTOCUDA_EMULATIONRUNNER_H
 
 #include "codegen/KernelToCuda/KernelToCuda.h"
 
@@ -60,8 +60,8 @@ public:
     }
     std::string path = library->directory + "/module.so";
     std::string log = library->directory + "/compile.log";
-    std::string header =
-        std::string(LLMC_SOURCE_DIR) + "/test/unit/cuda/CudaEmulation.h";
+    std::string header = std::string(LLMC_SOURCE_DIR) +
+                         "/test/unit/codegen/KernelToCuda/CudaEmulation.h";
     std::vector<std::string> args = {LLMC_HOST_CXX, "-std=c++17", "-O1",
                                      "-shared", "-fPIC", "-w",
                                      "-I" + library->directory, "-include",
@@ -171,4 +171,4 @@ private:
 
 } // namespace llmc::test
 
-#endif // LLMC_TEST_UNIT_CUDA_EMULATIONRUNNER_H
+#endif // LLMC_TEST_UNIT_CODEGEN_KERNELTOCUDA_EMULATIONRUNNER_H

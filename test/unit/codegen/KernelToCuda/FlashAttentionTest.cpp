@@ -1,12 +1,12 @@
 // Flash attention kernels: NVRTC compiles them for sm_80 and sm_90 (head
 // sizes 16, 64, 128; f32, f16, bf16; the tensor-core kernels, mma.sync
 // m16n8k16, at 64 and 128 in f16 and bf16), and under the CPU emulation of
-// CUDA (test/unit/cuda/CudaEmulation.h, which emulates the mma fragments)
-// forward and backward match a plain double-precision reference of
-// kir::AttentionStep / AttentionGradStep on small odd shapes, with q, k, v
+// CUDA (CudaEmulation.h beside this file, which emulates the mma
+// fragments) forward and backward match a plain double-precision reference
+// of kir::AttentionStep / AttentionGradStep on small odd shapes, with q, k, v
 // strided views into one fused qkv buffer; and the forward over a KV cache
 // (kvSeq keys, per-row positions) against the same kind of reference.
-#include "test/unit/cuda/EmulatedFlash.h"
+#include "test/unit/codegen/KernelToCuda/EmulatedFlash.h"
 
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "codegen/KernelToCuda/FlashAttention.h"

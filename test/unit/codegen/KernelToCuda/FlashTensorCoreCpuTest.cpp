@@ -13,9 +13,9 @@
 // u / 2 of its sum of |terms|. lse (f32 on both sides, from exact
 // products of the same inputs): 2 f32 ulps plus 1e-6 of the largest. The
 // largest error seen is printed.
-#include "test/unit/cuda/EmulatedFlash.h"
-#include "test/unit/kernel/CompileUtil.h"
-#include "test/unit/lowp/LowPrecisionTestUtil.h"
+#include "test/unit/codegen/KernelToCuda/EmulatedFlash.h"
+#include "test/unit/codegen/LlmcToKernel/CompileUtil.h"
+#include "test/unit/codegen/LlmcToKernel/LowPrecisionTestUtil.h"
 
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "codegen/KernelToCuda/Nvrtc.h"

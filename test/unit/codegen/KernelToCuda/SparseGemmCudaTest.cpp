@@ -1,15 +1,15 @@
 // The 2:4 sparse tensor-core GEMM (codegen/KernelToCuda/SparseGemm.h): NVRTC
 // compiles it for sm_80 and sm_90, and under the CPU emulation of CUDA
-// (test/unit/cuda/CudaEmulation.h, which emulates mma.sp m16n8k32 from our
-// reading of the PTX ISA) it matches the dense product of the masked,
+// (CudaEmulation.h beside this file, which emulates mma.sp m16n8k32 from
+// our reading of the PTX ISA) it matches the dense product of the masked,
 // rounded weights in double on odd shapes, bf16 and f16, with and without a
 // k tail; the packed layout (runtime/Weights/Sparsity.h's TensorCoreTwoOfFour).
 #include "codegen/KernelToCuda/Nvrtc.h"
 #include "codegen/KernelToCuda/SparseGemm.h"
 #include "runtime/Weights/Sparsity.h"
 #include "runtime/Weights/Weights.h"
-#include "test/unit/cuda/EmulationRunner.h"
-#include "test/unit/runtime/RandomTwoOfFour.h"
+#include "test/unit/codegen/KernelToCuda/EmulationRunner.h"
+#include "test/unit/runtime/Weights/RandomTwoOfFour.h"
 
 #include "gtest/gtest.h"
 

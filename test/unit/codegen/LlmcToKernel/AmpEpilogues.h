@@ -2,8 +2,8 @@
 // which epilogue each of its GEMMs gets in the bf16 and fp16 programs:
 // GemmEpilogueTest checks codegen's classification against it,
 // GemmPlanTest the cuBLASLt descriptions made from that classification.
-#ifndef LLMC_TEST_UNIT_CUDART_AMPEPILOGUES_H
-#define LLMC_TEST_UNIT_CUDART_AMPEPILOGUES_H
+#ifndef LLMC_TEST_UNIT_CODEGEN_LLMCTOKERNEL_AMPEPILOGUES_H
+#define LLMC_TEST_UNIT_CODEGEN_LLMCTOKERNEL_AMPEPILOGUES_H
 
 #include "ir/kernel/Program.h"
 
@@ -56,4 +56,4 @@ inline const EpilogueTable &ampGradStepEpilogues() {
 
 } // namespace llmc::test
 
-#endif // LLMC_TEST_UNIT_CUDART_AMPEPILOGUES_H
+#endif // LLMC_TEST_UNIT_CODEGEN_LLMCTOKERNEL_AMPEPILOGUES_H

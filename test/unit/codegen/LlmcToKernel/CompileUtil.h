@@ -1,7 +1,7 @@
 // Test helpers: a model config to a compiled program and a CPU executor,
 // through the same path `llmc compile` and the runtime take.
-#ifndef LLMC_TEST_UNIT_KERNEL_COMPILEUTIL_H
-#define LLMC_TEST_UNIT_KERNEL_COMPILEUTIL_H
+#ifndef LLMC_TEST_UNIT_CODEGEN_LLMCTOKERNEL_COMPILEUTIL_H
+#define LLMC_TEST_UNIT_CODEGEN_LLMCTOKERNEL_COMPILEUTIL_H
 
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
@@ -92,4 +92,4 @@ executorForSource(llvm::StringRef source) {
 
 } // namespace llmc::test
 
-#endif // LLMC_TEST_UNIT_KERNEL_COMPILEUTIL_H
+#endif // LLMC_TEST_UNIT_CODEGEN_LLMCTOKERNEL_COMPILEUTIL_H

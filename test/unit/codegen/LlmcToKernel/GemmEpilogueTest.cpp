@@ -14,7 +14,7 @@
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
 #include "passes/Pipelines.h"
-#include "test/unit/cudart/AmpEpilogues.h"
+#include "test/unit/codegen/LlmcToKernel/AmpEpilogues.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -253,8 +253,8 @@ TEST(GemmEpilogueTest, ChangedKernelsAreNotFused) {
 
 // llmc-amp programs: the same kinds as in f32, on bf16/f16 C with the
 // bias (the parameter's persistent 16-bit copy) and aux of C's type, GEMM
-// by GEMM as test/unit/cudart/AmpEpilogues.h lists them (the products cast
-// back up to f32 are not fused: cuBLASLt would not round them).
+// by GEMM as AmpEpilogues.h (beside this file) lists them (the products
+// cast back up to f32 are not fused: cuBLASLt would not round them).
 TEST(GemmEpilogueTest, AmpProgramsFuseBiasGeluBiasAndGeluGradient) {
   using K = FusedEpilogueKind;
   const test::EpilogueTable &forward = test::ampForwardEpilogues();

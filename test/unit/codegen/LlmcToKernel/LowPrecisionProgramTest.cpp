@@ -24,9 +24,9 @@
 //    loss and gradients against the f32 step (tolerances below, measured
 //    and stated), and the arena's measured high-water mark equal to the
 //    plan (the f16 staging of GEMMs and attention is outside the arena).
-#include "test/unit/kernel/CompileUtil.h"
-#include "test/unit/lowp/LowPrecisionTestUtil.h"
-#include "test/unit/lowp/TinyGptAmp.h"
+#include "test/unit/codegen/LlmcToKernel/CompileUtil.h"
+#include "test/unit/codegen/LlmcToKernel/LowPrecisionTestUtil.h"
+#include "test/unit/codegen/LlmcToKernel/TinyGptAmp.h"
 
 #include <gtest/gtest.h>
 

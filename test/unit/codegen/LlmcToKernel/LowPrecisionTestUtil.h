@@ -1,7 +1,7 @@
 // Helpers of the f16/bf16 tests: IR written once for an element type,
 // random narrow tensors, units in the last place, program queries.
-#ifndef LLMC_TEST_UNIT_LOWP_LOWPRECISIONTESTUTIL_H
-#define LLMC_TEST_UNIT_LOWP_LOWPRECISIONTESTUTIL_H
+#ifndef LLMC_TEST_UNIT_CODEGEN_LLMCTOKERNEL_LOWPRECISIONTESTUTIL_H
+#define LLMC_TEST_UNIT_CODEGEN_LLMCTOKERNEL_LOWPRECISIONTESTUTIL_H
 
 #include "ir/kernel/Program.h"
 #include "runtime/Weights/Weights.h"
@@ -98,4 +98,4 @@ inline kir::DType dtypeOf(const kir::Program &program, const kir::View &view) {
 
 } // namespace llmc::test
 
-#endif // LLMC_TEST_UNIT_LOWP_LOWPRECISIONTESTUTIL_H
+#endif // LLMC_TEST_UNIT_CODEGEN_LLMCTOKERNEL_LOWPRECISIONTESTUTIL_H

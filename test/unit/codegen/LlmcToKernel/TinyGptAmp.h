@@ -1,8 +1,8 @@
 // A tiny GPT (two layers, dropout) compiled by the training pipeline with
 // llmc-amp at fp16 or bf16 (or without, f32): the programs the f16/bf16
 // tests run on the CPU and compile for CUDA.
-#ifndef LLMC_TEST_UNIT_LOWP_TINYGPTAMP_H
-#define LLMC_TEST_UNIT_LOWP_TINYGPTAMP_H
+#ifndef LLMC_TEST_UNIT_CODEGEN_LLMCTOKERNEL_TINYGPTAMP_H
+#define LLMC_TEST_UNIT_CODEGEN_LLMCTOKERNEL_TINYGPTAMP_H
 
 #include "codegen/LlmcToKernel/LlmcToKernel.h"
 #include "frontend/GptBuilder.h"
@@ -63,4 +63,4 @@ compileTinyGpt(const char *precision, llvm::StringRef function,
 
 } // namespace llmc::test
 
-#endif // LLMC_TEST_UNIT_LOWP_TINYGPTAMP_H
+#endif // LLMC_TEST_UNIT_CODEGEN_LLMCTOKERNEL_TINYGPTAMP_H

@@ -12,8 +12,8 @@
 // for the quiet bit); kernel stores give some NaN (the bf16 expansion in
 // the CPU kernels and CUDA's conversions canonicalize); RoundF16 and
 // RoundBF16 give the one quiet NaN 0x7FC00000 on every target.
-#include "test/unit/cpu/KernelTestUtil.h"
-#include "test/unit/lowp/LowPrecisionTestUtil.h"
+#include "test/unit/codegen/KernelToCpu/KernelTestUtil.h"
+#include "test/unit/codegen/LlmcToKernel/LowPrecisionTestUtil.h"
 
 #include "runtime/Cpu/LowPrecision.h"
 #include "runtime/Weights/Weights.h"

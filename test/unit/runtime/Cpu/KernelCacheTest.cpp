@@ -2,7 +2,7 @@
 // damaged entries are recompiled, and cache trouble never fails a load.
 #include "ir/kernel/AtomicFile.h"
 #include "runtime/Cpu/KernelCache.h"
-#include "test/unit/cpu/KernelTestUtil.h"
+#include "test/unit/codegen/KernelToCpu/KernelTestUtil.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"

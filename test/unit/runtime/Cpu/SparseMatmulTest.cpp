@@ -4,7 +4,7 @@
 #include "runtime/Cpu/SparseMatmul.h"
 #include "runtime/Weights/Sparsity.h"
 #include "runtime/Weights/Weights.h"
-#include "test/unit/runtime/RandomTwoOfFour.h"
+#include "test/unit/runtime/Weights/RandomTwoOfFour.h"
 
 #include "gtest/gtest.h"
 #include "llvm/Support/MemoryBuffer.h"

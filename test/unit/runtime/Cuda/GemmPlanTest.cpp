@@ -19,8 +19,8 @@
 #include "frontend/GptBuilder.h"
 #include "frontend/ModelConfig.h"
 #include "ir/LlmcDialect.h"
-#include "test/unit/cuda/CudaTestUtil.h"
-#include "test/unit/cudart/AmpEpilogues.h"
+#include "test/unit/codegen/KernelToCuda/CudaTestUtil.h"
+#include "test/unit/codegen/LlmcToKernel/AmpEpilogues.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"

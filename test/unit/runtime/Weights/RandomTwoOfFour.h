@@ -1,6 +1,6 @@
 // A random 2:4 weight for the tests of the 2:4 products (CPU and CUDA).
-#ifndef LLMC_TEST_UNIT_RUNTIME_RANDOMTWOOFFOUR_H
-#define LLMC_TEST_UNIT_RUNTIME_RANDOMTWOOFFOUR_H
+#ifndef LLMC_TEST_UNIT_RUNTIME_WEIGHTS_RANDOMTWOOFFOUR_H
+#define LLMC_TEST_UNIT_RUNTIME_WEIGHTS_RANDOMTWOOFFOUR_H
 
 #include "runtime/Weights/Sparsity.h"
 
@@ -36,4 +36,4 @@ inline std::vector<float> randomTwoOfFour(int64_t n, int64_t k,
 
 } // namespace llmc::test
 
-#endif // LLMC_TEST_UNIT_RUNTIME_RANDOMTWOOFFOUR_H
+#endif // LLMC_TEST_UNIT_RUNTIME_WEIGHTS_RANDOMTWOOFFOUR_H
