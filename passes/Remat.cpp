@@ -13,7 +13,7 @@
 // dropout regenerates its mask from (seed, step, stream, index), so
 // gradients are bitwise those without remat (in f16/bf16 only as long as a
 // fused kernel rounds what it computes as its ops' types say, since remat
-// changes where kernels begin and end; see test/unit/remat).
+// changes where kernels begin and end; see test/unit/passes/RematTest.cpp).
 //
 // Memory is judged as code generation will plan it: `budget` fuses a copy
 // of the step for each candidate S and asks the driver's PlannedPeakFn

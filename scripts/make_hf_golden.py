@@ -26,7 +26,8 @@ For each case (gpt2, llama) in test/golden/hf/:
                       not needed), plus __metadata__ {weights, weights_sha256,
                       model, batch, seq_len, seed, generator}. The sha256 ties
                       the golden to the exact committed weights; the unit test
-                      HfGolden (test/unit/kernel) checks it before comparing.
+                      HfGolden (test/unit/codegen/LlmcToKernel) checks it
+                      before comparing.
 
 The reference forward passes are written from the semantics of
 transformers' GPT2LMHeadModel (Conv1D computes x @ W + b with W [in, out];

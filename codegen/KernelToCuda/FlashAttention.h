@@ -76,7 +76,7 @@ std::string flashBackwardDqName(const FlashAttentionVariant &variant);
 /// One translation unit with the argument structs, the shared templates and
 /// the three kernels of every variant (duplicates are emitted once).
 /// Self-contained: it needs no prelude, and compiles with NVRTC and with
-/// test/unit/cuda/CudaEmulation.h.
+/// test/unit/codegen/KernelToCuda/CudaEmulation.h.
 std::string emitFlashAttentionModule(
     llvm::ArrayRef<FlashAttentionVariant> variants);
 

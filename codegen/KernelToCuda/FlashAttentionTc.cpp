@@ -70,7 +70,7 @@ __device__ __forceinline__ void llmc_fa_mma(float d[4], const unsigned a[4],
     LLMC_FA_MMA_16816("bf16");
 #undef LLMC_FA_MMA_16816
 #else
-  // The host emulation (test/unit/cuda/CudaEmulation.h).
+  // The host emulation (test/unit/codegen/KernelToCuda/CudaEmulation.h).
   const unsigned b[2] = {b0, b1};
   llmc_emu_mma_m16n8k16(F16, d, a, b);
 #endif

@@ -68,8 +68,8 @@ constexpr int64_t kMaxGridBlocks = 65535;
 // The prelude
 //===----------------------------------------------------------------------===//
 
-// Written so that it also compiles as host C++ under
-// test/unit/cuda/CudaEmulation.h (which provides the CUDA names it uses).
+// Written so that it also compiles as host C++ with the CUDA names that
+// test/unit/codegen/KernelToCuda/CudaEmulation.h provides.
 static const char kPrelude[] = R"cuda(// llmc CUDA prelude: storage types, loads and stores, reductions, Philox.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>

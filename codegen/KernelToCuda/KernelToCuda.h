@@ -80,8 +80,8 @@ struct CudaKernel {
 };
 
 /// The code every kernel relies on: the fp16/bf16 headers, dtype loads and
-/// stores, exact math wrappers, warp/block reductions, Philox4x32-10.
-/// Compiles with NVRTC and with test/unit/cuda/CudaEmulation.h.
+/// stores, exact math wrappers, warp/block reductions, Philox4x32-10;
+/// compiles with NVRTC and test/unit/codegen/KernelToCuda/CudaEmulation.h.
 const std::string &cudaPrelude();
 
 /// The launch emitCudaKernel chooses for `kernel` (without emitting it).

@@ -87,7 +87,7 @@ __device__ __forceinline__ void llmc_mma_sp_16832(float d[4],
     LLMC_MMA_SP_16832("bf16");
 #undef LLMC_MMA_SP_16832
 #else
-  // The host emulation (test/unit/cuda/CudaEmulation.h).
+  // The host emulation (test/unit/codegen/KernelToCuda/CudaEmulation.h).
   llmc_emu_mma_sp_m16n8k32(F16, d, a, b, e, 0);
 #endif
 }

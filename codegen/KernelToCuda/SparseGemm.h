@@ -5,8 +5,8 @@
 // f32 accumulation and f32 y; its launch shape. Like FlashAttention.h it
 // needs neither MLIR nor the CUDA toolkit; NVRTC compiles the source for
 // sm_80 and sm_90 (codegen/KernelToCuda/Nvrtc.h), and the same source
-// compiles on the host against test/unit/cuda/CudaEmulation.h, which
-// emulates the instruction.
+// compiles on the host against the emulation of the instruction in
+// test/unit/codegen/KernelToCuda/CudaEmulation.h.
 //
 // Kernel ABI: one argument, the contract's SparseGemmArgs by value
 // (ir/kernel/CudaModule.h; llmc_sparse_gemm_args in the source):

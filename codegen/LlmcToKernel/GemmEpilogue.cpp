@@ -53,9 +53,9 @@ namespace {
 // C is refused (an f32 C whose kernel rounds the product to bf16 as it
 // loads it, the logits' matmul_cast): fused, an f32 result would move by a
 // bf16 unit, 2^16 of its own. The tests emulate the fused GEMM as cuBLASLt
-// computes it (test/unit/cuda/CudaProgramTest.cpp, runGemm). cuBLASLt's
-// GELU is the tanh approximation (PyTorch's _addmm_activation relies on
-// it: pytorch/pytorch#104061), so the erf GELU is never matched.
+// computes it (runGemm in test/unit/codegen/KernelToCuda/CudaProgramTest.cpp).
+// cuBLASLt's GELU is the tanh approximation (PyTorch's _addmm_activation
+// relies on it: pytorch/pytorch#104061), so the erf GELU is never matched.
 
 /// The element of `access` that row `row` of `kernel` starts at (column 0).
 int64_t rowStart(const kir::Access &access, const kir::Kernel &kernel,

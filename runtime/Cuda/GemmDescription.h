@@ -3,8 +3,8 @@
 // kernel IR and the buffers' device addresses alone. No driver or cuBLASLt
 // call is made here, so the planning of a whole program (f32, or the bf16
 // and fp16 programs of llmc-amp) is unit-tested without a GPU
-// (test/unit/cudart/GemmPlanTest.cpp); CudaLaunch.cpp turns a description
-// into cuBLASLt descriptors and asks the heuristic for an algorithm.
+// (test/unit/runtime/Cuda/GemmPlanTest.cpp); CudaLaunch.cpp turns a
+// description into cuBLASLt descriptors and asks the heuristic for one.
 #ifndef LLMC_RUNTIME_CUDA_GEMMDESCRIPTION_H
 #define LLMC_RUNTIME_CUDA_GEMMDESCRIPTION_H
 

@@ -3,7 +3,7 @@
 // step: the inputs of step N+1 are written while step N runs, and step
 // N's loss and grad norm are read after step N+1 is enqueued. Host logic
 // only (no CUDA types): the executor passes CUDA events as the fences, the
-// unit tests a fake device (test/unit/cudart/StepSlotsTest.cpp).
+// unit tests a fake device (test/unit/runtime/Cuda/StepSlotsTest.cpp).
 #ifndef LLMC_RUNTIME_CUDA_STEPSLOTS_H
 #define LLMC_RUNTIME_CUDA_STEPSLOTS_H
 

@@ -7,8 +7,8 @@
 // the state, with no arena buffer for dW, no epilogue add and no copy
 // back. grad.wte of the tied embedding sums two terms: the embedding
 // gradient adds into the state first (no zero fill), then the logits' dW.
-// test/unit/kernel/AccumulateTest.cpp has the unfused forms, a state read
-// later (not accumulated) and the numbers.
+// test/unit/codegen/LlmcToKernel/AccumulateTest.cpp has the unfused forms,
+// a state read later (not accumulated) and the numbers.
 
 // CHECK: state grad.wte: buffer [[$WTE:[0-9]+]]
 // CHECK: state grad.h.0.attn.c_attn.weight: buffer [[$QKV:[0-9]+]]
