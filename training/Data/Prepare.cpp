@@ -153,16 +153,19 @@ prepareOutputDirectory(const PrepareOptions &options,
     auto stored = readState(stateFile);
     if (!stored)
       return stored.takeError();
+    // A run that finished no shard has nothing to keep: start over.
     std::string why = identityDifference(stored->identity, identity);
-    if (!why.empty())
+    if (!why.empty() && !stored->shards.empty())
       return llvm::createStringError(
           stateFile + ": this directory was prepared with other options or "
                       "inputs (" + why +
           "); rerun with the same ones to continue, or with --overwrite to "
           "start over");
-    if (llvm::Error error = checkKeptShards(options, *stored))
-      return error;
-    state = std::move(*stored);
+    if (why.empty()) {
+      if (llvm::Error error = checkKeptShards(options, *stored))
+        return error;
+      state = std::move(*stored);
+    }
   } else if (!options.overwrite) {
     for (const OwnedFile &file : *owned)
       if (!file.temporary)
@@ -584,6 +587,10 @@ llmc::data::prepareData(const PrepareOptions &options,
                       state->shards.size(), statePath(options))
             .str());
   }
+  if (result.documents == 0)
+    return llvm::createStringError(
+        "the inputs hold no document (every file, line or field is empty): "
+        "nothing to write");
   state->complete = true;
   if (llvm::Error error = writeState(statePath(options), *state))
     return error;
