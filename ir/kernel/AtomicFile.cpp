@@ -20,18 +20,6 @@ static Error fileError(StringRef path, const Twine &what, std::error_code ec) {
   return createStringError(ec, path + ": " + what + ": " + ec.message());
 }
 
-/// Runs `write` on a stream over `fd` and flushes it. Returns the error of
-/// `write`; a failed write or flush of the stream itself lands in `streamEc`.
-static Error fill(int fd, function_ref<Error(raw_ostream &)> write,
-                  std::error_code &streamEc) {
-  raw_fd_ostream os(fd, /*shouldClose=*/false);
-  Error error = write(os);
-  os.flush();
-  streamEc = os.error();
-  os.clear_error(); // else its destructor aborts
-  return error;
-}
-
 /// Flushes `fd`'s data to the disk. POSIX: llmc's runtime targets Linux, and
 /// LLVM Support has no fsync.
 static std::error_code syncFile(int fd) {
@@ -54,50 +42,86 @@ static void syncDirectoryOf(StringRef path) {
   ::close(dirFd);
 }
 
-Error llmc::kir::writeFileAtomically(
-    StringRef path, function_ref<Error(raw_ostream &)> write) {
+Expected<std::unique_ptr<llmc::kir::AtomicFileStream>>
+llmc::kir::AtomicFileStream::create(StringRef path) {
   // The temporary file sits next to the target so the rename cannot cross
   // file systems. It is created and renamed by hand rather than through
   // sys::fs::TempFile, whose keep() falls back to a non-atomic copy when
   // the rename fails.
-  int fd = -1;
+  std::unique_ptr<AtomicFileStream> file(new AtomicFileStream());
+  file->target = path.str();
   SmallString<256> tempPath;
-  if (std::error_code ec =
-          sys::fs::createUniqueFile(path + ".tmp-%%%%%%%%", fd, tempPath))
+  if (std::error_code ec = sys::fs::createUniqueFile(
+          path + ".tmp-%%%%%%%%", file->fd, tempPath))
     return fileError(path, "cannot create a temporary file next to it", ec);
+  file->tempPath = std::string(tempPath);
   sys::RemoveFileOnSignal(tempPath);
-  auto discard = [&] {
-    sys::fs::remove(tempPath);
-    sys::DontRemoveFileOnSignal(tempPath);
-  };
+  file->os = std::make_unique<raw_fd_ostream>(file->fd, /*shouldClose=*/false);
+  return file;
+}
 
-  std::error_code writeEc;
-  Error writeError = fill(fd, write, writeEc);
+void llmc::kir::AtomicFileStream::discard() {
+  if (finished)
+    return;
+  finished = true;
+  if (os) {
+    os->clear_error(); // else its destructor aborts
+    os.reset();
+  }
+  if (fd >= 0)
+    (void)sys::Process::SafelyCloseFileDescriptor(fd);
+  fd = -1;
+  sys::fs::remove(tempPath);
+  sys::DontRemoveFileOnSignal(tempPath);
+}
+
+llmc::kir::AtomicFileStream::~AtomicFileStream() { discard(); }
+
+Error llmc::kir::AtomicFileStream::commit() {
+  if (finished)
+    return createStringError(target + ": the file was already committed or "
+                                      "discarded");
+  os->flush();
+  std::error_code writeEc = os->error();
+  os->clear_error();
+  os.reset();
   std::error_code syncEc;
-  if (!writeError && !writeEc)
+  if (!writeEc)
     syncEc = syncFile(fd);
   std::error_code closeEc = sys::Process::SafelyCloseFileDescriptor(fd);
-  if (writeError) {
-    discard();
-    return writeError;
-  }
+  fd = -1;
   if (writeEc || syncEc || closeEc) {
+    std::string temp = tempPath;
     discard();
     if (writeEc)
-      return fileError(path, "cannot write '" + tempPath + "'", writeEc);
+      return fileError(target, "cannot write '" + temp + "'", writeEc);
     if (syncEc)
-      return fileError(path, "cannot sync '" + tempPath + "' to the disk",
+      return fileError(target, "cannot sync '" + temp + "' to the disk",
                        syncEc);
-    return fileError(path, "cannot close '" + tempPath + "'", closeEc);
+    return fileError(target, "cannot close '" + temp + "'", closeEc);
   }
-
-  if (std::error_code ec = sys::fs::rename(tempPath, path)) {
+  if (std::error_code ec = sys::fs::rename(tempPath, target)) {
+    std::string temp = tempPath;
     discard();
-    return fileError(path, "cannot rename '" + tempPath + "' to it", ec);
+    return fileError(target, "cannot rename '" + temp + "' to it", ec);
   }
+  finished = true;
   sys::DontRemoveFileOnSignal(tempPath);
-  syncDirectoryOf(path);
+  syncDirectoryOf(target);
   return Error::success();
+}
+
+Error llmc::kir::writeFileAtomically(
+    StringRef path, function_ref<Error(raw_ostream &)> write) {
+  Expected<std::unique_ptr<AtomicFileStream>> file =
+      AtomicFileStream::create(path);
+  if (!file)
+    return file.takeError();
+  // An error of `write` is returned as it is; destroying the stream
+  // removes the temporary.
+  if (Error error = write((*file)->stream()))
+    return error;
+  return (*file)->commit();
 }
 
 bool llmc::kir::isTemporaryFileOf(StringRef name, StringRef target) {

@@ -10,6 +10,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace llmc::kir {
@@ -28,6 +29,41 @@ namespace llmc::kir {
 llvm::Error
 writeFileAtomically(llvm::StringRef path,
                     llvm::function_ref<llvm::Error(llvm::raw_ostream &)> write);
+
+/// The same temporary file, fsync and rename for a writer that streams in
+/// many steps (token files of `llmc data prepare`): create() makes the
+/// temporary file next to `path` (removed on a fatal signal), stream()
+/// writes into it (seekable, to fill in a header last), commit() flushes,
+/// fsyncs and renames it over `path`. Destroying it uncommitted removes
+/// the temporary and leaves `path` as it was. Errors read as
+/// writeFileAtomically's.
+class AtomicFileStream {
+public:
+  static llvm::Expected<std::unique_ptr<AtomicFileStream>>
+  create(llvm::StringRef path);
+  ~AtomicFileStream();
+  AtomicFileStream(const AtomicFileStream &) = delete;
+  AtomicFileStream &operator=(const AtomicFileStream &) = delete;
+
+  /// The stream over the temporary file; its write errors are reported by
+  /// commit().
+  llvm::raw_fd_ostream &stream() { return *os; }
+  const std::string &path() const { return target; }
+  const std::string &temporaryPath() const { return tempPath; }
+  /// Makes the file appear at path(). Called at most once; on an error the
+  /// temporary is removed.
+  llvm::Error commit();
+
+private:
+  AtomicFileStream() = default;
+  void discard();
+
+  std::string target;
+  std::string tempPath;
+  int fd = -1;
+  std::unique_ptr<llvm::raw_fd_ostream> os;
+  bool finished = false;
+};
 
 /// Whether the file name `name` is one of the temporary files that
 /// writeFileAtomically makes for a file named `target`: `target` followed

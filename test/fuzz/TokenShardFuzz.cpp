@@ -1,18 +1,51 @@
-// libFuzzer target: data::parseShard (llm.c token shards) on any bytes,
-// without a vocabulary bound and with GPT-2's.
+// libFuzzer target: the token file readers (data::TokenFile::open and read:
+// llm.c shards, llmc files and their document index, Megatron .idx against
+// a .bin) on any bytes, reading every token without a vocabulary bound and
+// with GPT-2's.
 #include "test/fuzz/FuzzInput.h"
 
-#include "frontend/Dataset.h"
+#include "training/Data/TokenFile.h"
+
+#include <vector>
 
 using namespace llmc;
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  llvm::StringRef bytes(reinterpret_cast<const char *>(data), size);
-  for (int32_t vocabSize : {0, 50257}) {
-    llvm::Expected<std::vector<int32_t>> tokens =
-        data::parseShard(bytes, "<fuzz>", vocabSize);
-    if (!tokens)
-      fuzz::expectMessage(tokens.takeError());
+/// Opens `path` and reads it all, in two ranges (a read that spans pages and
+/// one that starts mid-file); every refusal must carry a message.
+static void openAndRead(const std::string &path) {
+  llvm::Expected<std::shared_ptr<data::TokenFile>> file =
+      data::TokenFile::open(path, /*tokenizer=*/nullptr);
+  if (!file) {
+    fuzz::expectMessage(file.takeError());
+    return;
   }
+  int64_t tokens = (*file)->numTokens();
+  if (tokens > (int64_t(1) << 24))
+    return; // the header agreed with the file size: no need to read it all
+  std::vector<int32_t> ids(tokens);
+  for (int32_t vocabSize : {0, 50257}) {
+    int64_t half = tokens / 2;
+    fuzz::expectMessage((*file)->read(0, half, ids.data(), vocabSize));
+    fuzz::expectMessage(
+        (*file)->read(half, tokens - half, ids.data() + half, vocabSize));
+  }
+  if (std::optional<int64_t> documents = (*file)->numDocuments())
+    for (int64_t d = 0; d < *documents; ++d)
+      if ((*file)->documentStart(d) > tokens) {
+        llvm::errs() << "fuzz: a document starts past the tokens\n";
+        std::abort();
+      }
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  // The bytes as an llm.c shard, as an llmc file, and as the .idx of a
+  // Megatron pair whose .bin is the same bytes (so that small sizes and
+  // pointers can match it).
+  static fuzz::InputFile shard(".bin"), llmcFile(".tok");
+  static fuzz::InputFile megatronIdx("-m.idx"), megatronBin("-m.bin");
+  openAndRead(shard.write(data, size));
+  openAndRead(llmcFile.write(data, size));
+  megatronBin.write(data, size);
+  openAndRead(megatronIdx.write(data, size));
   return 0;
 }

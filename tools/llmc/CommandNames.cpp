@@ -27,10 +27,11 @@ static void reportError(const llvm::Twine &message) {
 bool checkCommandName(llvm::StringRef word) {
   if (word.empty() || word.starts_with("-") || word.starts_with("@"))
     return true;
-  // `help`, `run` and `tokenizer` are dispatched before cl parses; the
-  // rest are cl's subcommands (sorted: the suggestion must not depend on
-  // the order of a pointer set).
-  std::vector<llvm::StringRef> commands = {"help", "run", "tokenizer"};
+  // `help`, `run`, `tokenizer` and `data` are dispatched before cl
+  // parses; the rest are cl's subcommands (sorted: the suggestion must not
+  // depend on the order of a pointer set).
+  std::vector<llvm::StringRef> commands = {"help", "run", "tokenizer",
+                                           "data"};
   for (cl::SubCommand *sub : cl::getRegisteredSubcommands())
     if (!sub->getName().empty())
       commands.push_back(sub->getName());

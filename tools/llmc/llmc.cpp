@@ -26,6 +26,7 @@
 #include "tools/common/GenerateOutput.h"
 #include "tools/llmc/CommandNames.h"
 #include "tools/llmc/CrashWatchdog.h"
+#include "tools/llmc/DataCommand.h"
 #include "tools/llmc/Inference.h"
 #ifdef LLMC_HAVE_NVRTC
 #include "codegen/KernelToCuda/CudaCompiler.h"
@@ -1076,6 +1077,8 @@ int main(int argc, char **argv) {
     return runTokenizerCommand(argc - 1, argv + 1);
   if (argc > 1 && llvm::StringRef(argv[1]) == "run")
     return runTrainCommand(argc - 1, argv + 1);
+  if (argc > 1 && llvm::StringRef(argv[1]) == "data")
+    return ::llmc::runDataCommand(argc - 1, argv + 1);
   if (argc > 1 && llvm::StringRef(argv[1]) == "help")
     return ::llmc::runHelpCommand(argc - 1, argv + 1);
   if (argc > 1 && !::llmc::checkCommandName(argv[1]))
@@ -1106,6 +1109,7 @@ int main(int argc, char **argv) {
       "  llmc plan train.yaml | MODEL           memory, time, cost, layouts\n"
       "  llmc presets [NAME]                    built-in model configs\n"
       "  llmc tokenizer train|encode ...        BPE vocabularies, token shards\n"
+      "  llmc data info FILES...                what token files hold\n"
       "  llmc run train.yaml                    train (config keys as --flags)\n"
       "  llmc help config [--markdown]          the config keys of run and plan\n\n"
       "Run 'llmc SUBCOMMAND --help' for a subcommand's options.\n");

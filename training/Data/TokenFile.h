@@ -30,8 +30,10 @@
 //     file, into memory: meant for small corpora; `llmc data prepare`
 //     turns large text into token files).
 //
-// Which format a path is: by its magic number (llm.c, llmc), by a sibling
-// .idx (Megatron), else by its extension (.bin and .tok must be one of the
+// Which format a path is: PREFIX.idx, or PREFIX.bin with a PREFIX.idx
+// beside it, is Megatron (checked first: a Megatron .bin has no header, and
+// its first two tokens may spell llm.c's magic); else by its magic number
+// (llm.c, llmc); else by its extension (.bin and .tok must be one of the
 // binary formats: a truncated or damaged one is an error, never read as
 // text); anything else is text, and text holding NUL bytes is refused as
 // binary.
@@ -96,22 +98,27 @@ public:
 
   /// Documents the file records (llmc, Megatron, encoded text); nullopt
   /// for llm.c shards, which keep no index.
-  std::optional<int64_t> numDocuments() const;
-  /// The first token of document `index` (< *numDocuments()).
-  int64_t documentStart(int64_t index) const;
+  virtual std::optional<int64_t> numDocuments() const = 0;
+  /// The first token of document `index` (< *numDocuments()); the index
+  /// was checked at open (ascending, within the tokens).
+  virtual int64_t documentStart(int64_t index) const = 0;
 
   /// Copies tokens [start, start + count) into `out` as int32. With
   /// vocabLimit > 0 every id must be below it: an error names the file,
   /// the token index and the id (ids are checked as windows are read, not
-  /// by a scan at open, which would read the whole dataset).
-  llvm::Error read(int64_t start, int64_t count, int32_t *out,
-                   int32_t vocabLimit = 0) const;
+  /// by a scan at open, which would read the whole dataset). A negative id,
+  /// or one beyond int32 (Megatron's int64, llmc's uint32), is always an
+  /// error. The pages the read touched leave this process's resident set.
+  virtual llvm::Error read(int64_t start, int64_t count, int32_t *out,
+                           int32_t vocabLimit = 0) const = 0;
 
-  /// Bytes of the file mapped into this process right now (0 until the
-  /// first read, and for in-memory tokens: see heapBytes).
-  int64_t mappedBytes() const;
+  /// Bytes of address space this file maps right now: the document index
+  /// or Megatron .idx from open, the tokens from the first read (0 for
+  /// in-memory tokens: see heapBytes). Resident memory is far less: reads
+  /// drop the pages they touched.
+  virtual int64_t mappedBytes() const = 0;
   /// Bytes of heap this file holds (in-memory tokens, encoded text).
-  int64_t heapBytes() const;
+  virtual int64_t heapBytes() const = 0;
 
 protected:
   TokenFile() = default;
@@ -142,25 +149,35 @@ public:
 };
 
 /// Writes `tokens` as an llm.c shard at `path`, atomically (every token
-/// must fit in uint16): tests and small tools.
+/// must fit in uint16): tests and small tools. (It lives with the writer in
+/// TokenFileWriter.cpp.)
 llvm::Error writeShard(llvm::StringRef path, llvm::ArrayRef<int32_t> tokens);
 
 /// What `llmc data info` prints for a file: the header's facts plus a full
-/// scan (minimum and maximum id, XXH3-64 of the token bytes, and for llmc
-/// files whether it equals the header's).
+/// scan (minimum and maximum id, XXH3-64 of the token bytes as stored --
+/// the .bin of a Megatron pair, int32 for text -- and for llmc files
+/// whether it equals the header's).
 struct TokenFileInfo {
   std::string path;
   TokenFormat format = TokenFormat::Text;
   TokenType type = TokenType::I32;
   int64_t tokens = 0;
   std::optional<int64_t> documents;
-  int32_t minId = 0, maxId = 0;
+  /// Ids as stored (a Megatron int64 file may hold any): 0 when empty.
+  int64_t minId = 0, maxId = 0;
   uint64_t checksum = 0;
   /// llmc files: whether the checksum matches the header.
   std::optional<bool> checksumMatches;
+  /// With a vocabLimit: the ids outside [0, vocabLimit) and the index of
+  /// the first.
+  int64_t idsOutOfRange = 0;
+  std::optional<int64_t> firstOutOfRange;
 };
+/// Opens `path` as TokenFile::open does and scans every token (the hash
+/// touches every page once; the scan drops them as it goes).
 llvm::Expected<TokenFileInfo> scanTokenFile(llvm::StringRef path,
-                                            const Tokenizer *tokenizer);
+                                            const Tokenizer *tokenizer,
+                                            int64_t vocabLimit = 0);
 
 } // namespace llmc::data
 
