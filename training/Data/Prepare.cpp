@@ -346,10 +346,13 @@ public:
 
   /// Takes one encoded batch in order.
   llvm::Error take(const EncodedBatch &batch) {
-    emptySinceShard += batch.emptyDocuments;
-    result.emptyDocuments += batch.emptyDocuments;
     size_t at = 0;
     for (const EncodedDocument &document : batch.documents) {
+      if (document.empty) {
+        ++emptySinceShard;
+        ++result.emptyDocuments;
+        continue;
+      }
       llvm::ArrayRef<int32_t> tokens(batch.tokens.data() + at,
                                      static_cast<size_t>(document.tokens));
       at += document.tokens;

@@ -262,9 +262,11 @@ static void encodeLines(const Batch &batch, const InputFile &input,
     line.consume_back("\r");
     EncodedDocument document;
     document.after = position;
+    EncodedDocument empty = document;
+    empty.empty = true;
     if (input.kind == InputKind::Lines) {
       if (line.empty()) {
-        ++out.emptyDocuments;
+        out.documents.push_back(empty);
         continue;
       }
       appendDocument(line, true, tokenizer, out, document);
@@ -278,7 +280,7 @@ static void encodeLines(const Batch &batch, const InputFile &input,
     if (!*text)
       continue; // a blank line
     if ((*text)->empty()) {
-      ++out.emptyDocuments;
+      out.documents.push_back(empty);
       continue;
     }
     appendDocument(**text, true, tokenizer, out, document);
@@ -304,14 +306,15 @@ void llmc::data::encodeBatch(const Batch &batch, const InputFile &input,
     encodeLines(batch, input, tokenizer, field, out);
     return;
   }
-  if (batch.documentStart && batch.documentEnd && batch.text.empty()) {
-    ++out.emptyDocuments;
-    return;
-  }
   EncodedDocument piece;
   piece.complete = batch.documentEnd;
   piece.after = batch.start;
   piece.after.offset += batch.text.size();
   piece.after.line += batch.text.count('\n');
+  if (batch.documentStart && batch.documentEnd && batch.text.empty()) {
+    piece.empty = true; // an empty file
+    out.documents.push_back(piece);
+    return;
+  }
   appendDocument(batch.text, batch.documentStart, tokenizer, out, piece);
 }

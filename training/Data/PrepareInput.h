@@ -68,6 +68,9 @@ struct EncodedDocument {
   int64_t tokens = 0;
   /// Whether the document ends in this batch.
   bool complete = true;
+  /// An empty document, skipped (no tokens): counted where it is, so that
+  /// each shard's count does not depend on where batches were cut.
+  bool empty = false;
   /// The input position right after the document.
   InputPosition after;
 };
@@ -76,7 +79,6 @@ struct EncodedBatch {
   int64_t sequence = 0;
   std::vector<int32_t> tokens;           // the documents' tokens, back to back
   std::vector<EncodedDocument> documents;
-  int64_t emptyDocuments = 0;
   int64_t bytes = 0;                     // input bytes of the batch
   std::optional<std::string> error;      // "file:line: what is wrong"
 };
