@@ -223,6 +223,34 @@ TEST_F(PrepareTest, ShardBoundariesAndThreadIndependence) {
                           a.emptyDocuments);
 }
 
+// Progress as lines (not a terminal): documents, tokens, tokens/s, MB/s,
+// the share of the input done and the ETA; nothing with Quiet.
+TEST_F(PrepareTest, ProgressLines) {
+  std::string path = write("docs.txt", linesCorpus(20000, 9));
+  PrepareOptions o = options({path}, "out");
+  o.inputKind = InputKind::Lines;
+  o.progress = ProgressStyle::Lines;
+  o.progressIntervalSeconds = 0; // every batch
+  std::string progress;
+  llvm::raw_string_ostream os(progress);
+  auto result = prepareData(o, os);
+  ASSERT_TRUE(static_cast<bool>(result)) << errorText(result.takeError());
+  EXPECT_THAT(progress, ::testing::ContainsRegex(
+                            "prepare: [0-9.k]+ documents, [0-9.kM]+ tokens, "
+                            "[0-9.kM]+ tokens/s, [0-9.]+ MB/s, [0-9]+% of "
+                            "[0-9.]+ MB, ETA [0-9a-z-]+\n"));
+  EXPECT_EQ(progress.find('\r'), std::string::npos);
+  std::string summary;
+  llvm::raw_string_ostream summaryStream(summary);
+  printPrepareSummary(*result, summaryStream);
+  EXPECT_THAT(summary, HasSubstr("data_000000.tok: " +
+                                 std::to_string(result->tokens) + " tokens, "
+                                 "20000 documents\n"));
+  EXPECT_THAT(summary, HasSubstr("total: " + std::to_string(result->tokens) +
+                                 " tokens, 20000 documents in 1 file(s) of "
+                                 "uint16 tokens"));
+}
+
 // JSONL: the field of each line; blank lines skipped; an empty field is an
 // empty (skipped) document; other fields ignored.
 TEST_F(PrepareTest, JsonlField) {
