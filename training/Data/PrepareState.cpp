@@ -5,8 +5,10 @@
 #include "ir/kernel/AtomicFile.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/xxhash.h"
 
 using namespace llmc::data;
@@ -33,6 +35,15 @@ llmc::data::runIdentity(const PrepareOptions &options,
     bytes += token;
   }
   std::optional<int32_t> eot = tokenizer.endOfTextId();
+  // A BPE directory by its absolute path: a rerun from another directory,
+  // or spelled "bpe/" instead of "bpe", is the same run.
+  std::string spec = options.tokenizerSpec;
+  if (spec != "byte") {
+    llvm::SmallString<256> absolute(spec);
+    llvm::sys::fs::make_absolute(absolute);
+    llvm::sys::path::remove_dots(absolute, /*remove_dot_dot=*/true);
+    spec = llvm::StringRef(absolute).rtrim("/").str();
+  }
   llvm::json::Array inputArray;
   for (const InputFile &input : inputs)
     inputArray.push_back(llvm::json::Object{
@@ -47,7 +58,7 @@ llmc::data::runIdentity(const PrepareOptions &options,
       {"field", options.field},
       {"tokenizer",
        llvm::json::Object{
-           {"spec", options.tokenizerSpec},
+           {"spec", spec},
            {"vocab_size", tokenizer.vocabSize()},
            {"end_of_text", eot ? llvm::json::Value(*eot) : nullptr},
            {"tokens_xxh3",
