@@ -55,7 +55,13 @@ llmc::data::runIdentity(const PrepareOptions &options,
       {"format", formatKey(options.format)},
       {"shard_tokens", options.shardTokens},
       {"prefix", options.prefix},
-      {"field", options.field},
+      // The field matters only when an input is JSONL.
+      {"field", llvm::any_of(inputs,
+                             [](const InputFile &input) {
+                               return input.kind == InputKind::Jsonl;
+                             })
+                    ? llvm::json::Value(options.field)
+                    : llvm::json::Value(nullptr)},
       {"tokenizer",
        llvm::json::Object{
            {"spec", spec},

@@ -398,7 +398,11 @@ TEST_F(PrepareTest, RefusesOtherOptionsOrInputs) {
   std::string path = write("a.txt", "one two three");
   PrepareOptions o = options({path}, "out");
   run(o);
+  // The JSONL field of inputs that are not JSONL changes nothing.
   PrepareOptions other = o;
+  other.field = "body";
+  EXPECT_TRUE(run(other).alreadyComplete);
+  other = o;
   other.shardTokens = 5;
   EXPECT_THAT(runError(other),
               HasSubstr("this directory was prepared with other options or "
