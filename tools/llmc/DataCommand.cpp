@@ -36,6 +36,10 @@ static const DataAction kActions[] = {
      "    min/max id and the XXH3-64 of its token bytes (for llmc files,\n"
      "    whether it matches the header's). Exits non-zero if any file is\n"
      "    bad (the error names it).\n"},
+    {"prepare", runDataPrepare,
+     "llmc data prepare INPUT... -o DIR [--tokenizer SPEC] [--input KIND]\n"
+     "    Text, one-document-a-line text and JSONL into token files, on\n"
+     "    every core, resumable (llmc data prepare --help).\n"},
 };
 
 static void printUsage(llvm::raw_ostream &os) {

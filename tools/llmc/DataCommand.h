@@ -13,6 +13,10 @@ int runDataCommand(int argc, char **argv);
 /// "info".
 int runDataInfo(int argc, char **argv);
 
+/// `llmc data prepare INPUT... -o DIR [options]` (DataPrepareCommand.cpp);
+/// `argv[0]` is "prepare".
+int runDataPrepare(int argc, char **argv);
+
 } // namespace llmc
 
 #endif // LLMC_TOOLS_LLMC_DATACOMMAND_H
