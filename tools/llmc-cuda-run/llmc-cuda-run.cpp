@@ -124,6 +124,13 @@ static cl::opt<bool> compileOnly(
              "gpu-check.sh --dry-run; the kernel cache it fills is the one a "
              "later run reads)"));
 
+static cl::opt<int> cudaArch(
+    "cuda-arch",
+    cl::cat(toolOptions), cl::desc("Compile the kernels for this one SM only (90: H100, H200), "
+             "no PTX, instead of sm_80 and sm_90 cubins and compute_80 PTX: a "
+             "third of NVRTC's work and of the kernel cache"),
+    cl::init(0));
+
 static int fail(llvm::Error error) {
   llvm::errs() << "llmc-cuda-run: error: " << llvm::toString(std::move(error))
                << "\n";
@@ -177,6 +184,10 @@ static CudaExecutorOptions executorOptions() {
 static cuda::CudaCompileFn compilerFor(const kir::ArtifactContents &contents) {
   cuda::CudaCompilerOptions options;
   options.multiTensor = !noMultiTensor;
+  if (cudaArch > 0) {
+    options.nvrtc.archs = {cudaArch};
+    options.nvrtc.ptxArch = 0;
+  }
   if (!contents.cuda)
     return cuda::cudaCompiler(std::move(options));
   const kir::CudaSection &section = *contents.cuda;
