@@ -392,12 +392,27 @@ def judge_decode(check, out):
 
 # --- the checks' commands ------------------------------------------------
 
+def library_path():
+    """LD_LIBRARY_PATH with, after what it holds, the CUDA libraries of
+    this Python's pip packages (nvidia-cuda-nvrtc, nvidia-cublas: PyTorch's)
+    and the toolkit's usual folder: where the binaries' dlopen of NVRTC and
+    cuBLASLt looks last, should the machine's own loader paths lack them."""
+    import glob
+    folders = [f for f in os.environ.get("LD_LIBRARY_PATH", "").split(":")
+               if f]
+    for entry in sys.path:
+        folders += sorted(glob.glob(os.path.join(entry, "nvidia", "*", "lib")))
+    folders.append("/usr/local/cuda/lib64")
+    return ":".join(dict.fromkeys(folders))
+
+
 class Context:
     def __init__(self, prepared, log, facts):
         self.prepared, self.log, self.facts = prepared, log, facts
         self.results = {}
         self.env = dict(os.environ,
-                        LLMC_CACHE_DIR=os.path.join(prepared, "cache"))
+                        LLMC_CACHE_DIR=os.path.join(prepared, "cache"),
+                        LD_LIBRARY_PATH=library_path())
         self.scratch = os.path.join(prepared, "scratch")
 
     def path(self, relative):
