@@ -15,7 +15,8 @@ summary for bench/README.md) and gpu-check.log (every command's output).
 The dry run needs no GPU: every binary and input the checks name exists
 (the binaries link no LLVM/MLIR shared library, the compressed exports
 decompress), every CUDA program compiles with NVRTC (llmc-cuda-run
---compile-only, into the carried kernel cache), the torch peer parses, the
+--compile-only, into the kernel cache, then packed into the cache.tar.gz
+that travels), the torch peer parses, the
 prepared folder fits what a GPU call carries; then it prints the plan of
 checks with their budgets and their total, which must stay under 8 minutes.
 Exit status 0 when all of that holds, 1 otherwise.
@@ -30,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 
@@ -55,9 +57,34 @@ SPARSE_TOLERANCE = 1e-3
 # kernel cache. The dry run compiles with the same flag, so the run reads
 # every module from the cache.
 CUDA_ARCH = ["--cuda-arch", "90"]
+# Of a command's output, gpu-check.log keeps the first and the last this
+# many characters (a file that comes back from the device is capped).
+LOG_KEEP_CHARS = 40000
 # Dense bf16 peaks by GPU name (examples/hardware.yaml), for MFU.
 PEAKS = [("H100 PCIe", 756.5e12), ("H100", 989.5e12), ("H200", 989.5e12),
          ("A100", 312e12)]
+
+
+def unpack_cache(prepared):
+    """cache.tar.gz (what travels: the cubins compress about tenfold) into
+    cache/, where the binaries read it through LLMC_CACHE_DIR."""
+    packed = os.path.join(prepared, "cache.tar.gz")
+    if os.path.exists(packed) and not os.path.isdir(
+            os.path.join(prepared, "cache")):
+        with tarfile.open(packed) as tar:
+            tar.extractall(prepared, filter="data") if hasattr(
+                tarfile, "data_filter") else tar.extractall(prepared)
+
+
+def pack_cache(prepared):
+    """cache/ into cache.tar.gz, and cache/ removed: the folder that
+    travels holds the compressed form only."""
+    folder = os.path.join(prepared, "cache")
+    packed = os.path.join(prepared, "cache.tar.gz")
+    with tarfile.open(packed + ".part", "w:gz") as tar:
+        tar.add(folder, arcname="cache")
+    os.replace(packed + ".part", packed)
+    shutil.rmtree(folder)
 
 
 def load_prepared(prepared):
@@ -94,7 +121,14 @@ def run_command(argv, timeout, log, env=None, cwd=None):
         out, _ = proc.communicate()
         status = None
     seconds = time.monotonic() - start
-    log.write(out)
+    if len(out) > 2 * LOG_KEEP_CHARS:  # --print-logits prints megabytes
+        left_out = len(out) - 2 * LOG_KEEP_CHARS
+        out_logged = (out[:LOG_KEEP_CHARS] +
+                      f"\n[... {left_out} characters left out ...]\n" +
+                      out[-LOG_KEEP_CHARS:])
+    else:
+        out_logged = out
+    log.write(out_logged)
     log.write(f"[exit {status}, {seconds:.1f} s]\n")
     log.flush()
     return status, out, seconds
@@ -628,6 +662,7 @@ def run_checks(args):
     only = set(args.only.split(",")) if args.only else None
     log = open(os.path.join(args.results_dir, "gpu-check.log"), "w")
     log.write(json.dumps(facts) + "\n")
+    unpack_cache(args.prepared)
     ctx = Context(os.path.abspath(args.prepared), log, facts)
     start = time.monotonic()
     for check in prepared["checks"]:
@@ -793,8 +828,11 @@ def dry_run(args):
     checks = prepared["checks"]
     problems = []
     dry_run_files(args.prepared, checks, problems)
+    unpack_cache(args.prepared)
     if not any("llmc-cuda-run" in p for p in problems):
         dry_run_nvrtc(args.prepared, checks, problems, args.quick)
+    if os.path.isdir(os.path.join(args.prepared, "cache")):
+        pack_cache(args.prepared)
     carried = folder_bytes(args.prepared)
     tree = tree_bytes()
     print(f"size: {args.prepared} {carried / 2**20:.1f} MiB, working tree "

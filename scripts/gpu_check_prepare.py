@@ -10,9 +10,10 @@ bench-sparse-cuda: no LLVM shared library) and the `--target cuda` exports,
 gzip-compressed; inputs/ the training programs (llmc-cpu-reference
 --compile --function train), their seeded inputs and the CPU's reference
 losses, grad norms and final tensors, the speed runs' programs and inputs,
-`llmc plan --json` of each speed run, the CPU export's logits; cache/ the
-NVRTC kernel cache of every program (so the GPU compiles nothing it can
-reuse); prepared.json, the checks in the order they run, with budgets.
+`llmc plan --json` of each speed run, the CPU export's logits;
+cache.tar.gz, the NVRTC kernel cache of every program, which the dry run
+at the end compiles and packs (so the GPU compiles nothing it can reuse);
+prepared.json, the checks in the order they run, with budgets.
 
 --short prepares the same checks on the tiny model only (about a minute):
 what test/tools/gpu-check-dry-run.test runs. The full preparation takes
@@ -48,7 +49,10 @@ def run(argv, log, **kwargs):
     step's output (nothing is half-prepared: prepared.json comes last)."""
     print("  $ " + " ".join(argv), flush=True)
     out = subprocess.run(argv, capture_output=True, text=True, **kwargs)
-    log.write(f"$ {' '.join(argv)}\n{out.stdout}{out.stderr}\n")
+    text = out.stdout + out.stderr
+    if len(text) > 20000:  # --print-logits: megabytes, kept in inputs/
+        text = text[:10000] + "\n[...]\n" + text[-10000:]
+    log.write(f"$ {' '.join(argv)}\n{text}\n")
     if out.returncode != 0:
         sys.exit(f"gpu-check --prepare: error: {argv[0]} failed "
                  f"(exit {out.returncode}):\n{out.stdout[-2000:]}"
