@@ -16,7 +16,7 @@
 #       at a failure; writes RESULTS_DIR/gpu-results.json, gpu-results.md
 #       and gpu-check.log
 #
-# Before the GPU call, here (about 6 minutes on 2 cores):
+# Before the GPU call, here (minutes: bench/README.md has the time):
 #   cmake --build build --target llmc llmc-cuda-run llmc-cpu-reference \
 #     bench-sparse-cuda bench-attention-cuda
 #   bash scripts/gpu-check.sh --prepare && bash scripts/gpu-check.sh --dry-run

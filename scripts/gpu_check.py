@@ -66,8 +66,8 @@ PEAKS = [("H100 PCIe", 756.5e12), ("H100", 989.5e12), ("H200", 989.5e12),
 
 
 def unpack_cache(prepared):
-    """cache.tar.gz (what travels: the cubins compress about tenfold) into
-    cache/, where the binaries read it through LLMC_CACHE_DIR."""
+    """cache.tar.gz (what travels: cubins compress well) into cache/,
+    where the binaries read it through LLMC_CACHE_DIR."""
     packed = os.path.join(prepared, "cache.tar.gz")
     if os.path.exists(packed) and not os.path.isdir(
             os.path.join(prepared, "cache")):

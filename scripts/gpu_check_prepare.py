@@ -15,10 +15,10 @@ cache.tar.gz, the NVRTC kernel cache of every program, which the dry run
 at the end compiles and packs (so the GPU compiles nothing it can reuse);
 prepared.json, the checks in the order they run, with budgets.
 
---short prepares the same checks on the tiny model only (about a minute):
-what test/tools/gpu-check-dry-run.test runs. The full preparation takes
-about 6 minutes on 2 cores, most of it the CPU references of GPT-2 124M and
-the export of its binaries.
+--short prepares the same checks on the tiny model only: what
+test/tools/gpu-check-dry-run.test runs. The full preparation takes minutes
+(bench/README.md), most of them in the CPU references of GPT-2 124M, its
+exports and NVRTC.
 """
 import argparse
 import datetime
@@ -164,9 +164,9 @@ def patterned_gpt2_weights(path, layers=12, width=768, vocab=50257,
                            positions=1024):
     """GPT-2 124M's tensors under Hugging Face names (Conv1D [in, out]),
     each filled with a seeded block of 1021 normal values repeated: a model
-    like any other to the kernels, whose export compresses about a
-    thousandfold (the block recurs within gzip's window), so the 500 MB
-    binary travels to the GPU machine in well under a MiB."""
+    like any other to the kernels, whose weights compress to almost nothing
+    (the block recurs within gzip's window), so the exported binary's
+    weights add little to what travels to the GPU machine."""
     from array import array
     rng = random.Random(46)
 
