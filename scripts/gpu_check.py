@@ -74,6 +74,8 @@ def unpack_cache(prepared):
         with tarfile.open(packed) as tar:
             tar.extractall(prepared, filter="data") if hasattr(
                 tarfile, "data_filter") else tar.extractall(prepared)
+        return True
+    return False
 
 
 def pack_cache(prepared):
@@ -662,7 +664,7 @@ def run_checks(args):
     only = set(args.only.split(",")) if args.only else None
     log = open(os.path.join(args.results_dir, "gpu-check.log"), "w")
     log.write(json.dumps(facts) + "\n")
-    unpack_cache(args.prepared)
+    unpacked = unpack_cache(args.prepared)
     ctx = Context(os.path.abspath(args.prepared), log, facts)
     start = time.monotonic()
     for check in prepared["checks"]:
@@ -690,6 +692,8 @@ def run_checks(args):
         write_results(args.results_dir, facts, prepared, ctx.results, False)
     write_results(args.results_dir, facts, prepared, ctx.results, True)
     shutil.rmtree(ctx.scratch, ignore_errors=True)
+    if unpacked:  # the folder stays as it travels
+        shutil.rmtree(os.path.join(args.prepared, "cache"), ignore_errors=True)
     failed = sum(r["status"] == "fail" for r in ctx.results.values())
     print(f"gpu-check: {len(ctx.results)} checks, {failed} failed, "
           f"{time.monotonic() - start:.0f} s; results in "
