@@ -131,8 +131,8 @@ struct CudaBenchGpu {
     return best;
   }
 
-  /// `source` compiled by NVRTC (sm_80, sm_90 cubins and compute_80 PTX)
-  /// and loaded for this device.
+  /// `source` compiled by NVRTC (sm_80, sm_90 cubins and compute_80 PTX,
+  /// as compileOnly compiles it) and loaded for this device.
   CUmodule load(const std::string &source, const char *file) {
     cuda::NvrtcOptions options;
     cuda::CudaBinaries binaries =
@@ -169,6 +169,25 @@ struct CudaBenchGpu {
           what);
   }
 };
+
+/// --compile-only: `source` compiled by NVRTC as CudaBenchGpu::load
+/// compiles it, with no driver (scripts/gpu-check.sh --dry-run: the sources
+/// compile, and the kernel cache a GPU run reads is filled). Prints what it
+/// did; exits 1 on a compile error.
+inline int compileOnly(const std::string &source, const char *file) {
+  cuda::NvrtcOptions options;
+  llvm::Expected<cuda::CudaBinaries> binaries =
+      cuda::compileCuda(source, file, options);
+  if (!binaries) {
+    llvm::errs() << cudaBenchName() << ": " << file << ": "
+                 << llvm::toString(binaries.takeError()) << "\n";
+    return 1;
+  }
+  llvm::outs() << cudaBenchName() << ": compiled " << file << " ("
+               << binaries->cubins.size() << " cubins"
+               << (binaries->ptx.empty() ? "" : " and PTX") << ")\n";
+  return 0;
+}
 
 } // namespace llmc::bench
 

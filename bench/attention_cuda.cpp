@@ -27,6 +27,10 @@ using bench::orDie;
 
 namespace {
 
+llvm::cl::opt<bool> compileOnlyFlag(
+    "compile-only", llvm::cl::cat(llmc::bench::benchOptions()),
+    llvm::cl::desc("Compile the CUDA module with NVRTC and exit (no GPU "
+                   "needed)"));
 llvm::cl::opt<int> reps("reps", llvm::cl::cat(llmc::bench::benchOptions()),
                         llvm::cl::desc("Timed runs per case (best "
                                        "counts; default 10)"),
@@ -167,18 +171,20 @@ int main(int argc, char **argv) {
       argc, argv,
       "bench-attention-cuda: tensor-core flash attention vs CUDA cores\n");
   bench::cudaBenchName() = "bench-attention-cuda";
-  std::optional<bench::CudaBenchGpu> gpu =
-      bench::CudaBenchGpu::open("bf16 mma.sync tensor cores");
-  if (!gpu)
-    return 0;
   std::vector<cuda::FlashAttentionVariant> variants;
   for (int64_t headDim : {64, 128})
     for (kir::DType dtype : {kir::DType::BF16, kir::DType::F16}) {
       variants.push_back({headDim, dtype});
       variants.push_back({headDim, dtype, /*scalar=*/true});
     }
-  CUmodule module =
-      gpu->load(cuda::emitFlashAttentionModule(variants), "flash.cu");
+  std::string source = cuda::emitFlashAttentionModule(variants);
+  if (compileOnlyFlag)
+    return bench::compileOnly(source, "flash.cu");
+  std::optional<bench::CudaBenchGpu> gpu =
+      bench::CudaBenchGpu::open("bf16 mma.sync tensor cores");
+  if (!gpu)
+    return 0;
+  CUmodule module = gpu->load(source, "flash.cu");
   llvm::outs() << "bench-attention-cuda: " << gpu->describe() << ", best of "
                << reps << " runs\n";
   llvm::outs() << "causal flash attention; cuda: CUDA cores, tc: mma.sync "

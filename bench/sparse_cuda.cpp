@@ -29,6 +29,10 @@ using namespace llmc;
 
 namespace {
 
+llvm::cl::opt<bool> compileOnlyFlag(
+    "compile-only", llvm::cl::cat(llmc::bench::benchOptions()),
+    llvm::cl::desc("Compile the CUDA module with NVRTC and exit (no GPU "
+                   "needed)"));
 llvm::cl::opt<int> reps("reps", llvm::cl::cat(llmc::bench::benchOptions()),
                         llvm::cl::desc("Timed runs per case (best "
                                        "counts; default 20)"),
@@ -164,6 +168,8 @@ int main(int argc, char **argv) {
       argc, argv,
       "bench-sparse-cuda: 2:4 mma.sp GEMM vs cuBLASLt dense bf16\n");
   bench::cudaBenchName() = "bench-sparse-cuda";
+  if (compileOnlyFlag)
+    return bench::compileOnly(cuda::emitSparseGemmModule(), "sparse_gemm.cu");
   std::optional<bench::CudaBenchGpu> opened =
       bench::CudaBenchGpu::open("sparse tensor cores");
   if (!opened)

@@ -81,6 +81,16 @@ static cl::opt<std::string> functionName(
              "(compileTrainingStep: the grad step to <model.llmc>, the update "
              "step to --update)"),
     cl::init("forward"));
+static cl::opt<std::string> precision(
+    "precision",
+    cl::cat(toolOptions), cl::desc("Precision of the compiled training programs (--compile with "
+             "--function train or grad_step): fp32 (default), bf16, or fp16 with "
+             "loss scaling, as llmc run --device cuda compiles them"),
+    cl::init("fp32"));
+static cl::opt<bool> inputsOnly(
+    "inputs-only",
+    cl::cat(toolOptions), cl::desc("With --update --make-inputs: write the training inputs and "
+             "stop (no CPU run): the inputs of a timed GPU run"));
 static cl::opt<int64_t> batch("batch", cl::cat(toolOptions), cl::desc("Batch size (--compile)"),
                               cl::init(4));
 static cl::opt<int64_t>
@@ -90,6 +100,13 @@ static cl::opt<std::string> updatePath(
     "update",
     cl::cat(toolOptions), cl::desc("The update step's artifact: run --train-steps training steps "
              "(<model.llmc> is the grad step)"),
+    cl::value_desc("file"));
+static cl::opt<std::string> castPath(
+    "cast",
+    cl::cat(toolOptions), cl::desc("Mixed precision: the @cast_weights artifact, which writes the "
+             "16-bit weight copies the other programs read; --compile "
+             "--function train writes it, a training run runs it once before "
+             "the first step"),
     cl::value_desc("file"));
 static cl::opt<int> trainSteps("train-steps",
                                cl::cat(toolOptions), cl::desc("Training steps (--update)"),
@@ -106,6 +123,21 @@ static cl::opt<int64_t> sampleElements(
     cl::cat(toolOptions), cl::desc("Write final tensors as N evenly strided elements plus sums "
              "(--update; 0: whole)"),
     cl::init(0));
+
+/// The training step's options as `llmc run --device cuda` compiles it, in
+/// the --precision asked for.
+static llvm::Expected<TrainingStepOptions> cudaTrainingOptions() {
+  TrainingStepOptions options;
+  options.forCuda = true;
+  if (precision == "bf16")
+    options.precision.kind = PrecisionConfig::Kind::BF16;
+  else if (precision == "fp16")
+    options.precision.kind = PrecisionConfig::Kind::FP16;
+  else if (precision != "fp32")
+    return llvm::createStringError("--precision: expected fp32, bf16 or "
+                                   "fp16, got '" + precision + "'");
+  return options;
+}
 
 /// `llmc compile` of @forward: config -> llmc IR -> compile pipeline ->
 /// kir::Program -> artifact.
@@ -130,27 +162,36 @@ static llvm::Error compileArtifact() {
       mlir::llmc::buildForwardModule(context, *config, {batch, seqLen});
   if (!module)
     return module.takeError();
+  llvm::Expected<TrainingStepOptions> cuda = cudaTrainingOptions();
+  if (!cuda)
+    return cuda.takeError();
   if (functionName == "train") {
     if (updatePath.empty())
       return llvm::createStringError("--function train needs --update");
     // The programs llmc-cuda-run runs, as `llmc run` compiles for CUDA.
-    TrainingStepOptions cuda;
-    cuda.forCuda = true;
-    llvm::Expected<TrainingStepPrograms> programs = training::compileTrainingStep(**module, cuda);
+    llvm::Expected<TrainingStepPrograms> programs =
+        training::compileTrainingStep(**module, *cuda);
     if (!programs)
       return programs.takeError();
     if (llvm::Error error = writeArtifact(artifactPath, programs->gradStep))
       return error;
+    if (programs->castWeights) {
+      if (castPath.empty())
+        return llvm::createStringError(
+            "--precision " + precision +
+            ": the programs read 16-bit weight copies; name the file for "
+            "their @cast_weights with --cast");
+      if (llvm::Error error = writeArtifact(castPath, *programs->castWeights))
+        return error;
+    }
     return writeArtifact(updatePath, programs->updateStep);
   }
   mlir::PassManager pm(&context);
   if (functionName == "forward")
     mlir::llmc::buildCompilePipeline(pm);
-  else {
-    mlir::llmc::TrainingPipelineOptions cuda;
-    cuda.forCuda = true;
-    mlir::llmc::buildTrainingPipeline(pm, cuda);
-  }
+  else
+    mlir::llmc::buildTrainingPipeline(
+        pm, training::trainingPipelineOptions(*cuda, **module));
   if (mlir::failed(pm.run(**module)))
     return llvm::createStringError("the compile pipeline failed");
   auto function = (*module)->lookupSymbol<mlir::func::FuncOp>(functionName);
@@ -323,6 +364,18 @@ static llvm::Error runTraining() {
                                                             (*update)->program());
   if (!inputs)
     return inputs.takeError();
+  if (inputsOnly) {
+    llvm::outs() << "wrote " << makeInputs << "\n";
+    return llvm::Error::success();
+  }
+  if (!castPath.empty()) {
+    llvm::Expected<std::unique_ptr<CpuExecutor>> cast =
+        loadTrainingProgram(castPath, (*grad)->store());
+    if (!cast)
+      return cast.takeError();
+    if (llvm::Error error = (*cast)->run())
+      return error;
+  }
   return runTrainingSteps(**grad, **update, *inputs);
 }
 
@@ -332,6 +385,9 @@ int main(int argc, char **argv) {
   if (!compileConfig.empty())
     if (llvm::Error error = compileArtifact())
       return fail(std::move(error));
+  if (inputsOnly && (updatePath.empty() || makeInputs.empty()))
+    return fail(llvm::createStringError(
+        "--inputs-only needs --update and --make-inputs"));
   if (!updatePath.empty()) {
     if (llvm::Error error = runTraining())
       return fail(std::move(error));

@@ -97,6 +97,12 @@ static cl::opt<std::string> updatePath(
              "(<model.llmc> is the grad step, --inputs the training inputs "
              "of llmc-cpu-reference --update --make-inputs)"),
     cl::value_desc("file"));
+static cl::opt<std::string> castPath(
+    "cast",
+    cl::cat(toolOptions), cl::desc("Mixed precision (--update): the @cast_weights artifact, run "
+             "once on the store before the first step (llmc-cpu-reference "
+             "--cast writes it)"),
+    cl::value_desc("file"));
 static cl::opt<int> trainSteps("train-steps",
                                cl::cat(toolOptions), cl::desc("Compared training steps (--update)"),
                                cl::init(1));
@@ -109,6 +115,20 @@ static cl::opt<int> timingSteps(
     "timing-steps",
     cl::cat(toolOptions), cl::desc("Further training steps after the compared ones, timed only "
              "(their batches repeat the compared steps')"),
+    cl::init(0));
+
+static cl::opt<bool> compileOnly(
+    "compile-only",
+    cl::cat(toolOptions), cl::desc("Compile the program's CUDA modules (and --update's) with "
+             "NVRTC, print what was compiled and exit: needs no GPU (scripts/"
+             "gpu-check.sh --dry-run; the kernel cache it fills is the one a "
+             "later run reads)"));
+
+static cl::opt<int> cudaArch(
+    "cuda-arch",
+    cl::cat(toolOptions), cl::desc("Compile the kernels for this one SM only (90: H100, H200), "
+             "no PTX, instead of sm_80 and sm_90 cubins and compute_80 PTX: a "
+             "third of NVRTC's work and of the kernel cache"),
     cl::init(0));
 
 static int fail(llvm::Error error) {
@@ -164,6 +184,10 @@ static CudaExecutorOptions executorOptions() {
 static cuda::CudaCompileFn compilerFor(const kir::ArtifactContents &contents) {
   cuda::CudaCompilerOptions options;
   options.multiTensor = !noMultiTensor;
+  if (cudaArch > 0) {
+    options.nvrtc.archs = {cudaArch};
+    options.nvrtc.ptxArch = 0;
+  }
   if (!contents.cuda)
     return cuda::cudaCompiler(std::move(options));
   const kir::CudaSection &section = *contents.cuda;
@@ -236,6 +260,29 @@ struct TrainingExecutors {
   std::unique_ptr<CudaExecutor> grad, update;
 };
 
+/// --cast: the 16-bit weight copies written from the masters once, on the
+/// grad step's stream, before the first step reads them.
+static llvm::Error
+runCastWeights(CudaExecutor &grad,
+               const std::shared_ptr<CudaPersistentStore> &store) {
+  if (castPath.empty())
+    return llvm::Error::success();
+  llvm::Expected<kir::ArtifactContents> contents =
+      kir::readArtifactContents(castPath);
+  if (!contents)
+    return contents.takeError();
+  CudaExecutorOptions options = executorOptions();
+  options.store = store;
+  options.shareStreamOf = &grad;
+  options.useGraphs = false;
+  cuda::CudaCompileFn compiler = compilerFor(*contents);
+  llvm::Expected<std::unique_ptr<CudaExecutor>> cast = CudaExecutor::create(
+      std::move(contents->program), compiler, std::move(options));
+  if (!cast)
+    return cast.takeError();
+  return (*cast)->run();
+}
+
 static llvm::Expected<TrainingExecutors>
 createTrainingExecutors(kir::ArtifactContents gradContents) {
   llvm::Expected<kir::ArtifactContents> updateContents =
@@ -267,6 +314,8 @@ createTrainingExecutors(kir::ArtifactContents gradContents) {
       std::move(updateOptions));
   if (!update)
     return update.takeError();
+  if (llvm::Error error = runCastWeights(**grad, *store))
+    return error;
   const CudaExecutorInfo &info = (*grad)->info();
   llvm::outs() << llvm::format("device: %s (sm_%d, %.1f GiB)\n",
                                info.deviceName.c_str(), info.computeCapability,
@@ -790,6 +839,47 @@ static llvm::Error runProgram(kir::ArtifactContents contents) {
   return compareAndWriteOutputs(executor);
 }
 
+/// --compile-only: the modules of `contents` (and of --update's artifact)
+/// compiled as the executor would compile them, with no driver call.
+static llvm::Error compileModules(const kir::ArtifactContents &contents) {
+  std::vector<std::pair<std::string, const kir::ArtifactContents *>> all = {
+      {artifactPath, &contents}};
+  llvm::Expected<kir::ArtifactContents> update =
+      updatePath.empty() ? kir::ArtifactContents()
+                         : kir::readArtifactContents(updatePath);
+  if (!update)
+    return update.takeError();
+  if (!updatePath.empty())
+    all.push_back({updatePath, &*update});
+  llvm::Expected<kir::ArtifactContents> cast =
+      castPath.empty() ? kir::ArtifactContents()
+                       : kir::readArtifactContents(castPath);
+  if (!cast)
+    return cast.takeError();
+  if (!castPath.empty())
+    all.push_back({castPath, &*cast});
+  for (auto &[path, artifact] : all) {
+    llvm::Expected<cuda::CudaModules> modules =
+        compilerFor(*artifact)(artifact->program);
+    if (!modules)
+      return llvm::createStringError(path + ": " +
+                                     llvm::toString(modules.takeError()));
+    size_t cubins = modules->kernels.cubins.size();
+    llvm::outs() << llvm::format(
+        "compiled %s (@%s): %zu kernels (%s, %zu cubins, NVRTC %s %.2f s), "
+        "%zu multi-tensor launches, attention library %s (%s %.2f s)\n",
+        path.c_str(), artifact->program.function.c_str(),
+        artifact->program.kernels.size(),
+        modules->kernelsPrecompiled ? "from the artifact" : "compiled now",
+        cubins, modules->kernelStats.cacheHit ? "cache hit" : "compiled",
+        modules->kernelStats.compileSeconds, modules->batches.size(),
+        modules->hasLibrary ? "yes" : "none",
+        modules->libraryStats.cacheHit ? "cache hit" : "compiled",
+        modules->libraryStats.compileSeconds);
+  }
+  return llvm::Error::success();
+}
+
 int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(toolOptions);
   cl::ParseCommandLineOptions(argc, argv,
@@ -798,6 +888,11 @@ int main(int argc, char **argv) {
       kir::readArtifactContents(artifactPath);
   if (!contents)
     return fail(contents.takeError());
+  if (compileOnly) {
+    if (llvm::Error error = compileModules(*contents))
+      return fail(std::move(error));
+    return 0;
+  }
   if (llvm::Error error = updatePath.empty()
                               ? runProgram(std::move(*contents))
                               : runTraining(std::move(*contents)))
