@@ -189,29 +189,29 @@ void DataTrace::write(int64_t step, int64_t microBatch,
 }
 
 namespace {
-/// The loader's memory in the end-of-run report: the token files' mapped
-/// bytes and its heap (in-memory text, the shuffle orders).
+/// The loader's memory in the end-of-run report: the tokens it holds on the
+/// heap (text encoded at start), its shuffle orders and window buffer, by
+/// their blocks (the report measures their resident pages); the token
+/// files' mapped pages are among the report's mapped files (reads drop
+/// them).
 void describeLoaderMemory(const TrainingData &data,
                           runtime::MemoryLedger &ledger) {
-  std::set<const data::TokenFile *> valFiles;
-  if (data.val)
-    for (const data::Segment &segment : data.val->segments())
-      valFiles.insert(segment.file.get());
-  int64_t mapped = data.train->mappedBytes(),
-          heap = data.train->heapBytes();
-  std::set<const data::TokenFile *> trainFiles;
+  std::set<const data::TokenFile *> files;
   for (const data::Source &source : data.train->sources())
     for (const data::Segment &segment : source.segments)
-      trainFiles.insert(segment.file.get());
-  for (const data::TokenFile *file : valFiles)
-    if (!trainFiles.count(file)) {
-      mapped += file->mappedBytes();
-      heap += file->heapBytes();
-    }
-  ledger.add("data loader (token files mapped)",
-             runtime::MemoryLedger::Source::Mapped, nullptr, mapped);
-  ledger.add("data loader (heap: text tokens, shuffle orders)",
-             runtime::MemoryLedger::Source::Malloc, nullptr, heap);
+      files.insert(segment.file.get());
+  if (data.val)
+    for (const data::Segment &segment : data.val->segments())
+      files.insert(segment.file.get());
+  for (const data::TokenFile *file : files) {
+    auto [block, bytes] = file->tokenBlock();
+    ledger.add("data loader (token buffers)",
+               runtime::MemoryLedger::Source::Malloc, block, bytes);
+  }
+  data.train->describeMemory([&](const void *block, int64_t bytes) {
+    ledger.add("data loader (token buffers)",
+               runtime::MemoryLedger::Source::Malloc, block, bytes);
+  });
 }
 } // namespace
 

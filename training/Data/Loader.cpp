@@ -128,6 +128,13 @@ int64_t SourceOrder::heapBytes() const {
                  firstWindow.capacity() * sizeof(int64_t));
 }
 
+void SourceOrder::describeMemory(
+    const std::function<void(const void *, int64_t)> &visit) const {
+  visit(group.data(), int64_t(group.capacity() * sizeof(uint32_t)));
+  visit(segments.data(), int64_t(segments.capacity() * sizeof(uint32_t)));
+  visit(firstWindow.data(), int64_t(firstWindow.capacity() * sizeof(int64_t)));
+}
+
 //===----------------------------------------------------------------------===//
 // Loader
 //===----------------------------------------------------------------------===//
@@ -351,6 +358,13 @@ int64_t Loader::heapBytes() const {
   for (const SourceOrder &order : orders)
     total += order.heapBytes();
   return total;
+}
+
+void Loader::describeMemory(
+    const std::function<void(const void *, int64_t)> &visit) const {
+  for (const SourceOrder &order : orders)
+    order.describeMemory(visit);
+  visit(window.data(), int64_t(window.capacity() * sizeof(int32_t)));
 }
 
 //===----------------------------------------------------------------------===//

@@ -35,6 +35,7 @@
 #include "llvm/Support/JSON.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,9 @@ public:
                                    int64_t size) const;
   /// Heap bytes of the cached orders.
   int64_t heapBytes() const;
+  /// The cached orders' blocks.
+  void describeMemory(
+      const std::function<void(const void *, int64_t)> &visit) const;
 
 private:
   void enterEpoch(uint64_t epoch);
@@ -165,6 +169,10 @@ public:
   /// orders).
   int64_t mappedBytes() const;
   int64_t heapBytes() const;
+  /// Calls `visit` with each heap block of its own (the shuffle orders, the
+  /// window buffer).
+  void describeMemory(
+      const std::function<void(const void *, int64_t)> &visit) const;
 
 private:
   Loader() = default;
