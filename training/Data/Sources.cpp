@@ -150,7 +150,8 @@ llmc::data::openSources(const DataSpec &spec, const Tokenizer *tokenizer) {
     source.files = *files;
     if (llvm::Error err =
             openFiles(*files, tokenizer, opened, source.segments))
-      return std::move(err);
+      return llvm::createStringError(where + ": " +
+                                     llvm::toString(std::move(err)));
     result.train.push_back(std::move(source));
   }
   if (spec.val.empty()) {
@@ -170,6 +171,7 @@ llmc::data::openSources(const DataSpec &spec, const Tokenizer *tokenizer) {
             "'" + path + "' is both a training (source '" + source.name +
             "') and a validation file");
   if (llvm::Error err = openFiles(*valFiles, tokenizer, opened, result.val))
-    return std::move(err);
+    return llvm::createStringError("data.val: " +
+                                   llvm::toString(std::move(err)));
   return result;
 }
