@@ -575,6 +575,15 @@ void Session::logRunSummary() {
 llvm::Error Session::run() {
   if (llvm::Error err = trainer->run())
     return err;
+  // What each source gave, at the end of a finished run (every rank's
+  // loader counts every rank's windows).
+  if (layout.rank == 0 && !trainer->stopSignal())
+    for (size_t s = 0; s < data.train->sources().size(); ++s)
+      out() << llvm::formatv("data: source '{0}': {1} windows taken since "
+                             "step 0, {2:f2} epochs of it\n",
+                             data.train->sources()[s].name,
+                             data.train->consumed(int(s)),
+                             data.train->epochs(int(s)));
   // The training is over: measuring now costs no start-up time, and a
   // better figure than the record becomes the next runs' yardstick.
   if (remeasurePeakThreads > 0 && !trainer->stopSignal())
