@@ -510,6 +510,21 @@ TEST_F(SourceFilesTest, PatternsAndBadInput) {
   EXPECT_EQ(opened->train[0].tokens(), 400);
   EXPECT_EQ(opened->valTokens(), 200);
 
+  // Opening reads headers only: nothing is mapped until a window is read,
+  // and then the loader's heap is its orders and one window.
+  auto reader = Loader::create(opened->train, options(2, 16, 1));
+  ASSERT_TRUE(bool(reader)) << errorText(reader.takeError());
+  EXPECT_EQ((*reader)->mappedBytes(), 0);
+  std::vector<int32_t> x, y;
+  ASSERT_FALSE(bool((*reader)->next(16, x, y)));
+  EXPECT_GT((*reader)->mappedBytes(), 0);
+  EXPECT_GT((*reader)->heapBytes(), 0);
+  EXPECT_LT((*reader)->heapBytes(), 4096);
+  int64_t blocks = 0;
+  (*reader)->describeMemory(
+      [&](const void *, int64_t bytes) { blocks += bytes; });
+  EXPECT_EQ(blocks, (*reader)->heapBytes());
+
   spec.val = {file("train_001.bin")};
   auto both = openSources(spec, &bytes);
   ASSERT_FALSE(bool(both));
