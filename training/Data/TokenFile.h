@@ -179,8 +179,10 @@ struct TokenFileInfo {
   int64_t idsOutOfRange = 0;
   std::optional<int64_t> firstOutOfRange;
 };
-/// Opens `path` as TokenFile::open does and scans every token (the hash
-/// touches every page once; the scan drops them as it goes).
+/// Opens `path` as TokenFile::open does and scans every token. LLVM has no
+/// streaming XXH3, so the hash runs over the whole map at once: the file's
+/// pages are resident (page cache, not heap) until the id scan after it
+/// drops them. A tool's cost, never the loader's.
 llvm::Expected<TokenFileInfo> scanTokenFile(llvm::StringRef path,
                                             const Tokenizer *tokenizer,
                                             int64_t vocabLimit = 0);

@@ -146,12 +146,15 @@ void LazyMap::mapNow() const {
 // The checks and messages of the llm.c reader llmc always had, so that
 // existing runs fail the same way.
 /// For a .bin that is no llm.c shard: the .bin of a Megatron pair whose
-/// .idx is missing, maybe.
-static std::string megatronHint(llvm::StringRef path) {
+/// .idx is missing, maybe. Empty for other names.
+static std::string megatronHint(llvm::StringRef path, llvm::StringRef lead,
+                                llvm::StringRef trail = "") {
+  if (llvm::sys::path::extension(path) != ".bin")
+    return "";
   llvm::SmallString<256> idx = path;
   llvm::sys::path::replace_extension(idx, ".idx");
-  return formatv("a Megatron dataset's .bin needs its {0} beside it",
-                 llvm::sys::path::filename(idx));
+  return formatv("{0}a Megatron dataset's .bin needs its {1} beside it{2}",
+                 lead, llvm::sys::path::filename(idx), trail);
 }
 
 llvm::Expected<Header> llmc::data::layout::readShardHeader(llvm::StringRef path) {
@@ -160,9 +163,9 @@ llvm::Expected<Header> llmc::data::layout::readShardHeader(llvm::StringRef path)
     return file.takeError();
   if (file->size() < kShardHeaderBytes)
     return fileError(path, formatv("truncated header: the file has {0} "
-                                   "bytes, an llm.c shard header has {1} ({2})",
+                                   "bytes, an llm.c shard header has {1}{2}",
                                    file->size(), kShardHeaderBytes,
-                                   megatronHint(path)));
+                                   megatronHint(path, " (", ")")));
   uint8_t head[12];
   if (llvm::Error error = file->readAt(0, sizeof(head), head))
     return error;
@@ -170,8 +173,8 @@ llvm::Expected<Header> llmc::data::layout::readShardHeader(llvm::StringRef path)
           count = endian::read32le(head + 8);
   if (magic != kShardMagic)
     return fileError(path, formatv("bad magic number {0} (an llm.c token "
-                                   "shard starts with {1}; {2})",
-                                   magic, kShardMagic, megatronHint(path)));
+                                   "shard starts with {1}{2})",
+                                   magic, kShardMagic, megatronHint(path, "; ")));
   if (version != kShardVersion)
     return fileError(path, formatv("unsupported version {0} (expected {1}: "
                                    "uint16 tokens)",

@@ -271,6 +271,24 @@ TEST_F(TokenFileTest, MegatronEveryIntegerDtype) {
   }
 }
 
+TEST_F(TokenFileTest, MegatronEmptyDocumentsAndModes) {
+  MegatronPair pair;
+  pair.sequences = {{1, 2}, {}, {3}};
+  pair.documents = {0, 1, 3, 3}; // the last document is empty
+  write("e.bin", pair.binBytes());
+  write("e.idx", pair.idxBytes());
+  auto opened = TokenFile::open(path("e.idx"), nullptr);
+  ASSERT_TRUE(bool(opened)) << llvm::toString(opened.takeError());
+  ASSERT_EQ((*opened)->numDocuments(), std::optional<int64_t>(3));
+  EXPECT_EQ((*opened)->documentStart(1), 2);
+  EXPECT_EQ((*opened)->documentStart(2), 3); // at the end: no sequence left
+  // Multimodal datasets append one int8 mode per sequence.
+  write("e.idx", pair.idxBytes() + std::string(3, '\0'));
+  auto modes = TokenFile::open(path("e.idx"), nullptr);
+  ASSERT_TRUE(bool(modes)) << llvm::toString(modes.takeError());
+  EXPECT_EQ(readAll(**modes), (std::vector<int32_t>{1, 2, 3}));
+}
+
 TEST_F(TokenFileTest, MegatronIdsThatAreNoTokenIds) {
   MegatronPair pair;
   pair.code = 2; // int8
