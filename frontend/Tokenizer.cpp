@@ -725,3 +725,17 @@ llvm::Error llmc::data::writeBpeFiles(const BpeVocabulary &vocabulary,
     llvm::sys::fs::remove(vocabPath);
   return error;
 }
+
+std::vector<int32_t>
+llmc::data::encodeDocuments(llvm::ArrayRef<llvm::StringRef> texts,
+                            const Tokenizer &tokenizer) {
+  std::vector<int32_t> tokens;
+  std::optional<int32_t> eot = tokenizer.endOfTextId();
+  for (llvm::StringRef text : texts) {
+    if (eot)
+      tokens.push_back(*eot);
+    std::vector<int32_t> ids = tokenizer.encode(text);
+    tokens.insert(tokens.end(), ids.begin(), ids.end());
+  }
+  return tokens;
+}

@@ -128,6 +128,12 @@ private:
 /// merges.txt -> BpeTokenizer.
 llvm::Expected<std::unique_ptr<Tokenizer>> loadTokenizer(llvm::StringRef spec);
 
+/// The ids of `texts`, each a document preceded by the end-of-text token
+/// when the tokenizer has one (as llm.c's data scripts do): what a text
+/// file becomes for training, and `llmc tokenizer encode`.
+std::vector<int32_t> encodeDocuments(llvm::ArrayRef<llvm::StringRef> texts,
+                                     const Tokenizer &tokenizer);
+
 /// GPT-2's pre-tokenizer, by hand: the words of
 ///   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 /// as slices of `text`, which they cover exactly. Text is read as UTF-8 (an

@@ -97,6 +97,16 @@ Error Parser::collectValue(const KeyInfo &k, const config::YNode &node) {
     values[k.key] = std::move(value);
     return Error::success();
   }
+  if (k.kind == Kind::Sources && node.kind == YNode::Kind::Sequence &&
+      any_of(node.items, [](const YNode &item) {
+        return item.kind == YNode::Kind::Mapping;
+      })) {
+    value.isList = true;
+    if (Error err = collectSources(k, node, value))
+      return err;
+    values[k.key] = std::move(value);
+    return Error::success();
+  }
   if (isListKind(k.kind) && node.kind == YNode::Kind::Sequence) {
     value.isList = true;
     for (const YNode &item : node.items) {
@@ -116,6 +126,71 @@ Error Parser::collectValue(const KeyInfo &k, const config::YNode &node) {
                        ", got " + node.describe());
   value.items.push_back(node.text);
   values[k.key] = std::move(value);
+  return Error::success();
+}
+
+/// data.train as a list of sources: each a mapping of path (a pattern or a
+/// list of them), weight and name.
+Error Parser::collectSources(const KeyInfo &k, const config::YNode &node,
+                             Value &value) {
+  using config::YNode;
+  static constexpr StringRef known[] = {"path", "weight", "name"};
+  for (size_t i = 0; i < node.items.size(); ++i) {
+    const YNode &item = node.items[i];
+    std::string path = (k.path + "[" + Twine(i) + "]").str();
+    Value at;
+    at.range = item.range;
+    if (item.kind != YNode::Kind::Mapping)
+      return errorAt(at, path,
+                     "expected a mapping {path, weight, name} like the other "
+                     "sources, got " +
+                         item.describe());
+    SourceValue source;
+    source.range = item.range;
+    config::KeyRules rules;
+    rules.known = known;
+    auto unknown = [&](StringRef name) {
+      return path + ": " + unknownKeyMessage(name, known);
+    };
+    rules.unknown = unknown;
+    if (Error err = config::forEachKey(
+            file, item, rules,
+            [&](StringRef name, const YNode &key,
+                const YNode &field) -> Error {
+              Value where;
+              where.range = field.kind == YNode::Kind::Null ? key.range
+                                                            : field.range;
+              std::string fieldPath = (path + "." + name).str();
+              if (name == "path" && field.kind == YNode::Kind::Sequence) {
+                for (const YNode &entry : field.items) {
+                  if (entry.kind != YNode::Kind::Scalar)
+                    return errorAt(where, fieldPath,
+                                   "expected a list of file patterns, got " +
+                                       entry.describe() + " in it");
+                  source.paths.push_back(entry.text);
+                }
+                return Error::success();
+              }
+              if (field.kind != YNode::Kind::Scalar)
+                return errorAt(where, fieldPath,
+                               "expected a scalar, got " + field.describe());
+              if (name == "path") {
+                source.paths.push_back(field.text);
+              } else if (name == "weight") {
+                source.weight = field.text;
+                source.weightRange = field.range;
+              } else {
+                source.name = field.text;
+                source.nameRange = field.range;
+              }
+              return Error::success();
+            }))
+      return err;
+    if (source.paths.empty())
+      return errorAt(at, path, "missing path: the source's files (a pattern "
+                               "or a list of them)");
+    value.sources.push_back(std::move(source));
+  }
   return Error::success();
 }
 
@@ -632,10 +707,24 @@ void mlir::llmc::printTrainingConfig(const TrainingConfig &c,
        << ", steps: " << c.seqLenWarmup.steps << "}\n";
   os << "max_steps: " << c.maxSteps << "\n";
   os << "data:\n";
-  printList(os << "  ", "train", c.data.train);
+  if (c.data.blend.empty()) {
+    printList(os << "  ", "train", c.data.train);
+  } else {
+    os << "  train:\n";
+    for (const TrainSourceConfig &source : c.data.blend) {
+      os << "    - {path: [";
+      interleave(
+          source.paths, os,
+          [&](const std::string &p) { os << '"' << yaml::escape(p) << '"'; },
+          ", ");
+      os << "], weight: " << formatDouble(source.weight) << ", name: \""
+         << yaml::escape(source.name) << "\"}\n";
+    }
+  }
   if (!c.data.val.empty())
     printList(os << "  ", "val", c.data.val);
   os << "  val_fraction: " << formatDouble(c.data.valFraction) << "\n"
+     << "  shuffle_windows: " << c.data.shuffleWindows << "\n"
      << "  tokenizer: \"" << yaml::escape(c.data.tokenizer) << "\"\n";
   os << "log_interval: " << c.logInterval << "\n"
      << "progress: " << c.progress << "\n"
@@ -735,8 +824,18 @@ mlir::llmc::resumeSections(const TrainingConfig &c) {
   {
     std::string text;
     raw_string_ostream os(text);
-    printList(os, "train", c.data.train);
+    // One source prints as before blends existed, and the default shuffle
+    // buffer not at all, so that earlier checkpoints still match.
+    if (c.data.blend.empty())
+      printList(os, "train", c.data.train);
+    for (const TrainSourceConfig &source : c.data.blend) {
+      os << "source: \"" << yaml::escape(source.name)
+         << "\" weight " << formatDouble(source.weight) << " ";
+      printList(os, "train", source.paths);
+    }
     printList(os, "val", c.data.val);
+    if (c.data.shuffleWindows != ::llmc::kDefaultShuffleWindows)
+      os << "shuffle_windows: " << c.data.shuffleWindows << "\n";
     os << "val_fraction: " << formatDouble(c.data.valFraction) << "\n"
        << "tokenizer: " << c.data.tokenizer << "\n"
        << "global_batch_size: " << c.globalBatchSize << "\n"

@@ -146,6 +146,9 @@ struct ParallelConfig {
 /// Checkpoints `llmc run` keeps on disk unless keep_checkpoints says
 /// otherwise (0 keeps all); `llmc plan` sizes the disk by it.
 constexpr int64_t kDefaultKeepCheckpoints = 3;
+/// data.shuffle_windows: each epoch's windows are shuffled in groups of
+/// this many (a permutation of 4 bytes a window per source in memory).
+constexpr int64_t kDefaultShuffleWindows = int64_t(1) << 20;
 
 /// The `plan:` section of a training config: what `llmc plan` needs besides
 /// the run itself (the machines, their price and speed, restarts, an
@@ -204,12 +207,27 @@ struct TrainingStepOptions {
 
 namespace mlir::llmc {
 
+/// One source of a weighted blend (data.train as a list of mappings).
+struct TrainSourceConfig {
+  /// Default: the first path as written.
+  std::string name;
+  /// Token files or text; globs allowed.
+  std::vector<std::string> paths;
+  double weight = 1;
+};
+
 struct TrainDataConfig {
-  /// Text files or llm.c token shards; globs allowed.
+  /// The training data as one source: token files or text; globs allowed.
+  /// Empty when `blend` is given.
   std::vector<std::string> train;
+  /// The training data as weighted sources (data.train as a list of
+  /// mappings); empty for one source.
+  std::vector<TrainSourceConfig> blend;
   /// Validation files; empty: hold out `valFraction` of the training data.
   std::vector<std::string> val;
   double valFraction = 0.0;
+  /// The loader's shuffle buffer, in windows.
+  int64_t shuffleWindows = ::llmc::kDefaultShuffleWindows;
   /// "byte", or the directory of a GPT-2 BPE tokenizer (vocab.json and
   /// merges.txt).
   std::string tokenizer = "byte";

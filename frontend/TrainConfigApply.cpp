@@ -166,6 +166,10 @@ Error Parser::applyBatchKey(const ValueReader &r, TrainingConfig &c) {
   }
   case Key::DataTrain:
   case Key::DataVal: {
+    if (r.k.key == Key::DataTrain && !r.value.sources.empty())
+      return applySources(r, c);
+    if (r.k.key == Key::DataTrain)
+      c.data.blend.clear();
     std::vector<std::string> &files =
         r.k.key == Key::DataTrain ? c.data.train : c.data.val;
     files.clear();
@@ -180,6 +184,8 @@ Error Parser::applyBatchKey(const ValueReader &r, TrainingConfig &c) {
   }
   case Key::DataValFraction:
     return r.getNumber(c.data.valFraction, 0, 1, true, "a value in [0, 1)");
+  case Key::DataShuffleWindows:
+    return r.getInt(c.data.shuffleWindows, 1);
   case Key::DataTokenizer:
     if (text.empty())
       return r.fail("expected 'byte' or a BPE tokenizer directory");
@@ -188,6 +194,50 @@ Error Parser::applyBatchKey(const ValueReader &r, TrainingConfig &c) {
   default:
     llvm_unreachable("not a batch or data key");
   }
+}
+
+/// data.train as weighted sources; errors name the field
+/// (data.train[1].weight).
+Error Parser::applySources(const ValueReader &r, TrainingConfig &c) {
+  c.data.train.clear();
+  c.data.blend.clear();
+  for (size_t i = 0; i < r.value.sources.size(); ++i) {
+    const SourceValue &given = r.value.sources[i];
+    std::string path = (r.k.path + "[" + Twine(i) + "]").str();
+    auto failAt = [&](SMRange range, StringRef field, const Twine &message) {
+      Value where = r.value;
+      where.range = range.isValid() ? range : given.range;
+      return errorAt(where, (path + "." + field).str(), message);
+    };
+    TrainSourceConfig source;
+    for (const std::string &pattern : given.paths) {
+      if (pattern.empty())
+        return failAt(given.range, "path", "empty file name");
+      source.paths.push_back(resolve(r.value, pattern));
+    }
+    source.name = given.name ? *given.name : given.paths.front();
+    if (source.name.empty())
+      return failAt(given.nameRange, "name", "empty name");
+    if (given.weight) {
+      StringRef text = StringRef(*given.weight).trim();
+      double weight = 0;
+      if (text.empty() || text.getAsDouble(weight) || !std::isfinite(weight))
+        return failAt(given.weightRange, "weight",
+                      "expected a number, got '" + *given.weight + "'");
+      if (!(weight > 0))
+        return failAt(given.weightRange, "weight",
+                      text + " is not positive: a weight is the source's "
+                             "share of the training windows (> 0)");
+      source.weight = weight;
+    }
+    for (size_t j = 0; j < c.data.blend.size(); ++j)
+      if (c.data.blend[j].name == source.name)
+        return failAt(given.nameRange, "name",
+                      "'" + source.name + "' names data.train[" + Twine(j) +
+                          "] too; give each source its own name");
+    c.data.blend.push_back(std::move(source));
+  }
+  return Error::success();
 }
 
 /// Logging, evaluation, checkpoints and where the run happens.

@@ -41,7 +41,8 @@ Section sectionKind(Key key) {
 /// Whether a key of this kind takes a list (a YAML sequence, or comma
 /// separated in a flag).
 bool isListKind(Kind kind) {
-  return kind == Kind::Paths || kind == Kind::Numbers || kind == Kind::Names;
+  return kind == Kind::Paths || kind == Kind::Sources ||
+         kind == Kind::Numbers || kind == Kind::Names;
 }
 
 // Sections whose keys are flags by their leaf name (when no other key has
@@ -102,13 +103,19 @@ const KeyInfo kKeys[] = {
     {Key::MaxTokens, "max_tokens", Kind::Positive, "N",
      "tokens to train on, e.g. 1000000, 1e6, 300M, 180B or 1.4T (this or "
      "max_steps)"},
-    {Key::DataTrain, "data.train", Kind::Paths, "FILE,...",
-     "training text files or llm.c token shards (globs allowed)"},
+    {Key::DataTrain, "data.train", Kind::Sources, "FILE,...",
+     "training data: token files or text, globs allowed (one source); or, "
+     "in the file, a blend: a list of {path: FILE or [FILE, ...], weight: "
+     "X, name: NAME} whose windows are drawn in proportion to the weights "
+     "(docs/data.md)"},
     {Key::DataVal, "data.val", Kind::Paths, "FILE,...",
      "validation files (default: val_fraction of the training data)"},
     {Key::DataValFraction, "data.val_fraction", Kind::Number, "X",
      "fraction of the training data held out for validation when no val "
      "files are given (0)"},
+    {Key::DataShuffleWindows, "data.shuffle_windows", Kind::Positive, "N",
+     "the shuffle buffer: each epoch's windows are permuted in consecutive "
+     "groups of N (4 bytes of memory a window per source) ($default)"},
     {Key::DataTokenizer, "data.tokenizer", Kind::Path, "byte|DIR",
      "byte, or a GPT-2 BPE directory (vocab.json, merges.txt) (byte)"},
     {Key::LogInterval, "log_interval", Kind::Positive, "N",
@@ -427,6 +434,9 @@ std::string helpOf(const KeyInfo &k) {
   switch (k.key) {
   case Key::KeepCheckpoints:
     value = std::to_string(::llmc::kDefaultKeepCheckpoints);
+    break;
+  case Key::DataShuffleWindows:
+    value = std::to_string(::llmc::kDefaultShuffleWindows);
     break;
   default:
     llvm_unreachable("$default in the help of a key without one");

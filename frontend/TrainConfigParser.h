@@ -55,6 +55,7 @@ enum class Key {
   DataTrain,
   DataVal,
   DataValFraction,
+  DataShuffleWindows,
   DataTokenizer,
   LogInterval,
   Progress,
@@ -127,6 +128,7 @@ enum class Kind {
   String,
   Path,  // a string; relative paths in the file resolve against its dir
   Paths, // a list of paths (YAML sequence, or comma separated in a flag)
+  Sources, // data.train: Paths, or a YAML list of {path, weight, name}
   Numbers, // a list of numbers
   Names,   // a list of names (YAML sequence, or comma separated in a flag)
   Bytes,   // a size: an integer with an optional KiB/MiB/GiB suffix
@@ -164,8 +166,18 @@ std::optional<std::string> renamedFlagMessage(StringRef name);
 // Values and the parser
 //===----------------------------------------------------------------------===//
 
+/// One source of data.train given as a mapping: `path` (a pattern or a
+/// list of them), `weight` and `name` as written, and where each was.
+struct SourceValue {
+  SmallVector<std::string, 2> paths;
+  std::optional<std::string> weight, name;
+  SMRange range, weightRange, nameRange;
+};
+
 struct Value {
   SmallVector<std::string, 2> items; // one for scalars
+  /// data.train as a list of mappings (then `items` is empty).
+  std::vector<SourceValue> sources;
   bool isList = false;
   SMRange range;    // in the file, when it came from there
   std::string flag; // "--lr", when it came from the command line
@@ -200,6 +212,9 @@ private:
   Error errorAtKey(Key key, const Twine &message);
   Error collectMapping(const config::YNode &mapping, StringRef section);
   Error collectValue(const KeyInfo &k, const config::YNode &node);
+  Error collectSources(const KeyInfo &k, const config::YNode &node,
+                       Value &value);
+  Error applySources(const ValueReader &r, TrainingConfig &c);
   void closeInlineModel(const char *end);
   Error applyKey(const KeyInfo &k, const Value &value, TrainingConfig &c);
   Error applyModelKey(const ValueReader &r, TrainingConfig &c);

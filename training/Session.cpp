@@ -520,10 +520,19 @@ llvm::Error Session::makeTrainer() {
       return created.takeError();
     bound.castWeights = std::move(*created);
   }
+  std::shared_ptr<DataTrace> trace;
+  if (!options.dataTraceDir.empty()) {
+    llvm::Expected<std::shared_ptr<DataTrace>> opened =
+        DataTrace::open(options.dataTraceDir, layout.rank);
+    if (!opened)
+      return opened.takeError();
+    trace = std::move(*opened);
+  }
   timings.end("trainer options");
-  trainer = std::make_unique<rt::Trainer>(
-      std::move(trainerOptions), std::move(bound),
-      bindTrainerData(data, cfg.seqLen), device.store);
+  trainer = std::make_unique<rt::Trainer>(std::move(trainerOptions),
+                                          std::move(bound),
+                                          bindTrainerData(data, trace),
+                                          device.store);
   if (initialParams)
     trainer->setFullTensors(std::move(*initialParams));
   if (resume.checkpoint) {
@@ -544,15 +553,17 @@ void Session::logRunSummary() {
   int64_t microBatches = config.globalBatchSize / config.microBatchSize;
   out << llvm::format(
       "llmc run: %lld steps of %lld x %lld tokens (%lld micro-batch%s of "
-      "%lld), %s, %s lr %g -> %g; data: %zu train / %zu val tokens (%s); "
+      "%lld), %s, %s lr %g -> %g; data: %lld train / %lld val tokens (%s); "
       "out: %s\n",
       (long long)config.maxSteps, (long long)config.globalBatchSize,
       (long long)config.seqLen, (long long)microBatches,
       microBatches == 1 ? "" : "es", (long long)config.microBatchSize,
       config.optimizer.kind == OptimizerConfig::Kind::AdamW ? "adamw" : "sgd",
       stringifyLrScheduleKind(config.schedule.kind).str().c_str(),
-      config.schedule.lr, config.schedule.minLr, data.trainTokens->size(),
-      data.valTokens->size(), tok.describe().c_str(), config.out.c_str());
+      config.schedule.lr, config.schedule.minLr,
+      (long long)data.trainTokens(), (long long)data.valTokens,
+      tok.describe().c_str(), config.out.c_str());
+  describeSources(summarizeSources(*data.train, windowsOfRun(config)), out);
   if (config.maxSteps < config.schedule.warmupSteps)
     out << llvm::format("llmc run: note: the run ends within the warmup "
                         "(max_steps %lld < warmup_steps %lld): the learning "
@@ -564,6 +575,15 @@ void Session::logRunSummary() {
 llvm::Error Session::run() {
   if (llvm::Error err = trainer->run())
     return err;
+  // What each source gave, at the end of a finished run (every rank's
+  // loader counts every rank's windows).
+  if (layout.rank == 0 && !trainer->stopSignal())
+    for (size_t s = 0; s < data.train->sources().size(); ++s)
+      out() << llvm::formatv("data: source '{0}': {1} windows taken since "
+                             "step 0, {2:f2} epochs of it\n",
+                             data.train->sources()[s].name,
+                             data.train->consumed(int(s)),
+                             data.train->epochs(int(s)));
   // The training is over: measuring now costs no start-up time, and a
   // better figure than the record becomes the next runs' yardstick.
   if (remeasurePeakThreads > 0 && !trainer->stopSignal())

@@ -16,7 +16,7 @@
 #include "runtime/Train/Console.h"
 #include "runtime/Train/Trainer.h"
 #include "training/Checkpointing.h"
-#include "training/Data.h"
+#include "training/SessionData.h"
 #include "training/Devices.h"
 #include "training/Layout.h"
 #include "training/Programs.h"
@@ -47,6 +47,9 @@ struct SessionOptions {
   /// The memory table and the 2:4 statistics of a dense model at the end
   /// of the run (`llmc run --report memory`); off: one summary line.
   bool reportMemory = false;
+  /// `--data-trace DIR`: each rank appends the training windows it reads
+  /// to DIR/rank-R.tsv (training/SessionData.h); empty: no trace.
+  std::string dataTraceDir;
   /// Where rank 0's progress lines go; null: stdout (with a live status
   /// line on a terminal, as the config's `progress` says).
   llvm::raw_ostream *log = nullptr;

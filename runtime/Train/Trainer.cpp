@@ -236,7 +236,8 @@ llvm::Expected<double> Trainer::evaluate(std::string &sample) {
     std::vector<int32_t> tokens, targets;
     for (int64_t j = 0; j < perRank; ++j) {
       int64_t i = dpRank() + j * n;
-      data.valBatch(i < batches ? i : 0, tokens, targets);
+      if (llvm::Error err = data.valBatch(i < batches ? i : 0, tokens, targets))
+        return err;
       if (llvm::Error err =
               eval.setTensor("tokens", tokenTensor(tokens, batch, seqLen)))
         return err;
@@ -522,16 +523,29 @@ llvm::Expected<Trainer::StepResult> Trainer::trainStep(RunState &run,
   return result;
 }
 
+llvm::Error Trainer::readMicroBatch(RunState &run, int64_t microBatch,
+                                    int64_t seqLen, bool skip) {
+  ++batchesRead;
+  // Another rank's micro-batch moves the loader past its windows unread
+  // (a loader without skip reads and drops them).
+  if (skip && data.skip) {
+    data.skip(options.microBatch);
+    return llvm::Error::success();
+  }
+  return data.next(currentStep, microBatch, seqLen, run.tokens, run.targets);
+}
+
 llvm::Error Trainer::runMicroBatches(RunState &run, const StepResult &result,
                                      int64_t first, int64_t mine,
                                      Executor &noSync,
                                      std::vector<float> &losses) {
   const int64_t seqLen = result.shape.seqLen;
   for (int64_t m = 0; m < result.microBatches; ++m) {
-    data.next(seqLen, run.tokens, run.targets);
-    ++batchesRead;
-    if (m < first || m >= first + mine)
-      continue; // another rank's
+    bool other = m < first || m >= first + mine; // another rank's
+    if (llvm::Error err = readMicroBatch(run, m, seqLen, other))
+      return err;
+    if (other)
+      continue;
     Executor &step = m == first + mine - 1 ? *result.grad : noSync;
     int64_t batch = options.microBatch;
     if (llvm::Error err =
@@ -565,10 +579,11 @@ llvm::Error Trainer::pipelineMicroBatches(RunState &run,
                                           std::vector<float> &losses) {
   std::vector<std::vector<int32_t>> stepTokens, stepTargets;
   for (int64_t m = 0; m < result.microBatches; ++m) {
-    data.next(result.shape.seqLen, run.tokens, run.targets);
-    ++batchesRead;
-    if (m < first || m >= first + mine)
-      continue; // another rank's
+    bool other = m < first || m >= first + mine; // another rank's
+    if (llvm::Error err = readMicroBatch(run, m, result.shape.seqLen, other))
+      return err;
+    if (other)
+      continue;
     stepTokens.push_back(run.tokens);
     stepTargets.push_back(run.targets);
   }

@@ -87,8 +87,8 @@ struct TrainerOptions {
   std::function<double()> remeasurePeakFlops;
   /// Data parallelism: the ranks of mesh axis "dp" (null: one process).
   /// Each rank runs its contiguous share of every step's micro-batches
-  /// (the loader on every rank reads them all and skips the others', so
-  /// positions and checkpoints agree); losses are gathered so that every
+  /// and reads only those: the others' it skips unread (TrainerData::skip),
+  /// so every rank's loader position is the same; losses are gathered so that every
   /// rank sums them in the global order; rank 0 alone logs and writes
   /// metrics, the plot, samples and checkpoints.
   comm::Communicator *dp = nullptr;
@@ -160,18 +160,24 @@ struct TrainerOptions {
 
 /// The data, through callbacks (the command adapts its loader).
 struct TrainerData {
-  /// The next micro-batch of [microBatch, seqLen] tokens and targets; rows
-  /// are cut to `seqLen` when it is below the full length (sequence-length
-  /// warmup truncates, as DeepSpeed's curriculum does).
-  std::function<void(int64_t seqLen, std::vector<int32_t> &tokens,
-                     std::vector<int32_t> &targets)>
+  /// The next micro-batch of [microBatch, seqLen] tokens and targets, micro-
+  /// batch `microBatch` of step `step` (for traces); rows are cut to
+  /// `seqLen` when it is below the full length (sequence-length warmup
+  /// truncates, as DeepSpeed's curriculum does). An error (an id beyond the
+  /// vocabulary, a read that failed) stops the run.
+  std::function<llvm::Error(int64_t step, int64_t microBatch, int64_t seqLen,
+                            std::vector<int32_t> &tokens,
+                            std::vector<int32_t> &targets)>
       next;
+  /// Moves past `windows` sequences without reading them: the micro-batches
+  /// of the other data-parallel ranks. Null: they are read by next.
+  std::function<void(int64_t windows)> skip;
   /// The loader's position as JSON text, and back.
   std::function<std::string()> savePosition;
   std::function<llvm::Error(llvm::StringRef)> restorePosition;
   /// Validation batch `index` (< valBatches), full length.
-  std::function<void(int64_t index, std::vector<int32_t> &tokens,
-                     std::vector<int32_t> &targets)>
+  std::function<llvm::Error(int64_t index, std::vector<int32_t> &tokens,
+                            std::vector<int32_t> &targets)>
       valBatch;
   int64_t valBatches = 0;
   /// Samples start from this context and are decoded token by token.
@@ -372,6 +378,10 @@ private:
   llvm::Error beforeStep(RunState &run);
   /// The micro-batches (or the pipeline's 1F1B) and the update.
   llvm::Expected<StepResult> trainStep(RunState &run, double lrScale);
+  /// Micro-batch `microBatch` of the step into run.tokens and run.targets,
+  /// or past it unread (`skip`: another rank's).
+  llvm::Error readMicroBatch(RunState &run, int64_t microBatch, int64_t seqLen,
+                             bool skip);
   llvm::Error runMicroBatches(RunState &run, const StepResult &result,
                               int64_t first, int64_t mine, Executor &noSync,
                               std::vector<float> &losses);

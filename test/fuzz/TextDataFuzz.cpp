@@ -1,10 +1,9 @@
 // libFuzzer target: text training data (data::encodeDocuments, what
-// data::loadTokens does with a text file's bytes) through the byte tokenizer and a small byte-level BPE; the BPE's tokens
+// a text file's bytes become for training) through the byte tokenizer and a small byte-level BPE; the BPE's tokens
 // must spell the text back exactly, whatever its bytes (invalid UTF-8
 // included).
 #include "test/fuzz/FuzzInput.h"
 
-#include "frontend/Dataset.h"
 #include "frontend/Tokenizer.h"
 
 using namespace llmc;

@@ -5,6 +5,7 @@
 #include "tools/llmc/Plan.h"
 
 #include "training/Plan/Report.h"
+#include "training/SessionData.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -180,6 +181,47 @@ llvm::Expected<PlanModel> loadModel(MLIRContext &context,
         "IR of @forward built from the model of " + inputs.configName;
   }
   return analyzed;
+}
+
+/// The config's training sources (headers only): a section of tokens,
+/// windows, weight and epochs per source. Data that cannot be opened is a
+/// note, not an error: a plan is often made before the data exists.
+void addDataSection(TrainingConfig run, int64_t seqLen, int64_t microBatch,
+                    Report &report) {
+  if (run.data.train.empty() && run.data.blend.empty())
+    return;
+  run.seqLen = seqLen;
+  run.microBatchSize = microBatch;
+  if (!run.maxSteps && run.maxTokens)
+    run.maxSteps = run.batchSchedule().stepsForTokens(run.maxTokens);
+  llvm::Expected<std::vector<::llmc::training::SourceSummary>> sources =
+      ::llmc::training::summarizeDataOf(run);
+  if (!sources) {
+    report.notes.push_back("data: not opened (" +
+                           llvm::toString(sources.takeError()) + ")");
+    return;
+  }
+  Section data;
+  data.key = "data";
+  data.title = "Data (training sources)";
+  for (size_t i = 0; i < sources->size(); ++i) {
+    const ::llmc::training::SourceSummary &s = (*sources)[i];
+    std::string key = "source" + std::to_string(i) + "_";
+    std::string label = "source '" + s.name + "': ";
+    data.rows.push_back({key + "files", label + "files", double(s.files),
+                         "files", "data files"});
+    data.rows.push_back({key + "tokens", label + "tokens", double(s.tokens),
+                         "tokens", "data files"});
+    data.rows.push_back(
+        {key + "windows", label + "windows of seq_len + 1 tokens",
+         double(s.windows), "sequences", "data files"});
+    data.rows.push_back({key + "share", label + "weight (share of windows)",
+                         s.share, "fraction", "train config"});
+    data.rows.push_back({key + "epochs", label + "epochs in the run",
+                         s.epochs, "epochs",
+                         "max_steps x global batch x share / windows"});
+  }
+  report.sections.push_back(std::move(data));
 }
 
 /// The former --cluster file and `--train CONFIG.yaml`: say where they went.
@@ -373,6 +415,7 @@ int runPlan(MLIRContext &context) {
   llvm::Expected<Report> report = buildReport(request);
   if (!report)
     return fail(report.takeError());
+  addDataSection(inputs->run, seqLen, request.train.microBatch, *report);
   if (jsonOutput)
     printReportJson(*report, llvm::outs());
   else

@@ -141,6 +141,12 @@ void printUsage(llvm::raw_ostream &os) {
         "and buffers of each\n"
         "                        program, weights, sgemm peak, ...) before "
         "the first step\n"
+        "  --data-trace DIR      each rank appends a line per training "
+        "window it reads to\n"
+        "                        DIR/rank-R.tsv: step, micro-batch, row, "
+        "window, source, file,\n"
+        "                        token offset (tab separated; "
+        "docs/data.md)\n"
         "  --help                this text\n\n"
         "Stopping: SIGINT (Ctrl-C) or SIGTERM (Slurm's preemption and time "
         "limit) finish the\n"
@@ -159,6 +165,7 @@ struct RunArguments {
   std::string configPath;
   training::ResumeRequest resume;
   bool printConfig = false, printTimings = false, reportMemory = false;
+  std::string dataTraceDir; // --data-trace
   std::vector<std::string> flags; // --KEY VALUE: the config's keys
 };
 
@@ -195,6 +202,15 @@ std::optional<int> parseArguments(int argc, char **argv, RunArguments &args) {
         llvm::StringRef(argv[i + 1]) == "memory") {
       args.reportMemory = true;
       ++i;
+      continue;
+    }
+    if (arg == "--data-trace" || arg.starts_with("--data-trace=")) {
+      if (arg.consume_front("--data-trace="))
+        args.dataTraceDir = arg.str();
+      else if (i + 1 < argc)
+        args.dataTraceDir = argv[++i];
+      if (args.dataTraceDir.empty())
+        return fail("--data-trace: missing directory");
       continue;
     }
     if (arg == "--report=memory") {
@@ -345,6 +361,7 @@ int runTrainCommand(int argc, char **argv) {
   options.resume = args.resume;
   options.timings = &timings;
   options.reportMemory = args.reportMemory;
+  options.dataTraceDir = args.dataTraceDir;
   options.stopRequested = [] { return stopSignal.load(); };
   if (llvm::Error err = faultInjectionHooks(layout.rank, options))
     return fail(std::move(err));

@@ -6,8 +6,8 @@
 //
 // It parses its own arguments (llmc's other subcommands use cl::SubCommand,
 // whose options are global; these are few and positional-heavy).
-#include "frontend/Dataset.h"
 #include "frontend/Tokenizer.h"
+#include "training/Data/TokenFile.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
@@ -17,7 +17,9 @@
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -250,17 +252,23 @@ static int runEncode(const Arguments &args) {
       bytes, tokens.size(), (*tokenizer)->describe(),
       tokens.empty() ? 0.0 : double(bytes) / tokens.size(), seconds);
 
-  data::TokenSplits splits = data::splitTokens(std::move(tokens), valFraction);
+  // The last fraction of the tokens (rounded down) validates, as the
+  // loader's data.val_fraction holds out.
+  size_t valSize = std::min(
+      tokens.size(), size_t(std::floor(double(tokens.size()) * valFraction)));
+  llvm::ArrayRef<int32_t> all(tokens);
+  llvm::ArrayRef<int32_t> train = all.drop_back(valSize),
+                          val = all.take_back(valSize);
   if (args.valFraction) {
     std::string valPath = valShardPath(args.output);
-    if (llvm::Error error = data::writeShard(valPath, splits.val))
+    if (llvm::Error error = data::writeShard(valPath, val))
       return fail(std::move(error));
-    llvm::outs() << llvm::formatv("wrote {0} tokens to {1}\n",
-                                  splits.val.size(), valPath);
+    llvm::outs() << llvm::formatv("wrote {0} tokens to {1}\n", val.size(),
+                                  valPath);
   }
-  if (llvm::Error error = data::writeShard(args.output, splits.train))
+  if (llvm::Error error = data::writeShard(args.output, train))
     return fail(std::move(error));
-  llvm::outs() << llvm::formatv("wrote {0} tokens to {1}\n", splits.train.size(),
+  llvm::outs() << llvm::formatv("wrote {0} tokens to {1}\n", train.size(),
                                 args.output);
   return 0;
 }

@@ -288,6 +288,9 @@ public:
     return static_cast<int64_t>(ids.capacity() * sizeof(int32_t) +
                                 starts.capacity() * sizeof(int64_t));
   }
+  std::pair<const void *, int64_t> tokenBlock() const override {
+    return {ids.data(), static_cast<int64_t>(ids.size() * sizeof(int32_t))};
+  }
   const std::vector<int32_t> &tokenIds() const { return ids; }
 
 private:

@@ -48,6 +48,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace llmc::data {
@@ -119,6 +120,11 @@ public:
   virtual int64_t mappedBytes() const = 0;
   /// Bytes of heap this file holds (in-memory tokens, encoded text).
   virtual int64_t heapBytes() const = 0;
+  /// The heap block of its tokens (null and 0: none), so that the memory
+  /// report at the end of a run can measure its resident pages.
+  virtual std::pair<const void *, int64_t> tokenBlock() const {
+    return {nullptr, 0};
+  }
 
 protected:
   TokenFile() = default;

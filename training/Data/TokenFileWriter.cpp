@@ -166,3 +166,14 @@ TokenFileWriter::create(llvm::StringRef path, TokenFormat format,
   return std::unique_ptr<TokenFileWriter>(std::move(writer));
 }
 
+/// An llm.c shard in one call (tests and small tools).
+llvm::Error llmc::data::writeShard(llvm::StringRef path,
+                                   llvm::ArrayRef<int32_t> tokens) {
+  llvm::Expected<std::unique_ptr<TokenFileWriter>> writer =
+      TokenFileWriter::create(path, TokenFormat::LlmcShard, TokenType::U16);
+  if (!writer)
+    return writer.takeError();
+  if (llvm::Error error = (*writer)->appendDocument(tokens))
+    return error;
+  return (*writer)->commit();
+}

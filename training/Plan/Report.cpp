@@ -102,6 +102,8 @@ std::string formatValue(const Quantity &q) {
     return humanCount(q.value) + " tokens";
   if (q.unit == "parameters")
     return withCommas(q.value);
+  if (q.unit == "epochs") // of a data source: fractions matter
+    return formatv("{0:F2} epochs", q.value).str();
   return withCommas(q.value) + " " + q.unit;
 }
 

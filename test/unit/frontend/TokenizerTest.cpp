@@ -385,3 +385,19 @@ TEST(TrainBpe, Deterministic) {
 }
 
 } // namespace
+
+// Each document is preceded by the end-of-text token (moved here from the
+// tests of frontend/Dataset, which training/Data replaced).
+TEST(EncodeDocuments, DocumentsStartWithEndOfText) {
+  BpeVocabulary vocabulary;
+  for (int b = 0; b < 256; ++b)
+    vocabulary.tokens.push_back(std::string(1, static_cast<char>(b)));
+  vocabulary.tokens.push_back("<|endoftext|>");
+  vocabulary.endOfTextId = 256;
+  auto tokenizer = BpeTokenizer::fromVocabulary(vocabulary);
+  ASSERT_TRUE(bool(tokenizer)) << llvm::toString(tokenizer.takeError());
+  EXPECT_THAT(encodeDocuments({"a", "bc"}, **tokenizer),
+              ElementsAre(256, 'a', 256, 'b', 'c'));
+  ByteTokenizer bytes;
+  EXPECT_THAT(encodeDocuments({"a", "bc"}, bytes), ElementsAre('a', 'b', 'c'));
+}

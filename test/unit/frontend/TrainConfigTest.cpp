@@ -399,6 +399,86 @@ TEST(TrainConfigTest, Errors) {
         << c.text;
 }
 
+TEST(TrainConfigTest, DataBlends) {
+  // One source: a pattern or a list of them, as before.
+  llvm::Expected<TrainingConfig> one = parse(kConfig);
+  ASSERT_TRUE(bool(one)) << llvm::toString(one.takeError());
+  EXPECT_TRUE(one->data.blend.empty());
+  EXPECT_EQ(one->data.shuffleWindows, ::llmc::kDefaultShuffleWindows);
+  // Weighted sources: path a pattern or a list, name defaulting to the first
+  // path as written, weight to 1.
+  std::string blend = with(
+      "  train: [a.txt, \"shards/*.bin\"]",
+      "  train:\n"
+      "    - {path: \"web/*.bin\", weight: 0.7}\n"
+      "    - {path: [code/a.tok, code/b.tok], weight: 0.3, name: code}\n"
+      "    - path: books.txt\n"
+      "  shuffle_windows: 4096");
+  llvm::Expected<TrainingConfig> c = parse(blend);
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  EXPECT_TRUE(c->data.train.empty());
+  ASSERT_EQ(c->data.blend.size(), 3u);
+  EXPECT_EQ(c->data.blend[0].name, "web/*.bin");
+  EXPECT_DOUBLE_EQ(c->data.blend[0].weight, 0.7);
+  ASSERT_EQ(c->data.blend[1].paths.size(), 2u);
+  EXPECT_TRUE(llvm::sys::path::is_absolute(c->data.blend[1].paths[0]));
+  EXPECT_THAT(c->data.blend[1].paths[1], EndsWith("/code/b.tok"));
+  EXPECT_EQ(c->data.blend[1].name, "code");
+  EXPECT_DOUBLE_EQ(c->data.blend[2].weight, 1);
+  EXPECT_EQ(c->data.shuffleWindows, 4096);
+  // The resolved config reads back the same; the resume section names
+  // the sources and the buffer (not its default).
+  std::string printed;
+  llvm::raw_string_ostream os(printed);
+  printTrainingConfig(*c, os);
+  llvm::Expected<TrainingConfig> again = parseTrainingConfig(printed, "p.yaml",
+                                                            "", {});
+  ASSERT_TRUE(bool(again)) << llvm::toString(again.takeError()) << printed;
+  ASSERT_EQ(again->data.blend.size(), 3u);
+  EXPECT_EQ(again->data.blend[1].name, "code");
+  EXPECT_EQ(again->data.blend[1].paths, c->data.blend[1].paths);
+  EXPECT_EQ(resumeSections(*again)["data"], resumeSections(*c)["data"]);
+  EXPECT_THAT(resumeSections(*c)["data"], HasSubstr("source: \"code\" weight 0.3"));
+  EXPECT_THAT(resumeSections(*c)["data"], HasSubstr("shuffle_windows: 4096"));
+  EXPECT_THAT(resumeSections(*one)["data"], ::testing::Not(HasSubstr("shuffle")));
+  // --train replaces a blend by one source.
+  llvm::Expected<TrainingConfig> flag = parse(blend, {"--train", "x.bin"});
+  ASSERT_TRUE(bool(flag)) << llvm::toString(flag.takeError());
+  EXPECT_TRUE(flag->data.blend.empty());
+  ASSERT_EQ(flag->data.train.size(), 1u);
+
+  // Errors name the field.
+  auto source = [&](const std::string &item) {
+    return with("  train: [a.txt, \"shards/*.bin\"]",
+                "  train:\n    - {path: a.txt}\n    - " + item);
+  };
+  struct Case {
+    std::string text, expected;
+  };
+  const Case cases[] = {
+      {source("{path: b.txt, weight: 0}"),
+       "data.train[1].weight: 0 is not positive"},
+      {source("{path: b.txt, weight: -0.5}"),
+       "data.train[1].weight: -0.5 is not positive"},
+      {source("{path: b.txt, weight: lots}"),
+       "data.train[1].weight: expected a number, got 'lots'"},
+      {source("{weight: 2}"), "data.train[1]: missing path"},
+      {source("{path: b.txt, wieght: 2}"),
+       "data.train[1]: unknown key 'wieght' (did you mean 'weight'?)"},
+      {source("b.txt"),
+       "data.train[1]: expected a mapping {path, weight, name} like the "
+       "other sources, got a scalar"},
+      {source("{path: b.txt, name: a.txt}"),
+       "data.train[1].name: 'a.txt' names data.train[0] too"},
+      {source("{path: {x: 1}}"), "data.train[1].path: expected a scalar"},
+      {with("  val_fraction: 0.1", "  shuffle_windows: 0"),
+       "data.shuffle_windows: expected a positive integer"},
+  };
+  for (const Case &c : cases)
+    EXPECT_THAT(errorOf(c.text), HasSubstr(c.expected)) << c.text;
+  EXPECT_THAT(errorOf(source("{path: b.txt, weight: 0}")), HasSubstr("t.yaml:"));
+}
+
 TEST(TrainConfigTest, GuardSection) {
   llvm::Expected<TrainingConfig> plain = parse(kConfig);
   ASSERT_TRUE(bool(plain)) << llvm::toString(plain.takeError());

@@ -458,8 +458,9 @@ struct TrainerRun {
     options.log = &log;
 
     runtime::TrainerData data;
-    data.next = [this](int64_t, std::vector<int32_t> &tokens,
-                       std::vector<int32_t> &targets) {
+    data.next = [this](int64_t, int64_t, int64_t,
+                       std::vector<int32_t> &tokens,
+                       std::vector<int32_t> &targets) -> llvm::Error {
       int64_t index = position++;
       HostTensor t = microBatch("tokens", index);
       HostTensor y = microBatch("targets", index);
@@ -467,6 +468,7 @@ struct TrainerRun {
       targets.assign(y.i32().begin(), y.i32().end());
       if (index % 2 == 0 && overflowSteps.count(index / 2))
         poisonAGradient();
+      return llvm::Error::success();
     };
     data.savePosition = [this] { return std::to_string(position); };
     data.restorePosition = [this](llvm::StringRef text) {

@@ -161,7 +161,7 @@ TEST_F(PrepareTest, TextCutsDoNotChangeTokens) {
 
 // The tokens of a text file are what `llmc run` gets from the same file:
 // the end-of-text token, then the tokenizer's encoding of the whole text
-// (frontend/Dataset.cpp encodeDocuments), however the file was cut.
+// (encodeDocuments, frontend/Tokenizer.h), however the file was cut.
 TEST_F(PrepareTest, TextFileTokensEqualWholeEncoding) {
   std::string text = mixedText(3 << 20, 11); // three batches and more
   std::string vocab = bpe("bpe", llvm::StringRef(text).take_front(200000), 300);
