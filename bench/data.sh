@@ -43,6 +43,8 @@ else
 fi
 shards=8
 bench_workdir bench-data
+# A kept --work directory may hold an earlier run's data and outputs.
+rm -rf "$work/data" "$work/fill" "$work/out"
 
 echo "bench-data: $shards llm.c shards of $shard_tokens tokens$( ((short)) && echo ' (--short)')"
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
