@@ -20,6 +20,7 @@
 #include "ir/kernel/MemoryPlan.h"
 #include "passes/Passes.h"
 #include "runtime/Exec/MemoryBudget.h"
+#include "training/ModelFloor.h"
 #include "runtime/Serve/CachedGenerate.h"
 #include "runtime/Serve/Generate.h"
 #include "runtime/Weights/Weights.h"
@@ -294,6 +295,12 @@ static cl::opt<int64_t>
            cl::desc("Tokens per sequence (default: the config's seq_len)"),
            cl::init(0), cl::sub(emitCmd), cl::sub(infoCmd),
            cl::sub(compileCmd));
+static cl::opt<bool> skipMemoryCheck(
+    "skip-memory-check",
+    cl::desc("Write the artifact even when the model, by its config's sizes, "
+             "cannot fit this machine's memory (to run on a larger one); "
+             "sizes that overflow 64-bit byte counts are still refused"),
+    cl::init(false), cl::sub(compileCmd));
 static cl::opt<std::string> compileFunction(
     "function",
     cl::desc("Which function to compile: forward (the default: the compile "
@@ -680,6 +687,30 @@ static int writeCompiledArtifact(const ::llmc::kir::Program &program,
 /// `llmc compile`: the model (.mlir or a config), the pipeline the flags
 /// ask for, then the phase --compile-to names printed or the artifact
 /// written.
+/// Whether a model config's sizes (at --batch and --seq-len) can fit this
+/// machine, before its IR is built: parameters in fp32 and one batch's
+/// logits (training/ModelFloor.h). --skip-memory-check keeps only the
+/// overflow check.
+static llvm::Error checkConfigFloor(llvm::StringRef input) {
+  llvm::Expected<ModelConfig> config = loadConfig(input);
+  if (!config)
+    return config.takeError();
+  llvm::Expected<::llmc::training::ModelFloor> floor =
+      ::llmc::training::modelFloor(*config, batchSize,
+                                   seqLen ? int64_t(seqLen) : config->seqLen,
+                                   /*fp32 weights=*/4, input);
+  if (!floor)
+    return floor.takeError();
+  if (skipMemoryCheck)
+    return llvm::Error::success();
+  if (auto available = ::llmc::runtime::availableHostMemory())
+    return ::llmc::training::checkFloorFits(
+        *floor, *available, /*ranks=*/1, "the model of " + input.str(),
+        "shrink the model or the batch, or pass --skip-memory-check to "
+        "write the artifact for a larger machine");
+  return llvm::Error::success();
+}
+
 static int runCompile(MLIRContext &context) {
   OwningOpRef<ModuleOp> module;
   if (llvm::StringRef(compileInput).ends_with(".mlir")) {
@@ -687,6 +718,8 @@ static int runCompile(MLIRContext &context) {
     if (!module)
       return 1;
   } else {
+    if (llvm::Error error = checkConfigFloor(compileInput))
+      return fail(std::move(error));
     auto built = buildFromConfig(context, compileInput);
     if (!built)
       return fail(built.takeError());
