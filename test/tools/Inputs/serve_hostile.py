@@ -12,11 +12,14 @@
       connection left idle must be closed. The hostile connections come
       from other loopback addresses (127.0.x.y) than the normal client's
       127.0.0.1, as they would from other machines.
-  serve_hostile.py busy --port P --request-timeout S
-      against a server with one slot, a queue of one, two connections at
-      most and a model whose steps take milliseconds: a request past its
-      time limit is answered 503 (timeout_error), streamed or not; a third
-      connection while two run requests is refused with a 503.
+  serve_hostile.py timeout --port P --request-timeout S
+      against a model whose steps take milliseconds and a limit well below
+      a 510-token completion's time: a request past its time limit is
+      answered 503 (timeout_error), streamed or not.
+  serve_hostile.py limit --port P
+      against a server with one slot, a queue of one and two connections at
+      most, on that model: a third connection while two run 510-token
+      requests is refused with a 503.
 
 Prints one "ok: ..." line per check with the times measured (figures, not
 assertions: the bounds checked are generous); exits 1 at the first failure.
@@ -212,8 +215,11 @@ def post(port, body, source="127.0.0.1"):
     return response.status, text
 
 
-def check_busy(args):
-    long = {"prompt": "Hi", "max_tokens": 400, "temperature": 0}
+LONG = {"prompt": "Hi", "max_tokens": 510, "temperature": 0}
+
+
+def check_timeout(args):
+    long = LONG
     started = time.monotonic()
     status, text = post(args.port, long)
     elapsed = time.monotonic() - started
@@ -227,6 +233,9 @@ def check_busy(args):
           f"(limit {args.request_timeout} s); a stream ends with an error "
           f"event")
 
+
+def check_limit(args):
+    long = LONG
     # Two connections running requests (one decoding, one queued) fill the
     # limit of two: a third is refused, not left waiting.
     results = []
@@ -234,7 +243,7 @@ def check_busy(args):
         post(args.port, long))) for _ in range(2)]
     for thread in threads:
         thread.start()
-        time.sleep(0.3)
+        time.sleep(0.2)
     sock = connect(args.port)
     gone, data = closed_by_server(sock, 10)
     sock.close()
@@ -249,7 +258,7 @@ def check_busy(args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["clients", "busy"])
+    parser.add_argument("mode", choices=["clients", "timeout", "limit"])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--header-timeout", type=float, default=10)
     parser.add_argument("--idle-timeout", type=float, default=30)
@@ -263,8 +272,10 @@ def main():
             check_slow(args)
             check_per_client(args)
             check_keep_alive(args)
+        elif args.mode == "timeout":
+            check_timeout(args)
         else:
-            check_busy(args)
+            check_limit(args)
     except Failure as failure:
         print(f"FAIL: {failure}")
         sys.exit(1)
