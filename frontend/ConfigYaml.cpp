@@ -85,3 +85,83 @@ Expected<StringRef> mlir::llmc::config::getScalar(const YamlFile &file,
   return file.error(valueRange(key, value), name + ": expected " + expected +
                                                 ", got " + value.describe());
 }
+
+/// Whether a quote at text[i] opens a quoted scalar: it starts a value
+/// (after indentation, a ':', '-', '?', ',' or flow bracket), else it is an
+/// apostrophe inside a plain scalar ("it's").
+static bool opensQuote(StringRef text, size_t i) {
+  while (i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t'))
+    --i;
+  return i == 0 || StringRef(":-?,[{\n").contains(text[i - 1]);
+}
+
+std::optional<size_t> mlir::llmc::findDeepYamlNesting(StringRef text,
+                                                      unsigned limit) {
+  SmallVector<size_t> indents; // columns of the open block levels
+  // Flow brackets open and the block level where the outermost opened.
+  size_t flow = 0, flowBase = 0, n = text.size();
+  for (size_t i = 0; i < n;) {
+    // A line: its indentation opens or closes block levels (in flow
+    // context indentation means nothing).
+    size_t col = 0;
+    while (i < n && text[i] == ' ')
+      ++i, ++col;
+    if (i >= n)
+      break;
+    size_t level = 0;
+    if (flow == 0 && text[i] != '\n' && text[i] != '\r' && text[i] != '#') {
+      while (!indents.empty() && indents.back() >= col)
+        indents.pop_back();
+      indents.push_back(col);
+      level = indents.size();
+      if (level > limit)
+        return i;
+      // "- - - x": each indicator nests one more level on this line.
+      while (i + 1 < n && (text[i] == '-' || text[i] == '?') &&
+             (text[i + 1] == ' ' || text[i + 1] == '\t')) {
+        if (++level > limit)
+          return i;
+        i += 2;
+        while (i < n && (text[i] == ' ' || text[i] == '\t'))
+          ++i;
+      }
+    }
+    // The rest of the line: flow brackets, quoted scalars (which may span
+    // lines), a comment.
+    for (; i < n && text[i] != '\n'; ++i) {
+      char c = text[i];
+      if ((c == '"' || c == '\'') && opensQuote(text, i)) {
+        for (++i; i < n; ++i) {
+          if (c == '"' && text[i] == '\\')
+            ++i;
+          else if (text[i] == c &&
+                   !(c == '\'' && i + 1 < n && text[i + 1] == '\''))
+            break;
+          else if (c == '\'' && text[i] == '\'')
+            ++i; // '' inside single quotes
+        }
+        if (i >= n)
+          return std::nullopt;
+        continue;
+      }
+      if (c == '#' &&
+          (i == 0 || StringRef(" \t\n").contains(text[i - 1]))) {
+        i = text.find('\n', i);
+        if (i == StringRef::npos)
+          return std::nullopt;
+        break;
+      }
+      if (c == '[' || c == '{') {
+        if (flow == 0)
+          flowBase = level;
+        if (flowBase + ++flow > limit)
+          return i;
+      } else if ((c == ']' || c == '}') && flow > 0) {
+        --flow;
+      }
+    }
+    if (i < n)
+      ++i; // the line end
+  }
+  return std::nullopt;
+}

@@ -50,6 +50,19 @@ struct YamlDiagnostic {
   static void capture(const llvm::SMDiagnostic &diag, void *self);
 };
 
+/// The deepest YAML nesting llmc reads, as model.mlir's bracket bound
+/// (ir/ParseModule.h): LLVM's YAML parser recurses once per level, and a
+/// file nested 20,000 deep overflows its stack. Configs nest a few levels.
+constexpr unsigned kMaxYamlNesting = 1000;
+
+/// Where the nesting of YAML `text` first passes `limit` levels (a byte
+/// offset), else nullopt. Counts flow brackets ([ and { outside quotes and
+/// comments), block levels (indentation deeper than the enclosing line's)
+/// and compact nested sequence or key items (`- - x`, `? `) on a line; an
+/// estimate that is never below the parser's depth.
+std::optional<size_t> findDeepYamlNesting(llvm::StringRef text,
+                                          unsigned limit = kMaxYamlNesting);
+
 /// The name of `known` nearest to `name` when it is a near miss (edit
 /// distance below 3, or a case-insensitive match), else empty: what
 /// "did you mean" suggests for keys, presets and flags.
@@ -156,6 +169,8 @@ public:
   Expected<const YNode *> root(StringRef what) {
     if (Error error = checkText())
       return error;
+    if (Error error = checkNesting())
+      return error;
     {
       yaml::Stream check(buffer->getMemBufferRef(), sm, false);
       if (!check.validate() || capture.seen) {
@@ -242,6 +257,25 @@ public:
                              "UTF-8 there; a config is UTF-8 YAML text",
                              name, offset, line, col,
                              unsigned((unsigned char)text[offset]))
+                         .str());
+  }
+
+  /// That the file nests no deeper than kMaxYamlNesting, before any
+  /// parser sees it (file:line:col of the level past the bound).
+  Error checkNesting() const {
+    std::optional<size_t> offset = findDeepYamlNesting(buffer->getBuffer());
+    if (!offset)
+      return Error::success();
+    StringRef before = buffer->getBuffer().take_front(*offset);
+    size_t lineStart = before.rfind('\n');
+    size_t col = lineStart == StringRef::npos ? *offset + 1
+                                              : *offset - lineStart;
+    return makeError(formatv("{0}:{1}:{2}: error: YAML nests deeper than {3} "
+                             "levels here; llmc refuses such input rather "
+                             "than overflow the parser's stack (configs "
+                             "nest a few levels)",
+                             name, before.count('\n') + 1, col,
+                             kMaxYamlNesting)
                          .str());
   }
 

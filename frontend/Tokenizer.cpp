@@ -447,6 +447,41 @@ BpeTokenizer::fromVocabulary(const BpeVocabulary &vocabulary,
   return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(impl)));
 }
 
+/// Why a tokenizer file's `text` cannot be read as text: binary data (a
+/// control character; vocab.json and merges.txt escape theirs), or JSON
+/// brackets nested deeper than any vocabulary's, which llvm::json::parse
+/// would recurse into until the stack overflows. nullopt when neither.
+static std::optional<std::string> notTextOrTooDeep(llvm::StringRef text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = text[i];
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f)
+      return llvm::formatv("not a text file: byte {0} is the control "
+                           "character 0x{1:x-2}; tokenizer files are text",
+                           i, unsigned(c))
+          .str();
+  }
+  constexpr int kMaxDepth = 1000;
+  int depth = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i)
+        if (text[i] == '\\')
+          ++i;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth)
+        return llvm::formatv("brackets nest deeper than {0} levels at byte "
+                             "{1}; llmc refuses such input rather than "
+                             "overflow the JSON parser's stack",
+                             kMaxDepth, i)
+            .str();
+    } else if (c == ']' || c == '}') {
+      depth = std::max(depth - 1, 0);
+    }
+  }
+  return std::nullopt;
+}
+
 llvm::Expected<std::unique_ptr<BpeTokenizer>>
 BpeTokenizer::fromContents(llvm::StringRef vocabJson, llvm::StringRef merges,
                            llvm::StringRef vocabName,
@@ -454,6 +489,9 @@ BpeTokenizer::fromContents(llvm::StringRef vocabJson, llvm::StringRef merges,
   auto fail = [](llvm::StringRef file, const llvm::Twine &what) {
     return llvm::createStringError(file + ": " + what);
   };
+  for (auto [text, file] : {std::pair{vocabJson, vocabName}, {merges, mergesName}})
+    if (std::optional<std::string> problem = notTextOrTooDeep(text))
+      return fail(file, *problem);
   auto impl = std::make_unique<BpeTokenizerImpl>();
   impl->name = llvm::sys::path::parent_path(vocabName).str();
   BpeVocabulary &vocabulary = impl->vocabulary;

@@ -6,6 +6,7 @@
 #include "mlir/Parser/Parser.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/Twine.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/SourceMgr.h"
 
 #include <algorithm>
@@ -102,8 +103,25 @@ std::optional<size_t> mlir::llmc::findNegativeDimension(llvm::StringRef text) {
   return std::nullopt;
 }
 
+std::optional<size_t> mlir::llmc::findBinaryByte(llvm::StringRef text) {
+  for (size_t i = 0, n = text.size(); i < n; ++i) {
+    unsigned char c = text[i];
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f)
+      return i;
+  }
+  return std::nullopt;
+}
+
 std::optional<mlir::llmc::SourceProblem>
 mlir::llmc::findSourceProblem(llvm::StringRef text) {
+  // First: binary data would otherwise be reported as whatever the lexer
+  // makes of its first bytes (an unknown op, an unexpected character).
+  if (std::optional<size_t> offset = findBinaryByte(text))
+    return SourceProblem{
+        *offset, llvm::formatv("not a text file: byte {0} is the control "
+                               "character 0x{1:x-2}; llmc reads MLIR as text",
+                               *offset, unsigned((unsigned char)text[*offset]))
+                     .str()};
   if (std::optional<size_t> offset = findExcessiveNesting(text))
     return SourceProblem{
         *offset,

@@ -37,6 +37,11 @@ std::optional<size_t> findNegativeDimension(llvm::StringRef text);
 
 /// A problem that the checks above find in `text`, at `offset`: the
 /// message (without location) to report; nullopt when there is none.
+/// The offset of the first control character other than tab, line feed
+/// and carriage return (a NUL, an escape...): the mark of binary data where
+/// text is expected; nullopt when there is none.
+std::optional<size_t> findBinaryByte(llvm::StringRef text);
+
 struct SourceProblem {
   size_t offset;
   std::string message;

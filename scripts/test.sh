@@ -10,19 +10,55 @@
 #                                aborts the test. Not run by CI: on 2 cores
 #                                8-12 min to build cold and 12 to test
 #                                (docs/reliability.md).
+#   scripts/test.sh --sanitize-subset
+#                                what CI runs after the plain suite: in
+#                                build-asan/, only llmc, llmc-opt, the export
+#                                runtime and the loaders' unit tests, and the
+#                                lit tests of hostile input, the loaders,
+#                                export and serve (the fuzz targets' corpora
+#                                already run sanitized in the plain suite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sanitize=0
+subset=0
 for arg in "$@"; do
   case $arg in
     --sanitize) sanitize=1 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --sanitize-subset) sanitize=1; subset=1 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
 
+# The sanitized subset: unit tests of the loaders (artifacts, weights,
+# checkpoints) and the lit tests that feed llmc hostile or foreign input
+# and run exported binaries and their server.
+subset_targets=(llmc llmc-opt llmc-export-runtime ArtifactTests WeightsTests
+  CheckpointTests)
+subset_lit='tools/(hostile|hostile-input|nesting|artifact-errors|config-errors|config-errors-text|config-sizes|compile-errors|run-errors|tokenizer|export-cpu|export-errors|serve|serve-hostile|soak-server)\.test|(ArtifactTests|WeightsTests|CheckpointTests)'
+
 bash scripts/setup.sh
+if (( subset )); then
+  build=${LLMC_ASAN_BUILD_DIR:-build-asan}
+  echo "test: configuring $build/ (clang-22, ASan + UBSan), the CI subset"
+  cmake -G Ninja -B "$build" -S . -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_COMPILER=clang++-22 -DCMAKE_C_COMPILER=clang-22 \
+    -DLLMC_SANITIZE=ON -DLLMC_FUZZ_TESTS=OFF | grep -E "llmc:|Error|error" || true
+  start=$SECONDS
+  cmake --build "$build" --target "${subset_targets[@]}"
+  echo "test: built the subset in $build/ in $((SECONDS - start)) s"
+  start=$SECONDS
+  status=0
+  /usr/lib/llvm-22/bin/lit -sv "$build/test" "$build/test/unit" \
+    --filter "$subset_lit" || status=$?
+  echo "test: sanitized subset ran in $((SECONDS - start)) s"
+  if ((status != 0)); then
+    echo "test: FAILED (sanitized subset)" >&2
+    exit 1
+  fi
+  exit 0
+fi
 if (( sanitize )); then
   build=${LLMC_ASAN_BUILD_DIR:-build-asan}
   echo "test: configuring $build/ (clang-22, ASan + UBSan)"

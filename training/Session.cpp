@@ -2,6 +2,7 @@
 // nothing before everything is checked; run() hands it to the trainer.
 #include "training/Session.h"
 
+#include "training/ModelFloor.h"
 #include "training/Plan/Estimate.h"
 #include "training/Plan/ModelAnalysis.h"
 #include "runtime/Cpu/SgemmPeak.h"
@@ -156,6 +157,26 @@ llvm::Error Session::buildTrainingStep() {
   training.ppStage = layout.pp ? layout.pp->rank() : 0;
   training.forCuda = cfg.device != "cpu";
 
+  // Before the IR is built (minutes for an absurd config): a model or
+  // batch that cannot fit, by its sizes alone, fails now.
+  if (cfg.modelMlirPath.empty()) {
+    llvm::Expected<ModelFloor> floor =
+        modelFloor(cfg.model, cfg.microBatchSize, cfg.seqLen,
+                   /*weights, gradients, two AdamW moments=*/16,
+                   "the training step");
+    if (!floor)
+      return floor.takeError();
+    int64_t ranks = 1;
+    for (const auto *axis : {&layout.dp, &layout.tp, &layout.pp})
+      if (*axis)
+        ranks *= (*axis)->size();
+    if (std::optional<rt::AvailableMemory> available = availableMemory(device))
+      if (llvm::Error error = checkFloorFits(
+              *floor, *available, ranks, "the training step",
+              "nothing was built. To fit: ZeRO sharding over more ranks "
+              "(parallel.zero), a smaller model or micro-batch"))
+        return error;
+  }
   auto compileStart = std::chrono::steady_clock::now();
   llvm::Expected<mlir::OwningOpRef<mlir::ModuleOp>> module =
       source->build(cfg.seqLen, /*withDropout=*/true);

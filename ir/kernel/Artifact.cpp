@@ -852,7 +852,12 @@ static std::string checkBeforeVerifying(const kir::Program &program) {
   std::string message;
   llvm::raw_string_ostream os(message);
   for (const kir::Kernel &kernel : program.kernels)
-    for (auto [i, instr] : llvm::enumerate(kernel.body))
+    for (auto [i, instr] : llvm::enumerate(kernel.body)) {
+      if (instr.op == kir::Op::Store && instr.args.empty()) {
+        os << "kernel '" << kernel.name << "', instruction %" << i
+           << " (store): has no value to store";
+        return message;
+      }
       if ((instr.op == kir::Op::Load || instr.op == kir::Op::Store) &&
           !kir::indexOverrides(instr).empty() &&
           kir::indexOverrides(instr).size() != kernel.domain.size()) {
@@ -863,6 +868,7 @@ static std::string checkBeforeVerifying(const kir::Program &program) {
            << kernel.domain.size() << ")";
         return message;
       }
+    }
   for (auto [index, buffer] : llvm::enumerate(program.buffers)) {
     bool fits = productFits(buffer.shape, kir::dtypeBytes(buffer.dtype));
     if (fits && buffer.kind == kir::BufferKind::Arena)

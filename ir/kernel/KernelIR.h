@@ -108,10 +108,13 @@ struct Instr {
 };
 
 /// The index overrides of a Load or Store (empty: the domain index in
-/// every dim), one per domain dim.
+/// every dim), one per domain dim. A Store without its value (only a
+/// malformed artifact has one, which verification then refuses) has none.
 inline llvm::ArrayRef<int32_t> indexOverrides(const Instr &instr) {
   llvm::ArrayRef<int32_t> args = instr.args;
-  return instr.op == Op::Store ? args.drop_front(1) : args;
+  if (instr.op != Op::Store)
+    return args;
+  return args.empty() ? args : args.drop_front(1);
 }
 
 struct Kernel {

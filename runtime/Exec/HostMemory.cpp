@@ -6,10 +6,24 @@
 #include <cstdlib>
 
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 
 using namespace llmc;
 
+int64_t runtime::hostMemoryLimit() {
+  struct sysinfo info;
+  if (sysinfo(&info) != 0)
+    return INT64_MAX;
+  long double total = (static_cast<long double>(info.totalram) +
+                       static_cast<long double>(info.totalswap)) *
+                      info.mem_unit;
+  return total >= static_cast<long double>(INT64_MAX) ? INT64_MAX
+                                                       : int64_t(total);
+}
+
 char *runtime::allocateHostMemory(int64_t bytes) {
+  if (bytes < 0 || bytes > hostMemoryLimit())
+    return nullptr;
   int64_t size = (std::max<int64_t>(bytes, 1) + kir::kArenaAlignment - 1) /
                  kir::kArenaAlignment * kir::kArenaAlignment;
   if (size < kHugePageBytes)

@@ -22,8 +22,14 @@ constexpr int64_t kHugePageBytes = int64_t(1) << 21;
 /// tensors and writes three) and the GEMMs' operand packing cross a page
 /// boundary, where the hardware prefetchers stop, every 2 MiB instead of
 /// every 4 KiB. Where the kernel refuses (mode "never"), the memory is the
-/// same, in small pages.
+/// same, in small pages. A size beyond the machine's RAM and swap together
+/// (or negative) is refused without asking the allocator: it could never
+/// be backed, and sanitizer allocators abort on such requests instead of
+/// returning null.
 char *allocateHostMemory(int64_t bytes);
+
+/// RAM plus swap of this machine (sysinfo(2)); INT64_MAX where unknown.
+int64_t hostMemoryLimit();
 
 } // namespace llmc::runtime
 

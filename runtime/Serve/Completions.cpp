@@ -78,6 +78,15 @@ llvm::Expected<int64_t> readCount(llvm::StringRef field, const json &value) {
 
 llvm::Expected<CompletionParams>
 llmc::serve::parseCompletionRequest(llvm::StringRef body) {
+  // JSON escapes its control characters: one raw in the body is binary.
+  for (size_t i = 0; i < body.size(); ++i) {
+    unsigned char c = body[i];
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f)
+      return invalidRequest(
+          llvm::formatv("the body is not text: byte {0} is the control "
+                        "character 0x{1:x-2}; a request is a JSON object",
+                        i, unsigned(c)));
+  }
   json doc = json::parse(body.begin(), body.end(), nullptr,
                          /*allow_exceptions=*/false);
   if (doc.is_discarded())

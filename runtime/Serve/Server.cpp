@@ -18,11 +18,14 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <functional>
 #include <random>
-#include <set>
+#include <sstream>
+#include <map>
 #include <thread>
 
 using namespace llmc;
@@ -37,8 +40,106 @@ namespace {
 
 using Request = http::request<http::string_body>;
 
+using Clock = std::chrono::steady_clock;
+
 /// How often a connection waiting for tokens looks whether its client left.
 constexpr std::chrono::milliseconds kPollInterval(50);
+/// Refused connections whose lingering close may run at once; beyond it a
+/// refused connection is closed without its 503.
+constexpr int64_t kMaxLingeringRefusals = 1024;
+/// The largest request header.
+constexpr uint32_t kHeaderLimit = 16 * 1024;
+
+Clock::duration toDuration(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(seconds));
+}
+
+/// Waits until `fd` is ready for `events` (or hung up, which the next read
+/// or write reports) or `deadline` passes: then false, `ec` timed_out.
+bool waitReady(int fd, short events, Clock::time_point deadline,
+               beast::error_code &ec) {
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - Clock::now())
+                    .count();
+    if (left <= 0) {
+      ec = net::error::timed_out;
+      return false;
+    }
+    pollfd entry{fd, events, 0};
+    int ready = ::poll(&entry, 1, int(std::min<int64_t>(left + 1, 60000)));
+    if (ready > 0)
+      return true;
+    if (ready < 0 && errno != EINTR) {
+      ec = beast::error_code(errno, boost::system::system_category());
+      return false;
+    }
+  }
+}
+
+/// A connection's non-blocking socket as Beast's synchronous reads and
+/// writes see it: a read that must wait waits until `readDeadline`, a
+/// write until
+/// `requestDeadline` or for `stall` without progress (a client that does
+/// not read), then ends with net::error::timed_out. Without deadlines a
+/// client that sends nothing, or never reads, would hold its thread and
+/// connection forever.
+class TimedStream {
+public:
+  using executor_type = tcp::socket::executor_type;
+
+  TimedStream(tcp::socket &socket, Clock::duration stall)
+      : socket(socket), stall(stall) {}
+  executor_type get_executor() { return socket.get_executor(); }
+  int fd() { return socket.native_handle(); }
+
+  template <class Buffers>
+  size_t read_some(const Buffers &buffers, beast::error_code &ec) {
+    while (true) {
+      size_t got = socket.read_some(buffers, ec);
+      if (ec != net::error::would_block && ec != net::error::try_again)
+        return got;
+      ec = {};
+      if (!waitReady(fd(), POLLIN, readDeadline, ec))
+        return 0;
+    }
+  }
+  template <class Buffers> size_t read_some(const Buffers &buffers) {
+    beast::error_code ec;
+    size_t got = read_some(buffers, ec);
+    if (ec)
+      throw beast::system_error(ec);
+    return got;
+  }
+  template <class Buffers>
+  size_t write_some(const Buffers &buffers, beast::error_code &ec) {
+    while (true) {
+      size_t sent = socket.write_some(buffers, ec);
+      if (ec != net::error::would_block && ec != net::error::try_again)
+        return sent;
+      ec = {};
+      Clock::time_point deadline =
+          std::min(requestDeadline, Clock::now() + stall);
+      if (!waitReady(fd(), POLLOUT, deadline, ec))
+        return 0;
+    }
+  }
+  template <class Buffers> size_t write_some(const Buffers &buffers) {
+    beast::error_code ec;
+    size_t sent = write_some(buffers, ec);
+    if (ec)
+      throw beast::system_error(ec);
+    return sent;
+  }
+
+  tcp::socket &socket;
+  Clock::time_point readDeadline = Clock::time_point::max();
+  Clock::time_point requestDeadline = Clock::time_point::max();
+
+private:
+  Clock::duration stall;
+};
 
 int64_t unixSeconds() { return int64_t(std::time(nullptr)); }
 
@@ -112,15 +213,30 @@ private:
   void accept();
   void watchStopFlag();
   void stopAccepting();
+  /// Starts a connection's thread, closing the connection that has waited
+  /// longest for a request to make room at the limit, or refuses it.
+  void admit(tcp::socket socket);
+  /// Closes the connection that has waited longest for a request (not
+  /// running one); false when every connection is running a request.
+  bool evictLongestWaiting();
+  /// Answers 503 with `message` and closes, on the event loop: the write,
+  /// then a lingering close bounded in time and bytes.
+  void refuse(tcp::socket socket, const std::string &message);
   /// A connection's thread: requests one after another (keep-alive).
   void connection(tcp::socket socket);
+  /// Reads the next request into `parser`, with the header and idle
+  /// deadlines; false (the connection closes) when none came whole.
+  bool readRequest(TimedStream &stream, beast::flat_buffer &buffer,
+                   http::request_parser<http::string_body> &parser,
+                   bool first, Clock::time_point connected);
+  void setRunning(int fd, bool running);
   /// Answers one request; false when the connection must close.
-  bool respond(tcp::socket &socket, const Request &request);
-  bool complete(tcp::socket &socket, const Request &request);
-  bool sendJson(tcp::socket &socket, const Request &request,
+  bool respond(TimedStream &socket, const Request &request);
+  bool complete(TimedStream &socket, const Request &request);
+  bool sendJson(TimedStream &socket, const Request &request,
                 http::status status, std::string body,
                 llvm::StringRef allow = "");
-  bool sendError(tcp::socket &socket, const Request &request,
+  bool sendError(TimedStream &socket, const Request &request,
                  http::status status, llvm::StringRef type,
                  llvm::StringRef message, llvm::StringRef allow = "");
 
@@ -129,11 +245,12 @@ private:
     FinishReason reason = FinishReason::Length;
     std::string error;
     bool clientGone = false;
+    bool timedOut = false;
   };
   /// Reads `stream` until the request ends, passing each piece of final
   /// text to `emit` (false: the client is gone). Cancels the request when
-  /// a stop string is found or the client leaves.
-  Outcome follow(RequestStream &stream, tcp::socket &socket,
+  /// a stop string is found, the client leaves or its time is up.
+  Outcome follow(RequestStream &stream, TimedStream &socket,
                  CompletionText &text, Usage &usage,
                  llvm::function_ref<bool(const std::string &)> emit);
 
@@ -149,11 +266,32 @@ private:
   tcp::acceptor acceptor;
   net::signal_set signals;
   net::steady_timer poll;
+  net::steady_timer acceptRetry{io};
 
-  // Open connections: their sockets, to wake them at shutdown.
+  /// An open connection, by its socket's descriptor.
+  struct Open {
+    std::string address;
+    /// Running a request (read whole, its response not yet written).
+    bool running = false;
+    /// Shut down to make room; its thread is closing it.
+    bool evicted = false;
+    /// When it began waiting for its next request.
+    Clock::time_point waitingSince;
+  };
+  // Open connections, to wake them at shutdown and choose whom to close at
+  // the limit; a thread closes its socket under the lock so that its
+  // descriptor is not reused by a new connection while still listed.
   std::mutex connectionsMutex;
   std::condition_variable connectionsDone;
-  std::set<int> connections;
+  std::map<int, Open> connections;
+  std::map<std::string, int64_t> perAddress;
+  int64_t evictedOpen = 0;
+  /// Refusals whose lingering close runs (event loop only).
+  int64_t lingering = 0;
+
+  /// For the summary at the end.
+  std::atomic<int64_t> accepted{0}, evictions{0}, refusedFull{0},
+      refusedPerClient{0}, timeouts{0};
 };
 
 llvm::Error Server::run() {
@@ -204,12 +342,12 @@ llvm::Error Server::run() {
   scheduler.stop();
   schedulerThread.join();
   std::unique_lock<std::mutex> lock(connectionsMutex);
-  for (int fd : connections)
-    ::shutdown(fd, SHUT_RD);
+  for (const auto &entry : connections)
+    ::shutdown(entry.first, SHUT_RD);
   if (!connectionsDone.wait_for(lock, std::chrono::seconds(5),
                                 [&] { return connections.empty(); })) {
-    for (int fd : connections)
-      ::shutdown(fd, SHUT_RDWR);
+    for (const auto &entry : connections)
+      ::shutdown(entry.first, SHUT_RDWR);
     connectionsDone.wait(lock, [&] { return connections.empty(); });
   }
   SchedulerStats stats = scheduler.stats();
@@ -227,6 +365,11 @@ llvm::Error Server::run() {
                         : 0.0,
       (long long)stats.maxActive, (long long)stats.batch,
       (long long)stats.prefillPasses);
+  llvm::errs() << llvm::formatv(
+      "llmc: {0} connection(s) accepted: {1} closed to make room, {2} "
+      "refused at the limit, {3} over the per-client cap, {4} timed out\n",
+      accepted.load(), evictions.load(), refusedFull.load(),
+      refusedPerClient.load(), timeouts.load());
   return llvm::Error::success();
 }
 
@@ -255,92 +398,288 @@ void Server::accept() {
                             tcp::socket socket) {
     if (error == net::error::operation_aborted || !acceptor.is_open())
       return;
-    if (!error) {
-      std::lock_guard<std::mutex> lock(connectionsMutex);
-      if (int64_t(connections.size()) >= options.maxConnections) {
-        std::string body =
-            errorJson("overloaded_error",
-                      llvm::formatv("too many open connections (the limit "
-                                    "is {0})",
-                                    options.maxConnections)
-                          .str());
-        http::response<http::string_body> response{
-            http::status::service_unavailable, 11};
-        response.set(http::field::content_type, "application/json");
-        response.keep_alive(false);
-        response.body() = std::move(body);
-        response.prepare_payload();
-        beast::error_code ec;
-        http::write(socket, response, ec);
-        lingeringClose(socket);
-      } else {
-        int fd = socket.native_handle();
-        connections.insert(fd);
-        try {
-          std::thread(&Server::connection, this, std::move(socket)).detach();
-        } catch (const std::system_error &) {
-          connections.erase(fd);
-          llvm::errs() << "llmc: serve: cannot start a connection thread\n";
-        }
-      }
+    if (error) {
+      // Out of descriptors (EMFILE) and the like: the connection waits in
+      // the backlog; try again shortly instead of spinning on the error.
+      acceptRetry.expires_after(std::chrono::milliseconds(50));
+      acceptRetry.async_wait([&](const beast::error_code &cancelled) {
+        if (!cancelled && acceptor.is_open())
+          accept();
+      });
+      return;
     }
+    admit(std::move(socket));
     accept();
   });
 }
 
+void Server::admit(tcp::socket socket) {
+  beast::error_code ec;
+  tcp::endpoint peer = socket.remote_endpoint(ec);
+  if (ec)
+    return; // gone already
+  ++accepted;
+  std::string address = peer.address().to_string();
+  std::string refusal;
+  {
+    std::lock_guard<std::mutex> lock(connectionsMutex);
+    auto fromAddress = perAddress.find(address);
+    int64_t open = fromAddress == perAddress.end() ? 0 : fromAddress->second;
+    if (options.maxConnectionsPerClient > 0 &&
+        open >= options.maxConnectionsPerClient) {
+      ++refusedPerClient;
+      refusal = llvm::formatv("too many open connections from {0} (the "
+                              "limit is {1} per client)",
+                              address, options.maxConnectionsPerClient)
+                    .str();
+    } else if (int64_t(connections.size()) - evictedOpen >=
+                   options.maxConnections &&
+               !evictLongestWaiting()) {
+      ++refusedFull;
+      refusal = llvm::formatv("too many open connections, all running "
+                              "requests (the limit is {0})",
+                              options.maxConnections)
+                    .str();
+    } else {
+      int fd = socket.native_handle();
+      connections[fd] = Open{address, false, false, Clock::now()};
+      ++perAddress[address];
+      try {
+        std::thread(&Server::connection, this, std::move(socket)).detach();
+      } catch (const std::system_error &) {
+        connections.erase(fd);
+        if (--perAddress[address] == 0)
+          perAddress.erase(address);
+        refusal = "cannot start a connection thread";
+      }
+    }
+  }
+  if (!refusal.empty())
+    refuse(std::move(socket), refusal);
+}
+
+bool Server::evictLongestWaiting() {
+  auto longest = connections.end();
+  for (auto it = connections.begin(); it != connections.end(); ++it)
+    if (!it->second.running && !it->second.evicted &&
+        (longest == connections.end() ||
+         it->second.waitingSince < longest->second.waitingSince))
+      longest = it;
+  if (longest == connections.end())
+    return false;
+  // Its thread's read or poll wakes up and closes the connection.
+  ::shutdown(longest->first, SHUT_RDWR);
+  longest->second.evicted = true;
+  ++evictedOpen;
+  ++evictions;
+  return true;
+}
+
+void Server::refuse(tcp::socket socket, const std::string &message) {
+  beast::error_code ec;
+  if (!socket.is_open())
+    return;
+  if (lingering >= kMaxLingeringRefusals) {
+    socket.close(ec);
+    return;
+  }
+  struct Refusal {
+    Refusal(tcp::socket socket, net::io_context &io)
+        : socket(std::move(socket)), timer(io) {}
+    tcp::socket socket;
+    net::steady_timer timer;
+    std::string response;
+    std::array<char, 4096> sink;
+    size_t drained = 0;
+    bool done = false;
+  };
+  auto refusal = std::make_shared<Refusal>(std::move(socket), io);
+  http::response<http::string_body> response{
+      http::status::service_unavailable, 11};
+  response.set(http::field::server, "llmc");
+  response.set(http::field::content_type, "application/json");
+  response.keep_alive(false);
+  response.body() = errorJson("overloaded_error", message);
+  response.prepare_payload();
+  std::ostringstream text;
+  text << response;
+  refusal->response = text.str();
+  ++lingering;
+  auto finish = [this](const std::shared_ptr<Refusal> &refusal) {
+    if (refusal->done)
+      return;
+    refusal->done = true;
+    --lingering;
+    beast::error_code ignored;
+    refusal->timer.cancel();
+    refusal->socket.close(ignored);
+  };
+  // The close waits for the client's request to be read (else the close
+  // resets the connection before the client reads the 503), for at most
+  // 2 s and 1 MiB.
+  refusal->timer.expires_after(std::chrono::seconds(2));
+  refusal->timer.async_wait([refusal, finish](const beast::error_code &error) {
+    if (!error)
+      finish(refusal);
+  });
+  auto drain = std::make_shared<std::function<void()>>();
+  *drain = [refusal, finish, drain]() {
+    refusal->socket.async_read_some(
+        net::buffer(refusal->sink),
+        [refusal, finish, drain](const beast::error_code &error, size_t got) {
+          refusal->drained += got;
+          if (error || refusal->drained > (1u << 20)) {
+            finish(refusal);
+            *drain = nullptr; // breaks the cycle
+            return;
+          }
+          (*drain)();
+        });
+  };
+  net::async_write(refusal->socket, net::buffer(refusal->response),
+                   [refusal, finish, drain](const beast::error_code &error,
+                                            size_t) {
+                     if (error) {
+                       finish(refusal);
+                       *drain = nullptr;
+                       return;
+                     }
+                     beast::error_code ignored;
+                     refusal->socket.shutdown(tcp::socket::shutdown_send,
+                                              ignored);
+                     (*drain)();
+                   });
+}
+
+void Server::setRunning(int fd, bool running) {
+  std::lock_guard<std::mutex> lock(connectionsMutex);
+  auto it = connections.find(fd);
+  if (it == connections.end())
+    return;
+  it->second.running = running;
+  if (!running)
+    it->second.waitingSince = Clock::now();
+}
+
+bool Server::readRequest(TimedStream &stream, beast::flat_buffer &buffer,
+                         http::request_parser<http::string_body> &parser,
+                         bool first, Clock::time_point connected) {
+  Clock::duration headerTime = toDuration(options.headerTimeoutSeconds);
+  beast::error_code ec;
+  // A kept-alive connection waits up to the idle timeout for the first
+  // byte of its next request; the first request's header time counts from
+  // the connection.
+  Clock::time_point headerDeadline = connected + headerTime;
+  if (!first) {
+    if (buffer.size() == 0 &&
+        !waitReady(stream.fd(), POLLIN,
+                   Clock::now() + toDuration(options.idleTimeoutSeconds),
+                   ec)) {
+      if (ec == net::error::timed_out)
+        ++timeouts;
+      return false;
+    }
+    headerDeadline = Clock::now() + headerTime;
+  }
+  stream.readDeadline = headerDeadline;
+  http::read_header(stream, buffer, parser, ec);
+  bool headerDone = !ec;
+  if (headerDone) {
+    stream.requestDeadline =
+        Clock::now() + toDuration(options.requestTimeoutSeconds);
+    stream.readDeadline = stream.requestDeadline;
+    if (!parser.is_done())
+      http::read(stream, buffer, parser, ec);
+  }
+  if (!ec)
+    return true;
+  if (ec == http::error::end_of_stream || stopping)
+    return false;
+  Request reply;
+  reply.version(11);
+  reply.keep_alive(false);
+  if (ec == net::error::timed_out) {
+    ++timeouts;
+    // Nothing sent at all: closed without a word, as a keep-alive is.
+    if (!parser.got_some() && buffer.size() == 0)
+      return false;
+    sendError(stream, reply, http::status::request_timeout,
+              "invalid_request_error",
+              headerDone
+                  ? llvm::formatv("the request's body did not arrive within "
+                                  "the server's {0} s limit of a request",
+                                  options.requestTimeoutSeconds)
+                        .str()
+                  : llvm::formatv("the request's header did not arrive "
+                                  "within {0} s",
+                                  options.headerTimeoutSeconds)
+                        .str());
+    lingeringClose(stream.socket);
+    return false;
+  }
+  if (ec == http::error::body_limit || ec == http::error::header_limit) {
+    bool body = ec == http::error::body_limit;
+    Request request = parser.get();
+    request.keep_alive(false);
+    sendError(stream, request,
+              body ? http::status::payload_too_large
+                   : http::status::request_header_fields_too_large,
+              "invalid_request_error",
+              body ? llvm::formatv("the body is over the limit of {0} "
+                                   "bytes",
+                                   options.maxBodyBytes)
+                         .str()
+                   : "the request's header is over 16 KiB");
+    lingeringClose(stream.socket);
+    return false;
+  }
+  // A request that is not HTTP gets a 400; a broken connection nothing.
+  if (ec.category() ==
+      http::make_error_code(http::error::bad_target).category()) {
+    sendError(stream, reply, http::status::bad_request,
+              "invalid_request_error",
+              "malformed HTTP request: " + ec.message());
+    lingeringClose(stream.socket);
+  }
+  return false;
+}
+
 void Server::connection(tcp::socket socket) {
+  Clock::time_point connected = Clock::now();
   int fd = socket.native_handle();
+  beast::error_code ec;
+  socket.non_blocking(true, ec);
+  TimedStream stream(socket, toDuration(options.idleTimeoutSeconds));
   beast::flat_buffer buffer;
-  while (true) {
+  for (bool first = true; !ec; first = false) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(options.maxBodyBytes);
-    parser.header_limit(16 * 1024);
-    beast::error_code ec;
-    http::read(socket, buffer, parser, ec);
-    if (ec == http::error::end_of_stream || stopping)
+    parser.header_limit(kHeaderLimit);
+    stream.requestDeadline = Clock::time_point::max();
+    if (!readRequest(stream, buffer, parser, first, connected))
       break;
-    if (ec == http::error::body_limit || ec == http::error::header_limit) {
-      bool body = ec == http::error::body_limit;
-      Request request = parser.get();
-      request.keep_alive(false);
-      sendError(socket, request,
-                body ? http::status::payload_too_large
-                     : http::status::request_header_fields_too_large,
-                "invalid_request_error",
-                body ? llvm::formatv("the body is over the limit of {0} "
-                                     "bytes",
-                                     options.maxBodyBytes)
-                           .str()
-                     : "the request's header is over 16 KiB");
-      lingeringClose(socket);
-      break;
-    }
-    if (ec) {
-      // A request that is not HTTP gets a 400; a broken connection nothing.
-      if (ec.category() == http::make_error_code(http::error::bad_target)
-                               .category()) {
-        Request request;
-        request.version(11);
-        request.keep_alive(false);
-        sendError(socket, request, http::status::bad_request,
-                  "invalid_request_error",
-                  "malformed HTTP request: " + ec.message());
-        lingeringClose(socket);
-      }
-      break;
-    }
-    if (!respond(socket, parser.get()) || !parser.get().keep_alive())
+    setRunning(fd, true);
+    bool more = respond(stream, parser.get()) && parser.get().keep_alive();
+    setRunning(fd, false);
+    if (!more)
       break;
   }
-  beast::error_code ec;
   socket.shutdown(tcp::socket::shutdown_both, ec);
-  socket.close(ec);
   std::lock_guard<std::mutex> lock(connectionsMutex);
-  connections.erase(fd);
+  socket.close(ec);
+  auto it = connections.find(fd);
+  if (it != connections.end()) {
+    if (it->second.evicted)
+      --evictedOpen;
+    auto fromAddress = perAddress.find(it->second.address);
+    if (fromAddress != perAddress.end() && --fromAddress->second <= 0)
+      perAddress.erase(fromAddress);
+    connections.erase(it);
+  }
   connectionsDone.notify_all();
 }
 
-bool Server::respond(tcp::socket &socket, const Request &request) {
+bool Server::respond(TimedStream &socket, const Request &request) {
   llvm::StringRef target(request.target().data(), request.target().size());
   target = target.take_until([](char c) { return c == '?'; });
   struct Route {
@@ -378,7 +717,7 @@ bool Server::respond(tcp::socket &socket, const Request &request) {
                        .str());
 }
 
-bool Server::sendJson(tcp::socket &socket, const Request &request,
+bool Server::sendJson(TimedStream &socket, const Request &request,
                       http::status status, std::string body,
                       llvm::StringRef allow) {
   http::response<http::string_body> response{status, request.version()};
@@ -394,20 +733,31 @@ bool Server::sendJson(tcp::socket &socket, const Request &request,
   return !ec;
 }
 
-bool Server::sendError(tcp::socket &socket, const Request &request,
+bool Server::sendError(TimedStream &socket, const Request &request,
                        http::status status, llvm::StringRef type,
                        llvm::StringRef message, llvm::StringRef allow) {
   return sendJson(socket, request, status, errorJson(type, message), allow);
 }
 
 Server::Outcome
-Server::follow(RequestStream &stream, tcp::socket &socket, CompletionText &text,
+Server::follow(RequestStream &stream, TimedStream &socket, CompletionText &text,
                Usage &usage,
                llvm::function_ref<bool(const std::string &)> emit) {
   while (true) {
+    if (Clock::now() >= socket.requestDeadline) {
+      stream.cancel();
+      // The answer saying so is bounded by the write stall alone.
+      socket.requestDeadline = Clock::time_point::max();
+      return {FinishReason::Failed,
+              llvm::formatv("the request ran past the server's limit of {0} "
+                            "s (--request-timeout)",
+                            options.requestTimeoutSeconds)
+                  .str(),
+              false, true};
+    }
     std::optional<RequestStream::Event> event = stream.next(kPollInterval);
     if (!event) {
-      if (peerClosed(socket)) {
+      if (peerClosed(socket.socket)) {
         stream.cancel();
         return {FinishReason::Cancelled, "", true};
       }
@@ -428,7 +778,7 @@ Server::follow(RequestStream &stream, tcp::socket &socket, CompletionText &text,
   }
 }
 
-bool Server::complete(tcp::socket &socket, const Request &request) {
+bool Server::complete(TimedStream &socket, const Request &request) {
   auto refuse = [&](llvm::Error error) {
     bool sent = false;
     llvm::handleAllErrors(
@@ -474,13 +824,17 @@ bool Server::complete(tcp::socket &socket, const Request &request) {
         });
     if (outcome.clientGone)
       return false;
-    if (outcome.reason == FinishReason::Failed)
+    if (outcome.reason == FinishReason::Failed) {
+      if (outcome.timedOut)
+        return sendError(socket, request, http::status::service_unavailable,
+                         "timeout_error", outcome.error);
       return stopping ? sendError(socket, request,
                                   http::status::service_unavailable,
                                   "overloaded_error", outcome.error)
                       : sendError(socket, request,
                                   http::status::internal_server_error,
                                   "server_error", outcome.error);
+    }
     whole += text.finish();
     return sendJson(socket, request, http::status::ok,
                     completionJson(id, whole, outcome.reason, usage));

@@ -25,6 +25,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
@@ -70,6 +71,37 @@ static cl::opt<uint64_t> serveMaxBody(
     "max-body-bytes",
     cl::desc("Largest request body (default 1 MiB); larger ones get 413"),
     cl::init(serve::ServeOptions().maxBodyBytes), cl::cat(category),
+    cl::sub(serveCmd));
+static cl::opt<int64_t> serveMaxConnections(
+    "max-connections",
+    cl::desc("Open connections (default 256); at the limit a new one "
+             "closes the one that has waited longest for a request, and is "
+             "answered 503 only when all are running requests"),
+    cl::init(serve::ServeOptions().maxConnections), cl::cat(category),
+    cl::sub(serveCmd));
+static cl::opt<int64_t> serveMaxPerClient(
+    "max-connections-per-client",
+    cl::desc("Open connections from one client address (default 64; 0: no "
+             "cap); more are answered 503"),
+    cl::init(serve::ServeOptions().maxConnectionsPerClient), cl::cat(category),
+    cl::sub(serveCmd));
+static cl::opt<double> serveHeaderTimeout(
+    "header-timeout",
+    cl::desc("Seconds a request's header may take to arrive, from its first "
+             "byte (default 10); slower clients get 408"),
+    cl::init(serve::ServeOptions().headerTimeoutSeconds), cl::cat(category),
+    cl::sub(serveCmd));
+static cl::opt<double> serveIdleTimeout(
+    "idle-timeout",
+    cl::desc("Seconds a kept-alive connection may wait for its next request, "
+             "or a response for a client that does not read (default 30)"),
+    cl::init(serve::ServeOptions().idleTimeoutSeconds), cl::cat(category),
+    cl::sub(serveCmd));
+static cl::opt<double> serveRequestTimeout(
+    "request-timeout",
+    cl::desc("Seconds a request may take from its header to its response's "
+             "end (default 300); past it, 503"),
+    cl::init(serve::ServeOptions().requestTimeoutSeconds), cl::cat(category),
     cl::sub(serveCmd));
 static cl::opt<std::string> serveModelName(
     "model-name",
@@ -335,12 +367,31 @@ int runServe(const char *argv0) {
     return fail(llvm::createStringError(
         "--queue-limit: expected a count >= 0, got " +
         llvm::Twine(serveQueueLimit)));
+  if (serveMaxConnections < 1)
+    return fail(llvm::createStringError(
+        "--max-connections: expected a count >= 1, got " +
+        llvm::Twine(serveMaxConnections)));
+  if (serveMaxPerClient < 0)
+    return fail(llvm::createStringError(
+        "--max-connections-per-client: expected a count >= 0, got " +
+        llvm::Twine(serveMaxPerClient)));
+  for (const cl::opt<double> *timeout :
+       {&serveHeaderTimeout, &serveIdleTimeout, &serveRequestTimeout})
+    if (!(*timeout > 0 && *timeout <= 1e6))
+      return fail(llvm::createStringError(
+          "--" + timeout->ArgStr + ": expected seconds in (0, 1e6], got " +
+          llvm::formatv("{0}", double(*timeout)).str()));
   ExportedModel model;
   if (llvm::Error error = openPayload(selfPath(argv0), model))
     return fail(std::move(error));
   if (llvm::Error error = loadModel(model, numThreads))
     return fail(std::move(error));
   serve::ServeOptions options;
+  options.maxConnections = serveMaxConnections;
+  options.maxConnectionsPerClient = serveMaxPerClient;
+  options.headerTimeoutSeconds = serveHeaderTimeout;
+  options.idleTimeoutSeconds = serveIdleTimeout;
+  options.requestTimeoutSeconds = serveRequestTimeout;
   options.host = serveHost;
   options.port = uint16_t(servePort);
   options.modelName =

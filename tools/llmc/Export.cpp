@@ -57,9 +57,10 @@ llvm::Expected<std::string> exportRuntimeArchive() {
 }
 
 /// The C++ compiler driver that compiles the table and links: $CXX (its
-/// first word; the rest are arguments) or c++.
+/// first word; the rest are arguments) or c++ (in a sanitized build, the
+/// compiler that built llmc: tools/llmc/CMakeLists.txt).
 llvm::Expected<std::vector<std::string>> compilerDriver() {
-  std::string spec = "c++";
+  std::string spec = LLMC_EXPORT_CXX;
   if (std::optional<std::string> env = llvm::sys::Process::GetEnv("CXX"))
     if (!llvm::StringRef(*env).trim().empty())
       spec = *env;
@@ -69,7 +70,7 @@ llvm::Expected<std::vector<std::string>> compilerDriver() {
   if (!program)
     return llvm::createStringError(
         "llmc export links with the system C++ compiler driver, and '" +
-        words[0] + "' (" + (spec == "c++" ? "the default" : "from $CXX") +
+        words[0] + "' (" + (spec == LLMC_EXPORT_CXX ? "the default" : "from $CXX") +
         ") is not found on PATH; install g++ or clang, or set CXX");
   std::vector<std::string> command{*program};
   for (llvm::StringRef word : llvm::ArrayRef(words).drop_front())

@@ -20,6 +20,7 @@
 #include "ir/kernel/MemoryPlan.h"
 #include "passes/Passes.h"
 #include "runtime/Exec/MemoryBudget.h"
+#include "training/ModelFloor.h"
 #include "runtime/Serve/CachedGenerate.h"
 #include "runtime/Serve/Generate.h"
 #include "runtime/Weights/Weights.h"
@@ -295,6 +296,11 @@ static cl::opt<int64_t>
            cl::desc("Tokens per sequence (default: the config's seq_len)"),
            cl::init(0), cl::sub(emitCmd), cl::sub(infoCmd),
            cl::sub(compileCmd));
+static cl::opt<bool> skipMemoryCheck(
+    "skip-memory-check",
+    cl::desc("Write the artifact even if the config's sizes cannot fit this "
+             "machine's memory (64-bit overflows are still refused)"),
+    cl::init(false), cl::sub(compileCmd));
 static cl::opt<std::string> compileFunction(
     "function",
     cl::desc("Which function to compile: forward (the default: the compile "
@@ -678,6 +684,27 @@ static int writeCompiledArtifact(const ::llmc::kir::Program &program,
   return 0;
 }
 
+/// Whether a model config's sizes (at --batch and --seq-len) can fit this
+/// machine, before its IR is built (training/ModelFloor.h: fp32 parameters
+/// and one batch's logits); --skip-memory-check keeps the overflow check.
+static llvm::Error checkConfigFloor(llvm::StringRef input) {
+  llvm::Expected<ModelConfig> config = loadConfig(input);
+  if (!config)
+    return config.takeError();
+  auto floor = ::llmc::training::modelFloor(
+      *config, batchSize, seqLen ? int64_t(seqLen) : config->seqLen,
+      /*fp32 weights=*/4, input);
+  if (!floor || skipMemoryCheck)
+    return floor.takeError();
+  auto available = ::llmc::runtime::availableHostMemory();
+  const char *advice = "shrink the model or the batch, or pass --skip-memory-"
+                       "check to write the artifact for a larger machine";
+  if (!available)
+    return llvm::Error::success();
+  return ::llmc::training::checkFloorFits(
+      *floor, *available, /*ranks=*/1, ("the model of " + input).str(), advice);
+}
+
 /// `llmc compile`: the model (.mlir or a config), the pipeline the flags
 /// ask for, then the phase --compile-to names printed or the artifact
 /// written.
@@ -688,6 +715,8 @@ static int runCompile(MLIRContext &context) {
     if (!module)
       return 1;
   } else {
+    if (llvm::Error error = checkConfigFloor(compileInput))
+      return fail(std::move(error));
     auto built = buildFromConfig(context, compileInput);
     if (!built)
       return fail(built.takeError());

@@ -1078,6 +1078,19 @@ TEST_F(ArtifactTest, LoadOverrideCountIsCheckedBeforeTheVerifier) {
             "1 index overrides, needs none or one per domain dimension (3)");
 }
 
+TEST_F(ArtifactTest, StoreWithoutAValueIsRefusedBeforeTheVerifier) {
+  // A store's first argument is its value and the rest its index
+  // overrides: one with no arguments at all has neither, and taking the
+  // overrides must not step past the empty list (UBSan found it).
+  kir::Program program = makeProgram();
+  for (kir::Instr &instr : program.kernels[0].body)
+    if (instr.op == kir::Op::Store)
+      instr.args.clear();
+  EXPECT_EQ(errorOf(deserializeProgram(serializeProgram(program), "a")),
+            "a: invalid program: kernel 'embed', instruction %46 (store): has "
+            "no value to store");
+}
+
 TEST_F(ArtifactTest, OverflowingExtentsAreRefusedBeforeTheVerifier) {
   // kir::verifyProgram would compute stride * (extent - 1) in int64_t.
   kir::Program program = makeProgram();

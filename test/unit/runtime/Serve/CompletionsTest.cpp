@@ -97,6 +97,10 @@ TEST(Completions, RefusesBadBodies) {
             "request");
   EXPECT_EQ(parseError("{\"prompt\": \"\xff\"}"),
             "400 invalid_request_error: the body is not valid JSON");
+  // Binary data is named as such, not as whatever JSON error it makes.
+  EXPECT_EQ(parseError(std::string("{\"prompt\": \"a\0b\"}", 17)),
+            "400 invalid_request_error: the body is not text: byte 13 is the "
+            "control character 0x00; a request is a JSON object");
   // Deep nesting is refused or parsed, never a crash.
   std::string deep = R"({"prompt": "a", "x": )" + std::string(100000, '[') +
                      std::string(100000, ']') + "}";
