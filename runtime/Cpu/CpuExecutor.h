@@ -46,8 +46,8 @@ struct StepProfile {
 
 class CpuExecutor : public Executor {
 public:
-  /// `kernels[i]` runs program.kernels[i]. `numThreads` <= 0: one per
-  /// hardware thread. Param and State buffers are bound by name to `store`
+  /// `kernels[i]` runs program.kernels[i]. `numThreads` <= 0: the CPUs
+  /// this process may use (runtime/Exec/CpuBudget.h). Param and State buffers are bound by name to `store`
   /// (created zero-filled there if new; a dtype or shape that differs from
   /// the store's tensor is an error); null: a store of its own.
   static llvm::Expected<std::unique_ptr<CpuExecutor>>
@@ -138,6 +138,9 @@ private:
               int numThreads, std::shared_ptr<PersistentStore> store);
   llvm::Error bindBuffers();
   char *base(int32_t buffer) const { return bases[buffer]; }
+  /// fn over [0, n) on the pool, or on this thread alone when `small`
+  /// (below the work where one thread is faster: CpuExecutor.cpp).
+  void forChunks(int64_t n, bool small, const ThreadPool::LoopBody &fn);
   void runKernel(int32_t kernel);
   void runGemm(const kir::GemmStep &gemm);
   /// A GEMM with an f16/bf16 operand or result: tiles through f32 staging.
