@@ -1,8 +1,9 @@
 // Runs a kir::Program on the CPU: inputs and the one arena in host memory,
 // parameters and state in a PersistentStore shared with other executors;
 // kernel steps through JIT-compiled kernels split by rows over a thread
-// pool; GEMMs through BLAS (one BLAS thread per pool thread, each on its own
-// block of rows, its epilogue run on that block while it is in cache);
+// pool (chunks dealt to whichever thread asks; small loops on the caller
+// alone); GEMMs through BLAS (single-threaded library calls on chunks of
+// rows or columns, a row chunk's epilogue run on it while it is in cache);
 // attention and its gradient through BLAS products and a masked softmax;
 // embedding gradients by a deterministic per-row scatter-add. f16/bf16
 // GEMM operands and attention heads are computed in f32 from per-thread

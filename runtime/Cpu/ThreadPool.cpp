@@ -119,6 +119,12 @@ void ThreadPool::parallelFor(int64_t n, const LoopBody &fn,
     fn(0, n, 0);
     return;
   }
+  if (Clock::now() < aloneUntil) {
+    // Contended: the same chunks, in order, on this thread.
+    for (int64_t chunk = 0; chunk < chunks; ++chunk)
+      fn(n * chunk / chunks, n * (chunk + 1) / chunks, 0);
+    return;
+  }
   task = &fn;
   taskSize = n;
   taskChunks = chunks;
@@ -132,14 +138,21 @@ void ThreadPool::parallelFor(int64_t n, const LoopBody &fn,
   Clock::time_point start = Clock::now();
   runChunks(loop, 0);
   double own = std::chrono::duration<double>(Clock::now() - start).count();
-  waitForChunks(own, chunks);
+  Clock::time_point waitStart = Clock::now();
+  bool slept = waitForChunks(own, chunks);
   task = nullptr;
+  // A wait far longer than a chunk: a thread that took one lost its core.
+  double waited =
+      std::chrono::duration<double>(Clock::now() - waitStart).count();
+  if (slept && waited > std::max(std::chrono::duration<double>(kStall).count(),
+                                 4.0 * own * numThreads / double(chunks)))
+    aloneUntil = Clock::now() + kAloneAfterStall;
 }
 
-void ThreadPool::waitForChunks(double ownSeconds, int64_t chunks) {
+bool ThreadPool::waitForChunks(double ownSeconds, int64_t chunks) {
   auto finished = [&] { return unfinished.load() == 0; };
   if (finished())
-    return;
+    return false;
   // What is left are chunks that other threads took. Running, they end
   // within about a chunk's time: poll that long (the caller's own chunks
   // are the yardstick, twice over for the unevenness of chunks), then
@@ -153,7 +166,7 @@ void ThreadPool::waitForChunks(double ownSeconds, int64_t chunks) {
                          std::chrono::duration<double>(budget));
   for (int i = 1;; ++i) {
     if (finished())
-      return;
+      return false;
     cpuRelax();
     if (i % 64 == 0 && Clock::now() > deadline)
       break;
@@ -162,6 +175,7 @@ void ThreadPool::waitForChunks(double ownSeconds, int64_t chunks) {
   callerSleeping.store(true);
   done.wait(lock, finished);
   callerSleeping.store(false);
+  return true;
 }
 
 void ThreadPool::workerLoop(int index) {

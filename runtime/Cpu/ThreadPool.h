@@ -26,6 +26,15 @@
 // to a busy neighbour would cost a whole time slice), then sleeps until
 // the last chunk's thread wakes it (a woken sleeper gets its core back at
 // once where a yielding poller would wait its turn).
+//
+// A chunk already taken cannot be taken back, so a worker that loses its
+// core in the middle of one holds the loop up until it runs again: on a
+// machine where other processes keep the cores busy, that is a time slice
+// at every loop's end. When such a stall happens (a wait far longer than a
+// chunk), the caller runs the next loops alone for a short while
+// (kAloneAfterStall), the same chunks in the same order, then tries the
+// workers again: next to busy neighbours one thread that never waits beats
+// several that wait for each other, and quiet, stalls do not happen.
 #ifndef LLMC_RUNTIME_THREADPOOL_H
 #define LLMC_RUNTIME_THREADPOOL_H
 
@@ -46,6 +55,11 @@ public:
   /// How long a worker polls for the next loop, and the most the caller
   /// polls for the workers' chunks, before sleeping.
   static constexpr std::chrono::microseconds kSpin{200};
+  /// A wait for other threads' chunks longer than this (and than a few
+  /// chunks' time) means one of them lost its core: for kAloneAfterStall
+  /// the caller then runs loops alone (ThreadPool.h).
+  static constexpr std::chrono::microseconds kStall{500};
+  static constexpr std::chrono::milliseconds kAloneAfterStall{20};
   /// A loop is cut into at most this many chunks per thread: enough that
   /// the running threads take over the share of one that is not running,
   /// few enough that dealing a chunk stays a small part of its work.
@@ -88,7 +102,8 @@ private:
   /// Takes and runs chunks of loop `generation` until none is left; the
   /// seconds they took (the caller's yardstick for polling).
   double runChunks(uint64_t generation, int thread);
-  void waitForChunks(double ownSeconds, int64_t ownChunks);
+  /// Waits until every chunk is done; whether it had to sleep.
+  bool waitForChunks(double ownSeconds, int64_t ownChunks);
 
   int numThreads;
   std::vector<std::thread> workers;
@@ -115,6 +130,8 @@ private:
   std::condition_variable wake, done;
   std::atomic<int> sleepingWorkers{0};
   std::atomic<bool> callerSleeping{false};
+  // Until when loops run on the caller alone, after a stall (caller only).
+  std::chrono::steady_clock::time_point aloneUntil{};
 };
 
 } // namespace llmc::runtime

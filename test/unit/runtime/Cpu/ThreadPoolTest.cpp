@@ -1,8 +1,9 @@
 // The thread pool: every element of every loop runs exactly once, in more
 // chunks than threads, whether the workers were polling for it (loops back
 // to back) or asleep (a gap longer than ThreadPool::kSpin); the caller
-// takes chunks too; and a worker that is held up (blocked, as a thread the
-// OS does not schedule) stalls no loop: the others take its share.
+// takes chunks too; a worker that is held up (blocked, as a thread the OS
+// does not schedule) holds only its own chunk, the others take its share;
+// after such a stall the caller runs the same chunks alone for a while.
 #include "runtime/Cpu/ThreadPool.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 using namespace llmc::runtime;
@@ -176,6 +178,55 @@ TEST(ThreadPoolTest, AHeldWorkerLeavesTheRestOfTheLoopToTheOthers) {
     heldLoops += held.load() > 0;
   }
   EXPECT_GT(heldLoops, 0) << "no worker ever took a chunk";
+}
+
+TEST(ThreadPoolTest, AfterAStallTheCallerRunsTheSameChunksAlone) {
+  // A worker that holds its chunk far longer than the caller's chunks take
+  // is a stall: the loops right after it run every chunk on the caller,
+  // with the same boundaries, in order.
+  ThreadPool pool(2);
+  bool stalled = false;
+  for (int tries = 0; tries < 100 && !stalled; ++tries) {
+    std::atomic<bool> workerTook{false};
+    pool.parallelFor(8, [&](int64_t, int64_t, int thread) {
+      if (thread == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      } else if (!workerTook.exchange(true)) {
+        std::this_thread::sleep_for(
+            2 * std::chrono::duration_cast<std::chrono::microseconds>(
+                    ThreadPool::kStall) +
+            std::chrono::milliseconds(2));
+      }
+    });
+    stalled = workerTook.load();
+  }
+  ASSERT_TRUE(stalled) << "no worker took a chunk";
+  std::mutex mutex;
+  std::vector<std::tuple<int64_t, int64_t, int>> chunks;
+  pool.parallelFor(1000, [&](int64_t begin, int64_t end, int thread) {
+    std::lock_guard<std::mutex> lock(mutex);
+    chunks.emplace_back(begin, end, thread);
+  });
+  ASSERT_EQ(int64_t(chunks.size()), pool.chunksFor(1000));
+  int64_t next = 0;
+  for (auto [begin, end, thread] : chunks) {
+    EXPECT_EQ(thread, 0);
+    EXPECT_EQ(begin, next); // in order
+    next = end;
+  }
+  EXPECT_EQ(next, 1000);
+  // Later, the workers are dealt chunks again.
+  std::this_thread::sleep_for(ThreadPool::kAloneAfterStall +
+                              std::chrono::milliseconds(5));
+  std::atomic<bool> workerRan{false};
+  for (int tries = 0; tries < 200 && !workerRan.load(); ++tries)
+    pool.parallelFor(8, [&](int64_t, int64_t, int thread) {
+      if (thread != 0)
+        workerRan = true;
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    });
+  EXPECT_TRUE(workerRan.load());
 }
 
 TEST(ThreadPoolTest, ALoopWaitsForItsSlowestChunk) {
