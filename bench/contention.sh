@@ -6,7 +6,7 @@
 # with the slowdown.
 #
 #   bash bench/contention.sh [--short] [--build DIR] [--work DIR]
-#                            [--repeats N] [--hogs N]
+#                            [--repeats N] [--hogs N] [--no-torch]
 #
 # Each measure is --repeats (default 3) pairs run back to back (quiet, then
 # contended, so that a machine whose load drifts meets both alike); the
@@ -27,16 +27,18 @@
 # PyTorch is the one of $LLMC_TORCH_PYTHON, else of the virtual environment
 # scripts/setup-peers.sh makes ($HOME/.cache/llmc/torch, PyTorch 2.x from
 # PyPI), else of python3; its rows are skipped with a note where none
-# imports. OMP_* and the rest of the environment are passed on as they are.
+# imports, or with --no-torch. OMP_* and the rest of the environment are
+# passed on as they are.
 # --short: one pair, 200 tokens, 6 steps (seconds; a smoke test).
 set -euo pipefail
 
 bench_repeats=3
-hogs=""
+hogs="" notorch=0
 args=()
 while (($#)); do
   case $1 in
     --hogs) hogs=$2; shift ;;
+    --no-torch) notorch=1 ;;
     *) args+=("$1") ;;
   esac
   shift
@@ -55,7 +57,7 @@ if ((short)); then repeats=1 tokens=200 steps=6 dpsteps=4 ttokens=100 tsteps=3 t
 else tokens=2000 steps=60 dpsteps=30 ttokens=400 tsteps=10 tdpsteps=6; fi
 
 torch_python=""
-for candidate in "${LLMC_TORCH_PYTHON:-}" "$HOME/.cache/llmc/torch/bin/python" "$(command -v python3 || true)"; do
+((notorch)) || for candidate in "${LLMC_TORCH_PYTHON:-}" "$HOME/.cache/llmc/torch/bin/python" "$(command -v python3 || true)"; do
   if [[ -n $candidate && -x $candidate ]] && "$candidate" -c 'import torch' 2>/dev/null; then
     torch_python=$candidate
     break
@@ -165,7 +167,7 @@ echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); threads: $cpus (2 a rank for the t
 if [[ -n $torch_python ]]; then
   echo "peer: torch $("$torch_python" -c 'import torch; print(torch.__version__)') ($torch_python)"
 else
-  echo "peer: PyTorch not found (bash scripts/setup-peers.sh): its rows are skipped"
+  echo "peer: PyTorch $( ((notorch)) && echo 'not run (--no-torch)' || echo 'not found (bash scripts/setup-peers.sh)'): its rows are skipped"
 fi
 llmc_decode > /dev/null # warm-up: caches, the sgemm peak's record
 llmc_train_run

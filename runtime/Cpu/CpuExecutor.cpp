@@ -51,17 +51,21 @@ struct Matrix {
 /// OpenBLAS is faster in every layout, oneDNN's per-call cost being higher.
 constexpr int64_t kSmallGemm = 128;
 
-/// Loops smaller than these run on the calling thread alone: handing a
-/// loop to the pool and waiting for it costs about as much as this much
-/// work, so below them one thread is faster than several, and on a busy
-/// machine it also never waits for a thread that lost its core. Two
-/// measures, since a product does far more arithmetic per element than a
-/// fused elementwise kernel: elements for kernels (and epilogues, staging,
-/// scatter-adds), multiply-adds times two for products. Each was chosen
-/// with bench-threads (bench/README.md), which times a kernel-like loop
-/// and BLAS products of growing size on one thread and on the pool and
-/// prints where the pool starts to win, rounded up to a power of two
-/// because on a loaded machine the pool's cost grows.
+/// Loops smaller than these run on the calling thread alone: below them
+/// handing the loop to the pool and waiting for its chunks costs more
+/// than the threads save, and on a busy machine the caller alone also never
+/// waits for a thread that lost its core. Two measures, since a product
+/// does far more arithmetic per element than a fused elementwise kernel:
+/// elements for kernels (and epilogues, staging, scatter-adds),
+/// multiply-adds times two for products. Each is a power of two at which
+/// one thread's time for the loop is several times the pool's cost of a
+/// loop (the hand-out and the wait that ThreadPoolTests' loops and
+/// bench-threads time), so the split wins where both cores are free; above
+/// the old elementwise threshold, since a batch-1 decode step of a small
+/// model ran faster on one thread than on two. bench-threads prints where
+/// the pool starts to win on a machine (bench/README.md: on a loaded one,
+/// only at far larger sizes, which is what the pool's stall detection in
+/// ThreadPool.h is for).
 constexpr int64_t kSerialElements = int64_t(1) << 14;
 constexpr int64_t kSerialFlops = int64_t(1) << 21;
 
