@@ -25,7 +25,7 @@ inline double readBandwidth(runtime::ThreadPool &pool, int64_t count) {
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
     auto start = std::chrono::steady_clock::now();
-    pool.parallelFor(count, [&](int64_t begin, int64_t end, int chunk) {
+    pool.parallelFor(count, [&](int64_t begin, int64_t end, int thread) {
       float s[16] = {};
       int64_t i = begin;
       for (; i + 16 <= end; i += 16)
@@ -36,7 +36,7 @@ inline double readBandwidth(runtime::ThreadPool &pool, int64_t count) {
       double total = 0;
       for (float v : s)
         total += v;
-      sums[chunk] = total;
+      sums[thread] += total;
     });
     best = std::min(best, std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - start)

@@ -231,7 +231,7 @@ const KeyInfo kKeys[] = {
     {Key::Dropout, "dropout", Kind::Number, "X",
      "overrides the model's dropout rate"},
     {Key::Threads, "threads", Kind::NonNegative, "N",
-     "CPU threads; 0: all (0)"},
+     "CPU threads per rank; 0: the CPUs this process may use (affinity, cgroup quota, divided among the ranks on the node) (0)"},
     {Key::Device, "device", Kind::String, "cpu|cuda",
      "where the steps run: cpu, or cuda (an NVIDIA GPU; driver loaded at run "
      "time) (cpu)"},

@@ -3,6 +3,7 @@
 
 #include "codegen/KernelToCpu/KernelToCpu.h"
 #include "runtime/Cpu/CpuExecutor.h"
+#include "runtime/Exec/CpuBudget.h"
 #ifdef LLMC_HAVE_NVRTC
 #include "codegen/KernelToCuda/CudaCompiler.h"
 #include "runtime/Cuda/CudaApi.h"
@@ -122,7 +123,7 @@ training::makeExecutor(kir::Program program, const Device &device,
   // of consecutive kernels linked as one (a bundle of objects).
   int parts = threads > 0
                   ? threads
-                  : std::max(1, int(std::thread::hardware_concurrency()));
+                  : runtime::defaultThreadCount();
   auto compile = [&]() -> llvm::Expected<llvm::SmallVector<char, 0>> {
     auto objects = cpu::compileKernelsToObjects(kernels, parts);
     if (!objects)

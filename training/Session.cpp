@@ -6,6 +6,7 @@
 #include "training/Plan/Estimate.h"
 #include "training/Plan/ModelAnalysis.h"
 #include "runtime/Cpu/SgemmPeak.h"
+#include "runtime/Exec/CpuBudget.h"
 #include "runtime/Exec/MemoryBudget.h"
 #ifdef LLMC_HAVE_NVRTC
 #include "runtime/Cuda/NcclCommunicator.h"
@@ -411,7 +412,7 @@ llvm::Error Session::setUpMfu(rt::TrainerOptions &options) {
   timings.end("model FLOPs (planner)");
   int peakThreads = device->threads > 0
                         ? device->threads
-                        : std::max(1, int(std::thread::hardware_concurrency()));
+                        : rt::defaultThreadCount();
   // The machine's recorded best when there is one (measuring takes both
   // cores for a while at start-up; the run measures again at its end and
   // keeps a better figure); the first run on a machine measures now.

@@ -51,6 +51,30 @@ struct Matrix {
 /// OpenBLAS is faster in every layout, oneDNN's per-call cost being higher.
 constexpr int64_t kSmallGemm = 128;
 
+/// Loops smaller than these run on the calling thread alone: below them
+/// handing the loop to the pool and waiting for its chunks costs more
+/// than the threads save, and on a busy machine the caller alone also never
+/// waits for a thread that lost its core. Two measures, since a product
+/// does far more arithmetic per element than a fused elementwise kernel:
+/// elements for kernels (and epilogues, staging, scatter-adds),
+/// multiply-adds times two for products. Each is a power of two at which
+/// one thread's time for the loop is several times the pool's cost of a
+/// loop (the hand-out and the wait that ThreadPoolTests' loops and
+/// bench-threads time), so the split wins where both cores are free; above
+/// the old elementwise threshold, since a batch-1 decode step of a small
+/// model ran faster on one thread than on two. bench-threads prints where
+/// the pool starts to win on a machine (bench/README.md: on a loaded one,
+/// only at far larger sizes, which is what the pool's stall detection in
+/// ThreadPool.h is for).
+constexpr int64_t kSerialElements = int64_t(1) << 14;
+constexpr int64_t kSerialFlops = int64_t(1) << 21;
+
+/// A GEMM split over the pool packs the operand it does not split once per
+/// chunk: chunks of at least this many rows or columns, and at most two
+/// per thread, keep the repacking a small part of each chunk's product.
+constexpr int64_t kMinGemmChunk = 64;
+constexpr int64_t kGemmChunksPerThread = 2;
+
 /// C[m x n] = alpha A[m x k] * B[k x n] + beta C on row-major storage for
 /// matrices given by strides, one of which is 1 for each, on the calling
 /// thread: one row on BLAS's GEMV, small products (kSmallGemm) on
@@ -349,19 +373,23 @@ llvm::Error CpuExecutor::checkIds() const {
   return llvm::Error::success();
 }
 
+void CpuExecutor::forChunks(int64_t n, bool small,
+                            const ThreadPool::LoopBody &fn) {
+  if (small)
+    fn(0, n, 0);
+  else
+    pool.parallelFor(n, fn);
+}
+
 void CpuExecutor::runKernel(int32_t index) {
   const kir::Kernel &kernel = prog.kernels[index];
   CpuKernelFn fn = kernelFns[index];
   const std::vector<void *> &operands = kernelOperands[index];
   int64_t rows = kernel.numRows();
-  // Tiny kernels are not worth waking the pool for.
-  if (rows * kernel.rowLength() < 4096) {
-    fn(operands.data(), 0, rows);
-    return;
-  }
-  pool.parallelFor(rows, [&](int64_t begin, int64_t end, int) {
-    fn(operands.data(), begin, end);
-  });
+  forChunks(rows, rows * kernel.rowLength() < kSerialElements,
+            [&](int64_t begin, int64_t end, int) {
+              fn(operands.data(), begin, end);
+            });
 }
 
 const cpu::PackedTwoOfFour *
@@ -458,7 +486,8 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
     // 2:4: W's rows split over the threads (one x row is a GEMV), then
     // the epilogue by rows.
     int64_t rowStride = g.transA ? g.a.strides[2] : g.a.strides[1];
-    pool.parallelFor(g.n, [&](int64_t begin, int64_t end, int) {
+    forChunks(g.n, g.batch * g.m * g.n * g.k < kSerialFlops,
+              [&](int64_t begin, int64_t end, int) {
       for (int64_t batch = 0; batch < g.batch; ++batch)
         cpu::sparseMatmulF32(isa, *packed, at(g.a) + batch * g.a.strides[0],
                              g.m, rowStride,
@@ -507,11 +536,19 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
       epilogue(epilogueOperands, begin, end);
   };
   int64_t threads = pool.size();
+  if (2 * rows * g.n * g.k < kSerialFlops) {
+    rowBlock(0, rows, 0);
+    return;
+  }
   bool xTimesWt = g.transB && !g.transA;
-  bool splitRows = g.n < 64 * threads ||
-                   (rows >= 64 * threads && rows >= g.n && !xTimesWt);
+  bool splitRows = g.n < kMinGemmChunk * threads ||
+                   (rows >= kMinGemmChunk * threads && rows >= g.n &&
+                    !xTimesWt);
+  auto minChunk = [&](int64_t items) {
+    return std::max(kMinGemmChunk, items / (kGemmChunksPerThread * threads));
+  };
   if (splitRows) {
-    pool.parallelFor(rows, rowBlock);
+    pool.parallelFor(rows, rowBlock, minChunk(rows));
     return;
   }
   pool.parallelFor(g.n, [&](int64_t begin, int64_t end, int) {
@@ -519,7 +556,7 @@ void CpuExecutor::runGemm(const kir::GemmStep &g) {
       sgemm(sgemmLibs, g.m, end - begin, g.k, {a + batch * g.a.strides[0], aM, aK},
             {b + batch * g.b.strides[0] + begin * bN, bK, bN},
             c + batch * g.c.strides[0] + begin, g.c.strides[1], 1.0f, beta);
-  });
+  }, minChunk(g.n));
   runEpilogueByRows(g);
 }
 
@@ -528,9 +565,10 @@ void CpuExecutor::runEpilogueByRows(const kir::GemmStep &g) {
     return;
   CpuKernelFn epilogue = kernelFns[g.epilogue];
   void *const *operands = kernelOperands[g.epilogue].data();
-  pool.parallelFor(g.batch * g.m, [&](int64_t begin, int64_t end, int) {
-    epilogue(operands, begin, end);
-  });
+  forChunks(g.batch * g.m, g.batch * g.m * g.n < kSerialElements,
+            [&](int64_t begin, int64_t end, int) {
+              epilogue(operands, begin, end);
+            });
 }
 
 bool CpuExecutor::runFewRowGemm(const kir::GemmStep &g) {
@@ -553,7 +591,8 @@ bool CpuExecutor::runFewRowGemm(const kir::GemmStep &g) {
   int64_t bBytes = kir::dtypeBytes(bType);
   const char *b = base(g.b.buffer) + g.b.offset * bBytes;
   float *a = at(g.a), *c = at(g.c);
-  pool.parallelFor(g.n, [&](int64_t begin, int64_t end, int) {
+  forChunks(g.n, 2 * g.batch * g.m * g.n * g.k < kSerialFlops,
+            [&](int64_t begin, int64_t end, int) {
     for (int64_t batch = 0; batch < g.batch; ++batch)
       cpu::fewRowGemm(isa, bType, a + batch * g.a.strides[0], g.m,
                       g.a.strides[1], b + batch * g.b.strides[0] * bBytes,
@@ -664,8 +703,8 @@ void CpuExecutor::stagedNarrowGemm(const kir::GemmStep &g, int64_t aM,
                                 rows, cols, nullptr); // in place
           } else {
             bool byRows = colStride == 1;
-            pool.parallelFor(byRows ? rows : cols, [&](int64_t begin,
-                                                       int64_t end, int) {
+            forChunks(byRows ? rows : cols, rows * cols < kSerialElements,
+                      [&](int64_t begin, int64_t end, int) {
               if (byRows)
                 stageBlock(type, data, rowStride, colStride, r0 + begin, c0,
                            end - begin, cols, sharedStage + begin * cols);
@@ -759,8 +798,9 @@ void CpuExecutor::runNarrowGemm(const kir::GemmStep &g) {
   int64_t tilesM = (g.m + kTileM - 1) / kTileM;
   int64_t tilesN = (g.n + kTileN - 1) / kTileN;
   if (dot)
-    pool.parallelFor(g.batch * tilesM * tilesN, [&](int64_t begin,
-                                                     int64_t end, int thread) {
+    forChunks(g.batch * tilesM * tilesN,
+              2 * g.batch * g.m * g.n * g.k < kSerialFlops,
+              [&](int64_t begin, int64_t end, int thread) {
       std::vector<float> &staging = scratch[thread];
       staging.resize(std::max<size_t>(staging.size(), kTileM * kTileN));
       float *cStage = staging.data();
@@ -839,8 +879,10 @@ void CpuExecutor::runAttention(const kir::AttentionStep &att) {
                              : t + S - T;
     return std::clamp<int64_t>(last + 1, 0, S);
   };
-  pool.parallelFor(att.batch * att.heads, [&](int64_t begin, int64_t end,
-                                              int thread) {
+  // Q K^T and P V: 4 T S D flops a head (half of it under a causal mask).
+  forChunks(att.batch * att.heads,
+            4 * att.batch * att.heads * T * S * D < kSerialFlops,
+            [&](int64_t begin, int64_t end, int thread) {
     std::vector<float> &scratchFloats = scratch[thread];
     scratchFloats.resize(
         std::max<size_t>(scratchFloats.size(), block * S + staged + packed));
@@ -918,8 +960,10 @@ void CpuExecutor::runAttentionGrad(const kir::AttentionGradStep &att) {
   // The head's K^T, V^T and K in cpu::tileGemm's column panels.
   int64_t panelsT = cpu::tilePanelFloats(D, T),
           panelsK = cpu::tilePanelFloats(T, D);
-  pool.parallelFor(att.batch * att.heads, [&](int64_t begin, int64_t end,
-                                              int thread) {
+  // Five products of 2 T T D flops a head (about half under a causal mask).
+  forChunks(att.batch * att.heads,
+            10 * att.batch * att.heads * T * T * D < kSerialFlops,
+            [&](int64_t begin, int64_t end, int thread) {
     // A block's P (then dS) and dP, block x T each, delta, and the head's
     // packed K^T, V^T and K, per thread.
     std::vector<float> &buffer = scratch[thread];
@@ -1027,7 +1071,8 @@ void CpuExecutor::runEmbeddingGrad(const kir::EmbeddingGradStep &e) {
       reinterpret_cast<const float *>(base(e.grad.buffer)) + e.grad.offset;
   float *out = reinterpret_cast<float *>(base(e.out.buffer)) + e.out.offset;
   int64_t C = e.channels;
-  pool.parallelFor(e.rows, [&](int64_t begin, int64_t end, int) {
+  forChunks(e.rows, (e.rows + e.positions) * C < kSerialElements,
+            [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r) {
       float *row = out + r * e.out.strides[0];
       if (!e.accumulate)

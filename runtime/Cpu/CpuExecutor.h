@@ -1,8 +1,9 @@
 // Runs a kir::Program on the CPU: inputs and the one arena in host memory,
 // parameters and state in a PersistentStore shared with other executors;
 // kernel steps through JIT-compiled kernels split by rows over a thread
-// pool; GEMMs through BLAS (one BLAS thread per pool thread, each on its own
-// block of rows, its epilogue run on that block while it is in cache);
+// pool (chunks dealt to whichever thread asks; small loops on the caller
+// alone); GEMMs through BLAS (single-threaded library calls on chunks of
+// rows or columns, a row chunk's epilogue run on it while it is in cache);
 // attention and its gradient through BLAS products and a masked softmax;
 // embedding gradients by a deterministic per-row scatter-add. f16/bf16
 // GEMM operands and attention heads are computed in f32 from per-thread
@@ -46,8 +47,8 @@ struct StepProfile {
 
 class CpuExecutor : public Executor {
 public:
-  /// `kernels[i]` runs program.kernels[i]. `numThreads` <= 0: one per
-  /// hardware thread. Param and State buffers are bound by name to `store`
+  /// `kernels[i]` runs program.kernels[i]. `numThreads` <= 0: the CPUs
+  /// this process may use (runtime/Exec/CpuBudget.h). Param and State buffers are bound by name to `store`
   /// (created zero-filled there if new; a dtype or shape that differs from
   /// the store's tensor is an error); null: a store of its own.
   static llvm::Expected<std::unique_ptr<CpuExecutor>>
@@ -138,6 +139,9 @@ private:
               int numThreads, std::shared_ptr<PersistentStore> store);
   llvm::Error bindBuffers();
   char *base(int32_t buffer) const { return bases[buffer]; }
+  /// fn over [0, n) on the pool, or on this thread alone when `small`
+  /// (below the work where one thread is faster: CpuExecutor.cpp).
+  void forChunks(int64_t n, bool small, const ThreadPool::LoopBody &fn);
   void runKernel(int32_t kernel);
   void runGemm(const kir::GemmStep &gemm);
   /// A GEMM with an f16/bf16 operand or result: tiles through f32 staging.

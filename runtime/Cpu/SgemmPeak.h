@@ -15,9 +15,9 @@ namespace llmc::runtime {
 std::string describeBlas();
 
 /// The best GFLOP/s of `reps` n^3 sgemms (C = A B^T, llmc's weight layout)
-/// with the library the executor uses for that product (cpu::chooseSgemm),
-/// on `threads` of its threads; it goes back to one thread after (the
-/// runtime's pool calls it from its own threads).
+/// with the library the executor uses for that product (cpu::sgemmSetup),
+/// run as the executor runs it: single-threaded library calls on chunks of
+/// C's rows over a ThreadPool of `threads`.
 double measureSgemmPeak(int n, int threads, int reps);
 
 /// The yardstick MFU is measured against: the peak measured now, and the

@@ -1,7 +1,8 @@
-// The thread pool: workers poll for the next loop, then sleep on a
-// condition variable (ThreadPool.h).
+// The thread pool: chunks dealt from one atomic counter to the workers and
+// the caller; waits poll, then sleep (ThreadPool.h).
 #include "runtime/Cpu/ThreadPool.h"
 #include "runtime/Cpu/SignalMask.h"
+#include "runtime/Exec/CpuBudget.h"
 
 #include <algorithm>
 
@@ -11,10 +12,38 @@
 
 using namespace llmc::runtime;
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// A hint to the core that this thread is polling (x86's pause).
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+/// Polls `ready` for up to ThreadPool::kSpin, yielding the core at each
+/// poll; whether it turned true. Alone on the machine the thread runs
+/// again at once; where more threads are runnable than there are cores the
+/// others run.
+template <typename Ready> bool pollYielding(Ready ready) {
+  auto start = Clock::now();
+  for (int i = 1;; ++i) {
+    if (ready())
+      return true;
+    std::this_thread::yield();
+    if (i % 16 == 0 && Clock::now() - start > ThreadPool::kSpin)
+      return ready();
+  }
+}
+
+} // namespace
+
 ThreadPool::ThreadPool(int requested) {
-  numThreads = requested > 0
-                   ? requested
-                   : std::max(1, int(std::thread::hardware_concurrency()));
+  numThreads = requested > 0 ? requested : defaultThreadCount();
   for (int i = 1; i < numThreads; ++i)
     workers.emplace_back([this, i] { workerLoop(i); });
 }
@@ -47,61 +76,106 @@ std::vector<std::pair<const void *, int64_t>> ThreadPool::stacks() const {
   return result;
 }
 
-static void chunk(int64_t n, int parts, int index, int64_t &begin,
-                  int64_t &end) {
-  begin = n * index / parts;
-  end = n * (index + 1) / parts;
+int64_t ThreadPool::chunksFor(int64_t n, int64_t minItems) const {
+  if (numThreads == 1 || n <= 1)
+    return 1;
+  int64_t chunks = std::min<int64_t>(n, int64_t(numThreads) * kChunksPerThread);
+  chunks = std::min(chunks, n / std::max<int64_t>(1, minItems));
+  return std::max<int64_t>(1, chunks);
 }
 
-namespace {
-/// Polls `ready` for up to ThreadPool::kSpin; whether it turned true.
-/// Each poll yields the core: alone on the machine the thread runs on at
-/// once, and where more threads are runnable than there are cores
-/// (processes side by side) it lets them run. (Polling with pause
-/// instructions instead made a loop cost more than sleeping when two such
-/// processes shared the cores: the poller kept the core from the thread it
-/// waited for.)
-template <typename Ready> bool spinUntil(Ready ready) {
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 1;; ++i) {
-    if (ready())
-      return true;
-    std::this_thread::yield();
-    if (i % 16 == 0 &&
-        std::chrono::steady_clock::now() - start > ThreadPool::kSpin)
-      return ready();
+double ThreadPool::runChunks(uint64_t loop, int thread) {
+  constexpr uint64_t chunkMask = (uint64_t(1) << kChunkBits) - 1;
+  double seconds = 0;
+  while (true) {
+    uint64_t current = deal.load(std::memory_order_acquire);
+    do {
+      if ((current >> kChunkBits) != loop || (current & chunkMask) == 0)
+        return seconds;
+    } while (!deal.compare_exchange_weak(current, current - 1,
+                                         std::memory_order_acq_rel,
+                                         std::memory_order_acquire));
+    // A chunk of this loop is ours and not done: the caller is waiting
+    // for it, so the loop's description stands.
+    int64_t chunk = taskChunks - int64_t(current & chunkMask);
+    int64_t begin = taskSize * chunk / taskChunks;
+    int64_t end = taskSize * (chunk + 1) / taskChunks;
+    Clock::time_point start = Clock::now();
+    (*task)(begin, end, thread);
+    seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    if (unfinished.fetch_sub(1) == 1 && callerSleeping.load()) {
+      std::lock_guard<std::mutex> lock(mutex);
+      done.notify_one();
+    }
   }
 }
-} // namespace
 
-void ThreadPool::parallelFor(
-    int64_t n, const std::function<void(int64_t, int64_t, int)> &fn) {
+void ThreadPool::parallelFor(int64_t n, const LoopBody &fn,
+                             int64_t minItems) {
   if (n <= 0)
     return;
-  if (numThreads == 1 || n == 1) {
+  int64_t chunks = chunksFor(n, minItems);
+  if (chunks == 1) {
     fn(0, n, 0);
+    return;
+  }
+  if (Clock::now() < aloneUntil) {
+    // Contended: the same chunks, in order, on this thread.
+    for (int64_t chunk = 0; chunk < chunks; ++chunk)
+      fn(n * chunk / chunks, n * (chunk + 1) / chunks, 0);
     return;
   }
   task = &fn;
   taskSize = n;
-  pending.store(numThreads - 1, std::memory_order_relaxed);
-  {
+  taskChunks = chunks;
+  unfinished.store(chunks, std::memory_order_relaxed);
+  uint64_t loop = ++generation & ((uint64_t(1) << (64 - kChunkBits)) - 1);
+  deal.store(loop << kChunkBits | uint64_t(chunks)); // publishes the loop
+  if (sleepingWorkers.load() > 0) {
     std::lock_guard<std::mutex> lock(mutex);
-    generation.fetch_add(1, std::memory_order_release);
+    wake.notify_all();
   }
-  wake.notify_all();
-  int64_t begin, end;
-  chunk(n, numThreads, 0, begin, end);
-  if (begin < end)
-    fn(begin, end, 0);
-  auto finished = [&] {
-    return pending.load(std::memory_order_acquire) == 0;
-  };
-  if (!spinUntil(finished)) {
-    std::unique_lock<std::mutex> lock(mutex);
-    done.wait(lock, finished);
-  }
+  Clock::time_point start = Clock::now();
+  runChunks(loop, 0);
+  double own = std::chrono::duration<double>(Clock::now() - start).count();
+  Clock::time_point waitStart = Clock::now();
+  bool slept = waitForChunks(own, chunks);
   task = nullptr;
+  // A wait far longer than a chunk: a thread that took one lost its core.
+  double waited =
+      std::chrono::duration<double>(Clock::now() - waitStart).count();
+  if (slept && waited > std::max(std::chrono::duration<double>(kStall).count(),
+                                 4.0 * own * numThreads / double(chunks)))
+    aloneUntil = Clock::now() + kAloneAfterStall;
+}
+
+bool ThreadPool::waitForChunks(double ownSeconds, int64_t chunks) {
+  auto finished = [&] { return unfinished.load() == 0; };
+  if (finished())
+    return false;
+  // What is left are chunks that other threads took. Running, they end
+  // within about a chunk's time: poll that long (the caller's own chunks
+  // are the yardstick, twice over for the unevenness of chunks), then
+  // sleep, since a thread that took a chunk and lost its core may be away
+  // for a whole time slice.
+  double budget = std::clamp(2.0 * ownSeconds * numThreads / double(chunks),
+                             2e-6,
+                             std::chrono::duration<double>(kSpin).count());
+  Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(budget));
+  for (int i = 1;; ++i) {
+    if (finished())
+      return false;
+    cpuRelax();
+    if (i % 64 == 0 && Clock::now() > deadline)
+      break;
+  }
+  std::unique_lock<std::mutex> lock(mutex);
+  callerSleeping.store(true);
+  done.wait(lock, finished);
+  callerSleeping.store(false);
+  return true;
 }
 
 void ThreadPool::workerLoop(int index) {
@@ -112,24 +186,17 @@ void ThreadPool::workerLoop(int index) {
   while (true) {
     auto ready = [&] {
       return stopping.load(std::memory_order_relaxed) ||
-             generation.load(std::memory_order_acquire) != seen;
+             (deal.load(std::memory_order_acquire) >> kChunkBits) != seen;
     };
-    if (!spinUntil(ready)) {
+    if (!pollYielding(ready)) {
       std::unique_lock<std::mutex> lock(mutex);
+      sleepingWorkers.fetch_add(1);
       wake.wait(lock, ready);
+      sleepingWorkers.fetch_sub(1);
     }
     if (stopping.load())
       return;
-    seen = generation.load(std::memory_order_acquire);
-    const std::function<void(int64_t, int64_t, int)> *fn = task;
-    int64_t n = taskSize;
-    int64_t begin, end;
-    chunk(n, numThreads, index, begin, end);
-    if (begin < end)
-      (*fn)(begin, end, index);
-    if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(mutex);
-      done.notify_one();
-    }
+    seen = deal.load(std::memory_order_acquire) >> kChunkBits;
+    runChunks(seen, index);
   }
 }

@@ -2,6 +2,7 @@
 #include "runtime/Serve/ExportPayload.h"
 
 #include "ir/kernel/CudaModule.h"
+#include "runtime/Exec/ParallelChunks.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -37,20 +38,13 @@ uint64_t llmc::runtime::payloadChecksum(llvm::ArrayRef<uint8_t> bytes) {
   size_t blocks =
       std::max<size_t>(1, (bytes.size() + kBlockBytes - 1) / kBlockBytes);
   std::vector<uint64_t> hashes(blocks);
-  auto hashRange = [&](size_t first, size_t step) {
-    for (size_t block = first; block < blocks; block += step)
+  // Blocks hashed in parallel chunks (runtime/Exec/ParallelChunks.h).
+  parallelChunks(int64_t(blocks), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t block = begin; block < end; ++block)
       hashes[block] = llvm::xxh3_64bits(bytes.slice(
           block * kBlockBytes,
           std::min<uint64_t>(kBlockBytes, bytes.size() - block * kBlockBytes)));
-  };
-  size_t threads = std::min<size_t>(
-      blocks, std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> workers;
-  for (size_t t = 1; t < threads; ++t)
-    workers.emplace_back(hashRange, t, threads);
-  hashRange(0, threads);
-  for (std::thread &worker : workers)
-    worker.join();
+  });
   return combineBlockHashes(hashes);
 }
 

@@ -49,7 +49,8 @@ static cl::SubCommand serveCmd(
              "requests share the decode step, up to the batch the binary "
              "was exported with");
 static cl::opt<int> numThreads("threads",
-                               cl::desc("CPU threads (default: all)"),
+                               cl::desc("CPU threads (default: the CPUs this "
+                                        "process may use)"),
                                cl::init(0), cl::cat(category),
                                cl::sub(cl::SubCommand::getTopLevel()),
                                cl::sub(serveCmd));
@@ -443,7 +444,8 @@ int main(int argc, char **argv) {
     return fail(std::move(error));
   if (numThreads < 0)
     return fail(llvm::createStringError(
-        "--threads: expected a count >= 0 (0: all), got " +
+        "--threads: expected a count >= 0 (0: the CPUs this process may "
+        "use), got " +
         llvm::Twine(numThreads)));
   // The generation flags are the top level's: at their defaults under
   // serve, so they pass there.

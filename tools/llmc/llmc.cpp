@@ -183,7 +183,7 @@ static cl::opt<uint64_t>
          cl::init(::llmc::runtime::SamplingOptions().seed),
          cl::sub(generateCmd), cl::sub(inspectCmd), cl::sub(exportCmd));
 static cl::opt<int> numThreads("threads",
-                               cl::desc("CPU threads (default: all)"),
+                               cl::desc("CPU threads (default: usable CPUs)"),
                                cl::init(0), cl::sub(generateCmd),
                                cl::sub(inspectCmd));
 static cl::opt<int64_t> maxContext(

@@ -94,11 +94,15 @@ TEST(SignalMask, GemmsUnderASignalBarrage) {
   {
     runtime::ThreadPool pool(2);
     std::vector<pthread_t> threads(2);
-    std::vector<int> workerBlocks(2);
-    pool.parallelFor(2, [&](int64_t, int64_t, int chunk) {
-      threads[chunk] = pthread_self();
-      workerBlocks[chunk] = blocks(SIGTERM);
-    });
+    std::vector<int> workerBlocks(2, -1);
+    // Chunks go to whichever thread takes them first: slow ones, until
+    // the worker (thread 1) has taken one too.
+    for (int tries = 0; tries < 1000 && workerBlocks[1] < 0; ++tries)
+      pool.parallelFor(2, [&](int64_t, int64_t, int thread) {
+        threads[thread] = pthread_self();
+        workerBlocks[thread] = blocks(SIGTERM);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
     EXPECT_EQ(workerBlocks[1], 1); // a worker, for its whole life
     EXPECT_EQ(workerBlocks[0], 0); // the caller, outside a shield
 
