@@ -22,6 +22,17 @@ std::string jsonText(const llvm::json::Value &value) {
 }
 } // namespace
 
+/// The loader's options from the config (the vocabulary limit is the
+/// caller's: the tokenizer's).
+static data::LoaderOptions loaderOptionsOf(const TrainingConfig &config) {
+  data::LoaderOptions options;
+  options.batch = config.microBatchSize;
+  options.seqLen = config.seqLen;
+  options.seed = config.seed;
+  options.shuffleWindows = config.data.shuffleWindows;
+  return options;
+}
+
 int64_t TrainingData::trainTokens() const {
   int64_t total = 0;
   for (const data::Source &source : train->sources())
@@ -64,11 +75,7 @@ training::loadTrainingData(const TrainingConfig &config) {
     return opened.takeError();
   // Ids are checked against the tokenizer's vocabulary (at most the
   // model's) as each window is read: a scan at open would read it all.
-  data::LoaderOptions options;
-  options.batch = config.microBatchSize;
-  options.seqLen = config.seqLen;
-  options.seed = config.seed;
-  options.shuffleWindows = config.data.shuffleWindows;
+  data::LoaderOptions options = loaderOptionsOf(config);
   options.vocabLimit = (*tokenizer)->vocabSize();
   TrainingData result;
   result.valTokens = opened->valTokens();
@@ -134,11 +141,7 @@ training::summarizeDataOf(const TrainingConfig &config) {
       data::openSources(dataSpecOf(config), tokenizer->get());
   if (!opened)
     return opened.takeError();
-  data::LoaderOptions options;
-  options.batch = config.microBatchSize;
-  options.seqLen = config.seqLen;
-  options.seed = config.seed;
-  options.shuffleWindows = config.data.shuffleWindows;
+  data::LoaderOptions options = loaderOptionsOf(config);
   llvm::Expected<std::unique_ptr<data::Loader>> loader =
       data::Loader::create(std::move(opened->train), options);
   if (!loader)

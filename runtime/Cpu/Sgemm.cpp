@@ -1,8 +1,6 @@
 // The CPU executor's f32 GEMM (Sgemm.h): OpenBLAS linked, oneDNN loaded.
 #include "runtime/Cpu/Sgemm.h"
 #include "runtime/Cpu/CpuIsa.h"
-#include "runtime/Cpu/SignalMask.h"
-#include "runtime/Exec/HostMemory.h"
 
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/ErrorHandling.h"
@@ -11,7 +9,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <vector>
@@ -174,48 +171,4 @@ void cpu::sgemm(SgemmLibrary library, bool transA, bool transB, int64_t m,
   cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
               transB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
               ldb, beta, c, ldc);
-}
-
-double cpu::measureLibraryPeak(SgemmLibrary library, int n, int threads,
-                               int reps) {
-  using Clock = std::chrono::steady_clock;
-  AsyncSignalsBlocked shield; // the library's threads inherit the mask
-  // In huge pages, as the programs' tensors and arenas are
-  // (runtime/Exec/HostMemory.h).
-  auto matrix = [&](float value) {
-    std::unique_ptr<float, decltype(&std::free)> m(
-        reinterpret_cast<float *>(
-            runtime::allocateHostMemory(int64_t(n) * n * sizeof(float))),
-        &std::free);
-    if (!m)
-      llvm::report_fatal_error(llvm::Twine("sgemm peak: cannot allocate a ") +
-                               llvm::Twine(n) + "x" + llvm::Twine(n) +
-                               " f32 matrix");
-    std::fill(m.get(), m.get() + size_t(n) * n, value);
-    return m;
-  };
-  auto a = matrix(0.5f), b = matrix(0.25f), c = matrix(0.0f);
-  const OneDnn &d = oneDnn();
-  bool dnnl = library == SgemmLibrary::OneDnn && d.sgemm;
-  if (dnnl && d.ompSetNumThreads)
-    d.ompSetNumThreads(threads);
-  else
-    openblas_set_num_threads(threads);
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    auto start = Clock::now();
-    if (dnnl)
-      d.sgemm('N', 'T', n, n, n, 1.0f, a.get(), n, b.get(), n, 0.0f, c.get(),
-              n);
-    else
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f,
-                  a.get(), n, b.get(), n, 0.0f, c.get(), n);
-    best = std::min(
-        best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  if (dnnl && d.ompSetNumThreads)
-    d.ompSetNumThreads(1);
-  else
-    openblas_set_num_threads(1);
-  return 2.0 * n * n * n / best / 1e9;
 }

@@ -64,11 +64,6 @@ void sgemm(SgemmLibrary library, bool transA, bool transB, int64_t m, int64_t n,
            int64_t k, float alpha, const float *a, int64_t lda, const float *b,
            int64_t ldb, float beta, float *c, int64_t ldc);
 
-/// The 2048^3-style peak of one library: the best GFLOP/s of `reps`
-/// n x n x n products C = A B^T on `threads` threads (the library's own
-/// threading), back to one thread after.
-double measureLibraryPeak(SgemmLibrary library, int n, int threads, int reps);
-
 } // namespace llmc::cpu
 
 #endif // LLMC_RUNTIME_CPU_SGEMM_H

@@ -52,7 +52,8 @@ std::string llmc::runtime::describeBlas() {
          ", OPENBLAS_L2_SIZE=" + (l2 ? l2 : "unset") + ")";
 }
 
-double llmc::runtime::measureSgemmPeak(int n, int threads, int reps) {
+double llmc::runtime::measureSgemmPeak(int n, int threads, int reps,
+                                        std::optional<cpu::SgemmLibrary> library) {
   // The executor's way: the library on one thread per call, C's rows in
   // chunks on the pool (ThreadPool.h), so that a busy neighbour slows the
   // measurement as it slows a step, no more (a library's own threads wait
@@ -73,14 +74,14 @@ double llmc::runtime::measureSgemmPeak(int n, int threads, int reps) {
   };
   auto a = matrix(0.5f), b = matrix(0.25f), c = matrix(0.0f);
   ThreadPool pool(threads);
-  cpu::SgemmLibrary library = peakLibrary();
+  cpu::SgemmLibrary chosen = library.value_or(peakLibrary());
   double best = 1e30;
   for (int i = 0; i < reps; ++i) {
     auto start = Clock::now();
     pool.parallelFor(
         n,
         [&](int64_t begin, int64_t end, int) {
-          cpu::sgemm(library, false, true, end - begin, n, n, 1.0f,
+          cpu::sgemm(chosen, false, true, end - begin, n, n, 1.0f,
                      a.get() + begin * n, n, b.get(), n, 0.0f,
                      c.get() + begin * n, n);
         },

@@ -4,6 +4,9 @@
 #ifndef LLMC_RUNTIME_SGEMMPEAK_H
 #define LLMC_RUNTIME_SGEMMPEAK_H
 
+#include "runtime/Cpu/Sgemm.h"
+
+#include <optional>
 #include <string>
 
 namespace llmc::runtime {
@@ -15,10 +18,11 @@ namespace llmc::runtime {
 std::string describeBlas();
 
 /// The best GFLOP/s of `reps` n^3 sgemms (C = A B^T, llmc's weight layout)
-/// with the library the executor uses for that product (cpu::sgemmSetup),
-/// run as the executor runs it: single-threaded library calls on chunks of
-/// C's rows over a ThreadPool of `threads`.
-double measureSgemmPeak(int n, int threads, int reps);
+/// with `library`, by default the one the executor uses for that product
+/// (cpu::sgemmSetup), run as the executor runs it: single-threaded library
+/// calls on chunks of C's rows over a ThreadPool of `threads`.
+double measureSgemmPeak(int n, int threads, int reps,
+                        std::optional<cpu::SgemmLibrary> library = {});
 
 /// The yardstick MFU is measured against: the peak measured now, and the
 /// best this machine has shown for the same CPU, BLAS core, size and

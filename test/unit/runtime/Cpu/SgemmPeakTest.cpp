@@ -11,10 +11,26 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <vector>
 
 using namespace llmc::runtime;
 
 namespace {
+
+// Every library the executor can choose measures a positive peak on the
+// pool (the executor's way: one library thread per chunk).
+TEST(SgemmPeakTest, EveryLibraryMeasuresAPeak) {
+  std::vector<llmc::cpu::SgemmLibrary> libraries = {
+      llmc::cpu::SgemmLibrary::OpenBlas};
+  llvm::Expected<const llmc::cpu::SgemmSetup &> setup =
+      llmc::cpu::sgemmSetup();
+  ASSERT_TRUE(bool(setup)) << llvm::toString(setup.takeError());
+  if (setup->oneDnnLoaded)
+    libraries.push_back(llmc::cpu::SgemmLibrary::OneDnn);
+  for (llmc::cpu::SgemmLibrary library : libraries)
+    EXPECT_GT(measureSgemmPeak(128, 2, 2, library), 0.1)
+        << llmc::cpu::sgemmLibraryName(library);
+}
 
 TEST(SgemmPeakTest, TheBestMeasurementIsKeptAndUsed) {
   llvm::SmallString<128> dir;

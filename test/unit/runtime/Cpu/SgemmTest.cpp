@@ -140,10 +140,4 @@ TEST(Sgemm, OneDnnOnAvx512ElseOpenBlas) {
   EXPECT_EQ(describeSgemm(asked), "OpenBLAS (LLMC_CPU_SGEMM=openblas)");
 }
 
-TEST(Sgemm, LibraryPeakIsPositive) {
-  for (SgemmLibrary library : librariesHere())
-    EXPECT_GT(measureLibraryPeak(library, 128, 1, 2), 0.1)
-        << sgemmLibraryName(library);
-}
-
 } // namespace
