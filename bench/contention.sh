@@ -66,23 +66,8 @@ done
 python=$(command -v python3)
 bench_machine_facts
 
-pids=()
-hog_start() {
-  for ((i = 0; i < hogs; i++)); do
-    bash -c 'while :; do :; done' &
-    pids+=($!)
-  done
-  sleep 0.2
-}
-hog_stop() {
-  if ((${#pids[@]})); then
-    kill "${pids[@]}" 2>/dev/null || true
-    wait "${pids[@]}" 2>/dev/null || true
-  fi
-  pids=()
-}
+source "$src/scripts/busy-neighbours.sh"
 trap 'hog_stop; ((keep)) || rm -rf "$work"' EXIT
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 now() { date +%s.%N; }
 
 "$llmc" compile "$src/examples/tiny.yaml" -o "$work/tiny.llmc" > /dev/null

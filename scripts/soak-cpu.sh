@@ -57,30 +57,13 @@ if [[ -z $dir ]]; then dir=$(mktemp -d "${TMPDIR:-/tmp}/llmc-soak-cpu.XXXXXX"); 
 mkdir -p "$dir"
 export LLMC_CACHE_DIR=${LLMC_CACHE_DIR:-$dir/cache}
 
-pids=()
-hog_start() {
-  for ((i = 0; i < hogs; i++)); do
-    bash -c 'while :; do :; done' &
-    pids+=($!)
-  done
-  sleep 0.2 # the hogs are running before the measure starts
-}
-hog_stop() {
-  if ((${#pids[@]})); then
-    kill "${pids[@]}" 2>/dev/null || true
-    wait "${pids[@]}" 2>/dev/null || true # killed: 143
-  fi
-  pids=()
-  return 0
-}
+source "$root/scripts/busy-neighbours.sh"
 cleanup() {
   hog_stop
   ((keep)) || rm -rf "$dir"
 }
 trap cleanup EXIT
 
-# median of the numbers on stdin
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 seconds() { date +%s.%N; }
 
 echo "soak-cpu: $cpus CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), llmc --threads $threads, $hogs busy processes beside it, $reps quiet/contended pairs; in $dir"

@@ -38,13 +38,18 @@ subset_targets=(llmc llmc-opt llmc-export-runtime ArtifactTests WeightsTests
   CheckpointTests)
 subset_lit='tools/(hostile|hostile-input|nesting|artifact-errors|config-errors|config-errors-text|config-sizes|compile-errors|run-errors|tokenizer|export-cpu|export-errors|serve|serve-hostile|soak-server)\.test|(ArtifactTests|WeightsTests|CheckpointTests)'
 
+# The sanitized build directory ($build): clang-22, ASan + UBSan.
+configure_sanitized() {
+  cmake -G Ninja -B "$build" -S . -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_COMPILER=clang++-22 -DCMAKE_C_COMPILER=clang-22 \
+    -DLLMC_SANITIZE=ON -DLLMC_FUZZ_TESTS=OFF | grep -E "llmc:|Error|error" || true
+}
+
 bash scripts/setup.sh
 if (( subset )); then
   build=${LLMC_ASAN_BUILD_DIR:-build-asan}
   echo "test: configuring $build/ (clang-22, ASan + UBSan), the CI subset"
-  cmake -G Ninja -B "$build" -S . -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CXX_COMPILER=clang++-22 -DCMAKE_C_COMPILER=clang-22 \
-    -DLLMC_SANITIZE=ON -DLLMC_FUZZ_TESTS=OFF | grep -E "llmc:|Error|error" || true
+  configure_sanitized
   start=$SECONDS
   cmake --build "$build" --target "${subset_targets[@]}"
   echo "test: built the subset in $build/ in $((SECONDS - start)) s"
@@ -62,9 +67,7 @@ fi
 if (( sanitize )); then
   build=${LLMC_ASAN_BUILD_DIR:-build-asan}
   echo "test: configuring $build/ (clang-22, ASan + UBSan)"
-  cmake -G Ninja -B "$build" -S . -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CXX_COMPILER=clang++-22 -DCMAKE_C_COMPILER=clang-22 \
-    -DLLMC_SANITIZE=ON -DLLMC_FUZZ_TESTS=OFF | grep -E "llmc:|Error|error" || true
+  configure_sanitized
   start=$SECONDS
   # Everything check-llmc runs, built before the clock of the tests starts.
   cmake --build "$build" --target llmc-test-deps
