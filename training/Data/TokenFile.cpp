@@ -381,13 +381,9 @@ openText(llvm::StringRef path, const Tokenizer *tokenizer) {
   if (!tokenizer)
     return fileError(path, "a text file, and no tokenizer was given to "
                            "encode it");
-  // One document: the end-of-text token first when the tokenizer has one,
-  // as llm.c's data scripts put it before every document.
-  std::vector<int32_t> ids;
-  if (std::optional<int32_t> eot = tokenizer->endOfTextId())
-    ids.push_back(*eot);
-  std::vector<int32_t> encoded = tokenizer->encode(text);
-  ids.insert(ids.end(), encoded.begin(), encoded.end());
+  // One document, encoded as every text source is (encodeDocuments: the
+  // end-of-text token first when the tokenizer has one).
+  std::vector<int32_t> ids = encodeDocuments({text}, *tokenizer);
   ids.shrink_to_fit();
   auto file = std::make_shared<MemoryTokenFile>(path.str(), std::move(ids),
                                                 std::vector<int64_t>{0});
